@@ -1,0 +1,66 @@
+# tidemark: the two commands a new user needs are `make demo` and `make test`.
+# Everything else here is what those two are made of.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export VIRTUAL_ENV := $(abspath $(VENV))
+export PATH := $(abspath $(BIN)):$(PATH)
+# One target dir for maturin and cargo; release profile everywhere so crates build once.
+export CARGO_TARGET_DIR := $(abspath target)
+CARGO_PROFILE := --release
+
+.PHONY: help demo test setup build lint fmt rust-test py-test bench bench-rust bench-py clean
+
+help:
+	@echo "make demo   - set up, build, run the main job (a local Spark pipeline)"
+	@echo "make test   - set up, build, run every gate and test suite"
+	@echo "make bench  - criterion and Python benchmarks"
+	@echo "make fmt    - format Rust and Python"
+
+$(BIN)/.deps-stamp: requirements-dev.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+setup: $(BIN)/.deps-stamp
+
+build: setup
+	$(BIN)/maturin develop --release --quiet
+
+demo: build
+	$(BIN)/tidemark demo
+
+lint: build
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets $(CARGO_PROFILE) -- -D warnings
+	$(BIN)/ruff check python tests benches
+	$(BIN)/ruff format --check python tests benches
+	$(BIN)/mypy
+	$(BIN)/python -m mypy.stubtest tidemark._native
+
+rust-test:
+	cargo test --workspace --exclude tidemark-py $(CARGO_PROFILE)
+
+py-test: build
+	$(BIN)/python -m pytest -q --doctest-modules python/tidemark tests
+
+test: build lint rust-test py-test
+
+fmt:
+	cargo fmt --all
+	$(BIN)/ruff format python tests benches
+	$(BIN)/ruff check --fix python tests benches
+
+bench: bench-rust bench-py
+
+bench-rust:
+	cargo bench -p tidemark-benches
+
+bench-py: build
+	$(BIN)/python -m pytest -q benches --benchmark-only
+
+clean:
+	rm -rf target $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks

@@ -1,0 +1,1 @@
+//! Shared helpers for the criterion benches live in the bench files themselves.

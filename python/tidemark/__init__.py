@@ -1,0 +1,65 @@
+"""tidemark: correct event time for Spark and Arrow.
+
+Per-partition watermarks with idle detection, event-time parsing, and (as the
+project grows) per-key watermarks, timers, windows and reordering — in Rust, on
+Arrow data, callable from PySpark ``mapInArrow``, pyarrow and polars.
+
+>>> import tidemark as tm
+>>> t = tm.PartitionedWatermarkTracker()
+>>> t.register_source(0, 2)
+>>> t.update_partition(0, 0, 5_000)
+>>> t.update_partition(0, 1, 3_000)
+3000
+"""
+
+from __future__ import annotations
+
+from tidemark import _native
+from tidemark.clock import Clock, ManualClock, SystemClock
+from tidemark.errors import (
+    ArrowDataError,
+    ConfigError,
+    InternalError,
+    InvalidPartitionError,
+    MaxKeysReachedError,
+    MissingColumnError,
+    SourceNotFoundError,
+    StateCorruptedError,
+    TidemarkError,
+    UnknownEventTimeTypeError,
+    UnknownPartitionError,
+    WatermarkError,
+)
+from tidemark.event_time import (
+    ParsedEventTime,
+    event_time_types,
+    parse_event_time,
+    register_event_time_type,
+)
+from tidemark.watermarks import PartitionedWatermarkTracker
+
+__version__: str = _native.__version__
+
+__all__ = [
+    "ArrowDataError",
+    "Clock",
+    "ConfigError",
+    "InternalError",
+    "InvalidPartitionError",
+    "ManualClock",
+    "MaxKeysReachedError",
+    "MissingColumnError",
+    "ParsedEventTime",
+    "PartitionedWatermarkTracker",
+    "SourceNotFoundError",
+    "StateCorruptedError",
+    "SystemClock",
+    "TidemarkError",
+    "UnknownEventTimeTypeError",
+    "UnknownPartitionError",
+    "WatermarkError",
+    "__version__",
+    "event_time_types",
+    "parse_event_time",
+    "register_event_time_type",
+]

@@ -1,0 +1,58 @@
+"""Arrow input handling shared by every entry point.
+
+Anything that exports the Arrow PyCapsule interface is accepted: pyarrow RecordBatch and
+Table, polars DataFrame, duckdb results, nanoarrow, arro3. Conversions here never copy
+buffers: pyarrow imports the capsules zero-copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeAlias
+
+import pyarrow as pa
+
+from tidemark.errors import ConfigError, MissingColumnError
+
+ArrowData = Any
+"""Tabular Arrow data: any object with ``__arrow_c_array__`` or ``__arrow_c_stream__``."""
+
+Tabular: TypeAlias = "pa.RecordBatch | pa.Table"
+
+
+def as_tabular(data: ArrowData, what: str = "data") -> Tabular:
+    """Views ``data`` as a pyarrow RecordBatch or Table without copying."""
+    if isinstance(data, (pa.RecordBatch, pa.Table)):
+        return data
+    if hasattr(data, "__arrow_c_array__"):
+        return pa.record_batch(data)
+    if hasattr(data, "__arrow_c_stream__"):
+        return pa.table(data)
+    raise TypeError(
+        f"{what} must be Arrow tabular data (a pyarrow RecordBatch or Table, a polars "
+        f"DataFrame, or any object with __arrow_c_array__ / __arrow_c_stream__), "
+        f"got {type(data).__name__}"
+    )
+
+
+def as_array(data: Any, what: str = "values") -> pa.Array | pa.ChunkedArray:
+    """Views ``data`` as a pyarrow Array or ChunkedArray (sequences are converted)."""
+    if isinstance(data, (pa.Array, pa.ChunkedArray)):
+        return data
+    if hasattr(data, "__arrow_c_array__"):
+        return pa.array(data)
+    if hasattr(data, "__arrow_c_stream__"):
+        return pa.chunked_array(data)
+    try:
+        return pa.array(data)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as e:
+        raise ConfigError(f"{what}: cannot convert to an Arrow array: {e}") from None
+
+
+def column(data: Tabular, name: str) -> pa.Array | pa.ChunkedArray:
+    """The column ``name``, or :class:`MissingColumnError` listing the columns."""
+    names = data.schema.names
+    if name not in names:
+        raise MissingColumnError(
+            f"column {name!r} not found; available columns: {', '.join(names)}"
+        )
+    return data.column(name)

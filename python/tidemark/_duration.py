@@ -1,0 +1,47 @@
+"""Duration arguments: ``"250ms"``, ``"5s"``, ``"2m"``, ``"1h"``, ``"1d"``, timedelta, or int."""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+from tidemark import _native
+from tidemark.errors import ConfigError
+
+Duration = str | _dt.timedelta | int
+"""A duration: a string such as ``"5s"``, a :class:`datetime.timedelta`, or an int."""
+
+
+def to_micros(value: Duration, setting: str, *, int_unit: str = "us") -> int:
+    """Converts a duration to microseconds.
+
+    Ints are taken in ``int_unit`` (``"us"`` or ``"ms"``). Raises :class:`ConfigError`
+    naming ``setting`` for anything else, or for a negative duration.
+    """
+    if isinstance(value, bool):
+        raise ConfigError(f"{setting}: expected a duration such as '5s', got {value!r}")
+    if isinstance(value, int):
+        micros = value * (1000 if int_unit == "ms" else 1)
+    elif isinstance(value, _dt.timedelta):
+        micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+    elif isinstance(value, str):
+        try:
+            micros = _native.parse_duration(value)
+        except ConfigError as e:
+            raise ConfigError(f"{setting}: {e}") from None
+    else:
+        raise ConfigError(
+            f"{setting}: expected a duration such as '5s', a datetime.timedelta or an int, "
+            f"got {type(value).__name__}"
+        )
+    if micros < 0:
+        raise ConfigError(f"{setting}: must not be negative, got {value!r}")
+    return micros
+
+
+def to_millis(value: Duration, setting: str) -> int:
+    """Converts a duration to milliseconds (clock ticks); ints are taken as milliseconds."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise ConfigError(f"{setting}: must not be negative, got {value!r}")
+        return value
+    return to_micros(value, setting) // 1000

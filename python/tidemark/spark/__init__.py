@@ -1,0 +1,16 @@
+"""PySpark integration.
+
+Everything here runs tidemark inside Spark's Python workers through ``mapInArrow``:
+Arrow batches go from the JVM to the worker and straight into the Rust core, with no
+per-row Python. Functions that need a SparkSession take one or use the active one.
+
+Workers are forked and reused by Spark, so nothing here keeps state in a worker
+between tasks; the native module starts no threads at import.
+"""
+
+from __future__ import annotations
+
+from tidemark.spark._session import local_session
+from tidemark.spark.watermarks import PARTITION_PROGRESS_SCHEMA, observe_partitions
+
+__all__ = ["PARTITION_PROGRESS_SCHEMA", "local_session", "observe_partitions"]

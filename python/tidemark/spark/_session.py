@@ -1,0 +1,42 @@
+"""A local SparkSession configured the way tidemark's tests, demo and benches use it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+
+def local_session(
+    master: str = "local[2]",
+    app_name: str = "tidemark",
+    shuffle_partitions: int = 4,
+    extra_conf: dict[str, str] | None = None,
+) -> Any:
+    """Creates (or returns) a local SparkSession: UI off, Arrow on, few shuffle partitions.
+
+    Sets ``PYSPARK_PYTHON`` to this interpreter so Python workers import the same
+    tidemark, and pins the session time zone to UTC so timestamps print predictably.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.default.parallelism", str(shuffle_partitions))
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.adaptive.enabled", "false")
+        .config("spark.python.worker.reuse", "true")
+    )
+    for k, v in (extra_conf or {}).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

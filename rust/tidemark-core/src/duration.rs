@@ -1,0 +1,132 @@
+//! Human-readable durations: `"250ms"`, `"5s"`, `"2m"`, `"1h30m"`, `"1.5d"`.
+
+use crate::error::{Result, TidemarkError};
+
+/// Parses a duration string into microseconds.
+///
+/// Units: `us` (or `µs`), `ms`, `s`, `m` (or `min`), `h`, `d`, `w`. Parts may be
+/// combined (`"1h30m"`) and may have a fraction (`"1.5s"`); whitespace between parts
+/// is allowed. A bare `"0"` is zero. Negative durations are rejected.
+///
+/// # Examples
+///
+/// ```
+/// use tidemark_core::duration::parse_duration_micros;
+/// assert_eq!(parse_duration_micros("250ms").unwrap(), 250_000);
+/// assert_eq!(parse_duration_micros("1h30m").unwrap(), 5_400_000_000);
+/// assert_eq!(parse_duration_micros("1.5s").unwrap(), 1_500_000);
+/// assert!(parse_duration_micros("5 parsecs").is_err());
+/// ```
+pub fn parse_duration_micros(text: &str) -> Result<i64> {
+    let err = |why: &str| {
+        TidemarkError::config(
+            "duration",
+            format!("cannot parse {text:?} as a duration ({why}); use e.g. \"250ms\", \"5s\", \"2m\", \"1h\", \"1d\""),
+        )
+    };
+    let s = text.trim();
+    if s.is_empty() {
+        return Err(err("empty"));
+    }
+    if s == "0" {
+        return Ok(0);
+    }
+    if s.starts_with('-') {
+        return Err(err("negative"));
+    }
+    let mut total: i128 = 0;
+    let mut rest = s;
+    while !rest.is_empty() {
+        rest = rest.trim_start();
+        let num_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if num_end == 0 {
+            return Err(err("expected a number"));
+        }
+        let number = &rest[..num_end];
+        rest = rest[num_end..].trim_start();
+        let unit_end = rest
+            .find(|c: char| !c.is_alphabetic())
+            .unwrap_or(rest.len());
+        let unit = &rest[..unit_end];
+        rest = &rest[unit_end..];
+        let micros_per: i128 = match unit {
+            "us" | "µs" => 1,
+            "ms" => 1_000,
+            "s" | "sec" => 1_000_000,
+            "m" | "min" => 60_000_000,
+            "h" => 3_600_000_000,
+            "d" => 86_400_000_000,
+            "w" => 604_800_000_000,
+            "" => return Err(err("missing unit")),
+            _ => return Err(err("unknown unit")),
+        };
+        let part: i128 = if let Some((whole, frac)) = number.split_once('.') {
+            let whole: i128 = if whole.is_empty() {
+                0
+            } else {
+                whole.parse().map_err(|_| err("bad number"))?
+            };
+            if frac.is_empty() || frac.contains('.') || frac.len() > 12 {
+                return Err(err("bad number"));
+            }
+            let frac_val: i128 = frac.parse().map_err(|_| err("bad number"))?;
+            let scale = 10i128.pow(frac.len() as u32);
+            whole * micros_per + frac_val * micros_per / scale
+        } else {
+            number
+                .parse::<i128>()
+                .map_err(|_| err("bad number"))?
+                .checked_mul(micros_per)
+                .ok_or_else(|| err("too large"))?
+        };
+        total = total.checked_add(part).ok_or_else(|| err("too large"))?;
+        if total > i64::MAX as i128 {
+            return Err(err("too large"));
+        }
+    }
+    Ok(total as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units() {
+        for (s, us) in [
+            ("1us", 1),
+            ("1µs", 1),
+            ("7ms", 7_000),
+            ("5s", 5_000_000),
+            ("2m", 120_000_000),
+            ("2min", 120_000_000),
+            ("1h", 3_600_000_000),
+            ("1d", 86_400_000_000),
+            ("1w", 604_800_000_000),
+            (" 1m 30s ", 90_000_000),
+            (".5s", 500_000),
+            ("0", 0),
+            ("0s", 0),
+        ] {
+            assert_eq!(parse_duration_micros(s).unwrap(), us, "{s}");
+        }
+    }
+
+    #[test]
+    fn rejects() {
+        for s in [
+            "",
+            "5",
+            "-5s",
+            "5x",
+            "s",
+            "1..5s",
+            "1.s",
+            "99999999999999999999d",
+        ] {
+            assert!(parse_duration_micros(s).is_err(), "{s}");
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! # tidemark-core
+//!
+//! The event-time engine behind tidemark, in pure Rust (no Python types anywhere).
+//!
+//! * [`time`]: watermarks per source partition with idle detection, per core, and
+//!   event-time column parsing to epoch microseconds.
+//! * [`clock`]: the injected clocks every time-dependent decision reads.
+//! * [`error`]: the crate's one error enum.
+//!
+//! Semantics follow one convention everywhere (see `DESIGN.md`): a watermark `W`
+//! asserts that no more events with `ts < W` are expected; combined watermarks are the
+//! minimum over active inputs, idle inputs excluded, the maximum when all are idle,
+//! and never move backwards.
+
+pub mod clock;
+pub mod duration;
+pub mod error;
+pub mod time;
+
+pub use error::{Result, TidemarkError};

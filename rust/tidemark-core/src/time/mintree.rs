@@ -1,0 +1,190 @@
+//! A tournament (segment) tree that keeps the minimum of a set of slots.
+//!
+//! Watermark trackers keep one slot per input (partition or key). A slot holds the
+//! input's watermark while the input takes part in the minimum and [`MinTree::EMPTY`]
+//! while it is idle or unused. The combined watermark is then [`MinTree::min`], O(1),
+//! and changing one slot is O(log n) with an early exit as soon as an ancestor's value
+//! does not change (most updates stop after one or two levels, because the updated
+//! input is rarely the minimum).
+//!
+//! Invariant: every internal node `i` holds `min(tree[2i], tree[2i + 1])`.
+
+/// Minimum over slots with O(1) query and O(log n) point update.
+///
+/// # Examples
+///
+/// ```
+/// use tidemark_core::time::MinTree;
+/// let mut t = MinTree::new();
+/// t.set(0, 30);
+/// t.set(5, 10);
+/// t.set(2, 20);
+/// assert_eq!(t.min(), 10);
+/// assert_eq!(t.argmin(), Some(5));
+/// t.set(5, MinTree::EMPTY);
+/// assert_eq!(t.min(), 20);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct MinTree {
+    /// Number of leaves (a power of two, or 0 before the first `set`).
+    cap: usize,
+    /// `tree[1]` is the root, leaves are `tree[cap..2 * cap]`; `tree[0]` is unused.
+    tree: Vec<i64>,
+}
+
+impl MinTree {
+    /// The value of a slot that does not take part in the minimum.
+    pub const EMPTY: i64 = i64::MAX;
+
+    /// An empty tree.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty tree with room for `n` slots before it grows.
+    pub fn with_capacity(n: usize) -> Self {
+        let cap = n.max(1).next_power_of_two();
+        Self {
+            cap,
+            tree: vec![Self::EMPTY; 2 * cap],
+        }
+    }
+
+    /// Number of slots the tree can hold without growing.
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// Bytes of memory held.
+    pub fn heap_bytes(&self) -> usize {
+        self.tree.capacity() * std::mem::size_of::<i64>()
+    }
+
+    fn grow(&mut self, slot: usize) {
+        let new_cap = (slot + 1).next_power_of_two().max(self.cap * 2).max(2);
+        let mut tree = vec![Self::EMPTY; 2 * new_cap];
+        if self.cap > 0 {
+            tree[new_cap..new_cap + self.cap].copy_from_slice(&self.tree[self.cap..]);
+        }
+        for i in (1..new_cap).rev() {
+            tree[i] = tree[2 * i].min(tree[2 * i + 1]);
+        }
+        self.cap = new_cap;
+        self.tree = tree;
+    }
+
+    /// Sets slot `slot` to `value` (use [`MinTree::EMPTY`] to take it out).
+    #[inline]
+    pub fn set(&mut self, slot: usize, value: i64) {
+        if slot >= self.cap {
+            if value == Self::EMPTY {
+                return;
+            }
+            self.grow(slot);
+        }
+        let mut i = self.cap + slot;
+        let tree = &mut self.tree[..2 * self.cap];
+        if tree[i] == value {
+            return;
+        }
+        tree[i] = value;
+        i >>= 1;
+        while i >= 1 {
+            debug_assert!(2 * i + 1 < tree.len());
+            // SAFETY: `tree.len() == 2 * cap` and `1 <= i < cap` inside the loop (i
+            // starts below `2 * cap` and halves), so `i`, `2i` and `2i + 1` are all in
+            // bounds. This loop is the hot path of every watermark update.
+            #[allow(unsafe_code)]
+            let (l, r, cur) = unsafe {
+                (
+                    *tree.get_unchecked(2 * i),
+                    *tree.get_unchecked(2 * i + 1),
+                    tree.get_unchecked_mut(i),
+                )
+            };
+            let m = l.min(r);
+            if *cur == m {
+                break;
+            }
+            *cur = m;
+            i >>= 1;
+        }
+    }
+
+    /// The value of slot `slot` ([`MinTree::EMPTY`] if never set).
+    #[inline]
+    pub fn get(&self, slot: usize) -> i64 {
+        if slot < self.cap {
+            self.tree[self.cap + slot]
+        } else {
+            Self::EMPTY
+        }
+    }
+
+    /// The minimum over all slots ([`MinTree::EMPTY`] if none takes part).
+    #[inline]
+    pub fn min(&self) -> i64 {
+        if self.cap == 0 {
+            Self::EMPTY
+        } else {
+            self.tree[1]
+        }
+    }
+
+    /// A slot holding the minimum (the leftmost one), or `None` if no slot takes part.
+    pub fn argmin(&self) -> Option<usize> {
+        if self.min() == Self::EMPTY {
+            return None;
+        }
+        let mut i = 1;
+        while i < self.cap {
+            i = if self.tree[2 * i] == self.tree[i] {
+                2 * i
+            } else {
+                2 * i + 1
+            };
+        }
+        Some(i - self.cap)
+    }
+
+    /// Takes every slot out.
+    pub fn clear(&mut self) {
+        self.tree.iter_mut().for_each(|v| *v = Self::EMPTY);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn matches_naive_minimum(ops in proptest::collection::vec((0usize..300, prop_oneof![Just(MinTree::EMPTY), -1000i64..1000]), 1..400)) {
+            let mut t = MinTree::with_capacity(4);
+            let mut naive = vec![MinTree::EMPTY; 300];
+            for (slot, v) in ops {
+                t.set(slot, v);
+                naive[slot] = v;
+                let m = naive.iter().copied().min().unwrap();
+                prop_assert_eq!(t.min(), m);
+                match t.argmin() {
+                    None => prop_assert_eq!(m, MinTree::EMPTY),
+                    Some(s) => {
+                        prop_assert_eq!(naive[s], m);
+                        prop_assert_eq!(s, naive.iter().position(|&x| x == m).unwrap());
+                    }
+                }
+                prop_assert_eq!(t.get(slot), v);
+            }
+        }
+    }
+
+    #[test]
+    fn empty_tree() {
+        let t = MinTree::new();
+        assert_eq!(t.min(), MinTree::EMPTY);
+        assert_eq!(t.argmin(), None);
+        assert_eq!(t.get(7), MinTree::EMPTY);
+    }
+}

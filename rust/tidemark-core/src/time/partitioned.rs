@@ -1,0 +1,1126 @@
+//! Per-partition watermarks with idle detection (seed F064).
+//!
+//! A source (a Kafka topic, a set of files, a Spark source) has partitions that make
+//! event-time progress at different rates. [`PartitionedWatermarkTracker`] keeps one
+//! watermark per `(source, partition)` and combines them:
+//!
+//! * the combined watermark is the minimum over **active** partitions;
+//! * idle partitions are excluded; if every partition is idle, the combined watermark
+//!   is the maximum over all partitions (so the pipeline still makes progress);
+//! * a partition registered but never updated holds the combined watermark back
+//!   (its watermark is "none yet") until it goes idle, as in Flink;
+//! * the combined watermark is monotonic: a lower candidate is ignored.
+//!
+//! Idleness is decided on the injected [`Clock`](crate::clock::Clock): a partition is
+//! idle when `now - last_activity > idle_timeout`, checked by
+//! [`PartitionedWatermarkTracker::check_idle_partitions`]. Any update marks the
+//! partition active again.
+//!
+//! The minimum is kept incrementally in a [`MinTree`], so an update is O(log n) with
+//! an early exit, and reading the combined watermark is O(1).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Array, Int64Array};
+use arrow_schema::DataType;
+
+use crate::clock::{system_clock, ClockRef};
+use crate::error::{Result, TidemarkError};
+use crate::time::{MinTree, Watermark};
+
+/// Partition identifier within a source.
+#[derive(Debug, Clone, Copy, Hash, Eq, PartialEq, Ord, PartialOrd)]
+pub struct PartitionId {
+    /// The source.
+    pub source_id: usize,
+    /// The partition within the source.
+    pub partition: u32,
+}
+
+impl PartitionId {
+    /// A partition id.
+    pub const fn new(source_id: usize, partition: u32) -> Self {
+        Self {
+            source_id,
+            partition,
+        }
+    }
+}
+
+/// Per-partition watermark state, as returned by
+/// [`PartitionedWatermarkTracker::partition_state`] and `remove_partition`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionWatermarkState {
+    /// Current watermark of the partition (`i64::MIN`: none yet).
+    pub watermark: i64,
+    /// Largest event time seen through `update_partition_from_event` (`i64::MIN`: none).
+    pub last_event_time: i64,
+    /// Clock reading of the last update or registration.
+    pub last_activity: i64,
+    /// Whether the partition is idle (excluded from the minimum).
+    pub is_idle: bool,
+    /// Core the partition is assigned to, if any.
+    pub assigned_core: Option<usize>,
+}
+
+/// Metrics for partitioned watermark tracking.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartitionedWatermarkMetrics {
+    /// Total partitions tracked.
+    pub total_partitions: usize,
+    /// Currently active (non-idle) partitions.
+    pub active_partitions: usize,
+    /// Idle partitions.
+    pub idle_partitions: usize,
+    /// Number of times the combined watermark advanced.
+    pub watermark_advances: u64,
+    /// Partitions added or removed after their source was registered.
+    pub rebalances: u64,
+}
+
+const NO_CORE: u32 = u32::MAX;
+const NO_SLOT: u32 = u32::MAX;
+
+/// Compact internal state of one partition (32 bytes).
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    watermark: i64,
+    last_event_time: i64,
+    last_activity: i64,
+    core: u32,
+    idle: bool,
+    /// `false` for a slot on the free list.
+    live: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Source {
+    source_id: usize,
+    /// Slot index per partition number; `NO_SLOT` where not tracked.
+    slots: Vec<u32>,
+}
+
+/// Tracks watermarks across partitions within sources.
+///
+/// # Examples
+///
+/// The seed's example, verbatim in meaning:
+///
+/// ```
+/// use tidemark_core::time::{PartitionedWatermarkTracker, PartitionId, Watermark};
+///
+/// let mut tracker = PartitionedWatermarkTracker::new();
+///
+/// // Register Kafka source with 4 partitions
+/// tracker.register_source(0, 4);
+///
+/// // Update individual partitions
+/// tracker.update_partition(PartitionId::new(0, 0), 5000).unwrap();
+/// tracker.update_partition(PartitionId::new(0, 1), 3000).unwrap();
+/// tracker.update_partition(PartitionId::new(0, 2), 4000).unwrap();
+/// tracker.update_partition(PartitionId::new(0, 3), 4500).unwrap();
+///
+/// // Combined watermark is minimum (3000)
+/// assert_eq!(tracker.current_watermark(), Some(Watermark::new(3000)));
+///
+/// // Mark partition 1 as idle
+/// tracker.mark_partition_idle(PartitionId::new(0, 1)).unwrap();
+///
+/// // Now combined watermark advances to 4000 (min of active partitions)
+/// assert_eq!(tracker.current_watermark(), Some(Watermark::new(4000)));
+/// ```
+#[derive(Debug, Clone)]
+pub struct PartitionedWatermarkTracker {
+    sources: Vec<Source>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    /// Watermark of every active partition; idle and free slots hold `MinTree::EMPTY`.
+    active: MinTree,
+    combined: i64,
+    idle_timeout: Option<i64>,
+    clock: ClockRef,
+    metrics: PartitionedWatermarkMetrics,
+}
+
+impl Default for PartitionedWatermarkTracker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PartitionedWatermarkTracker {
+    /// A tracker on the system clock with automatic idle detection disabled.
+    pub fn new() -> Self {
+        Self {
+            sources: Vec::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            active: MinTree::with_capacity(16),
+            combined: i64::MIN,
+            idle_timeout: None,
+            clock: system_clock(),
+            metrics: PartitionedWatermarkMetrics::default(),
+        }
+    }
+
+    /// A tracker with an idle timeout in milliseconds of clock time.
+    pub fn with_idle_timeout(idle_timeout: Duration) -> Self {
+        Self::new().idle_timeout_ticks(Some(idle_timeout.as_millis() as i64))
+    }
+
+    /// Sets the idle timeout in clock ticks (`None`: partitions only go idle when
+    /// marked idle explicitly).
+    pub fn idle_timeout_ticks(mut self, ticks: Option<i64>) -> Self {
+        self.idle_timeout = ticks.map(|t| t.max(0));
+        self
+    }
+
+    /// Uses `clock` for idle detection.
+    pub fn with_clock(mut self, clock: ClockRef) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The idle timeout in clock ticks.
+    pub fn idle_timeout(&self) -> Option<i64> {
+        self.idle_timeout
+    }
+
+    /// The clock this tracker reads.
+    pub fn clock(&self) -> &ClockRef {
+        &self.clock
+    }
+
+    fn source_index(&self, source_id: usize) -> Option<usize> {
+        self.sources.iter().position(|s| s.source_id == source_id)
+    }
+
+    #[inline]
+    fn slot_of(&self, p: PartitionId) -> Result<usize> {
+        let src = self
+            .sources
+            .iter()
+            .find(|s| s.source_id == p.source_id)
+            .ok_or_else(|| TidemarkError::SourceNotFound {
+                source_id: p.source_id,
+            })?;
+        match src.slots.get(p.partition as usize) {
+            Some(&s) if s != NO_SLOT => Ok(s as usize),
+            _ => Err(TidemarkError::UnknownPartition {
+                source_id: p.source_id,
+                partition: p.partition,
+            }),
+        }
+    }
+
+    fn alloc_slot(&mut self, now: i64) -> u32 {
+        let slot = Slot {
+            watermark: i64::MIN,
+            last_event_time: i64::MIN,
+            last_activity: now,
+            core: NO_CORE,
+            idle: false,
+            live: true,
+        };
+        let idx = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = slot;
+                i
+            }
+            None => {
+                self.slots.push(slot);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        // A fresh partition has no watermark yet: it holds the minimum at i64::MIN.
+        self.active.set(idx as usize, i64::MIN);
+        self.metrics.total_partitions += 1;
+        self.metrics.active_partitions += 1;
+        idx
+    }
+
+    fn free_slot(&mut self, idx: usize) -> PartitionWatermarkState {
+        let s = self.slots[idx];
+        self.slots[idx].live = false;
+        self.active.set(idx, MinTree::EMPTY);
+        self.free.push(idx as u32);
+        self.metrics.total_partitions -= 1;
+        if s.idle {
+            self.metrics.idle_partitions -= 1;
+        } else {
+            self.metrics.active_partitions -= 1;
+        }
+        state_of(&s)
+    }
+
+    /// Registers a source with `num_partitions` partitions (numbered `0..n`).
+    ///
+    /// Registering a source again resizes it: partitions `>= num_partitions` are
+    /// removed and missing ones below it are added (both count as rebalances).
+    pub fn register_source(
+        &mut self,
+        source_id: usize,
+        num_partitions: usize,
+    ) -> Option<Watermark> {
+        let now = self.clock.now();
+        match self.source_index(source_id) {
+            None => {
+                let slots = (0..num_partitions).map(|_| self.alloc_slot(now)).collect();
+                self.sources.push(Source { source_id, slots });
+                None
+            }
+            Some(si) => {
+                let old = self.sources[si].slots.clone();
+                let mut slots = old.clone();
+                for (p, &s) in old.iter().enumerate().skip(num_partitions) {
+                    if s != NO_SLOT {
+                        self.free_slot(s as usize);
+                        self.metrics.rebalances += 1;
+                    }
+                    slots[p] = NO_SLOT;
+                }
+                slots.resize(num_partitions, NO_SLOT);
+                for s in slots.iter_mut() {
+                    if *s == NO_SLOT {
+                        *s = self.alloc_slot(now);
+                        self.metrics.rebalances += 1;
+                    }
+                }
+                self.sources[si].slots = slots;
+                self.recalculate()
+            }
+        }
+    }
+
+    /// Adds a partition to a registered source (Kafka rebalancing). Partition numbers
+    /// need not be contiguous.
+    pub fn add_partition(&mut self, p: PartitionId) -> Result<()> {
+        let si = self
+            .source_index(p.source_id)
+            .ok_or(TidemarkError::SourceNotFound {
+                source_id: p.source_id,
+            })?;
+        let pi = p.partition as usize;
+        if self.sources[si]
+            .slots
+            .get(pi)
+            .is_some_and(|&s| s != NO_SLOT)
+        {
+            return Err(TidemarkError::InvalidPartition {
+                source_id: p.source_id,
+                partition: p.partition as i64,
+                reason: "it is already registered".into(),
+            });
+        }
+        let now = self.clock.now();
+        let slot = self.alloc_slot(now);
+        let slots = &mut self.sources[si].slots;
+        if slots.len() <= pi {
+            slots.resize(pi + 1, NO_SLOT);
+        }
+        slots[pi] = slot;
+        self.metrics.rebalances += 1;
+        Ok(())
+    }
+
+    /// Removes a partition from tracking (Kafka rebalancing) and returns its state,
+    /// or `None` if it was not tracked. The combined watermark is recalculated.
+    pub fn remove_partition(&mut self, p: PartitionId) -> Option<PartitionWatermarkState> {
+        let idx = self.slot_of(p).ok()?;
+        self.sources
+            .iter_mut()
+            .find(|s| s.source_id == p.source_id)
+            .expect("slot_of found the source")
+            .slots[p.partition as usize] = NO_SLOT;
+        let state = self.free_slot(idx);
+        self.metrics.rebalances += 1;
+        self.recalculate();
+        Some(state)
+    }
+
+    #[inline]
+    fn touch(&mut self, idx: usize, now: i64) {
+        let s = &mut self.slots[idx];
+        s.last_activity = now;
+        if s.idle {
+            s.idle = false;
+            self.metrics.idle_partitions -= 1;
+            self.metrics.active_partitions += 1;
+        }
+    }
+
+    #[inline]
+    fn update_slot(&mut self, idx: usize, watermark: i64, now: i64) -> Option<Watermark> {
+        self.touch(idx, now);
+        let s = &mut self.slots[idx];
+        if watermark > s.watermark {
+            s.watermark = watermark;
+        }
+        let wm = s.watermark;
+        self.active.set(idx, wm);
+        self.recalculate()
+    }
+
+    /// Updates the watermark of one partition (a lower value is ignored) and marks it
+    /// active. Returns the new combined watermark if it advanced.
+    #[inline]
+    pub fn update_partition(
+        &mut self,
+        p: PartitionId,
+        watermark: i64,
+    ) -> Result<Option<Watermark>> {
+        let idx = self.slot_of(p)?;
+        let now = self.clock.now();
+        Ok(self.update_slot(idx, watermark, now))
+    }
+
+    /// Updates a partition from an event time: its watermark becomes
+    /// `event_time - max_lateness` (bounded out-of-orderness).
+    #[inline]
+    pub fn update_partition_from_event(
+        &mut self,
+        p: PartitionId,
+        event_time: i64,
+        max_lateness: i64,
+    ) -> Result<Option<Watermark>> {
+        let idx = self.slot_of(p)?;
+        let now = self.clock.now();
+        let s = &mut self.slots[idx];
+        s.last_event_time = s.last_event_time.max(event_time);
+        Ok(self.update_slot(idx, event_time.saturating_sub(max_lateness), now))
+    }
+
+    /// Applies one observation per partition, reading the clock once: for each
+    /// `(partition, max_event_time)` the partition's watermark becomes
+    /// `max_event_time - max_lateness`. Unknown partitions are added when
+    /// `add_missing` is set, else the call fails before changing anything.
+    pub fn observe_max_event_times(
+        &mut self,
+        source_id: usize,
+        observations: &[(u32, i64)],
+        max_lateness: i64,
+        add_missing: bool,
+    ) -> Result<Option<Watermark>> {
+        for &(partition, _) in observations {
+            let p = PartitionId::new(source_id, partition);
+            match self.slot_of(p) {
+                Ok(_) => {}
+                Err(TidemarkError::UnknownPartition { .. }) if add_missing => {
+                    self.add_partition(p)?
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let now = self.clock.now();
+        let before = self.combined;
+        for &(partition, max_event_time) in observations {
+            let idx = self.slot_of(PartitionId::new(source_id, partition))?;
+            self.touch(idx, now);
+            let s = &mut self.slots[idx];
+            s.last_event_time = s.last_event_time.max(max_event_time);
+            s.watermark = s.watermark.max(max_event_time.saturating_sub(max_lateness));
+            let wm = s.watermark;
+            self.active.set(idx, wm);
+        }
+        self.recalculate();
+        Ok((self.combined > before).then(|| Watermark::new(self.combined)))
+    }
+
+    /// Marks a partition idle, excluding it from the minimum. Returns the new combined
+    /// watermark if that advanced it.
+    pub fn mark_partition_idle(&mut self, p: PartitionId) -> Result<Option<Watermark>> {
+        let idx = self.slot_of(p)?;
+        self.set_idle(idx);
+        Ok(self.recalculate())
+    }
+
+    fn set_idle(&mut self, idx: usize) {
+        let s = &mut self.slots[idx];
+        if !s.idle {
+            s.idle = true;
+            self.metrics.idle_partitions += 1;
+            self.metrics.active_partitions -= 1;
+            self.active.set(idx, MinTree::EMPTY);
+        }
+    }
+
+    /// Marks a partition active again (its activity time is reset to now, so it is
+    /// not idled again before the timeout). The combined watermark never goes back.
+    pub fn mark_partition_active(&mut self, p: PartitionId) -> Result<()> {
+        let idx = self.slot_of(p)?;
+        let now = self.clock.now();
+        self.touch(idx, now);
+        let wm = self.slots[idx].watermark;
+        self.active.set(idx, wm);
+        Ok(())
+    }
+
+    /// Marks every active partition whose last activity is more than the idle timeout
+    /// ago as idle. Returns the new combined watermark if it advanced.
+    pub fn check_idle_partitions(&mut self) -> Option<Watermark> {
+        let timeout = self.idle_timeout?;
+        let now = self.clock.now();
+        let mut any = false;
+        for idx in 0..self.slots.len() {
+            let s = self.slots[idx];
+            if s.live && !s.idle && now.saturating_sub(s.last_activity) > timeout {
+                self.set_idle(idx);
+                any = true;
+            }
+        }
+        if any {
+            self.recalculate()
+        } else {
+            None
+        }
+    }
+
+    /// Forces recalculation of the combined watermark. Returns it if it advanced.
+    #[inline]
+    pub fn recalculate(&mut self) -> Option<Watermark> {
+        let m = self.active.min();
+        let candidate = if m != MinTree::EMPTY {
+            m
+        } else {
+            self.max_over_all()
+        };
+        if candidate > self.combined {
+            self.combined = candidate;
+            self.metrics.watermark_advances += 1;
+            Some(Watermark::new(candidate))
+        } else {
+            None
+        }
+    }
+
+    /// Every partition is idle: the maximum over all lets the pipeline progress.
+    #[cold]
+    fn max_over_all(&self) -> i64 {
+        self.sources
+            .iter()
+            .flat_map(|s| s.slots.iter())
+            .filter(|&&s| s != NO_SLOT)
+            .map(|&s| self.slots[s as usize].watermark)
+            .max()
+            .unwrap_or(i64::MIN)
+    }
+
+    /// The combined watermark (`None` until every active partition has one).
+    #[inline]
+    pub fn current_watermark(&self) -> Option<Watermark> {
+        Watermark::from_raw(self.combined)
+    }
+
+    /// The watermark of one partition (`None` if untracked or none yet).
+    pub fn partition_watermark(&self, p: PartitionId) -> Option<i64> {
+        let idx = self.slot_of(p).ok()?;
+        let wm = self.slots[idx].watermark;
+        (wm != i64::MIN).then_some(wm)
+    }
+
+    /// The full state of one partition.
+    pub fn partition_state(&self, p: PartitionId) -> Result<PartitionWatermarkState> {
+        Ok(state_of(&self.slots[self.slot_of(p)?]))
+    }
+
+    /// The watermark of a source: the minimum over its active partitions, or the
+    /// maximum over all of them when all are idle (`None` if unknown or none yet).
+    pub fn source_watermark(&self, source_id: usize) -> Option<i64> {
+        let src = self.sources.iter().find(|s| s.source_id == source_id)?;
+        let tracked = || {
+            src.slots
+                .iter()
+                .filter(|&&s| s != NO_SLOT)
+                .map(|&s| &self.slots[s as usize])
+        };
+        let wm = tracked()
+            .filter(|s| !s.idle)
+            .map(|s| s.watermark)
+            .min()
+            .or_else(|| tracked().map(|s| s.watermark).max())?;
+        (wm != i64::MIN).then_some(wm)
+    }
+
+    /// Whether a partition is idle.
+    pub fn is_partition_idle(&self, p: PartitionId) -> Result<bool> {
+        Ok(self.slots[self.slot_of(p)?].idle)
+    }
+
+    /// Number of active partitions of a source.
+    pub fn active_partition_count(&self, source_id: usize) -> Result<usize> {
+        let src = self
+            .sources
+            .iter()
+            .find(|s| s.source_id == source_id)
+            .ok_or(TidemarkError::SourceNotFound { source_id })?;
+        Ok(src
+            .slots
+            .iter()
+            .filter(|&&s| s != NO_SLOT && !self.slots[s as usize].idle)
+            .count())
+    }
+
+    /// Partitions currently tracked, in (source, partition) order.
+    pub fn partitions(&self) -> Vec<PartitionId> {
+        let mut out: Vec<PartitionId> = self
+            .sources
+            .iter()
+            .flat_map(|src| {
+                src.slots
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &s)| s != NO_SLOT)
+                    .map(move |(p, _)| PartitionId::new(src.source_id, p as u32))
+            })
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// Metrics.
+    pub fn metrics(&self) -> &PartitionedWatermarkMetrics {
+        &self.metrics
+    }
+
+    /// Assigns a partition to a core (for thread-per-core routing).
+    pub fn assign_partition_to_core(&mut self, p: PartitionId, core_id: usize) -> Result<()> {
+        let idx = self.slot_of(p)?;
+        self.slots[idx].core = u32::try_from(core_id)
+            .ok()
+            .filter(|&c| c != NO_CORE)
+            .ok_or_else(|| {
+                TidemarkError::config("core", format!("core id {core_id} is out of range"))
+            })?;
+        Ok(())
+    }
+
+    /// The core a partition is assigned to.
+    pub fn partition_core(&self, p: PartitionId) -> Option<usize> {
+        let c = self.slots[self.slot_of(p).ok()?].core;
+        (c != NO_CORE).then_some(c as usize)
+    }
+
+    /// Bytes of heap memory held by the tracker (slots, tree, indexes).
+    pub fn heap_bytes(&self) -> usize {
+        self.slots.capacity() * std::mem::size_of::<Slot>()
+            + self.free.capacity() * 4
+            + self.active.heap_bytes()
+            + self
+                .sources
+                .iter()
+                .map(|s| s.slots.capacity() * 4 + std::mem::size_of::<Source>())
+                .sum::<usize>()
+    }
+
+    /// Approximate bytes of memory held per tracked partition (slot, tree leaf and
+    /// internal node, partition index), excluding spare capacity.
+    pub fn bytes_per_partition() -> usize {
+        std::mem::size_of::<Slot>() + 2 * std::mem::size_of::<i64>() + std::mem::size_of::<u32>()
+    }
+}
+
+/// Largest valid event time per partition number in one batch, in partition order.
+///
+/// `partitions` is any integer column; rows whose partition or event time is null are
+/// skipped (they cannot advance a watermark). A negative partition number, or one
+/// beyond `u32`, is an error naming the value.
+pub fn max_event_time_per_partition(
+    source_id: usize,
+    partitions: &dyn Array,
+    event_times: &Int64Array,
+) -> Result<Vec<(u32, i64)>> {
+    if !partitions.data_type().is_integer() {
+        return Err(TidemarkError::config(
+            "partition_column",
+            format!("must be an integer column, got {}", partitions.data_type()),
+        ));
+    }
+    let parts = arrow_cast::cast(partitions, &DataType::Int64)?;
+    let parts = parts.as_primitive::<Int64Type>();
+    // Partition numbers are small and dense (Kafka, Spark): index a vector by them.
+    let mut dense: Vec<i64> = Vec::new();
+    let mut sparse: BTreeMap<u32, i64> = BTreeMap::new();
+    for i in 0..parts.len() {
+        if parts.is_null(i) || event_times.is_null(i) {
+            continue;
+        }
+        let raw = parts.value(i);
+        let p = u32::try_from(raw).map_err(|_| TidemarkError::InvalidPartition {
+            source_id,
+            partition: raw,
+            reason: "partition numbers must be between 0 and 4294967295".into(),
+        })?;
+        let t = event_times.value(i);
+        if (p as usize) < 65_536 {
+            if dense.len() <= p as usize {
+                dense.resize(p as usize + 1, i64::MIN);
+            }
+            let slot = &mut dense[p as usize];
+            *slot = (*slot).max(t);
+        } else {
+            let e = sparse.entry(p).or_insert(i64::MIN);
+            *e = (*e).max(t);
+        }
+    }
+    let mut out: Vec<(u32, i64)> = dense
+        .into_iter()
+        .enumerate()
+        .filter(|&(_, t)| t != i64::MIN)
+        .map(|(p, t)| (p as u32, t))
+        .collect();
+    out.extend(sparse);
+    Ok(out)
+}
+
+fn state_of(s: &Slot) -> PartitionWatermarkState {
+    PartitionWatermarkState {
+        watermark: s.watermark,
+        last_event_time: s.last_event_time,
+        last_activity: s.last_activity,
+        is_idle: s.idle,
+        assigned_core: (s.core != NO_CORE).then_some(s.core as usize),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use std::sync::Arc;
+
+    fn tracker(timeout: Option<i64>) -> (PartitionedWatermarkTracker, ManualClock) {
+        let clock = ManualClock::new(0);
+        let t = PartitionedWatermarkTracker::new()
+            .idle_timeout_ticks(timeout)
+            .with_clock(Arc::new(clock.clone()));
+        (t, clock)
+    }
+
+    fn p(partition: u32) -> PartitionId {
+        PartitionId::new(0, partition)
+    }
+
+    #[test]
+    fn test_partitioned_tracker_single_partition_updates_watermark() {
+        let (mut t, _) = tracker(None);
+        t.register_source(0, 1);
+        assert_eq!(t.current_watermark(), None);
+        assert_eq!(
+            t.update_partition(p(0), 1000).unwrap(),
+            Some(Watermark::new(1000))
+        );
+        assert_eq!(
+            t.update_partition(p(0), 500).unwrap(),
+            None,
+            "lower is ignored"
+        );
+        assert_eq!(t.partition_watermark(p(0)), Some(1000));
+        assert_eq!(
+            t.update_partition(p(0), 2000).unwrap(),
+            Some(Watermark::new(2000))
+        );
+    }
+
+    #[test]
+    fn test_partitioned_tracker_multiple_partitions_uses_minimum() {
+        let (mut t, _) = tracker(None);
+        t.register_source(0, 3);
+        assert_eq!(t.update_partition(p(0), 5000).unwrap(), None);
+        assert_eq!(t.update_partition(p(1), 3000).unwrap(), None);
+        assert_eq!(
+            t.update_partition(p(2), 4000).unwrap(),
+            Some(Watermark::new(3000))
+        );
+        assert_eq!(
+            t.update_partition(p(1), 6000).unwrap(),
+            Some(Watermark::new(4000))
+        );
+    }
+
+    #[test]
+    fn test_partitioned_tracker_idle_partition_excluded_from_min() {
+        let (mut t, _) = tracker(None);
+        t.register_source(0, 4);
+        for (i, wm) in [5000, 3000, 4000, 4500].into_iter().enumerate() {
+            t.update_partition(p(i as u32), wm).unwrap();
+        }
+        assert_eq!(t.current_watermark(), Some(Watermark::new(3000)));
+        assert_eq!(
+            t.mark_partition_idle(p(1)).unwrap(),
+            Some(Watermark::new(4000))
+        );
+        assert!(t.is_partition_idle(p(1)).unwrap());
+        assert_eq!(t.active_partition_count(0).unwrap(), 3);
+    }
+
+    #[test]
+    fn test_partitioned_tracker_all_idle_uses_max() {
+        let (mut t, _) = tracker(None);
+        t.register_source(0, 2);
+        t.update_partition(p(0), 1000).unwrap();
+        t.update_partition(p(1), 7000).unwrap();
+        t.mark_partition_idle(p(1)).unwrap();
+        assert_eq!(t.current_watermark(), Some(Watermark::new(1000)));
+        assert_eq!(
+            t.mark_partition_idle(p(0)).unwrap(),
+            Some(Watermark::new(7000))
+        );
+        assert_eq!(t.source_watermark(0), Some(7000));
+    }
+
+    #[test]
+    fn test_partitioned_tracker_partition_reactivated_on_update() {
+        let (mut t, _) = tracker(None);
+        t.register_source(0, 2);
+        t.update_partition(p(0), 1000).unwrap();
+        t.update_partition(p(1), 2000).unwrap();
+        t.mark_partition_idle(p(0)).unwrap();
+        assert_eq!(t.current_watermark(), Some(Watermark::new(2000)));
+        t.update_partition(p(0), 1500).unwrap();
+        assert!(!t.is_partition_idle(p(0)).unwrap());
+        assert_eq!(
+            t.current_watermark(),
+            Some(Watermark::new(2000)),
+            "monotonic"
+        );
+        assert_eq!(t.update_partition(p(0), 3000).unwrap(), None);
+        assert_eq!(
+            t.update_partition(p(1), 5000).unwrap(),
+            Some(Watermark::new(3000))
+        );
+    }
+
+    #[test]
+    fn test_partitioned_tracker_add_partition_during_operation() {
+        let (mut t, _) = tracker(None);
+        t.register_source(0, 2);
+        t.update_partition(p(0), 1000).unwrap();
+        t.update_partition(p(1), 2000).unwrap();
+        t.add_partition(p(2)).unwrap();
+        // The new partition has no watermark yet: it holds the minimum back.
+        assert_eq!(t.update_partition(p(0), 5000).unwrap(), None);
+        assert_eq!(
+            t.update_partition(p(2), 4000).unwrap(),
+            Some(Watermark::new(2000))
+        );
+        assert_eq!(t.metrics().rebalances, 1);
+        assert!(matches!(
+            t.add_partition(p(2)),
+            Err(TidemarkError::InvalidPartition { partition: 2, .. })
+        ));
+        assert!(matches!(
+            t.add_partition(PartitionId::new(9, 0)),
+            Err(TidemarkError::SourceNotFound { source_id: 9 })
+        ));
+        t.add_partition(p(10)).unwrap();
+        assert_eq!(t.partitions().len(), 4);
+    }
+
+    #[test]
+    fn test_partitioned_tracker_remove_partition_recalculates_watermark() {
+        let (mut t, _) = tracker(None);
+        t.register_source(0, 3);
+        t.update_partition(p(0), 1000).unwrap();
+        t.update_partition(p(1), 3000).unwrap();
+        t.update_partition(p(2), 4000).unwrap();
+        let removed = t.remove_partition(p(0)).unwrap();
+        assert_eq!(removed.watermark, 1000);
+        assert_eq!(t.current_watermark(), Some(Watermark::new(3000)));
+        assert_eq!(t.remove_partition(p(0)), None);
+        assert!(matches!(
+            t.update_partition(p(0), 1),
+            Err(TidemarkError::UnknownPartition {
+                source_id: 0,
+                partition: 0
+            })
+        ));
+        assert_eq!(t.metrics().total_partitions, 2);
+    }
+
+    #[test]
+    fn test_partitioned_tracker_check_idle_marks_stale_partitions() {
+        let (mut t, clock) = tracker(Some(30_000));
+        t.register_source(0, 3);
+        t.update_partition(p(0), 1000).unwrap();
+        t.update_partition(p(1), 2000).unwrap();
+        // p(2) never sends data: it blocks until it goes idle.
+        assert_eq!(t.current_watermark(), None);
+        clock.advance(20_000);
+        t.update_partition(p(1), 6000).unwrap();
+        clock.advance(10_001);
+        // p(0) and p(2) were last active at 0; p(1) at 20_000.
+        assert_eq!(t.check_idle_partitions(), Some(Watermark::new(6000)));
+        assert!(t.is_partition_idle(p(0)).unwrap());
+        assert!(t.is_partition_idle(p(2)).unwrap());
+        assert!(!t.is_partition_idle(p(1)).unwrap());
+        assert_eq!(t.check_idle_partitions(), None);
+    }
+
+    #[test]
+    fn test_partitioned_tracker_check_idle_is_exact_at_the_timeout() {
+        let (mut t, clock) = tracker(Some(100));
+        t.register_source(0, 1);
+        t.update_partition(p(0), 1).unwrap();
+        clock.advance(100);
+        t.check_idle_partitions();
+        assert!(
+            !t.is_partition_idle(p(0)).unwrap(),
+            "idle only after more than the timeout"
+        );
+        clock.advance(1);
+        t.check_idle_partitions();
+        assert!(t.is_partition_idle(p(0)).unwrap());
+    }
+
+    #[test]
+    fn test_partitioned_tracker_source_watermark_aggregates_partitions() {
+        let (mut t, _) = tracker(None);
+        t.register_source(0, 2);
+        t.register_source(1, 2);
+        t.update_partition(p(0), 100).unwrap();
+        t.update_partition(p(1), 300).unwrap();
+        t.update_partition(PartitionId::new(1, 0), 50).unwrap();
+        assert_eq!(t.source_watermark(0), Some(100));
+        assert_eq!(t.source_watermark(1), None, "partition (1, 1) has none yet");
+        t.update_partition(PartitionId::new(1, 1), 70).unwrap();
+        assert_eq!(t.source_watermark(1), Some(50));
+        assert_eq!(t.current_watermark(), Some(Watermark::new(50)));
+        assert_eq!(t.source_watermark(7), None);
+    }
+
+    #[test]
+    fn test_partitioned_tracker_metrics_accurate() {
+        let (mut t, _) = tracker(None);
+        t.register_source(0, 4);
+        t.update_partition(p(0), 1).unwrap();
+        t.update_partition(p(1), 1).unwrap();
+        t.update_partition(p(2), 1).unwrap();
+        t.update_partition(p(3), 2).unwrap();
+        t.update_partition(p(0), 5).unwrap();
+        t.mark_partition_idle(p(1)).unwrap();
+        t.add_partition(p(4)).unwrap();
+        t.remove_partition(p(4));
+        let m = t.metrics();
+        assert_eq!(m.total_partitions, 4);
+        assert_eq!(m.active_partitions, 3);
+        assert_eq!(m.idle_partitions, 1);
+        assert_eq!(
+            m.watermark_advances, 1,
+            "only 1 -> 1 happened; idle of p1 left min at p2=1"
+        );
+        assert_eq!(m.rebalances, 2);
+    }
+
+    #[test]
+    fn test_partitioned_tracker_core_assignment() {
+        let (mut t, _) = tracker(None);
+        t.register_source(0, 2);
+        assert_eq!(t.partition_core(p(0)), None);
+        t.assign_partition_to_core(p(0), 3).unwrap();
+        assert_eq!(t.partition_core(p(0)), Some(3));
+        assert_eq!(t.partition_state(p(0)).unwrap().assigned_core, Some(3));
+        assert!(t.assign_partition_to_core(p(9), 1).is_err());
+    }
+
+    #[test]
+    fn test_partitioned_tracker_register_source_again_resizes() {
+        let (mut t, _) = tracker(None);
+        t.register_source(0, 3);
+        t.update_partition(p(0), 10).unwrap();
+        t.update_partition(p(1), 20).unwrap();
+        t.register_source(0, 2);
+        assert_eq!(t.partitions(), vec![p(0), p(1)]);
+        assert_eq!(t.current_watermark(), Some(Watermark::new(10)));
+        t.register_source(0, 3);
+        assert_eq!(t.metrics().rebalances, 2);
+        assert_eq!(t.partition_watermark(p(2)), None);
+    }
+
+    #[test]
+    fn test_partitioned_tracker_observe_max_event_times() {
+        let (mut t, _) = tracker(None);
+        t.register_source(0, 2);
+        assert_eq!(
+            t.observe_max_event_times(0, &[(0, 10_000), (1, 8_000)], 5_000, false)
+                .unwrap(),
+            Some(Watermark::new(3_000))
+        );
+        assert!(t.observe_max_event_times(0, &[(5, 1)], 0, false).is_err());
+        assert_eq!(t.partitions().len(), 2, "a failed observe changes nothing");
+        t.observe_max_event_times(0, &[(5, 20_000)], 0, true)
+            .unwrap();
+        assert_eq!(t.partition_watermark(p(5)), Some(20_000));
+        assert_eq!(t.partition_state(p(0)).unwrap().last_event_time, 10_000);
+    }
+
+    #[test]
+    fn bytes_per_partition_fits_a_cache_line() {
+        assert!(PartitionedWatermarkTracker::bytes_per_partition() < 64);
+        assert_eq!(std::mem::size_of::<Slot>(), 32);
+    }
+
+    mod model {
+        use super::*;
+        use proptest::prelude::*;
+        use std::collections::BTreeMap;
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Update(u32, i64),
+            FromEvent(u32, i64, i64),
+            Idle(u32),
+            Active(u32),
+            Advance(i64),
+            CheckIdle,
+            Remove(u32),
+            Add(u32),
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            let part = 0u32..6;
+            prop_oneof![
+                4 => (part.clone(), -50i64..200).prop_map(|(p, w)| Op::Update(p, w)),
+                2 => (part.clone(), -50i64..200, 0i64..20).prop_map(|(p, e, l)| Op::FromEvent(p, e, l)),
+                1 => part.clone().prop_map(Op::Idle),
+                1 => part.clone().prop_map(Op::Active),
+                2 => (0i64..15).prop_map(Op::Advance),
+                1 => Just(Op::CheckIdle),
+                1 => part.clone().prop_map(Op::Remove),
+                1 => part.prop_map(Op::Add),
+            ]
+        }
+
+        /// The seed's algorithm, written as plainly as possible.
+        #[derive(Default)]
+        struct Model {
+            parts: BTreeMap<u32, (i64, i64, bool)>, // watermark, last_activity, idle
+            combined: i64,
+            now: i64,
+        }
+
+        impl Model {
+            fn recalc(&mut self) -> Option<i64> {
+                let active: Vec<i64> = self.parts.values().filter(|s| !s.2).map(|s| s.0).collect();
+                let cand = if active.is_empty() {
+                    self.parts.values().map(|s| s.0).max().unwrap_or(i64::MIN)
+                } else {
+                    *active.iter().min().unwrap()
+                };
+                if cand > self.combined {
+                    self.combined = cand;
+                    Some(cand)
+                } else {
+                    None
+                }
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(500))]
+            #[test]
+            fn tracker_matches_naive_model(ops in proptest::collection::vec(op(), 1..80)) {
+                let (mut t, clock) = tracker(Some(10));
+                let mut m = Model { combined: i64::MIN, ..Default::default() };
+                t.register_source(0, 3);
+                for i in 0..3 { m.parts.insert(i, (i64::MIN, 0, false)); }
+                for op in ops {
+                    let (got, want): (Option<i64>, Option<i64>) = match op {
+                        Op::Update(pp, w) | Op::FromEvent(pp, w, 0) => {
+                            let r = t.update_partition(p(pp), w);
+                            match m.parts.get_mut(&pp) {
+                                None => { prop_assert!(r.is_err()); (None, None) }
+                                Some(s) => { s.0 = s.0.max(w); s.1 = m.now; s.2 = false;
+                                    (r.unwrap().map(|w| w.timestamp()), m.recalc()) }
+                            }
+                        }
+                        Op::FromEvent(pp, e, l) => {
+                            let r = t.update_partition_from_event(p(pp), e, l);
+                            match m.parts.get_mut(&pp) {
+                                None => { prop_assert!(r.is_err()); (None, None) }
+                                Some(s) => { s.0 = s.0.max(e - l); s.1 = m.now; s.2 = false;
+                                    (r.unwrap().map(|w| w.timestamp()), m.recalc()) }
+                            }
+                        }
+                        Op::Idle(pp) => {
+                            let r = t.mark_partition_idle(p(pp));
+                            match m.parts.get_mut(&pp) {
+                                None => { prop_assert!(r.is_err()); (None, None) }
+                                Some(s) => { s.2 = true; (r.unwrap().map(|w| w.timestamp()), m.recalc()) }
+                            }
+                        }
+                        Op::Active(pp) => {
+                            let r = t.mark_partition_active(p(pp));
+                            match m.parts.get_mut(&pp) {
+                                None => { prop_assert!(r.is_err()); (None, None) }
+                                Some(s) => { s.2 = false; s.1 = m.now; r.unwrap(); (None, None) }
+                            }
+                        }
+                        Op::Advance(d) => { clock.advance(d); m.now += d; (None, None) }
+                        Op::CheckIdle => {
+                            let got = t.check_idle_partitions().map(|w| w.timestamp());
+                            let now = m.now;
+                            let mut any = false;
+                            for s in m.parts.values_mut() {
+                                if !s.2 && now - s.1 > 10 { s.2 = true; any = true; }
+                            }
+                            (got, if any { m.recalc() } else { None })
+                        }
+                        Op::Remove(pp) => {
+                            let r = t.remove_partition(p(pp));
+                            let s = m.parts.remove(&pp);
+                            prop_assert_eq!(r.map(|r| r.watermark), s.map(|s| s.0));
+                            m.recalc();
+                            (None, None)
+                        }
+                        Op::Add(pp) => {
+                            let r = t.add_partition(p(pp));
+                            if m.parts.contains_key(&pp) { prop_assert!(r.is_err()); }
+                            else { r.unwrap(); m.parts.insert(pp, (i64::MIN, m.now, false)); }
+                            (None, None)
+                        }
+                    };
+                    prop_assert_eq!(got, want);
+                    prop_assert_eq!(t.current_watermark().map(|w| w.timestamp()), Watermark::from_raw(m.combined).map(|w| w.timestamp()));
+                    // Whenever the combined watermark advances it is <= every active
+                    // partition's watermark (or, with all idle, their maximum).
+                    if let Some(w) = got {
+                        for (pp, s) in &m.parts {
+                            if !s.2 { prop_assert!(w <= s.0, "combined {} > active partition {} at {}", w, pp, s.0); }
+                        }
+                    }
+                    for (pp, s) in &m.parts {
+                        prop_assert_eq!(t.is_partition_idle(p(*pp)).unwrap(), s.2);
+                    }
+                    let mt = t.metrics();
+                    prop_assert_eq!(mt.total_partitions, m.parts.len());
+                    prop_assert_eq!(mt.idle_partitions, m.parts.values().filter(|s| s.2).count());
+                }
+            }
+
+            #[test]
+            fn combined_is_monotonic(ops in proptest::collection::vec(op(), 1..80)) {
+                let (mut t, clock) = tracker(Some(10));
+                t.register_source(0, 3);
+                let mut last = None;
+                for op in ops {
+                    match op {
+                        Op::Update(pp, w) => { let _ = t.update_partition(p(pp), w); }
+                        Op::FromEvent(pp, e, l) => { let _ = t.update_partition_from_event(p(pp), e, l); }
+                        Op::Idle(pp) => { let _ = t.mark_partition_idle(p(pp)); }
+                        Op::Active(pp) => { let _ = t.mark_partition_active(p(pp)); }
+                        Op::Advance(d) => { clock.advance(d); }
+                        Op::CheckIdle => { t.check_idle_partitions(); }
+                        Op::Remove(pp) => { t.remove_partition(p(pp)); }
+                        Op::Add(pp) => { let _ = t.add_partition(p(pp)); }
+                    }
+                    let now = t.current_watermark();
+                    prop_assert!(now >= last);
+                    last = now;
+                }
+            }
+        }
+    }
+}

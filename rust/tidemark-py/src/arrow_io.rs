@@ -1,0 +1,66 @@
+//! Arrow in and out of Python through the PyCapsule interface (zero-copy both ways).
+
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{ArrowError, Field, Schema, SchemaRef};
+use pyo3::prelude::*;
+use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
+use pyo3_arrow::{PyArray, PyChunkedArray};
+use tidemark_core::TidemarkError;
+
+use crate::error::check;
+
+/// Reads every batch of a RecordBatch, Table, DataFrame or stream.
+pub fn read_batches(
+    py: Python<'_>,
+    data: AnyRecordBatch,
+) -> PyResult<(SchemaRef, Vec<RecordBatch>)> {
+    let reader = data.into_reader()?;
+    let schema = reader.schema();
+    let batches = check(
+        py,
+        reader
+            .collect::<Result<Vec<_>, ArrowError>>()
+            .map_err(Into::into),
+    )?;
+    Ok((schema, batches))
+}
+
+/// Reads every chunk of an array or chunked array.
+pub fn read_chunks(py: Python<'_>, data: AnyArray) -> PyResult<(Arc<Field>, Vec<ArrayRef>)> {
+    let reader = data.into_reader()?;
+    let field = reader.field();
+    let chunks = check(
+        py,
+        reader
+            .collect::<Result<Vec<_>, ArrowError>>()
+            .map_err(Into::into),
+    )?;
+    Ok((field, chunks))
+}
+
+/// Index of `name` in `schema`, or a `MissingColumnError` listing the columns.
+pub fn column_index(schema: &Schema, name: &str) -> Result<usize, TidemarkError> {
+    schema
+        .index_of(name)
+        .map_err(|_| TidemarkError::MissingColumn {
+            column: name.to_string(),
+            available: schema.fields().iter().map(|f| f.name().clone()).collect(),
+        })
+}
+
+/// Exports an array to `pyarrow.Array` without copying.
+pub fn array_to_py(py: Python<'_>, array: ArrayRef) -> PyResult<Py<PyAny>> {
+    Ok(PyArray::from_array_ref(array).to_pyarrow(py)?.unbind())
+}
+
+/// Exports chunks to `pyarrow.ChunkedArray` without copying.
+pub fn chunks_to_py(
+    py: Python<'_>,
+    chunks: Vec<ArrayRef>,
+    field: Arc<Field>,
+) -> PyResult<Py<PyAny>> {
+    let chunked = PyChunkedArray::try_new(chunks, field)?;
+    Ok(chunked.into_pyarrow(py)?.unbind())
+}

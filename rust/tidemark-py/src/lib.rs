@@ -1,0 +1,27 @@
+//! `tidemark._native`: thin PyO3 bindings over `tidemark-core`.
+//!
+//! Every method has the same shape: extract arguments, run the core (with the GIL
+//! released where the work is more than a few nanoseconds), map the error through
+//! [`error`]. Arrow data crosses through the PyCapsule interface without copies.
+//! The module starts no threads at import: Spark forks Python workers.
+
+mod arrow_io;
+mod clock;
+mod error;
+mod parse;
+mod partitioned;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<clock::PySystemClock>()?;
+    m.add_class::<clock::PyManualClock>()?;
+    m.add_class::<partitioned::PyPartitionedWatermarkTracker>()?;
+    m.add_function(wrap_pyfunction!(parse::builtin_event_time_types, m)?)?;
+    m.add_function(wrap_pyfunction!(parse::parse_duration, m)?)?;
+    m.add_function(wrap_pyfunction!(parse::parse_event_time, m)?)?;
+    m.add_function(wrap_pyfunction!(parse::check_event_time_type, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,290 @@
+//! `PartitionedWatermarkTracker` bindings.
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
+use tidemark_core::time::{
+    max_event_time_per_partition, parse_event_time, EventTimeType, PartitionId,
+    PartitionWatermarkState, PartitionedWatermarkTracker,
+};
+use tidemark_core::TidemarkError;
+
+use crate::arrow_io::{column_index, read_batches, read_chunks};
+use crate::clock::clock_ref;
+use crate::error::{check, detach};
+
+fn pid(py: Python<'_>, source_id: usize, partition: i64) -> PyResult<PartitionId> {
+    let p = u32::try_from(partition).map_err(|_| {
+        crate::error::to_py(
+            py,
+            TidemarkError::InvalidPartition {
+                source_id,
+                partition,
+                reason: "partition numbers must be between 0 and 4294967295".into(),
+            },
+        )
+    })?;
+    Ok(PartitionId::new(source_id, p))
+}
+
+fn state_dict<'py>(py: Python<'py>, s: &PartitionWatermarkState) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item(
+        "watermark",
+        (s.watermark != i64::MIN).then_some(s.watermark),
+    )?;
+    d.set_item(
+        "last_event_time",
+        (s.last_event_time != i64::MIN).then_some(s.last_event_time),
+    )?;
+    d.set_item("last_activity", s.last_activity)?;
+    d.set_item("is_idle", s.is_idle)?;
+    d.set_item("assigned_core", s.assigned_core)?;
+    Ok(d)
+}
+
+/// Native per-partition watermark tracker (see `tidemark.PartitionedWatermarkTracker`).
+#[pyclass(name = "PartitionedWatermarkTracker", module = "tidemark._native")]
+pub struct PyPartitionedWatermarkTracker {
+    inner: PartitionedWatermarkTracker,
+}
+
+#[pymethods]
+impl PyPartitionedWatermarkTracker {
+    #[new]
+    #[pyo3(signature = (idle_timeout = None, clock = None))]
+    fn new(idle_timeout: Option<i64>, clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let inner = PartitionedWatermarkTracker::new()
+            .idle_timeout_ticks(idle_timeout)
+            .with_clock(clock_ref(clock)?);
+        Ok(Self { inner })
+    }
+
+    #[getter]
+    fn idle_timeout(&self) -> Option<i64> {
+        self.inner.idle_timeout()
+    }
+
+    fn register_source(&mut self, source_id: usize, num_partitions: usize) -> Option<i64> {
+        self.inner
+            .register_source(source_id, num_partitions)
+            .map(|w| w.timestamp())
+    }
+
+    fn add_partition(&mut self, py: Python<'_>, source_id: usize, partition: i64) -> PyResult<()> {
+        let p = pid(py, source_id, partition)?;
+        check(py, self.inner.add_partition(p))
+    }
+
+    fn remove_partition<'py>(
+        &mut self,
+        py: Python<'py>,
+        source_id: usize,
+        partition: i64,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let p = pid(py, source_id, partition)?;
+        self.inner
+            .remove_partition(p)
+            .map(|s| state_dict(py, &s))
+            .transpose()
+    }
+
+    fn update_partition(
+        &mut self,
+        py: Python<'_>,
+        source_id: usize,
+        partition: i64,
+        watermark: i64,
+    ) -> PyResult<Option<i64>> {
+        let p = pid(py, source_id, partition)?;
+        check(py, self.inner.update_partition(p, watermark)).map(|w| w.map(|w| w.timestamp()))
+    }
+
+    fn update_partition_from_event(
+        &mut self,
+        py: Python<'_>,
+        source_id: usize,
+        partition: i64,
+        event_time: i64,
+        max_lateness: i64,
+    ) -> PyResult<Option<i64>> {
+        let p = pid(py, source_id, partition)?;
+        check(
+            py,
+            self.inner
+                .update_partition_from_event(p, event_time, max_lateness),
+        )
+        .map(|w| w.map(|w| w.timestamp()))
+    }
+
+    fn mark_partition_idle(
+        &mut self,
+        py: Python<'_>,
+        source_id: usize,
+        partition: i64,
+    ) -> PyResult<Option<i64>> {
+        let p = pid(py, source_id, partition)?;
+        check(py, self.inner.mark_partition_idle(p)).map(|w| w.map(|w| w.timestamp()))
+    }
+
+    fn mark_partition_active(
+        &mut self,
+        py: Python<'_>,
+        source_id: usize,
+        partition: i64,
+    ) -> PyResult<()> {
+        let p = pid(py, source_id, partition)?;
+        check(py, self.inner.mark_partition_active(p))
+    }
+
+    fn check_idle_partitions(&mut self) -> Option<i64> {
+        self.inner.check_idle_partitions().map(|w| w.timestamp())
+    }
+
+    fn recalculate(&mut self) -> Option<i64> {
+        self.inner.recalculate().map(|w| w.timestamp())
+    }
+
+    fn current_watermark(&self) -> Option<i64> {
+        self.inner.current_watermark().map(|w| w.timestamp())
+    }
+
+    fn partition_watermark(
+        &self,
+        py: Python<'_>,
+        source_id: usize,
+        partition: i64,
+    ) -> PyResult<Option<i64>> {
+        let p = pid(py, source_id, partition)?;
+        Ok(self.inner.partition_watermark(p))
+    }
+
+    fn partition_state<'py>(
+        &self,
+        py: Python<'py>,
+        source_id: usize,
+        partition: i64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let p = pid(py, source_id, partition)?;
+        let s = check(py, self.inner.partition_state(p))?;
+        state_dict(py, &s)
+    }
+
+    fn source_watermark(&self, source_id: usize) -> Option<i64> {
+        self.inner.source_watermark(source_id)
+    }
+
+    fn is_partition_idle(
+        &self,
+        py: Python<'_>,
+        source_id: usize,
+        partition: i64,
+    ) -> PyResult<bool> {
+        let p = pid(py, source_id, partition)?;
+        check(py, self.inner.is_partition_idle(p))
+    }
+
+    fn active_partition_count(&self, py: Python<'_>, source_id: usize) -> PyResult<usize> {
+        check(py, self.inner.active_partition_count(source_id))
+    }
+
+    fn partitions(&self) -> Vec<(usize, u32)> {
+        self.inner
+            .partitions()
+            .into_iter()
+            .map(|p| (p.source_id, p.partition))
+            .collect()
+    }
+
+    fn assign_partition_to_core(
+        &mut self,
+        py: Python<'_>,
+        source_id: usize,
+        partition: i64,
+        core: usize,
+    ) -> PyResult<()> {
+        let p = pid(py, source_id, partition)?;
+        check(py, self.inner.assign_partition_to_core(p, core))
+    }
+
+    fn partition_core(
+        &self,
+        py: Python<'_>,
+        source_id: usize,
+        partition: i64,
+    ) -> PyResult<Option<usize>> {
+        let p = pid(py, source_id, partition)?;
+        Ok(self.inner.partition_core(p))
+    }
+
+    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let m = self.inner.metrics();
+        let d = PyDict::new(py);
+        d.set_item("total_partitions", m.total_partitions)?;
+        d.set_item("active_partitions", m.active_partitions)?;
+        d.set_item("idle_partitions", m.idle_partitions)?;
+        d.set_item("watermark_advances", m.watermark_advances)?;
+        d.set_item("rebalances", m.rebalances)?;
+        Ok(d)
+    }
+
+    /// Vectorised update from one Arrow batch (see the Python docstring).
+    #[pyo3(signature = (data, source_id, partition_column, event_time, event_time_type, max_lateness, add_missing, parsed = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn observe(
+        &mut self,
+        py: Python<'_>,
+        data: AnyRecordBatch,
+        source_id: usize,
+        partition_column: String,
+        event_time: String,
+        event_time_type: Option<String>,
+        max_lateness: i64,
+        add_missing: bool,
+        parsed: Option<AnyArray>,
+    ) -> PyResult<Option<i64>> {
+        let (schema, batches) = read_batches(py, data)?;
+        let parsed = parsed.map(|p| read_chunks(py, p)).transpose()?;
+        let tracker = &mut self.inner;
+        detach(py, move || {
+            let pi = column_index(&schema, &partition_column)?;
+            let ei = column_index(&schema, &event_time)?;
+            let ty = match &parsed {
+                Some(_) => EventTimeType::Ticks,
+                None => EventTimeType::resolve(
+                    event_time_type.as_deref(),
+                    &event_time,
+                    schema.field(ei).data_type(),
+                    true,
+                )?,
+            };
+            let parsed = match &parsed {
+                Some((_, chunks)) => Some(arrow_select::concat::concat(
+                    &chunks.iter().map(|c| c.as_ref()).collect::<Vec<_>>(),
+                )?),
+                None => None,
+            };
+            let mut maxima: Vec<(u32, i64)> = Vec::new();
+            let mut offset = 0usize;
+            for batch in &batches {
+                let times = match &parsed {
+                    Some(whole) => {
+                        parse_event_time(whole.slice(offset, batch.num_rows()).as_ref(), ty)?.values
+                    }
+                    None => parse_event_time(batch.column(ei).as_ref(), ty)?.values,
+                };
+                offset += batch.num_rows();
+                maxima.extend(max_event_time_per_partition(
+                    source_id,
+                    batch.column(pi).as_ref(),
+                    &times,
+                )?);
+            }
+            maxima.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+            maxima.dedup_by_key(|m| m.0);
+            Ok(tracker
+                .observe_max_event_times(source_id, &maxima, max_lateness, add_missing)?
+                .map(|w| w.timestamp()))
+        })
+    }
+}

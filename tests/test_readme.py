@@ -1,0 +1,18 @@
+"""The README's example runs and does what its comments say."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_readme_example() -> None:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    namespace: dict[str, object] = {}
+    exec(blocks[0], namespace)
+    t = namespace["t"]
+    assert t.partition_watermark(0, 0) == 8_000_000  # type: ignore[attr-defined]
+    assert t.is_partition_idle(0, 2)  # type: ignore[attr-defined]
+    assert t.current_watermark() == 2_000_000  # type: ignore[attr-defined]
