@@ -36,16 +36,22 @@ from tidemark.event_time import (
     parse_event_time,
     register_event_time_type,
 )
-from tidemark.watermarks import PartitionedWatermarkTracker
+from tidemark.watermarks import (
+    CompactKeyedWatermarkTracker,
+    KeyedWatermarkTracker,
+    PartitionedWatermarkTracker,
+)
 
 __version__: str = _native.__version__
 
 __all__ = [
     "ArrowDataError",
     "Clock",
+    "CompactKeyedWatermarkTracker",
     "ConfigError",
     "InternalError",
     "InvalidPartitionError",
+    "KeyedWatermarkTracker",
     "ManualClock",
     "MaxKeysReachedError",
     "MissingColumnError",

@@ -25,7 +25,16 @@ from tidemark.clock import Clock, native_clock
 from tidemark.errors import ConfigError
 from tidemark.event_time import apply_user_parser, resolve_event_time_type
 
-__all__ = ["PartitionState", "PartitionedWatermarkMetrics", "PartitionedWatermarkTracker"]
+__all__ = [
+    "CompactKeyedMetrics",
+    "CompactKeyedWatermarkTracker",
+    "KeyState",
+    "KeyedWatermarkMetrics",
+    "KeyedWatermarkTracker",
+    "PartitionState",
+    "PartitionedWatermarkMetrics",
+    "PartitionedWatermarkTracker",
+]
 
 
 class PartitionState(TypedDict):
@@ -299,3 +308,389 @@ class PartitionedWatermarkTracker:
             f"PartitionedWatermarkTracker(watermark={self.current_watermark()}, "
             f"partitions={m['total_partitions']}, idle={m['idle_partitions']})"
         )
+
+
+class KeyState(TypedDict):
+    """State of one key (``None``: no value yet)."""
+
+    max_event_time: int | None
+    watermark: int | None
+    last_activity: int
+    is_idle: bool
+
+
+class KeyedWatermarkMetrics(TypedDict):
+    """Metrics of a :class:`KeyedWatermarkTracker`."""
+
+    total_keys: int
+    active_keys: int
+    idle_keys: int
+    evicted_keys: int
+    global_advances: int
+    key_advances: int
+
+
+_EVICTION_POLICIES = ("least_recently_active", "lowest_watermark", "reject_new")
+
+
+def _delay(value: Duration, setting: str) -> int:
+    """Event-time durations: ints are ticks as given; strings/timedeltas are microseconds."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise ConfigError(f"{setting}: must not be negative, got {value}")
+        return value
+    return to_micros(value, setting)
+
+
+def key_columns(keys: Any) -> list[Any] | None:
+    """Arrow key columns for ``keys``, or ``None`` if ``keys`` is a sequence of Python keys.
+
+    Accepted: one Arrow array / chunked array / polars Series (one key column); a
+    RecordBatch / Table / polars DataFrame (every column is a key column); a list or
+    tuple of Arrow arrays (several key columns).
+    """
+    if isinstance(keys, (pa.Array, pa.ChunkedArray)):
+        return [keys]
+    if isinstance(keys, (pa.RecordBatch, pa.Table)):
+        return list(keys.columns)
+    if hasattr(keys, "__arrow_c_stream__") or hasattr(keys, "__arrow_c_array__"):
+        # A polars DataFrame (or other tabular exporter) has a schema of named fields;
+        # a Series / array does not.
+        if hasattr(keys, "columns") and hasattr(keys, "schema"):
+            return list(as_tabular(keys, "keys").columns)
+        return [keys]
+    if (
+        isinstance(keys, (list, tuple))
+        and keys
+        and all(isinstance(k, (pa.Array, pa.ChunkedArray)) for k in keys)
+    ):
+        return list(keys)
+    return None
+
+
+def _event_times(times: Any) -> Any:
+    if isinstance(times, (pa.Array, pa.ChunkedArray)) or hasattr(times, "__arrow_c_array__"):
+        return times
+    if hasattr(times, "__arrow_c_stream__"):
+        return times
+    return pa.array(times, pa.int64())
+
+
+class KeyedWatermarkTracker:
+    """Watermarks per key (seed F065): a slow tenant is judged by its own progress.
+
+    Each key's watermark is its largest event time minus ``bounded_delay``; an event is
+    late only if it is behind *its key's* watermark. With a global watermark, every key
+    that runs behind the fastest ones loses data; with per-key watermarks it does not.
+
+    The global watermark is the minimum over active keys (if none is active, the
+    highest watermark any key has had): the seed's "global, for ordering". It moves
+    back only when a key that is behind joins or becomes active again (the seed's own
+    example below); idling or removing keys never lowers it. The values the update
+    calls *return* are monotonic: ``update`` returns the global watermark only when it
+    rises above every value returned before (:meth:`emitted_watermark`).
+
+    Parameters
+    ----------
+    bounded_delay : int, str or timedelta
+        Maximum out-of-orderness. Ints are event-time ticks; strings and timedeltas are
+        microseconds (the unit of Arrow timestamp event times).
+    idle_timeout : int, str or timedelta, optional
+        A key with no update for longer than this is idle (clock ticks, ms for the
+        system clock). ``None``: keys go idle only when marked.
+    max_keys : int, optional
+        Bound on tracked keys (memory). ``None``: unlimited.
+    eviction : str
+        When ``max_keys`` is reached: ``"least_recently_active"`` (default),
+        ``"lowest_watermark"``, or ``"reject_new"`` (raises
+        :class:`MaxKeysReachedError`).
+    clock : SystemClock or ManualClock, optional
+        The clock idleness is decided on.
+
+    Keys may be ``str``, ``bytes``, ``int``, ``float``, ``bool``, ``None`` or tuples of
+    them; Arrow key columns may be any integer, string, binary, dictionary (and
+    float/bool/date/timestamp) type, and several columns together. The Python key
+    ``("eu", 7)`` and the Arrow row ``region="eu", id=7`` are the same key.
+
+    Examples
+    --------
+    The seed's example:
+
+    >>> import tidemark as tm
+    >>> tracker = tm.KeyedWatermarkTracker(bounded_delay=5000, idle_timeout=60_000)
+    >>> tracker.update("tenant_a", 10_000)
+    5000
+    >>> tracker.update("tenant_a", 15_000)
+    10000
+    >>> tracker.update("tenant_b", 5_000)
+    >>> tracker.watermark_for_key("tenant_a"), tracker.watermark_for_key("tenant_b")
+    (10000, 0)
+    >>> tracker.global_watermark()
+    0
+    >>> tracker.is_late("tenant_b", 3000), tracker.is_late("tenant_a", 3000)
+    (False, True)
+    """
+
+    __slots__ = ("_clock", "_inner")
+
+    def __init__(
+        self,
+        bounded_delay: Duration,
+        idle_timeout: Duration | None = None,
+        max_keys: int | None = None,
+        eviction: str = "least_recently_active",
+        clock: Clock | None = None,
+    ) -> None:
+        if eviction not in _EVICTION_POLICIES:
+            raise ConfigError(
+                f"eviction: unknown policy {eviction!r}; use one of {', '.join(_EVICTION_POLICIES)}"
+            )
+        if max_keys is not None and max_keys < 1:
+            raise ConfigError(f"max_keys must be >= 1 (or None for unlimited), got {max_keys}")
+        timeout = None if idle_timeout is None else to_millis(idle_timeout, "idle_timeout")
+        self._clock = clock
+        self._inner = _native.KeyedWatermarkTracker(
+            _delay(bounded_delay, "bounded_delay"), timeout, max_keys, eviction, native_clock(clock)
+        )
+
+    @property
+    def bounded_delay(self) -> int:
+        """The bounded delay in event-time ticks."""
+        return self._inner.bounded_delay
+
+    @property
+    def idle_timeout(self) -> int | None:
+        """The idle timeout in clock ticks (``None``: disabled)."""
+        return self._inner.idle_timeout
+
+    @property
+    def max_keys(self) -> int | None:
+        """The key limit (``None``: unlimited)."""
+        return self._inner.max_keys
+
+    def update(self, key: Any, event_time: int) -> int | None:
+        """Records an event of ``key`` at ``event_time``.
+
+        Returns the global watermark if it rose above every value returned before.
+        Raises :class:`MaxKeysReachedError` for a new key when full under ``reject_new``.
+        """
+        return self._inner.update(key, event_time)
+
+    def update_batch(self, keys: Any, event_times: Any) -> int | None:
+        """Records many events at once (vectorised when given Arrow data).
+
+        Parameters
+        ----------
+        keys
+            An Arrow array / chunked array / polars Series, a RecordBatch / Table /
+            DataFrame (all columns form the key), a list of Arrow arrays (several key
+            columns), or a plain sequence of Python keys.
+        event_times
+            int64 ticks or Arrow timestamps (epoch microseconds), as an Arrow array,
+            chunked array (e.g. a Table column) or a sequence. Rows with a null time
+            are skipped.
+
+        Returns
+        -------
+        int or None
+            The global watermark if it rose above every value returned before.
+        """
+        cols = key_columns(keys)
+        if cols is None:
+            return self._inner.update_pykeys(list(keys), list(event_times))
+        return self._inner.update_columns(cols, _event_times(event_times))
+
+    def watermark_for_key(self, key: Any) -> int | None:
+        """The watermark of ``key`` (``None`` if unknown)."""
+        return self._inner.watermark_for_key(key)
+
+    def key_state(self, key: Any) -> KeyState | None:
+        """The full state of ``key`` (``None`` if unknown)."""
+        return self._inner.key_state(key)  # type: ignore[return-value]
+
+    def global_watermark(self) -> int | None:
+        """Minimum over active keys (see the class docstring)."""
+        return self._inner.global_watermark()
+
+    def emitted_watermark(self) -> int | None:
+        """The highest global watermark returned so far (monotonic)."""
+        return self._inner.emitted_watermark()
+
+    def is_late(self, key: Any, event_time: int) -> bool:
+        """Whether an event is late for its key: ``event_time < watermark(key)``.
+        Events of unknown keys are never late."""
+        return self._inner.is_late(key, event_time)
+
+    def is_late_batch(self, keys: Any, event_times: Any) -> pa.BooleanArray:
+        """Vectorised :meth:`is_late` (same inputs as :meth:`update_batch`); null where
+        the event time is null."""
+        cols = key_columns(keys)
+        if cols is None:
+            return self._inner.is_late_pykeys(list(keys), list(event_times))
+        return self._inner.is_late_columns(cols, _event_times(event_times))
+
+    def mark_idle(self, key: Any) -> int | None:
+        """Excludes ``key`` from the global minimum. Returns the global watermark if
+        that made it rise above every value returned before."""
+        return self._inner.mark_idle(key)
+
+    def mark_active(self, key: Any) -> bool:
+        """Includes ``key`` again (its idle timer restarts). ``False`` if unknown."""
+        return self._inner.mark_active(key)
+
+    def check_idle_keys(self) -> int | None:
+        """Marks keys silent for more than ``idle_timeout`` as idle (reads the clock)."""
+        return self._inner.check_idle_keys()
+
+    def remove_key(self, key: Any) -> KeyState | None:
+        """Stops tracking ``key``; returns its last state (``None`` if unknown)."""
+        return self._inner.remove_key(key)  # type: ignore[return-value]
+
+    def clear(self) -> None:
+        """Forgets every key and watermark (metric counters are kept)."""
+        self._inner.clear()
+
+    def active_key_count(self) -> int:
+        """Number of active keys."""
+        return self._inner.active_key_count()
+
+    def total_key_count(self) -> int:
+        """Number of tracked keys."""
+        return self._inner.total_key_count()
+
+    def recalculate_global(self) -> int | None:
+        """Recomputes the global watermark; returns it if it rose to a new high."""
+        return self._inner.recalculate_global()
+
+    def memory_bytes(self) -> int:
+        """Heap bytes held, excluding the keys' own bytes."""
+        return self._inner.heap_bytes()
+
+    def metrics(self) -> KeyedWatermarkMetrics:
+        """``total_keys``, ``active_keys``, ``idle_keys``, ``evicted_keys``,
+        ``global_advances``, ``key_advances``."""
+        return self._inner.metrics()  # type: ignore[return-value]
+
+    def __len__(self) -> int:
+        return self._inner.total_key_count()
+
+    def __repr__(self) -> str:
+        return (
+            f"KeyedWatermarkTracker(keys={self.total_key_count()}, "
+            f"active={self.active_key_count()}, global={self.global_watermark()})"
+        )
+
+
+class CompactKeyedMetrics(TypedDict):
+    """Metrics of a :class:`CompactKeyedWatermarkTracker`."""
+
+    exact_keys: int
+    evicted_keys: int
+    estimated_distinct_keys: float
+    sketch_fill: float
+
+
+class CompactKeyedWatermarkTracker:
+    """Per-key watermarks for millions of keys, in memory bounded by configuration.
+
+    The ``exact_keys`` most recently active keys are tracked exactly (as in
+    :class:`KeyedWatermarkTracker`). A key pushed out leaves its watermark in a
+    min-sketch (``sketch_depth`` rows of ``sketch_width`` buckets, each holding the
+    *minimum* watermark of the keys evicted into it); keys outside the exact set are
+    estimated from it. Memory: ``exact_keys`` × (~60 bytes + key bytes) +
+    ``sketch_width × sketch_depth × 8`` bytes + 4 KiB, whatever the key count.
+
+    **Error direction.** For a key that was evicted, the estimate is at or below the
+    watermark it had: its events are never wrongly called late, but some late events
+    the exact tracker would reject are accepted. For a key never seen before, bucket
+    collisions can give it an estimate (chance ≈ ``sketch_fill ** sketch_depth``): its
+    events older than that estimate are called late although the exact tracker would
+    accept them. ``benches/keyed_accuracy.py --compact`` measures both against the
+    exact tracker. The global watermark is the exact part's.
+
+    Examples
+    --------
+    >>> import tidemark as tm
+    >>> t = tm.CompactKeyedWatermarkTracker(bounded_delay=10, exact_keys=2)
+    >>> for key, ts in [("a", 100), ("b", 50), ("c", 70)]:   # "a" is evicted
+    ...     _ = t.update(key, ts)
+    >>> t.is_exact("a"), t.watermark_for_key("a"), t.is_late("a", 80)
+    (False, 90, True)
+    """
+
+    __slots__ = ("_inner",)
+
+    def __init__(
+        self,
+        bounded_delay: Duration,
+        exact_keys: int = 10_000,
+        sketch_width: int = 1 << 16,
+        sketch_depth: int = 4,
+        idle_timeout: Duration | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        for name, value in [("exact_keys", exact_keys), ("sketch_width", sketch_width)]:
+            if value < 1:
+                raise ConfigError(f"{name} must be >= 1, got {value}")
+        if not 1 <= sketch_depth <= 8:
+            raise ConfigError(f"sketch_depth must be between 1 and 8, got {sketch_depth}")
+        timeout = None if idle_timeout is None else to_millis(idle_timeout, "idle_timeout")
+        self._inner = _native.CompactKeyedWatermarkTracker(
+            _delay(bounded_delay, "bounded_delay"),
+            exact_keys,
+            sketch_width,
+            sketch_depth,
+            timeout,
+            native_clock(clock),
+        )
+
+    def update(self, key: Any, event_time: int) -> int | None:
+        """Records an event; returns the global watermark if it rose to a new high."""
+        return self._inner.update(key, event_time)
+
+    def update_batch(self, keys: Any, event_times: Any) -> int | None:
+        """Records many events (same inputs as :meth:`KeyedWatermarkTracker.update_batch`)."""
+        cols = key_columns(keys)
+        if cols is None:
+            return self._inner.update_pykeys(list(keys), list(event_times))
+        return self._inner.update_columns(cols, _event_times(event_times))
+
+    def watermark_for_key(self, key: Any) -> int | None:
+        """Exact watermark if the key is tracked exactly, else the sketch estimate."""
+        return self._inner.watermark_for_key(key)
+
+    def is_exact(self, key: Any) -> bool:
+        """Whether ``key`` is in the exact part."""
+        return self._inner.is_exact(key)
+
+    def is_late(self, key: Any, event_time: int) -> bool:
+        """``event_time < watermark_for_key(key)``."""
+        return self._inner.is_late(key, event_time)
+
+    def is_late_batch(self, keys: Any, event_times: Any) -> pa.BooleanArray:
+        """Vectorised :meth:`is_late`."""
+        cols = key_columns(keys)
+        if cols is None:
+            return self._inner.is_late_pykeys(list(keys), list(event_times))
+        return self._inner.is_late_columns(cols, _event_times(event_times))
+
+    def global_watermark(self) -> int | None:
+        """The exact part's global watermark."""
+        return self._inner.global_watermark()
+
+    def check_idle_keys(self) -> int | None:
+        """Marks exact keys silent for longer than ``idle_timeout`` as idle."""
+        return self._inner.check_idle_keys()
+
+    def memory_bytes(self) -> int:
+        """Heap bytes held, excluding the exact keys' own bytes."""
+        return self._inner.heap_bytes()
+
+    def configured_bytes(self) -> int:
+        """The memory the configuration implies (per-key layout + sketch + HLL)."""
+        return self._inner.configured_bytes()
+
+    def metrics(self) -> CompactKeyedMetrics:
+        """``exact_keys``, ``evicted_keys``, ``estimated_distinct_keys`` (HyperLogLog),
+        ``sketch_fill``."""
+        return self._inner.metrics()  # type: ignore[return-value]

@@ -4,6 +4,7 @@
 //!
 //! * [`time`]: watermarks per source partition with idle detection, per core, and
 //!   event-time column parsing to epoch microseconds.
+//! * [`key`]: one key encoding for Python values and Arrow columns; key interning.
 //! * [`clock`]: the injected clocks every time-dependent decision reads.
 //! * [`error`]: the crate's one error enum.
 //!
@@ -15,6 +16,7 @@
 pub mod clock;
 pub mod duration;
 pub mod error;
+pub mod key;
 pub mod time;
 
 pub use error::{Result, TidemarkError};

@@ -8,6 +8,8 @@
 mod arrow_io;
 mod clock;
 mod error;
+mod keyed;
+mod keys;
 mod parse;
 mod partitioned;
 
@@ -19,6 +21,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<clock::PySystemClock>()?;
     m.add_class::<clock::PyManualClock>()?;
     m.add_class::<partitioned::PyPartitionedWatermarkTracker>()?;
+    m.add_class::<keyed::PyKeyedWatermarkTracker>()?;
+    m.add_class::<keyed::PyCompactKeyedWatermarkTracker>()?;
     m.add_function(wrap_pyfunction!(parse::builtin_event_time_types, m)?)?;
     m.add_function(wrap_pyfunction!(parse::parse_duration, m)?)?;
     m.add_function(wrap_pyfunction!(parse::parse_event_time, m)?)?;

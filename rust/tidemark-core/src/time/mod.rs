@@ -1,12 +1,19 @@
 //! Event-time progress: watermarks per partition, per core, and event-time parsing.
 
+mod compact;
 mod core;
+mod keyed;
 mod mintree;
 mod parse;
 mod partitioned;
 mod watermark;
 
 pub use self::core::{CoreWatermarkState, WatermarkCoordinator};
+pub use compact::{CompactKeyedConfig, CompactKeyedMetrics, CompactKeyedWatermarkTracker};
+pub use keyed::{
+    KeyEvictionPolicy, KeyWatermarkState, KeyedTicks, KeyedWatermarkConfig, KeyedWatermarkMetrics,
+    KeyedWatermarkTracker,
+};
 pub use mintree::MinTree;
 pub use parse::{parse_event_time, EventTimeType, ParsedEventTime, BUILTIN_EVENT_TIME_TYPES};
 pub use partitioned::{

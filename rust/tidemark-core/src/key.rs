@@ -1,0 +1,754 @@
+//! Keys: one canonical byte encoding for Python values and Arrow columns, and an
+//! interning table that maps keys to dense slot ids.
+//!
+//! A key is one value or a tuple of values (several key columns). Each value encodes
+//! as a type tag and its bytes, so the Python key `("eu", 7)` and the Arrow row
+//! `region="eu", id=7` (whatever the integer width) are the same key:
+//!
+//! | tag | value | bytes after the tag |
+//! |---|---|---|
+//! | `0` | null | none |
+//! | `1` | integer in `i64` range (also dates, times, timestamps, durations) | 8, little-endian |
+//! | `2` | unsigned integer above `i64::MAX` | 8, little-endian |
+//! | `3` | string | `u32` length, UTF-8 bytes |
+//! | `4` | binary | `u32` length, bytes |
+//! | `5` | float (`-0.0` as `0.0`, one NaN) | 8, `f64` bits |
+//! | `6` | boolean | 1 |
+//!
+//! Every value is self-delimiting, so a tuple is the concatenation of its values.
+//! Null keys are a key of their own (as in SQL `GROUP BY`). The encoding is stable:
+//! it is part of snapshots.
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::*;
+use arrow_array::{Array, ArrayRef};
+use arrow_schema::DataType;
+use hashbrown::HashTable;
+
+use crate::error::{Result, TidemarkError};
+
+/// Type tags of the key encoding.
+pub mod tag {
+    /// A null value.
+    pub const NULL: u8 = 0;
+    /// An integer in `i64` range.
+    pub const INT: u8 = 1;
+    /// An unsigned integer above `i64::MAX`.
+    pub const UINT: u8 = 2;
+    /// A UTF-8 string.
+    pub const STR: u8 = 3;
+    /// Binary data.
+    pub const BIN: u8 = 4;
+    /// A float.
+    pub const FLOAT: u8 = 5;
+    /// A boolean.
+    pub const BOOL: u8 = 6;
+}
+
+/// Longest key the table stores (16 MiB).
+pub const MAX_KEY_BYTES: usize = (1 << 24) - 1;
+
+/// Appends the encoding of an `i64`.
+#[inline]
+pub fn encode_int(v: i64, out: &mut Vec<u8>) {
+    out.push(tag::INT);
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+/// Appends the encoding of a `u64`.
+#[inline]
+pub fn encode_uint(v: u64, out: &mut Vec<u8>) {
+    match i64::try_from(v) {
+        Ok(i) => encode_int(i, out),
+        Err(_) => {
+            out.push(tag::UINT);
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+}
+
+/// Appends the encoding of a string.
+#[inline]
+pub fn encode_str(v: &str, out: &mut Vec<u8>) {
+    out.push(tag::STR);
+    out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+    out.extend_from_slice(v.as_bytes());
+}
+
+/// Appends the encoding of binary data.
+#[inline]
+pub fn encode_bytes(v: &[u8], out: &mut Vec<u8>) {
+    out.push(tag::BIN);
+    out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+    out.extend_from_slice(v);
+}
+
+/// Appends the encoding of a float (`-0.0` and `0.0` are one key, all NaNs are one key).
+#[inline]
+pub fn encode_float(v: f64, out: &mut Vec<u8>) {
+    let v = if v == 0.0 {
+        0.0
+    } else if v.is_nan() {
+        f64::NAN
+    } else {
+        v
+    };
+    out.push(tag::FLOAT);
+    out.extend_from_slice(&v.to_bits().to_le_bytes());
+}
+
+/// Appends the encoding of a boolean.
+#[inline]
+pub fn encode_bool(v: bool, out: &mut Vec<u8>) {
+    out.push(tag::BOOL);
+    out.push(v as u8);
+}
+
+/// Appends the encoding of a null.
+#[inline]
+pub fn encode_null(out: &mut Vec<u8>) {
+    out.push(tag::NULL);
+}
+
+/// A Rust value usable as a key.
+///
+/// # Examples
+///
+/// ```
+/// use tidemark_core::key::AsKey;
+/// let (mut a, mut b) = (Vec::new(), Vec::new());
+/// ("eu", 7i32).encode_key(&mut a);
+/// (String::from("eu"), 7i64).encode_key(&mut b);
+/// assert_eq!(a, b);
+/// ```
+pub trait AsKey {
+    /// Appends this key's encoding to `out`.
+    fn encode_key(&self, out: &mut Vec<u8>);
+}
+
+macro_rules! int_key {
+    ($($t:ty),*) => {$(
+        impl AsKey for $t {
+            fn encode_key(&self, out: &mut Vec<u8>) {
+                encode_int(*self as i64, out)
+            }
+        }
+    )*};
+}
+int_key!(i8, i16, i32, i64, u8, u16, u32);
+
+impl AsKey for u64 {
+    fn encode_key(&self, out: &mut Vec<u8>) {
+        encode_uint(*self, out)
+    }
+}
+impl AsKey for str {
+    fn encode_key(&self, out: &mut Vec<u8>) {
+        encode_str(self, out)
+    }
+}
+impl AsKey for String {
+    fn encode_key(&self, out: &mut Vec<u8>) {
+        encode_str(self, out)
+    }
+}
+impl AsKey for [u8] {
+    fn encode_key(&self, out: &mut Vec<u8>) {
+        encode_bytes(self, out)
+    }
+}
+impl AsKey for Vec<u8> {
+    fn encode_key(&self, out: &mut Vec<u8>) {
+        encode_bytes(self, out)
+    }
+}
+impl AsKey for bool {
+    fn encode_key(&self, out: &mut Vec<u8>) {
+        encode_bool(*self, out)
+    }
+}
+impl AsKey for f64 {
+    fn encode_key(&self, out: &mut Vec<u8>) {
+        encode_float(*self, out)
+    }
+}
+impl<T: AsKey + ?Sized> AsKey for &T {
+    fn encode_key(&self, out: &mut Vec<u8>) {
+        (**self).encode_key(out)
+    }
+}
+impl<T: AsKey> AsKey for Option<T> {
+    fn encode_key(&self, out: &mut Vec<u8>) {
+        match self {
+            Some(v) => v.encode_key(out),
+            None => encode_null(out),
+        }
+    }
+}
+/// An already encoded key (e.g. from [`KeyColumns::key`]), usable as an [`AsKey`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Encoded<'a>(pub &'a [u8]);
+
+impl AsKey for Encoded<'_> {
+    fn encode_key(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.0);
+    }
+}
+
+macro_rules! tuple_key {
+    ($(($($n:tt $t:ident),+)),*) => {$(
+        impl<$($t: AsKey),+> AsKey for ($($t,)+) {
+            fn encode_key(&self, out: &mut Vec<u8>) {
+                $(self.$n.encode_key(out);)+
+            }
+        }
+    )*};
+}
+tuple_key!((0 A, 1 B), (0 A, 1 B, 2 C), (0 A, 1 B, 2 C, 3 D));
+
+/// One key column, normalised for encoding row by row.
+#[derive(Debug, Clone)]
+enum Col {
+    Int(ArrayRef),
+    UInt64(ArrayRef),
+    Float(ArrayRef),
+    Bool(ArrayRef),
+    Utf8(ArrayRef),
+    LargeUtf8(ArrayRef),
+    Utf8View(ArrayRef),
+    Binary(ArrayRef),
+    LargeBinary(ArrayRef),
+    BinaryView(ArrayRef),
+    FixedBinary(ArrayRef),
+    /// Dictionary: per-row value index (`-1`: null) and the encoded values.
+    Dict(Vec<i64>, Vec<Vec<u8>>),
+    Null,
+}
+
+/// `true` if a column of this type can be a key column.
+pub fn is_key_type(dt: &DataType) -> bool {
+    match dt {
+        DataType::Dictionary(_, v) => is_key_type(v),
+        DataType::Null
+        | DataType::Boolean
+        | DataType::Float16
+        | DataType::Float32
+        | DataType::Float64
+        | DataType::Utf8
+        | DataType::LargeUtf8
+        | DataType::Utf8View
+        | DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::FixedSizeBinary(_) => true,
+        dt => int_like(dt),
+    }
+}
+
+fn int_like(dt: &DataType) -> bool {
+    dt.is_integer()
+        || matches!(
+            dt,
+            DataType::Date32
+                | DataType::Date64
+                | DataType::Timestamp(_, _)
+                | DataType::Time32(_)
+                | DataType::Time64(_)
+                | DataType::Duration(_)
+        )
+}
+
+fn unsupported(dt: &DataType) -> TidemarkError {
+    TidemarkError::config(
+        "key",
+        format!(
+            "a {dt} column cannot be a key; keys may be integer, float, boolean, date, time, \
+             timestamp, string, binary or dictionary columns"
+        ),
+    )
+}
+
+impl Col {
+    fn new(a: &ArrayRef) -> Result<Col> {
+        let dt = a.data_type();
+        Ok(match dt {
+            DataType::Null => Col::Null,
+            DataType::UInt64 => Col::UInt64(a.clone()),
+            DataType::Int64 => Col::Int(a.clone()),
+            dt if int_like(dt) => {
+                // Narrower integers and temporal types: their i64 value is the key.
+                let as_i64 = match dt {
+                    DataType::Date32 | DataType::Time32(_) => {
+                        arrow_cast::cast(&arrow_cast::cast(a, &DataType::Int32)?, &DataType::Int64)?
+                    }
+                    _ => arrow_cast::cast(a, &DataType::Int64)?,
+                };
+                Col::Int(as_i64)
+            }
+            DataType::Float16 | DataType::Float32 | DataType::Float64 => {
+                Col::Float(arrow_cast::cast(a, &DataType::Float64)?)
+            }
+            DataType::Boolean => Col::Bool(a.clone()),
+            DataType::Utf8 => Col::Utf8(a.clone()),
+            DataType::LargeUtf8 => Col::LargeUtf8(a.clone()),
+            DataType::Utf8View => Col::Utf8View(a.clone()),
+            DataType::Binary => Col::Binary(a.clone()),
+            DataType::LargeBinary => Col::LargeBinary(a.clone()),
+            DataType::BinaryView => Col::BinaryView(a.clone()),
+            DataType::FixedSizeBinary(_) => Col::FixedBinary(a.clone()),
+            DataType::Dictionary(_, _) => {
+                let dict = a.as_any_dictionary();
+                let values = Col::new(dict.values())?;
+                let mut encoded = Vec::with_capacity(dict.values().len());
+                for i in 0..dict.values().len() {
+                    let mut v = Vec::new();
+                    values.encode(i, &mut v);
+                    encoded.push(v);
+                }
+                let idx = arrow_cast::cast(dict.keys(), &DataType::Int64)?;
+                let idx = idx.as_primitive::<Int64Type>();
+                let rows = (0..a.len())
+                    .map(|i| if a.is_null(i) { -1 } else { idx.value(i) })
+                    .collect();
+                Col::Dict(rows, encoded)
+            }
+            other => return Err(unsupported(other)),
+        })
+    }
+
+    #[inline]
+    fn encode(&self, row: usize, out: &mut Vec<u8>) {
+        macro_rules! nullable {
+            ($a:expr, $body:expr) => {
+                if $a.is_null(row) {
+                    encode_null(out)
+                } else {
+                    $body
+                }
+            };
+        }
+        match self {
+            Col::Null => encode_null(out),
+            Col::Int(a) => {
+                let a = a.as_primitive::<Int64Type>();
+                nullable!(a, encode_int(a.value(row), out))
+            }
+            Col::UInt64(a) => {
+                let a = a.as_primitive::<UInt64Type>();
+                nullable!(a, encode_uint(a.value(row), out))
+            }
+            Col::Float(a) => {
+                let a = a.as_primitive::<Float64Type>();
+                nullable!(a, encode_float(a.value(row), out))
+            }
+            Col::Bool(a) => {
+                let a = a.as_boolean();
+                nullable!(a, encode_bool(a.value(row), out))
+            }
+            Col::Utf8(a) => {
+                let a = a.as_string::<i32>();
+                nullable!(a, encode_str(a.value(row), out))
+            }
+            Col::LargeUtf8(a) => {
+                let a = a.as_string::<i64>();
+                nullable!(a, encode_str(a.value(row), out))
+            }
+            Col::Utf8View(a) => {
+                let a = a.as_string_view();
+                nullable!(a, encode_str(a.value(row), out))
+            }
+            Col::Binary(a) => {
+                let a = a.as_binary::<i32>();
+                nullable!(a, encode_bytes(a.value(row), out))
+            }
+            Col::LargeBinary(a) => {
+                let a = a.as_binary::<i64>();
+                nullable!(a, encode_bytes(a.value(row), out))
+            }
+            Col::BinaryView(a) => {
+                let a = a.as_binary_view();
+                nullable!(a, encode_bytes(a.value(row), out))
+            }
+            Col::FixedBinary(a) => {
+                let a = a.as_fixed_size_binary();
+                nullable!(a, encode_bytes(a.value(row), out))
+            }
+            Col::Dict(rows, values) => match rows[row] {
+                -1 => encode_null(out),
+                i => out.extend_from_slice(&values[i as usize]),
+            },
+        }
+    }
+}
+
+/// Encodes the key of each row of one or more key columns.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use arrow_array::{ArrayRef, Int32Array, StringArray};
+/// use tidemark_core::key::{AsKey, KeyColumns};
+///
+/// let region: ArrayRef = Arc::new(StringArray::from(vec!["eu", "us"]));
+/// let id: ArrayRef = Arc::new(Int32Array::from(vec![7, 8]));
+/// let keys = KeyColumns::new(&[region, id]).unwrap();
+/// let mut row0 = Vec::new();
+/// keys.encode(0, &mut row0);
+/// let mut expected = Vec::new();
+/// ("eu", 7i64).encode_key(&mut expected);
+/// assert_eq!(row0, expected);
+/// ```
+#[derive(Debug, Clone)]
+pub struct KeyColumns {
+    cols: Vec<Col>,
+    len: usize,
+}
+
+impl KeyColumns {
+    /// Prepares key columns (all of the same length) for encoding.
+    pub fn new(columns: &[ArrayRef]) -> Result<Self> {
+        let len = columns.first().map_or(0, |c| c.len());
+        if columns.iter().any(|c| c.len() != len) {
+            return Err(TidemarkError::config(
+                "key",
+                "key columns must all have the same length",
+            ));
+        }
+        Ok(Self {
+            cols: columns.iter().map(Col::new).collect::<Result<_>>()?,
+            len,
+        })
+    }
+
+    /// A single key column.
+    pub fn single(column: ArrayRef) -> Result<Self> {
+        Self::new(&[column])
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// `true` if there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Appends the key of `row` to `out`.
+    #[inline]
+    pub fn encode(&self, row: usize, out: &mut Vec<u8>) {
+        for c in &self.cols {
+            c.encode(row, out);
+        }
+    }
+
+    /// The key of `row` as bytes.
+    pub fn key(&self, row: usize) -> Vec<u8> {
+        let mut v = Vec::new();
+        self.encode(row, &mut v);
+        v
+    }
+}
+
+/// Hash of an encoded key (xxh3, stable across processes and releases).
+#[inline]
+pub fn hash_key(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(key)
+}
+
+/// Interning table: encoded keys to dense slot ids (`u32`), reused after removal.
+///
+/// Keys live in one arena (no allocation per key); removed keys leave holes that are
+/// compacted once they outweigh the live bytes (so the arena stays under twice the
+/// live bytes plus 64 KiB).
+#[derive(Debug, Clone, Default)]
+pub struct KeyTable {
+    table: HashTable<u32>,
+    /// Per slot: arena offset (high 40 bits) and length (low 24 bits); `u64::MAX` when free.
+    spans: Vec<u64>,
+    arena: Vec<u8>,
+    free: Vec<u32>,
+    dead_bytes: usize,
+}
+
+const FREE: u64 = u64::MAX;
+
+impl KeyTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// `true` if the table has no keys.
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    /// One more than the largest slot id ever handed out (size per-slot arrays to this).
+    pub fn slot_bound(&self) -> usize {
+        self.spans.len()
+    }
+
+    #[inline]
+    fn span_bytes(arena: &[u8], span: u64) -> &[u8] {
+        let off = (span >> 24) as usize;
+        let len = (span & 0xFF_FFFF) as usize;
+        &arena[off..off + len]
+    }
+
+    /// The key in `slot`.
+    #[inline]
+    pub fn key(&self, slot: u32) -> &[u8] {
+        Self::span_bytes(&self.arena, self.spans[slot as usize])
+    }
+
+    /// `true` if `slot` holds a key.
+    pub fn is_live(&self, slot: u32) -> bool {
+        self.spans.get(slot as usize).is_some_and(|&s| s != FREE)
+    }
+
+    /// The slot of `key`, if present.
+    #[inline]
+    pub fn get(&self, key: &[u8]) -> Option<u32> {
+        self.get_hashed(key, hash_key(key))
+    }
+
+    /// [`Self::get`] with a precomputed [`hash_key`].
+    #[inline]
+    pub fn get_hashed(&self, key: &[u8], hash: u64) -> Option<u32> {
+        let (arena, spans) = (&self.arena, &self.spans);
+        self.table
+            .find(hash, |&s| Self::span_bytes(arena, spans[s as usize]) == key)
+            .copied()
+    }
+
+    /// The slot of `key`, inserting it if absent; the flag says whether it was new.
+    #[inline]
+    pub fn get_or_insert(&mut self, key: &[u8]) -> Result<(u32, bool)> {
+        let hash = hash_key(key);
+        if let Some(s) = self.get_hashed(key, hash) {
+            return Ok((s, false));
+        }
+        self.insert_new(key, hash).map(|s| (s, true))
+    }
+
+    /// Inserts a key known to be absent.
+    pub fn insert_new(&mut self, key: &[u8], hash: u64) -> Result<u32> {
+        if key.len() > MAX_KEY_BYTES {
+            return Err(TidemarkError::config(
+                "key",
+                format!(
+                    "a key of {} bytes is longer than the supported {} bytes",
+                    key.len(),
+                    MAX_KEY_BYTES
+                ),
+            ));
+        }
+        let off = self.arena.len() as u64;
+        if off >= 1 << 40 {
+            return Err(TidemarkError::config("key", "key arena exceeds 1 TiB"));
+        }
+        self.arena.extend_from_slice(key);
+        let span = (off << 24) | key.len() as u64;
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.spans[s as usize] = span;
+                s
+            }
+            None => {
+                self.spans.push(span);
+                (self.spans.len() - 1) as u32
+            }
+        };
+        let (arena, spans) = (&self.arena, &self.spans);
+        self.table.insert_unique(hash, slot, |&s| {
+            hash_key(Self::span_bytes(arena, spans[s as usize]))
+        });
+        Ok(slot)
+    }
+
+    /// Removes the key in `slot` (its id may be handed out again).
+    pub fn remove(&mut self, slot: u32) {
+        let span = self.spans[slot as usize];
+        if span == FREE {
+            return;
+        }
+        let key = Self::span_bytes(&self.arena, span);
+        let hash = hash_key(key);
+        if let Ok(entry) = self.table.find_entry(hash, |&s| s == slot) {
+            entry.remove();
+        }
+        self.dead_bytes += (span & 0xFF_FFFF) as usize;
+        self.spans[slot as usize] = FREE;
+        self.free.push(slot);
+        if self.dead_bytes > (1 << 16) && self.dead_bytes * 2 > self.arena.len() {
+            self.compact();
+        }
+    }
+
+    fn compact(&mut self) {
+        let mut arena = Vec::with_capacity(self.arena.len() - self.dead_bytes);
+        for span in self.spans.iter_mut() {
+            if *span == FREE {
+                continue;
+            }
+            let bytes = Self::span_bytes(&self.arena, *span);
+            let off = arena.len() as u64;
+            arena.extend_from_slice(bytes);
+            *span = (off << 24) | bytes.len() as u64;
+        }
+        self.arena = arena;
+        self.dead_bytes = 0;
+    }
+
+    /// Removes every key.
+    pub fn clear(&mut self) {
+        *self = Self::default();
+    }
+
+    /// Live slots, in slot order.
+    pub fn slots(&self) -> impl Iterator<Item = u32> + '_ {
+        self.spans
+            .iter()
+            .enumerate()
+            .filter(|(_, &s)| s != FREE)
+            .map(|(i, _)| i as u32)
+    }
+
+    /// Heap bytes held, excluding the key bytes themselves.
+    pub fn overhead_bytes(&self) -> usize {
+        self.table.capacity() * (std::mem::size_of::<u32>() + 1)
+            + self.spans.capacity() * 8
+            + self.free.capacity() * 4
+            + self
+                .arena
+                .capacity()
+                .saturating_sub(self.arena.len() - self.dead_bytes)
+    }
+
+    /// Bytes of live keys.
+    pub fn key_bytes(&self) -> usize {
+        self.arena.len() - self.dead_bytes
+    }
+}
+
+/// Convenience: a single Arrow column as [`KeyColumns`].
+pub fn key_columns(columns: &[ArrayRef]) -> Result<KeyColumns> {
+    KeyColumns::new(columns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{
+        DictionaryArray, Float64Array, Int16Array, Int64Array, LargeStringArray, StringArray,
+        UInt64Array,
+    };
+    use proptest::prelude::*;
+    use std::sync::Arc;
+
+    fn enc<K: AsKey>(k: K) -> Vec<u8> {
+        let mut v = Vec::new();
+        k.encode_key(&mut v);
+        v
+    }
+
+    #[test]
+    fn arrow_columns_encode_like_rust_values() {
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(LargeStringArray::from(vec![Some("a"), None])),
+            Arc::new(Int16Array::from(vec![3, -4])),
+        ];
+        let k = KeyColumns::new(&cols).unwrap();
+        assert_eq!(k.key(0), enc(("a", 3i64)));
+        assert_eq!(k.key(1), enc((None::<&str>, -4i64)));
+
+        let d: DictionaryArray<Int32Type> = vec![Some("x"), None, Some("x")].into_iter().collect();
+        let k = KeyColumns::single(Arc::new(d)).unwrap();
+        assert_eq!(k.key(0), enc("x"));
+        assert_eq!(k.key(1), vec![tag::NULL]);
+        assert_eq!(k.key(2), enc(String::from("x")));
+
+        let u = KeyColumns::single(Arc::new(UInt64Array::from(vec![5, u64::MAX]))).unwrap();
+        assert_eq!(u.key(0), enc(5i64));
+        assert_eq!(u.key(1)[0], tag::UINT);
+
+        let f =
+            KeyColumns::single(Arc::new(Float64Array::from(vec![-0.0, 0.0, f64::NAN]))).unwrap();
+        assert_eq!(f.key(0), f.key(1));
+        assert_eq!(f.key(2), enc(f64::NAN));
+    }
+
+    #[test]
+    fn unsupported_types_are_config_errors() {
+        let l: ArrayRef = Arc::new(arrow_array::ListArray::new_null(
+            Arc::new(arrow_schema::Field::new("x", DataType::Int32, true)),
+            1,
+        ));
+        let e = KeyColumns::single(l).unwrap_err();
+        assert!(e.to_string().contains("cannot be a key"), "{e}");
+    }
+
+    #[test]
+    fn table_interns_and_reuses_slots() {
+        let mut t = KeyTable::new();
+        let (a, new) = t.get_or_insert(&enc("a")).unwrap();
+        assert!(new);
+        let (a2, new) = t.get_or_insert(&enc("a")).unwrap();
+        assert!(!new);
+        assert_eq!(a, a2);
+        let (b, _) = t.get_or_insert(&enc(1i64)).unwrap();
+        assert_ne!(a, b);
+        t.remove(a);
+        assert_eq!(t.get(&enc("a")), None);
+        assert_eq!(t.len(), 1);
+        let (c, _) = t.get_or_insert(&enc("c")).unwrap();
+        assert_eq!(c, a, "slot reused");
+        assert_eq!(t.key(c), enc("c").as_slice());
+    }
+
+    #[test]
+    fn int_columns_of_any_width_are_one_key() {
+        let a = KeyColumns::single(Arc::new(Int64Array::from(vec![9]))).unwrap();
+        let b = KeyColumns::single(Arc::new(arrow_array::UInt8Array::from(vec![9]))).unwrap();
+        let s = KeyColumns::single(Arc::new(StringArray::from(vec!["9"]))).unwrap();
+        assert_eq!(a.key(0), b.key(0));
+        assert_ne!(a.key(0), s.key(0));
+    }
+
+    proptest! {
+        #[test]
+        fn table_matches_hashmap(ops in proptest::collection::vec((0u8..3, 0u16..200), 1..2000)) {
+            let mut t = KeyTable::new();
+            let mut model: std::collections::HashMap<Vec<u8>, u32> = Default::default();
+            for (op, k) in ops {
+                // Long keys too, to exercise compaction.
+                let key = enc(format!("{k}-{}", "x".repeat((k % 7) as usize * 300)));
+                match op {
+                    0 | 1 => {
+                        let (slot, new) = t.get_or_insert(&key).unwrap();
+                        match model.get(&key) {
+                            Some(&s) => { prop_assert!(!new); prop_assert_eq!(s, slot); }
+                            None => { prop_assert!(new); model.insert(key.clone(), slot); }
+                        }
+                    }
+                    _ => {
+                        if let Some(s) = model.remove(&key) { t.remove(s); }
+                    }
+                }
+                prop_assert_eq!(t.len(), model.len());
+            }
+            for (k, s) in &model {
+                prop_assert_eq!(t.get(k), Some(*s));
+                prop_assert_eq!(t.key(*s), k.as_slice());
+            }
+        }
+    }
+}

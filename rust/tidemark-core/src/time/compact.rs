@@ -1,0 +1,434 @@
+//! Memory-bounded keyed watermarks for millions of keys (seed F065, "Memory
+//! Efficiency").
+//!
+//! [`CompactKeyedWatermarkTracker`] keeps exact state (a [`KeyedWatermarkTracker`])
+//! for the `exact_keys` most recently active keys. A key pushed out of the exact set
+//! leaves its watermark in a min-sketch: `depth` rows of `width` buckets, each bucket
+//! holding the **minimum** watermark of the keys evicted into it. A key outside the
+//! exact set is estimated as the maximum over its `depth` buckets. A HyperLogLog
+//! counts distinct keys. Memory is `exact_keys` × (per-key state + key bytes) +
+//! `width × depth × 8` bytes + 4 KiB, whatever the number of keys in the stream.
+//!
+//! # Error, and what it means for lateness
+//!
+//! * A key that was evicted gets an estimate **at or below** the watermark it had when
+//!   it was evicted (every one of its buckets holds the minimum over a set that
+//!   includes it). Its events are never wrongly called late; some events the exact
+//!   tracker would call late are accepted instead (buckets shared with slower keys
+//!   pull the estimate down).
+//! * A key never seen before has no watermark in the exact tracker. Here, if every
+//!   one of its buckets was filled by other keys, it gets their (lower-bound) value:
+//!   an event of a new key older than that value is called late although the exact
+//!   tracker would accept it. The chance is about `fill^depth`, where `fill` is the
+//!   share of occupied buckets; the benchmark `benches/keyed_accuracy.py` measures both
+//!   error directions against the exact tracker.
+//! * When a key comes back it is tracked exactly again from its own events; the
+//!   estimate is not copied into its state (for a key never seen before it may be a
+//!   collision, and copying it would turn a one-off error into a lasting one). Call
+//!   `is_late` before `update` (as the pipeline does) to catch a returning key's late
+//!   events.
+//!
+//! The global watermark is the exact part's: keys outside the exact set are treated
+//! as idle (they are the least recently active ones).
+
+use crate::clock::ClockRef;
+use crate::error::Result;
+use crate::key::{hash_key, AsKey, Encoded, KeyColumns, KeyTable};
+use crate::time::{KeyEvictionPolicy, KeyedTicks, KeyedWatermarkTracker, Watermark};
+use arrow_array::{Array, BooleanArray, Int64Array};
+use arrow_buffer::BooleanBuffer;
+
+/// Configuration of a [`CompactKeyedWatermarkTracker`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactKeyedConfig {
+    /// Keys tracked exactly.
+    pub exact_keys: usize,
+    /// Buckets per sketch row.
+    pub sketch_width: usize,
+    /// Sketch rows.
+    pub sketch_depth: usize,
+    /// Bounded delay in event-time ticks.
+    pub bounded_delay: i64,
+    /// Idle timeout for exact keys in clock ticks.
+    pub idle_timeout: Option<i64>,
+}
+
+impl Default for CompactKeyedConfig {
+    fn default() -> Self {
+        Self {
+            exact_keys: 10_000,
+            sketch_width: 1 << 16,
+            sketch_depth: 4,
+            bounded_delay: 5_000,
+            idle_timeout: None,
+        }
+    }
+}
+
+/// Metrics of a [`CompactKeyedWatermarkTracker`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CompactKeyedMetrics {
+    /// Keys in the exact part.
+    pub exact_keys: usize,
+    /// Keys moved from the exact part to the sketch.
+    pub evicted_keys: u64,
+    /// Distinct keys seen (HyperLogLog estimate, about 1.6% standard error).
+    pub estimated_distinct_keys: f64,
+    /// Share of sketch buckets holding a value.
+    pub sketch_fill: f64,
+}
+
+const HLL_P: u32 = 12;
+
+/// Per-key watermarks with memory bounded by configuration (see the module docs).
+///
+/// # Examples
+///
+/// ```
+/// use tidemark_core::time::{CompactKeyedConfig, CompactKeyedWatermarkTracker};
+/// let cfg = CompactKeyedConfig { exact_keys: 2, bounded_delay: 10, ..Default::default() };
+/// let mut t = CompactKeyedWatermarkTracker::new(cfg);
+/// t.update("a", 100).unwrap();
+/// t.update("b", 50).unwrap();
+/// t.update("c", 70).unwrap();            // evicts "a" (least recently active) into the sketch
+/// assert_eq!(t.watermark_for_key("a"), Some(90)); // estimated, at or below the truth
+/// assert!(t.is_late("a", 80));
+/// ```
+#[derive(Debug, Clone)]
+pub struct CompactKeyedWatermarkTracker {
+    cfg: CompactKeyedConfig,
+    exact: KeyedWatermarkTracker,
+    sketch: Vec<i64>,
+    filled: usize,
+    hll: Vec<u8>,
+    scratch: Vec<u8>,
+}
+
+const EMPTY: i64 = i64::MAX;
+
+impl CompactKeyedWatermarkTracker {
+    /// A tracker on the system clock.
+    pub fn new(cfg: CompactKeyedConfig) -> Self {
+        Self::with_clock(cfg, crate::clock::system_clock())
+    }
+
+    /// A tracker reading `clock` for idleness of exact keys.
+    pub fn with_clock(cfg: CompactKeyedConfig, clock: ClockRef) -> Self {
+        let cfg = CompactKeyedConfig {
+            exact_keys: cfg.exact_keys.max(1),
+            sketch_width: cfg.sketch_width.max(1),
+            sketch_depth: cfg.sketch_depth.clamp(1, 8),
+            ..cfg
+        };
+        let exact = KeyedWatermarkTracker::with_ticks(
+            KeyedTicks {
+                bounded_delay: cfg.bounded_delay,
+                idle_timeout: cfg.idle_timeout,
+                max_keys: Some(cfg.exact_keys),
+                eviction_policy: KeyEvictionPolicy::LeastRecentlyActive,
+            },
+            clock,
+        )
+        .with_eviction_log();
+        Self {
+            sketch: vec![EMPTY; cfg.sketch_width * cfg.sketch_depth],
+            filled: 0,
+            hll: vec![0; 1 << HLL_P],
+            scratch: Vec::new(),
+            exact,
+            cfg,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CompactKeyedConfig {
+        &self.cfg
+    }
+
+    #[inline]
+    fn bucket(&self, hash: u64, row: usize) -> usize {
+        // Independent-enough row hashes from one 64-bit hash (Kirsch–Mitzenmacher).
+        let h1 = hash as u32 as u64;
+        let h2 = (hash >> 32) | 1;
+        let h = h1.wrapping_add((row as u64).wrapping_mul(h2));
+        row * self.cfg.sketch_width + (h % self.cfg.sketch_width as u64) as usize
+    }
+
+    fn sketch_insert(&mut self, key: &[u8], wm: i64) {
+        let hash = hash_key(key);
+        for row in 0..self.cfg.sketch_depth {
+            let b = self.bucket(hash, row);
+            let v = &mut self.sketch[b];
+            if *v == EMPTY {
+                self.filled += 1;
+            }
+            *v = (*v).min(wm);
+        }
+    }
+
+    /// The sketch's lower-bound estimate for a key outside the exact set.
+    fn sketch_estimate(&self, key: &[u8]) -> Option<i64> {
+        let hash = hash_key(key);
+        let mut best = i64::MIN;
+        for row in 0..self.cfg.sketch_depth {
+            let v = self.sketch[self.bucket(hash, row)];
+            if v == EMPTY {
+                return None;
+            }
+            best = best.max(v);
+        }
+        (best != i64::MIN).then_some(best)
+    }
+
+    fn hll_add(&mut self, key: &[u8]) {
+        let h = hash_key(key).rotate_left(17) ^ 0x9E37_79B9_7F4A_7C15;
+        let idx = (h >> (64 - HLL_P)) as usize;
+        let rank = ((h << HLL_P) | (1 << (HLL_P - 1))).leading_zeros() as u8 + 1;
+        if self.hll[idx] < rank {
+            self.hll[idx] = rank;
+        }
+    }
+
+    fn hll_estimate(&self) -> f64 {
+        let m = self.hll.len() as f64;
+        let alpha = 0.7213 / (1.0 + 1.079 / m);
+        let sum: f64 = self.hll.iter().map(|&r| 2f64.powi(-(r as i32))).sum();
+        let raw = alpha * m * m / sum;
+        let zeros = self.hll.iter().filter(|&&r| r == 0).count();
+        if raw <= 2.5 * m && zeros > 0 {
+            m * (m / zeros as f64).ln()
+        } else {
+            raw
+        }
+    }
+
+    fn drain(&mut self) {
+        for (key, wm) in self.exact.drain_evictions() {
+            if wm != i64::MIN {
+                self.sketch_insert(&key, wm);
+            }
+        }
+    }
+
+    /// Records an event of `key`. Returns the global watermark if it rose to a new high.
+    pub fn update<K: AsKey>(&mut self, key: K, event_time: i64) -> Result<Option<Watermark>> {
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        key.encode_key(&mut buf);
+        let r = self.update_encoded(&buf, event_time);
+        self.scratch = buf;
+        r
+    }
+
+    fn admit(&mut self, key: &[u8]) {
+        if !self.exact.contains_encoded(key) {
+            self.hll_add(key);
+        }
+    }
+
+    /// [`Self::update`] with an encoded key.
+    pub fn update_encoded(&mut self, key: &[u8], event_time: i64) -> Result<Option<Watermark>> {
+        self.admit(key);
+        let r = self.exact.update_encoded(key, event_time);
+        self.drain();
+        r
+    }
+
+    /// Batch update from Arrow key columns (rows with a null time are skipped).
+    pub fn update_columns(
+        &mut self,
+        keys: &KeyColumns,
+        times: &Int64Array,
+    ) -> Result<Option<Watermark>> {
+        // Fold per key, then apply each key once.
+        let mut local = KeyTable::new();
+        let mut maxima: Vec<i64> = Vec::new();
+        let mut buf = Vec::new();
+        for i in 0..keys.len().min(times.len()) {
+            if times.is_null(i) {
+                continue;
+            }
+            buf.clear();
+            keys.encode(i, &mut buf);
+            let (slot, new) = local.get_or_insert(&buf)?;
+            if new {
+                maxima.push(times.value(i));
+            } else {
+                let m = &mut maxima[slot as usize];
+                *m = (*m).max(times.value(i));
+            }
+        }
+        let slots: Vec<u32> = local.slots().collect();
+        let mut events = Vec::with_capacity(slots.len());
+        for s in slots {
+            let key = local.key(s);
+            self.admit(key);
+            events.push((Encoded(key), maxima[s as usize]));
+        }
+        let r = self.exact.update_batch(&events);
+        self.drain();
+        r
+    }
+
+    /// The watermark of `key`: exact if tracked exactly, else the sketch estimate.
+    pub fn watermark_for_key<K: AsKey + ?Sized>(&self, key: &K) -> Option<i64> {
+        let mut buf = Vec::new();
+        key.encode_key(&mut buf);
+        self.watermark_for_encoded(&buf)
+    }
+
+    fn watermark_for_encoded(&self, key: &[u8]) -> Option<i64> {
+        if self.exact.contains_encoded(key) {
+            self.exact.watermark_for_encoded(key)
+        } else {
+            self.sketch_estimate(key)
+        }
+    }
+
+    /// `true` if `key` is tracked exactly.
+    pub fn is_exact<K: AsKey + ?Sized>(&self, key: &K) -> bool {
+        let mut buf = Vec::new();
+        key.encode_key(&mut buf);
+        self.exact.contains_encoded(&buf)
+    }
+
+    /// Whether an event is late for its key (exact or estimated watermark).
+    pub fn is_late<K: AsKey>(&self, key: K, event_time: i64) -> bool {
+        self.watermark_for_key(&key).is_some_and(|w| event_time < w)
+    }
+
+    /// Vectorised [`Self::is_late`]; null where the time is null.
+    pub fn is_late_columns(&self, keys: &KeyColumns, times: &Int64Array) -> BooleanArray {
+        let mut buf = Vec::new();
+        let bits = BooleanBuffer::collect_bool(keys.len(), |i| {
+            if times.is_null(i) {
+                return false;
+            }
+            buf.clear();
+            keys.encode(i, &mut buf);
+            self.watermark_for_encoded(&buf)
+                .is_some_and(|w| times.value(i) < w)
+        });
+        BooleanArray::new(bits, times.nulls().cloned())
+    }
+
+    /// The global watermark of the exact part (see [`KeyedWatermarkTracker`]).
+    pub fn global_watermark(&self) -> Option<Watermark> {
+        self.exact.global_watermark()
+    }
+
+    /// Marks exact keys silent for longer than the idle timeout as idle.
+    pub fn check_idle_keys(&mut self) -> Option<Watermark> {
+        self.exact.check_idle_keys()
+    }
+
+    /// Metrics.
+    pub fn metrics(&self) -> CompactKeyedMetrics {
+        CompactKeyedMetrics {
+            exact_keys: self.exact.total_key_count(),
+            evicted_keys: self.exact.metrics().evicted_keys,
+            estimated_distinct_keys: self.hll_estimate(),
+            sketch_fill: self.filled as f64 / self.sketch.len() as f64,
+        }
+    }
+
+    /// Heap bytes held, excluding the exact keys' own bytes.
+    pub fn heap_bytes(&self) -> usize {
+        self.exact.heap_bytes() + self.sketch.capacity() * 8 + self.hll.capacity()
+    }
+
+    /// Upper bound of [`Self::heap_bytes`] implied by the configuration (per-key
+    /// layout plus the sketch), independent of the stream's key count.
+    pub fn configured_bytes(&self) -> usize {
+        self.cfg.exact_keys * KeyedWatermarkTracker::bytes_per_key()
+            + self.cfg.sketch_width * self.cfg.sketch_depth * 8
+            + (1 << HLL_P)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tracker(exact: usize, width: usize) -> CompactKeyedWatermarkTracker {
+        CompactKeyedWatermarkTracker::new(CompactKeyedConfig {
+            exact_keys: exact,
+            sketch_width: width,
+            sketch_depth: 4,
+            bounded_delay: 10,
+            idle_timeout: None,
+        })
+    }
+
+    #[test]
+    fn evicted_keys_get_a_lower_bound() {
+        let mut t = tracker(100, 1 << 12);
+        let mut truth = std::collections::HashMap::new();
+        for k in 0..10_000i64 {
+            let ts = (k * 7919) % 100_000;
+            t.update(k, ts).unwrap();
+            truth.insert(k, ts - 10);
+        }
+        let m = t.metrics();
+        assert_eq!(m.exact_keys, 100);
+        assert_eq!(m.evicted_keys, 9_900);
+        for (k, wm) in &truth {
+            let est = t
+                .watermark_for_key(k)
+                .expect("every evicted key has buckets");
+            assert!(
+                est <= *wm,
+                "key {k}: estimate {est} above its watermark {wm}"
+            );
+        }
+        assert!(
+            (m.estimated_distinct_keys - 10_000.0).abs() < 600.0,
+            "{}",
+            m.estimated_distinct_keys
+        );
+    }
+
+    #[test]
+    fn returning_key_late_event_is_caught() {
+        let mut t = tracker(1, 1 << 10);
+        t.update("a", 1_000).unwrap();
+        t.update("b", 5).unwrap(); // evicts a (wm 990)
+        assert!(!t.is_exact("a"));
+        assert!(t.is_late("a", 100), "judged against the estimate");
+        assert!(!t.is_late("a", 995));
+        t.update("a", 995).unwrap();
+        assert_eq!(
+            t.watermark_for_key("a"),
+            Some(985),
+            "exact again, from its own events"
+        );
+    }
+
+    #[test]
+    fn memory_is_bounded_by_configuration() {
+        let mut t = tracker(1_000, 1 << 12);
+        let feed = |t: &mut CompactKeyedWatermarkTracker, from: i64, to: i64| {
+            let keys: Vec<i64> = (from..to).collect();
+            for chunk in keys.chunks(10_000) {
+                let kc = KeyColumns::single(std::sync::Arc::new(Int64Array::from(chunk.to_vec())))
+                    .unwrap();
+                t.update_columns(&kc, &Int64Array::from(chunk.to_vec()))
+                    .unwrap();
+            }
+        };
+        feed(&mut t, 0, 50_000);
+        let at_50k = t.heap_bytes();
+        feed(&mut t, 50_000, 1_000_000);
+        let at_1m = t.heap_bytes();
+        assert_eq!(t.metrics().exact_keys, 1_000);
+        assert!(
+            at_1m <= at_50k + at_50k / 4,
+            "memory grew with the key count: {at_50k} -> {at_1m}"
+        );
+        assert!(
+            at_1m < 2 * t.configured_bytes() + (1 << 20),
+            "{at_1m} vs {}",
+            t.configured_bytes()
+        );
+    }
+}

@@ -1,0 +1,868 @@
+//! Per-key watermarks (seed F065).
+//!
+//! A global watermark drops the data of every key that runs behind the fastest ones.
+//! [`KeyedWatermarkTracker`] keeps one watermark per key,
+//! `max_event_time(key) - bounded_delay`, judges lateness against the key's own
+//! watermark, and keeps a global watermark for ordering and for closing the windows
+//! of idle keys:
+//!
+//! * global = minimum over **active** keys; idle keys are excluded; if no key is
+//!   active, the highest watermark any key has had. It is the seed's "global (for
+//!   ordering)": it moves back only when a key that is behind joins or becomes active
+//!   again (the seed's own example: a slow tenant arriving after a fast one lowers it);
+//!   removing or idling keys never lowers it;
+//! * the advances the update calls report are monotonic: `Some(W)` only when `W` is
+//!   above every value reported before ([`KeyedWatermarkTracker::emitted_watermark`]);
+//! * per-key watermarks are monotonic;
+//! * a key is idle when its last activity on the injected clock is more than
+//!   `idle_timeout` ago (checked by [`KeyedWatermarkTracker::check_idle_keys`]);
+//! * `max_keys` bounds memory, with the seed's eviction policies.
+//!
+//! # Data structure
+//!
+//! Keys are interned into dense slots ([`KeyTable`]); per-slot state is kept in
+//! parallel vectors (about 40 bytes per key, see [`KeyedWatermarkTracker::bytes_per_key`]).
+//! The global minimum is a [`MinTree`] over active slots: `global_watermark` is O(1),
+//! an update O(log n) with an early exit (O(1) unless the key held the minimum). An
+//! intrusive list orders keys by last activity, so idle detection and
+//! least-recently-active eviction touch only the keys they act on; a scan cursor
+//! marks the prefix of the list already known to be idle. Lowest-watermark eviction
+//! takes the minimum of the active tree and of a lazy heap of idle keys.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::Duration;
+
+use arrow_array::{Array, BooleanArray, Int64Array};
+use arrow_buffer::{BooleanBuffer, NullBuffer};
+
+use crate::clock::{system_clock, ClockRef};
+use crate::error::{Result, TidemarkError};
+use crate::key::{hash_key, AsKey, KeyColumns, KeyTable};
+use crate::time::{MinTree, Watermark};
+
+/// Policy for evicting keys when `max_keys` is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyEvictionPolicy {
+    /// Evict the key with the oldest last activity.
+    #[default]
+    LeastRecentlyActive,
+    /// Evict the key with the lowest watermark.
+    LowestWatermark,
+    /// Reject new keys with [`TidemarkError::MaxKeysReached`].
+    RejectNew,
+}
+
+impl KeyEvictionPolicy {
+    /// Parses the policy names used by the Python API.
+    pub fn from_name(name: &str) -> Result<Self> {
+        Ok(match name {
+            "least_recently_active" | "lru" => KeyEvictionPolicy::LeastRecentlyActive,
+            "lowest_watermark" => KeyEvictionPolicy::LowestWatermark,
+            "reject_new" => KeyEvictionPolicy::RejectNew,
+            other => {
+                return Err(TidemarkError::config(
+                    "eviction",
+                    format!(
+                        "unknown eviction policy {other:?}; use least_recently_active, \
+                         lowest_watermark or reject_new"
+                    ),
+                ))
+            }
+        })
+    }
+}
+
+/// Keyed watermark tracker configuration (seed F065). Durations are milliseconds of
+/// clock and event time; see [`KeyedWatermarkConfig::ticks`] for other units.
+#[derive(Debug, Clone)]
+pub struct KeyedWatermarkConfig {
+    /// Maximum out-of-orderness: a key's watermark is its max event time minus this.
+    pub bounded_delay: Duration,
+    /// A key with no update for longer than this is idle.
+    pub idle_timeout: Duration,
+    /// Maximum number of keys tracked (`None`: unlimited).
+    pub max_keys: Option<usize>,
+    /// What happens when `max_keys` is reached.
+    pub eviction_policy: KeyEvictionPolicy,
+}
+
+impl Default for KeyedWatermarkConfig {
+    fn default() -> Self {
+        Self {
+            bounded_delay: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(60),
+            max_keys: None,
+            eviction_policy: KeyEvictionPolicy::LeastRecentlyActive,
+        }
+    }
+}
+
+/// The configuration in ticks (any unit; the tracker is unit-agnostic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyedTicks {
+    /// Bounded delay in event-time ticks.
+    pub bounded_delay: i64,
+    /// Idle timeout in clock ticks (`None`: keys go idle only when marked).
+    pub idle_timeout: Option<i64>,
+    /// Maximum number of keys.
+    pub max_keys: Option<usize>,
+    /// Eviction policy.
+    pub eviction_policy: KeyEvictionPolicy,
+}
+
+impl KeyedWatermarkConfig {
+    /// The configuration in ticks (durations as milliseconds).
+    pub fn ticks(&self) -> KeyedTicks {
+        KeyedTicks {
+            bounded_delay: self.bounded_delay.as_millis() as i64,
+            idle_timeout: Some(self.idle_timeout.as_millis() as i64),
+            max_keys: self.max_keys,
+            eviction_policy: self.eviction_policy,
+        }
+    }
+}
+
+/// Per-key watermark state, as returned by `key_state` and `remove_key`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyWatermarkState {
+    /// Maximum event time seen for this key.
+    pub max_event_time: i64,
+    /// Current watermark (`max_event_time - bounded_delay`).
+    pub watermark: i64,
+    /// Clock reading of the last activity.
+    pub last_activity: i64,
+    /// Whether the key is idle.
+    pub is_idle: bool,
+}
+
+/// Metrics for keyed watermark tracking.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyedWatermarkMetrics {
+    /// Total keys tracked.
+    pub total_keys: usize,
+    /// Currently active (non-idle) keys.
+    pub active_keys: usize,
+    /// Idle keys.
+    pub idle_keys: usize,
+    /// Keys evicted because of `max_keys`.
+    pub evicted_keys: u64,
+    /// Global watermark advancements.
+    pub global_advances: u64,
+    /// Per-key watermark advancements.
+    pub key_advances: u64,
+}
+
+const NIL: u32 = u32::MAX;
+
+/// Tracks watermarks per logical key.
+///
+/// # Examples
+///
+/// The seed's example (keys may be any [`AsKey`] value: strings, integers, bytes,
+/// tuples):
+///
+/// ```
+/// use tidemark_core::time::{KeyedWatermarkTracker, KeyedWatermarkConfig, Watermark};
+/// use std::time::Duration;
+///
+/// let config = KeyedWatermarkConfig {
+///     bounded_delay: Duration::from_secs(5),
+///     idle_timeout: Duration::from_secs(60),
+///     ..Default::default()
+/// };
+///
+/// let mut tracker = KeyedWatermarkTracker::new(config);
+///
+/// // Fast tenant advances quickly
+/// tracker.update("tenant_a".to_string(), 10_000).unwrap();
+/// tracker.update("tenant_a".to_string(), 15_000).unwrap();
+///
+/// // Slow tenant at earlier time
+/// tracker.update("tenant_b".to_string(), 5_000).unwrap();
+///
+/// // Per-key watermarks
+/// assert_eq!(tracker.watermark_for_key(&"tenant_a".to_string()), Some(10_000)); // 15000 - 5000
+/// assert_eq!(tracker.watermark_for_key(&"tenant_b".to_string()), Some(0));      // 5000 - 5000
+///
+/// // Global watermark is minimum across active keys
+/// assert_eq!(tracker.global_watermark(), Some(Watermark::new(0))); // min of 10000, 0
+///
+/// // Events for tenant_b at 3000 are NOT late (their key watermark allows it)
+/// assert!(!tracker.is_late("tenant_b".to_string(), 3000));
+///
+/// // But events for tenant_a at 3000 ARE late (their key watermark is 10000)
+/// assert!(tracker.is_late("tenant_a".to_string(), 3000));
+/// ```
+#[derive(Debug, Clone)]
+pub struct KeyedWatermarkTracker {
+    cfg: KeyedTicks,
+    clock: ClockRef,
+    keys: KeyTable,
+    // Per-slot state (parallel vectors indexed by slot id).
+    max_event: Vec<i64>,
+    last_activity: Vec<i64>,
+    idle: Vec<bool>,
+    prev: Vec<u32>,
+    next: Vec<u32>,
+    /// Watermarks of active keys; idle and free slots hold `MinTree::EMPTY`.
+    active: MinTree,
+    /// Activity list: oldest activity at `head`. Slots before `cursor` are all idle.
+    head: u32,
+    tail: u32,
+    cursor: u32,
+    /// Idle keys by watermark, for lowest-watermark eviction (entries validated lazily).
+    idle_heap: BinaryHeap<Reverse<(i64, u32)>>,
+    /// Current global watermark (may move back when a lagging key joins).
+    global: i64,
+    /// Highest global watermark reported so far (monotonic).
+    reported: i64,
+    /// Highest watermark any key has had (the value when no key is active).
+    max_seen: i64,
+    metrics: KeyedWatermarkMetrics,
+    scratch: Vec<u8>,
+    /// Batch folding: `epoch[slot] == batch_epoch` marks slots touched by the batch being
+    /// applied; `touched` lists them with their watermark before the batch.
+    epoch: Vec<u32>,
+    batch_epoch: u32,
+    touched: Vec<(u32, i64)>,
+    /// When enabled, evicted keys and their watermarks, for the caller to drain.
+    eviction_log: Option<Vec<(Vec<u8>, i64)>>,
+}
+
+impl KeyedWatermarkTracker {
+    /// A tracker on the system clock.
+    pub fn new(config: KeyedWatermarkConfig) -> Self {
+        Self::with_ticks(config.ticks(), system_clock())
+    }
+
+    /// A tracker with a configuration in ticks, reading `clock`.
+    pub fn with_ticks(cfg: KeyedTicks, clock: ClockRef) -> Self {
+        Self {
+            cfg: KeyedTicks {
+                bounded_delay: cfg.bounded_delay.max(0),
+                idle_timeout: cfg.idle_timeout.map(|t| t.max(0)),
+                ..cfg
+            },
+            clock,
+            keys: KeyTable::new(),
+            max_event: Vec::new(),
+            last_activity: Vec::new(),
+            idle: Vec::new(),
+            prev: Vec::new(),
+            next: Vec::new(),
+            active: MinTree::new(),
+            head: NIL,
+            tail: NIL,
+            cursor: NIL,
+            idle_heap: BinaryHeap::new(),
+            global: i64::MIN,
+            reported: i64::MIN,
+            max_seen: i64::MIN,
+            metrics: KeyedWatermarkMetrics::default(),
+            scratch: Vec::new(),
+            epoch: Vec::new(),
+            batch_epoch: 0,
+            touched: Vec::new(),
+            eviction_log: None,
+        }
+    }
+
+    /// Uses `clock` for idle detection.
+    pub fn with_clock(mut self, clock: ClockRef) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Records evicted keys with their last watermark, for [`Self::drain_evictions`].
+    pub fn with_eviction_log(mut self) -> Self {
+        self.eviction_log = Some(Vec::new());
+        self
+    }
+
+    /// Takes the keys evicted since the last call (empty unless the log is enabled).
+    pub fn drain_evictions(&mut self) -> Vec<(Vec<u8>, i64)> {
+        self.eviction_log
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// `true` if `key` (encoded) is tracked.
+    pub fn contains_encoded(&self, key: &[u8]) -> bool {
+        self.keys.get(key).is_some()
+    }
+
+    /// The watermark of an encoded key (`None` if unknown or none yet).
+    pub fn watermark_for_encoded(&self, key: &[u8]) -> Option<i64> {
+        let s = self.keys.get(key)? as usize;
+        let wm = self.wm_of(s);
+        (wm != i64::MIN).then_some(wm)
+    }
+
+    /// The configuration in ticks.
+    pub fn config(&self) -> &KeyedTicks {
+        &self.cfg
+    }
+
+    #[inline]
+    fn wm_of(&self, slot: usize) -> i64 {
+        self.max_event[slot].saturating_sub(self.cfg.bounded_delay)
+    }
+
+    // --- activity list ---------------------------------------------------------
+
+    fn unlink(&mut self, s: u32) {
+        let (p, n) = (self.prev[s as usize], self.next[s as usize]);
+        if self.cursor == s {
+            self.cursor = n;
+        }
+        if p == NIL {
+            self.head = n;
+        } else {
+            self.next[p as usize] = n;
+        }
+        if n == NIL {
+            self.tail = p;
+        } else {
+            self.prev[n as usize] = p;
+        }
+    }
+
+    fn push_back(&mut self, s: u32) {
+        self.prev[s as usize] = self.tail;
+        self.next[s as usize] = NIL;
+        if self.tail == NIL {
+            self.head = s;
+        } else {
+            self.next[self.tail as usize] = s;
+        }
+        self.tail = s;
+        if self.cursor == NIL {
+            self.cursor = s;
+        }
+    }
+
+    // --- slots -------------------------------------------------------------------
+
+    fn ensure_slot(&mut self, slot: u32) {
+        let need = slot as usize + 1;
+        if self.max_event.len() < need {
+            self.max_event.resize(need, i64::MIN);
+            self.last_activity.resize(need, 0);
+            self.idle.resize(need, false);
+            self.prev.resize(need, NIL);
+            self.next.resize(need, NIL);
+            self.epoch.resize(need, 0);
+        }
+    }
+
+    /// Inserts a new key (absent from the table), evicting one if the tracker is full.
+    fn insert_key(&mut self, key: &[u8], hash: u64, now: i64) -> Result<u32> {
+        if let Some(max) = self.cfg.max_keys {
+            if self.keys.len() >= max {
+                match self.cfg.eviction_policy {
+                    KeyEvictionPolicy::RejectNew => {
+                        return Err(TidemarkError::MaxKeysReached { max_keys: max })
+                    }
+                    _ if max == 0 => return Err(TidemarkError::MaxKeysReached { max_keys: max }),
+                    _ => self.evict_one(),
+                }
+            }
+        }
+        let slot = self.keys.insert_new(key, hash)?;
+        self.ensure_slot(slot);
+        let s = slot as usize;
+        self.max_event[s] = i64::MIN;
+        self.last_activity[s] = now;
+        self.idle[s] = false;
+        self.push_back(slot);
+        self.metrics.total_keys += 1;
+        self.metrics.active_keys += 1;
+        // No watermark yet: hold the minimum at "none" until the first event lands.
+        self.active.set(s, i64::MIN);
+        Ok(slot)
+    }
+
+    fn evict_one(&mut self) {
+        let victim = match self.cfg.eviction_policy {
+            KeyEvictionPolicy::LowestWatermark => self.lowest_watermark_slot(),
+            _ => (self.head != NIL).then_some(self.head),
+        };
+        if let Some(v) = victim {
+            if let Some(log) = self.eviction_log.as_mut() {
+                let key = self.keys.key(v).to_vec();
+                let wm = self.max_event[v as usize].saturating_sub(self.cfg.bounded_delay);
+                log.push((key, wm));
+            }
+            self.drop_slot(v);
+            self.metrics.evicted_keys += 1;
+        }
+    }
+
+    fn lowest_watermark_slot(&mut self) -> Option<u32> {
+        // Drop stale idle entries (key reactivated, removed, or advanced since).
+        while let Some(&Reverse((wm, s))) = self.idle_heap.peek() {
+            let valid =
+                self.keys.is_live(s) && self.idle[s as usize] && self.wm_of(s as usize) == wm;
+            if valid {
+                break;
+            }
+            self.idle_heap.pop();
+        }
+        let idle = self.idle_heap.peek().map(|&Reverse((wm, s))| (wm, s));
+        let active = self.active.argmin().map(|s| (self.active.get(s), s as u32));
+        match (idle, active) {
+            (Some(i), Some(a)) => Some(if i.0 <= a.0 { i.1 } else { a.1 }),
+            (Some(i), None) => Some(i.1),
+            (None, Some(a)) => Some(a.1),
+            (None, None) => (self.head != NIL).then_some(self.head),
+        }
+    }
+
+    fn drop_slot(&mut self, slot: u32) -> KeyWatermarkState {
+        let s = slot as usize;
+        let state = self.state_of(s);
+        self.unlink(slot);
+        self.active.set(s, MinTree::EMPTY);
+        if self.idle[s] {
+            self.metrics.idle_keys -= 1;
+        } else {
+            self.metrics.active_keys -= 1;
+        }
+        self.metrics.total_keys -= 1;
+        self.idle[s] = false;
+        self.max_event[s] = i64::MIN;
+        self.keys.remove(slot);
+        state
+    }
+
+    fn state_of(&self, s: usize) -> KeyWatermarkState {
+        KeyWatermarkState {
+            max_event_time: self.max_event[s],
+            watermark: self.wm_of(s),
+            last_activity: self.last_activity[s],
+            is_idle: self.idle[s],
+        }
+    }
+
+    /// Records activity and a new event time for `slot`. Does not recompute the global.
+    #[inline]
+    fn apply(&mut self, slot: u32, event_time: i64, now: i64) {
+        let before = self.wm_of(slot as usize);
+        let s = slot as usize;
+        self.max_event[s] = self.max_event[s].max(event_time);
+        self.finish(slot, before, now);
+    }
+
+    /// Activity bookkeeping after `max_event[slot]` was raised from watermark `before`.
+    #[inline]
+    fn finish(&mut self, slot: u32, before: i64, now: i64) {
+        let s = slot as usize;
+        if self.tail != slot {
+            self.unlink(slot);
+            self.push_back(slot);
+        } else if self.cursor == NIL {
+            // Already last, but past the idle scan: it must be scanned again.
+            self.cursor = slot;
+        }
+        self.last_activity[s] = now;
+        if self.idle[s] {
+            self.idle[s] = false;
+            self.metrics.idle_keys -= 1;
+            self.metrics.active_keys += 1;
+        }
+        let wm = self.wm_of(s);
+        if wm > before {
+            self.metrics.key_advances += 1;
+        }
+        self.max_seen = self.max_seen.max(wm);
+        self.active.set(s, wm);
+    }
+
+    fn slot_for_update(&mut self, key: &[u8], now: i64) -> Result<u32> {
+        let hash = hash_key(key);
+        match self.keys.get_hashed(key, hash) {
+            Some(s) => Ok(s),
+            None => self.insert_key(key, hash, now),
+        }
+    }
+
+    // --- public API ------------------------------------------------------------
+
+    /// Updates the watermark of `key` with an event at `event_time`.
+    ///
+    /// Returns the new global watermark if it advanced, or
+    /// [`TidemarkError::MaxKeysReached`] under the `RejectNew` policy.
+    pub fn update<K: AsKey>(&mut self, key: K, event_time: i64) -> Result<Option<Watermark>> {
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        key.encode_key(&mut buf);
+        let r = self.update_encoded(&buf, event_time);
+        self.scratch = buf;
+        r
+    }
+
+    /// [`Self::update`] with an already encoded key.
+    pub fn update_encoded(&mut self, key: &[u8], event_time: i64) -> Result<Option<Watermark>> {
+        let now = self.clock.now();
+        let slot = self.slot_for_update(key, now)?;
+        self.apply(slot, event_time, now);
+        Ok(self.recalc())
+    }
+
+    /// Batch update (the clock is read once, the global recomputed once).
+    pub fn update_batch<K: AsKey>(&mut self, events: &[(K, i64)]) -> Result<Option<Watermark>> {
+        let mut encoded = Vec::with_capacity(events.len());
+        for (k, _) in events {
+            let mut v = Vec::new();
+            k.encode_key(&mut v);
+            encoded.push(v);
+        }
+        let times: Vec<i64> = events.iter().map(|e| e.1).collect();
+        self.update_rows(
+            encoded.len(),
+            |i, out| out.extend_from_slice(&encoded[i]),
+            |i| Some(times[i]),
+        )
+    }
+
+    /// Batch update from Arrow key columns and event times (rows with a null time are
+    /// skipped). Order inside the batch does not matter.
+    pub fn update_columns(
+        &mut self,
+        keys: &KeyColumns,
+        times: &Int64Array,
+    ) -> Result<Option<Watermark>> {
+        if keys.len() != times.len() {
+            return Err(TidemarkError::config(
+                "event_times",
+                format!("{} keys but {} event times", keys.len(), times.len()),
+            ));
+        }
+        let nulls = times.nulls().cloned();
+        let values = times.values().clone();
+        self.update_rows(
+            keys.len(),
+            |i, out| keys.encode(i, out),
+            |i| match &nulls {
+                Some(n) if n.is_null(i) => None,
+                _ => Some(values[i]),
+            },
+        )
+    }
+
+    fn update_rows(
+        &mut self,
+        n: usize,
+        encode: impl Fn(usize, &mut Vec<u8>),
+        time: impl Fn(usize) -> Option<i64>,
+    ) -> Result<Option<Watermark>> {
+        let now = self.clock.now();
+        let mut buf = std::mem::take(&mut self.scratch);
+        let room = self.cfg.max_keys.map(|m| m.saturating_sub(self.keys.len()));
+        self.batch_epoch = self.batch_epoch.wrapping_add(1);
+        if self.batch_epoch == 0 {
+            self.epoch.iter_mut().for_each(|e| *e = 0);
+            self.batch_epoch = 1;
+        }
+        let result = if room.is_none_or(|r| r >= n) {
+            // No eviction can happen: intern rows directly, fold maxima per slot, then
+            // do the activity bookkeeping once per touched key.
+            (|| {
+                for i in 0..n {
+                    let Some(t) = time(i) else { continue };
+                    buf.clear();
+                    encode(i, &mut buf);
+                    let slot = self.slot_for_update(&buf, now)?;
+                    let s = slot as usize;
+                    if self.epoch[s] != self.batch_epoch {
+                        self.epoch[s] = self.batch_epoch;
+                        self.touched.push((slot, self.wm_of(s)));
+                    }
+                    self.max_event[s] = self.max_event[s].max(t);
+                }
+                Ok(())
+            })()
+        } else {
+            self.update_rows_evicting(n, &encode, &time, now, &mut buf)
+        };
+        self.scratch = buf;
+        // Finish what was folded even if a later row failed: the state stays consistent.
+        let mut touched = std::mem::take(&mut self.touched);
+        for &(slot, before) in &touched {
+            self.finish(slot, before, now);
+        }
+        touched.clear();
+        self.touched = touched;
+        result.map(|_| self.recalc())
+    }
+
+    /// Slow path when keys may be evicted: fold the batch per key first (so no slot of
+    /// this batch is evicted and reused under it), then apply key by key: keys already
+    /// tracked first, then new ones.
+    fn update_rows_evicting(
+        &mut self,
+        n: usize,
+        encode: &impl Fn(usize, &mut Vec<u8>),
+        time: &impl Fn(usize) -> Option<i64>,
+        now: i64,
+        buf: &mut Vec<u8>,
+    ) -> Result<()> {
+        let mut local = KeyTable::new();
+        let mut maxima: Vec<i64> = Vec::new();
+        for i in 0..n {
+            let Some(t) = time(i) else { continue };
+            buf.clear();
+            encode(i, buf);
+            let (slot, new) = local.get_or_insert(buf)?;
+            if new {
+                maxima.push(t);
+            } else {
+                maxima[slot as usize] = maxima[slot as usize].max(t);
+            }
+        }
+        if self.cfg.eviction_policy == KeyEvictionPolicy::RejectNew {
+            let max = self.cfg.max_keys.unwrap_or(usize::MAX);
+            let new_keys = local
+                .slots()
+                .filter(|&s| self.keys.get(local.key(s)).is_none())
+                .count();
+            if self.keys.len() + new_keys > max {
+                return Err(TidemarkError::MaxKeysReached { max_keys: max });
+            }
+        }
+        // Keys already tracked first (they become the most recently active), then new
+        // keys, so eviction picks keys outside this batch whenever the batch fits.
+        let mut new_keys = Vec::new();
+        for s in local.slots() {
+            match self.keys.get(local.key(s)) {
+                Some(slot) => self.apply(slot, maxima[s as usize], now),
+                None => new_keys.push(s),
+            }
+        }
+        for s in new_keys {
+            let slot = self.slot_for_update(local.key(s), now)?;
+            self.apply(slot, maxima[s as usize], now);
+        }
+        Ok(())
+    }
+
+    /// The watermark of `key` (`None` if unknown).
+    pub fn watermark_for_key<K: AsKey + ?Sized>(&self, key: &K) -> Option<i64> {
+        let s = self.find(key)? as usize;
+        let wm = self.wm_of(s);
+        (wm != i64::MIN).then_some(wm)
+    }
+
+    /// The full state of `key`.
+    pub fn key_state<K: AsKey + ?Sized>(&self, key: &K) -> Option<KeyWatermarkState> {
+        self.find(key).map(|s| self.state_of(s as usize))
+    }
+
+    fn find<K: AsKey + ?Sized>(&self, key: &K) -> Option<u32> {
+        let mut buf = Vec::new();
+        key.encode_key(&mut buf);
+        self.keys.get(&buf)
+    }
+
+    /// The global watermark: minimum over active keys (if none is active, the highest
+    /// watermark any key has had). May move back when a lagging key joins.
+    #[inline]
+    pub fn global_watermark(&self) -> Option<Watermark> {
+        Watermark::from_raw(self.global)
+    }
+
+    /// The highest global watermark reported so far (monotonic): what a consumer
+    /// driving event-time timers from this tracker should use.
+    #[inline]
+    pub fn emitted_watermark(&self) -> Option<Watermark> {
+        Watermark::from_raw(self.reported)
+    }
+
+    /// Whether an event is late for its key (its own watermark, not the global one).
+    /// Events of unknown keys are never late.
+    pub fn is_late<K: AsKey>(&self, key: K, event_time: i64) -> bool {
+        self.watermark_for_key(&key)
+            .is_some_and(|wm| event_time < wm)
+    }
+
+    /// Vectorised [`Self::is_late`]: one boolean per row (null where the time is null).
+    pub fn is_late_columns(&self, keys: &KeyColumns, times: &Int64Array) -> Result<BooleanArray> {
+        if keys.len() != times.len() {
+            return Err(TidemarkError::config(
+                "event_times",
+                format!("{} keys but {} event times", keys.len(), times.len()),
+            ));
+        }
+        let mut buf = Vec::new();
+        let bits = BooleanBuffer::collect_bool(keys.len(), |i| {
+            if times.is_null(i) {
+                return false;
+            }
+            buf.clear();
+            keys.encode(i, &mut buf);
+            match self.keys.get(&buf) {
+                Some(s) => times.value(i) < self.wm_of(s as usize),
+                None => false,
+            }
+        });
+        Ok(BooleanArray::new(
+            bits,
+            times.nulls().cloned().map(|n: NullBuffer| n),
+        ))
+    }
+
+    /// Marks `key` idle. Returns the new global watermark if that advanced it.
+    pub fn mark_idle<K: AsKey + ?Sized>(&mut self, key: &K) -> Option<Watermark> {
+        let s = self.find(key)?;
+        self.set_idle(s);
+        self.recalc()
+    }
+
+    /// Marks `key` active again (its idle timer restarts now; it takes part in the
+    /// global minimum again). Returns `false` if the key is unknown.
+    pub fn mark_active<K: AsKey + ?Sized>(&mut self, key: &K) -> bool {
+        let Some(s) = self.find(key) else {
+            return false;
+        };
+        let now = self.clock.now();
+        let t = self.max_event[s as usize];
+        self.apply(s, t, now);
+        self.recalc();
+        true
+    }
+
+    fn set_idle(&mut self, slot: u32) {
+        let s = slot as usize;
+        if !self.idle[s] {
+            self.idle[s] = true;
+            self.metrics.idle_keys += 1;
+            self.metrics.active_keys -= 1;
+            self.active.set(s, MinTree::EMPTY);
+            if self.cfg.eviction_policy == KeyEvictionPolicy::LowestWatermark {
+                self.idle_heap.push(Reverse((self.wm_of(s), slot)));
+                if self.idle_heap.len() > 2 * self.metrics.idle_keys + 1024 {
+                    self.rebuild_idle_heap();
+                }
+            }
+        }
+    }
+
+    fn rebuild_idle_heap(&mut self) {
+        let entries: Vec<_> = self
+            .keys
+            .slots()
+            .filter(|&s| self.idle[s as usize])
+            .map(|s| Reverse((self.wm_of(s as usize), s)))
+            .collect();
+        self.idle_heap = BinaryHeap::from(entries);
+    }
+
+    /// Marks every key with no activity for more than `idle_timeout` as idle. Touches
+    /// only keys past the scan cursor. Returns the new global watermark if it advanced.
+    pub fn check_idle_keys(&mut self) -> Option<Watermark> {
+        let timeout = self.cfg.idle_timeout?;
+        let now = self.clock.now();
+        let mut any = false;
+        while self.cursor != NIL {
+            let s = self.cursor;
+            if now.saturating_sub(self.last_activity[s as usize]) <= timeout {
+                break;
+            }
+            if !self.idle[s as usize] {
+                self.set_idle(s);
+                any = true;
+            }
+            self.cursor = self.next[s as usize];
+        }
+        if any {
+            self.recalc()
+        } else {
+            None
+        }
+    }
+
+    /// Number of active keys.
+    pub fn active_key_count(&self) -> usize {
+        self.metrics.active_keys
+    }
+
+    /// Number of tracked keys.
+    pub fn total_key_count(&self) -> usize {
+        self.metrics.total_keys
+    }
+
+    /// Metrics.
+    pub fn metrics(&self) -> &KeyedWatermarkMetrics {
+        &self.metrics
+    }
+
+    /// Forces recalculation of the global watermark. Returns it if it advanced.
+    pub fn recalculate_global(&mut self) -> Option<Watermark> {
+        self.recalc()
+    }
+
+    #[inline]
+    fn recalc(&mut self) -> Option<Watermark> {
+        let m = self.active.min();
+        self.global = if m != MinTree::EMPTY {
+            m
+        } else {
+            self.max_seen
+        };
+        if self.global > self.reported {
+            self.reported = self.global;
+            self.metrics.global_advances += 1;
+            Some(Watermark::new(self.global))
+        } else {
+            None
+        }
+    }
+
+    /// Removes `key` from tracking and returns its state. The global watermark is
+    /// recalculated (removing a key never lowers it).
+    pub fn remove_key<K: AsKey + ?Sized>(&mut self, key: &K) -> Option<KeyWatermarkState> {
+        let s = self.find(key)?;
+        let state = self.drop_slot(s);
+        self.recalc();
+        Some(state)
+    }
+
+    /// Forgets every key and watermark (metrics counters are kept).
+    pub fn clear(&mut self) {
+        let metrics = KeyedWatermarkMetrics {
+            total_keys: 0,
+            active_keys: 0,
+            idle_keys: 0,
+            ..self.metrics.clone()
+        };
+        let log = self.eviction_log.take().map(|_| Vec::new());
+        *self = Self::with_ticks(self.cfg, self.clock.clone());
+        self.metrics = metrics;
+        self.eviction_log = log;
+    }
+
+    /// Bytes of memory per key by layout, excluding the key's own bytes: per-slot
+    /// vectors, tree leaf and internal node, hash table entry, arena span.
+    pub fn bytes_per_key() -> usize {
+        8 /* max_event */ + 8 /* last_activity */ + 1 /* idle */ + 8 /* prev, next */
+            + 4 /* batch epoch */ + 16 /* min tree */ + 8 /* key span */ + 5 /* hash entry */
+    }
+
+    /// Heap bytes held, excluding the keys' own bytes.
+    pub fn heap_bytes(&self) -> usize {
+        self.max_event.capacity() * 8
+            + self.last_activity.capacity() * 8
+            + self.idle.capacity()
+            + (self.prev.capacity() + self.next.capacity()) * 4
+            + self.epoch.capacity() * 4
+            + self.active.heap_bytes()
+            + self.keys.overhead_bytes()
+            + self.idle_heap.capacity() * 16
+    }
+}
+
+#[cfg(test)]
+#[path = "keyed_tests.rs"]
+mod tests;

@@ -1,0 +1,633 @@
+use super::*;
+use crate::clock::ManualClock;
+use arrow_array::{ArrayRef, Int64Array, StringArray};
+use std::sync::Arc;
+
+fn tracker(
+    delay: i64,
+    idle: Option<i64>,
+    max_keys: Option<usize>,
+    policy: KeyEvictionPolicy,
+) -> (KeyedWatermarkTracker, ManualClock) {
+    let clock = ManualClock::new(0);
+    let t = KeyedWatermarkTracker::with_ticks(
+        KeyedTicks {
+            bounded_delay: delay,
+            idle_timeout: idle,
+            max_keys,
+            eviction_policy: policy,
+        },
+        Arc::new(clock.clone()),
+    );
+    (t, clock)
+}
+
+fn simple() -> (KeyedWatermarkTracker, ManualClock) {
+    tracker(
+        5_000,
+        Some(60_000),
+        None,
+        KeyEvictionPolicy::LeastRecentlyActive,
+    )
+}
+
+fn w(v: i64) -> Option<Watermark> {
+    Some(Watermark::new(v))
+}
+
+#[test]
+fn test_keyed_tracker_single_key_updates_watermark() {
+    let (mut t, _) = simple();
+    assert_eq!(t.update("a", 10_000).unwrap(), w(5_000));
+    assert_eq!(t.watermark_for_key("a"), Some(5_000));
+    assert_eq!(
+        t.update("a", 8_000).unwrap(),
+        None,
+        "older event: no change"
+    );
+    assert_eq!(t.watermark_for_key("a"), Some(5_000));
+    assert_eq!(t.update("a", 12_000).unwrap(), w(7_000));
+    assert_eq!(t.metrics().key_advances, 2);
+}
+
+#[test]
+fn test_keyed_tracker_multiple_keys_independent_watermarks() {
+    let (mut t, _) = simple();
+    t.update("a", 20_000).unwrap();
+    t.update("b", 9_000).unwrap();
+    t.update(7i64, 6_000).unwrap();
+    assert_eq!(t.watermark_for_key("a"), Some(15_000));
+    assert_eq!(t.watermark_for_key("b"), Some(4_000));
+    assert_eq!(t.watermark_for_key(&7i64), Some(1_000));
+    assert_eq!(t.watermark_for_key("c"), None);
+    assert_eq!(t.total_key_count(), 3);
+}
+
+#[test]
+fn test_keyed_tracker_global_is_minimum_of_active_keys() {
+    let (mut t, _) = simple();
+    t.update("a", 20_000).unwrap();
+    assert_eq!(t.global_watermark(), w(15_000));
+    assert_eq!(
+        t.update("b", 9_000).unwrap(),
+        None,
+        "a lagging key joining is no advance"
+    );
+    assert_eq!(
+        t.global_watermark(),
+        w(4_000),
+        "but it lowers the global (seed example)"
+    );
+    assert_eq!(
+        t.emitted_watermark(),
+        w(15_000),
+        "reported advances stay monotonic"
+    );
+    let (mut t, _) = simple();
+    t.update_batch(&[("a", 20_000), ("b", 9_000), ("c", 30_000)])
+        .unwrap();
+    assert_eq!(t.global_watermark(), w(4_000));
+    assert_eq!(t.update("b", 40_000).unwrap(), w(15_000));
+}
+
+#[test]
+fn test_keyed_tracker_fast_key_does_not_affect_slow_key() {
+    let (mut t, _) = simple();
+    t.update("slow", 1_000).unwrap();
+    for i in 0..100 {
+        t.update("fast", 100_000 + i * 1_000).unwrap();
+    }
+    assert_eq!(t.watermark_for_key("slow"), Some(-4_000));
+    assert!(
+        !t.is_late("slow", 500),
+        "the slow key's own watermark decides"
+    );
+}
+
+#[test]
+fn test_keyed_tracker_is_late_uses_key_watermark_not_global() {
+    let (mut t, _) = simple();
+    t.update("tenant_a", 15_000).unwrap();
+    t.update("tenant_b", 5_000).unwrap();
+    assert_eq!(t.global_watermark(), w(0));
+    assert!(!t.is_late("tenant_b", 3_000));
+    assert!(t.is_late("tenant_a", 3_000));
+    assert!(!t.is_late("tenant_a", 10_000), "ts == W is on time");
+    assert!(t.is_late("tenant_a", 9_999));
+    assert!(!t.is_late("unknown", i64::MIN + 1));
+}
+
+#[test]
+fn test_keyed_tracker_idle_key_excluded_from_global() {
+    let (mut t, clock) = simple();
+    t.update_batch(&[("a", 10_000), ("b", 50_000)]).unwrap();
+    assert_eq!(t.global_watermark(), w(5_000));
+    clock.advance(30_000);
+    t.update("b", 60_000).unwrap();
+    clock.advance(30_001);
+    assert_eq!(t.check_idle_keys(), w(55_000), "a is idle after 60s");
+    assert_eq!(t.active_key_count(), 1);
+    assert_eq!(t.metrics().idle_keys, 1);
+    assert!(t.key_state("a").unwrap().is_idle);
+    // A new event reactivates the key, which takes part in the minimum again.
+    assert_eq!(t.update("a", 11_000).unwrap(), None);
+    assert_eq!(t.active_key_count(), 2);
+    assert_eq!(t.global_watermark(), w(6_000));
+    assert_eq!(t.emitted_watermark(), w(55_000));
+}
+
+#[test]
+fn test_keyed_tracker_all_idle_uses_max() {
+    let (mut t, _) = simple();
+    t.update_batch(&[("a", 10_000), ("b", 50_000)]).unwrap();
+    assert_eq!(t.mark_idle("a"), w(45_000));
+    assert_eq!(t.mark_idle("b"), None, "all idle: max = 45_000 already");
+    assert_eq!(t.global_watermark(), w(45_000));
+    let (mut t, _) = simple();
+    t.update_batch(&[("a", 50_000), ("b", 10_000)]).unwrap();
+    t.mark_idle("a");
+    assert_eq!(t.mark_idle("b"), w(45_000));
+}
+
+#[test]
+fn test_keyed_tracker_key_eviction_lru() {
+    let (mut t, clock) = tracker(0, None, Some(3), KeyEvictionPolicy::LeastRecentlyActive);
+    for (i, k) in ["a", "b", "c"].iter().enumerate() {
+        clock.advance(1);
+        t.update(*k, 100 + i as i64).unwrap();
+    }
+    clock.advance(1);
+    t.update("a", 200).unwrap(); // a is now the most recent; b the least
+    t.update("d", 300).unwrap();
+    assert_eq!(t.watermark_for_key("b"), None, "b evicted");
+    assert!(t.watermark_for_key("a").is_some());
+    assert_eq!(t.metrics().evicted_keys, 1);
+    assert_eq!(t.total_key_count(), 3);
+}
+
+#[test]
+fn test_keyed_tracker_key_eviction_lowest_watermark() {
+    let (mut t, _) = tracker(0, None, Some(3), KeyEvictionPolicy::LowestWatermark);
+    t.update_batch(&[("a", 500), ("b", 100), ("c", 300)])
+        .unwrap();
+    t.mark_idle("c");
+    t.update("d", 900).unwrap();
+    assert_eq!(t.watermark_for_key("b"), None, "lowest (active) evicted");
+    t.update("a", 1_000).unwrap();
+    t.update("e", 950).unwrap();
+    assert_eq!(t.watermark_for_key("c"), None, "lowest (idle) evicted");
+    assert_eq!(t.metrics().evicted_keys, 2);
+}
+
+#[test]
+fn test_keyed_tracker_reject_new() {
+    let (mut t, _) = tracker(0, None, Some(2), KeyEvictionPolicy::RejectNew);
+    t.update("a", 1).unwrap();
+    t.update("b", 1).unwrap();
+    assert!(matches!(
+        t.update("c", 1),
+        Err(TidemarkError::MaxKeysReached { max_keys: 2 })
+    ));
+    t.update("a", 5).unwrap();
+    assert!(t.update_batch(&[("a", 9), ("c", 1)]).is_err());
+    assert_eq!(
+        t.watermark_for_key("a"),
+        Some(5),
+        "a rejected batch changes nothing"
+    );
+    t.remove_key("b");
+    t.update_batch(&[("a", 9), ("c", 1)]).unwrap();
+    assert_eq!(t.total_key_count(), 2);
+}
+
+#[test]
+fn test_keyed_tracker_batch_update_efficient() {
+    let (mut t, clock) = simple();
+    let keys: ArrayRef = Arc::new(StringArray::from(vec!["a", "b", "a", "c", "b"]));
+    let times = Int64Array::from(vec![
+        Some(10_000),
+        Some(7_000),
+        Some(30_000),
+        None,
+        Some(9_000),
+    ]);
+    let kc = KeyColumns::single(keys).unwrap();
+    clock.advance(5);
+    assert_eq!(t.update_columns(&kc, &times).unwrap(), w(4_000));
+    assert_eq!(t.watermark_for_key("a"), Some(25_000));
+    assert_eq!(t.watermark_for_key("b"), Some(4_000));
+    assert_eq!(
+        t.watermark_for_key("c"),
+        None,
+        "a null time does not create a key"
+    );
+    assert_eq!(t.key_state("a").unwrap().last_activity, 5);
+    // One advance per key per batch, whatever the number of rows.
+    assert_eq!(t.metrics().key_advances, 2);
+    let late = t.is_late_columns(&kc, &times).unwrap();
+    assert_eq!(
+        late.iter().collect::<Vec<_>>(),
+        vec![Some(true), Some(false), Some(false), None, Some(false)]
+    );
+}
+
+#[test]
+fn test_keyed_tracker_remove_key_recalculates_global() {
+    let (mut t, _) = simple();
+    t.update_batch(&[("a", 10_000), ("b", 50_000)]).unwrap();
+    let st = t.remove_key("a").unwrap();
+    assert_eq!(st.watermark, 5_000);
+    assert_eq!(t.global_watermark(), w(45_000));
+    assert_eq!(t.remove_key("a"), None);
+    // Removing the key with the highest watermark while all are idle keeps the value.
+    t.mark_idle("b");
+    t.remove_key("b");
+    assert_eq!(t.global_watermark(), w(45_000));
+    t.clear();
+    assert_eq!(t.total_key_count(), 0);
+    assert_eq!(t.global_watermark(), None);
+}
+
+#[test]
+fn new_key_without_event_holds_nothing_back() {
+    // A key exists only once it has an event, so it always has a watermark.
+    let (mut t, _) = simple();
+    t.update("a", i64::MIN + 1).unwrap();
+    assert_eq!(t.watermark_for_key("a"), None, "saturates to none");
+    assert_eq!(t.global_watermark(), None);
+    t.update("a", 10_000).unwrap();
+    assert_eq!(t.global_watermark(), w(5_000));
+}
+
+#[test]
+fn idle_check_touches_only_expired_keys() {
+    let (mut t, clock) = tracker(0, Some(10), None, KeyEvictionPolicy::LeastRecentlyActive);
+    for i in 0..1000i64 {
+        t.update(i, i).unwrap();
+    }
+    clock.advance(11);
+    t.update(5i64, 2_000).unwrap();
+    t.check_idle_keys();
+    assert_eq!(t.metrics().idle_keys, 999);
+    assert_eq!(t.global_watermark(), w(2_000));
+    // Nothing left to scan: the cursor sits at key 5 (not expired).
+    assert_eq!(t.check_idle_keys(), None);
+    t.update(7i64, 3_000).unwrap();
+    clock.advance(11);
+    t.check_idle_keys();
+    assert_eq!(t.metrics().idle_keys, 1000);
+    assert_eq!(t.active_key_count(), 0);
+}
+
+#[test]
+fn bytes_per_key_is_at_most_64() {
+    assert!(KeyedWatermarkTracker::bytes_per_key() <= 64);
+}
+
+mod model {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Update(u8, i64),
+        Batch(Vec<(u8, i64)>),
+        Idle(u8),
+        Active(u8),
+        Advance(i64),
+        Check,
+        Remove(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let k = 0u8..8;
+        prop_oneof![
+            5 => (k.clone(), -100i64..400).prop_map(|(k, t)| Op::Update(k, t)),
+            2 => proptest::collection::vec((k.clone(), -100i64..400), 0..6).prop_map(Op::Batch),
+            1 => k.clone().prop_map(Op::Idle),
+            1 => k.clone().prop_map(Op::Active),
+            2 => (0i64..8).prop_map(Op::Advance),
+            1 => Just(Op::Check),
+            1 => k.prop_map(Op::Remove),
+        ]
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum OpKind {
+        Idle,
+        Check,
+        Remove,
+        Other,
+    }
+
+    #[derive(Debug, Clone)]
+    struct K {
+        max: i64,
+        last: i64,
+        idle: bool,
+    }
+
+    /// The seed's algorithm with plain maps; eviction by full scans.
+    struct Model {
+        keys: BTreeMap<u8, K>,
+        global: i64,
+        reported: i64,
+        max_seen: i64,
+        now: i64,
+        delay: i64,
+        max_keys: Option<usize>,
+        policy: KeyEvictionPolicy,
+        order: Vec<u8>, // activity order, oldest first
+        /// Keys the tracker evicted in the operation being checked (lowest-watermark
+        /// ties may be broken either way; the model follows the tracker's choice).
+        evicted_by_tracker: Vec<u8>,
+    }
+
+    impl Model {
+        fn wm(&self, k: &K) -> i64 {
+            k.max.saturating_sub(self.delay)
+        }
+        fn recalc(&mut self) -> Option<i64> {
+            let active: Vec<i64> = self
+                .keys
+                .values()
+                .filter(|k| !k.idle)
+                .map(|k| self.wm(k))
+                .collect();
+            let seen = self
+                .keys
+                .values()
+                .map(|k| self.wm(k))
+                .max()
+                .unwrap_or(i64::MIN);
+            self.max_seen = self.max_seen.max(seen);
+            self.global = if active.is_empty() {
+                self.max_seen
+            } else {
+                *active.iter().min().unwrap()
+            };
+            if self.global > self.reported {
+                self.reported = self.global;
+                Some(self.global)
+            } else {
+                None
+            }
+        }
+        fn touch(&mut self, key: u8) {
+            self.order.retain(|&k| k != key);
+            self.order.push(key);
+        }
+        fn evict(&mut self) {
+            let victim = match self.policy {
+                KeyEvictionPolicy::LowestWatermark => {
+                    let min = self.keys.values().map(|k| self.wm(k)).min().unwrap();
+                    let candidates: Vec<u8> = self
+                        .keys
+                        .iter()
+                        .filter(|(_, k)| self.wm(k) == min)
+                        .map(|(&k, _)| k)
+                        .collect();
+                    *candidates
+                        .iter()
+                        .find(|c| self.evicted_by_tracker.contains(c))
+                        .unwrap_or(&candidates[0])
+                }
+                _ => self.order[0],
+            };
+            self.keys.remove(&victim);
+            self.order.retain(|&k| k != victim);
+        }
+        /// Returns false if rejected.
+        fn update(&mut self, key: u8, t: i64) -> bool {
+            if !self.keys.contains_key(&key) {
+                if let Some(m) = self.max_keys {
+                    if self.keys.len() >= m {
+                        if self.policy == KeyEvictionPolicy::RejectNew {
+                            return false;
+                        }
+                        self.evict();
+                    }
+                }
+                self.keys.insert(
+                    key,
+                    K {
+                        max: i64::MIN,
+                        last: self.now,
+                        idle: false,
+                    },
+                );
+            }
+            let now = self.now;
+            let k = self.keys.get_mut(&key).unwrap();
+            k.max = k.max.max(t);
+            k.last = now;
+            k.idle = false;
+            let wm = k.max.saturating_sub(self.delay);
+            self.max_seen = self.max_seen.max(wm);
+            self.touch(key);
+            true
+        }
+    }
+
+    fn run(
+        ops: Vec<Op>,
+        max_keys: Option<usize>,
+        policy: KeyEvictionPolicy,
+    ) -> std::result::Result<(), TestCaseError> {
+        let (mut t, clock) = tracker(10, Some(5), max_keys, policy);
+        let mut m = Model {
+            keys: BTreeMap::new(),
+            global: i64::MIN,
+            reported: i64::MIN,
+            max_seen: i64::MIN,
+            now: 0,
+            delay: 10,
+            max_keys,
+            policy,
+            order: vec![],
+            evicted_by_tracker: vec![],
+        };
+        for op in ops {
+            let before: BTreeMap<u8, Option<i64>> = m
+                .keys
+                .keys()
+                .map(|&k| (k, t.watermark_for_key(&(k as i64))))
+                .collect();
+            let global_before = t.global_watermark();
+            let emitted_before = t.emitted_watermark();
+            let op_kind = match &op {
+                Op::Idle(_) => OpKind::Idle,
+                Op::Check => OpKind::Check,
+                Op::Remove(_) => OpKind::Remove,
+                _ => OpKind::Other,
+            };
+            let (got, want) = match op {
+                Op::Update(k, ts) => {
+                    let r = t.update(k as i64, ts);
+                    m.evicted_by_tracker = (0u8..8)
+                        .filter(|&x| t.key_state(&(x as i64)).is_none())
+                        .collect();
+                    if m.update(k, ts) {
+                        (r.unwrap().map(|w| w.timestamp()), m.recalc())
+                    } else {
+                        prop_assert!(r.is_err());
+                        (None, None)
+                    }
+                }
+                Op::Batch(events) => {
+                    let evs: Vec<(i64, i64)> =
+                        events.iter().map(|&(k, ts)| (k as i64, ts)).collect();
+                    let r = t.update_batch(&evs);
+                    m.evicted_by_tracker = (0u8..8)
+                        .filter(|&x| t.key_state(&(x as i64)).is_none())
+                        .collect();
+                    // Model: fold per key (first appearance order), reject atomically.
+                    let mut folded: Vec<(u8, i64)> = Vec::new();
+                    for &(k, ts) in &events {
+                        match folded.iter_mut().find(|f| f.0 == k) {
+                            Some(f) => f.1 = f.1.max(ts),
+                            None => folded.push((k, ts)),
+                        }
+                    }
+                    let new_keys = folded.iter().filter(|f| !m.keys.contains_key(&f.0)).count();
+                    let rejected = policy == KeyEvictionPolicy::RejectNew
+                        && max_keys.is_some_and(|mk| m.keys.len() + new_keys > mk);
+                    if rejected {
+                        prop_assert!(r.is_err());
+                        (None, None)
+                    } else {
+                        let room = max_keys.map(|mk| mk.saturating_sub(m.keys.len()));
+                        if room.is_none_or(|r| r >= events.len()) {
+                            // Fast path: every row applied, in first-appearance order.
+                            for &(k, ts) in &folded {
+                                m.update(k, ts);
+                            }
+                        } else {
+                            // Slow path: tracked keys first, then new ones.
+                            let (old, new): (Vec<_>, Vec<_>) =
+                                folded.iter().partition(|f| m.keys.contains_key(&f.0));
+                            for &(k, ts) in old.iter().chain(new.iter()) {
+                                m.update(k, ts);
+                            }
+                        }
+                        (r.unwrap().map(|w| w.timestamp()), m.recalc())
+                    }
+                }
+                Op::Idle(k) => {
+                    let got = t.mark_idle(&(k as i64)).map(|w| w.timestamp());
+                    if let Some(key) = m.keys.get_mut(&k) {
+                        key.idle = true;
+                    }
+                    (
+                        got,
+                        if m.keys.contains_key(&k) {
+                            m.recalc()
+                        } else {
+                            None
+                        },
+                    )
+                }
+                Op::Active(k) => {
+                    let known = t.mark_active(&(k as i64));
+                    prop_assert_eq!(known, m.keys.contains_key(&k));
+                    if known {
+                        let now = m.now;
+                        let key = m.keys.get_mut(&k).unwrap();
+                        key.idle = false;
+                        key.last = now;
+                        m.touch(k);
+                        m.recalc();
+                    }
+                    (None, None)
+                }
+                Op::Advance(d) => {
+                    clock.advance(d);
+                    m.now += d;
+                    (None, None)
+                }
+                Op::Check => {
+                    let got = t.check_idle_keys().map(|w| w.timestamp());
+                    let now = m.now;
+                    let mut any = false;
+                    for k in m.keys.values_mut() {
+                        if !k.idle && now - k.last > 5 {
+                            k.idle = true;
+                            any = true;
+                        }
+                    }
+                    (got, if any { m.recalc() } else { None })
+                }
+                Op::Remove(k) => {
+                    let st = t.remove_key(&(k as i64));
+                    let mk = m.keys.remove(&k);
+                    m.order.retain(|&x| x != k);
+                    prop_assert_eq!(st.map(|s| s.max_event_time), mk.map(|k| k.max));
+                    m.recalc();
+                    (None, None)
+                }
+            };
+            prop_assert_eq!(got, want);
+            prop_assert_eq!(
+                t.global_watermark().map(|w| w.timestamp()),
+                Watermark::from_raw(m.global).map(|w| w.timestamp())
+            );
+            prop_assert!(
+                t.emitted_watermark() >= emitted_before,
+                "reported advances are monotonic"
+            );
+            if let Some(g) = got {
+                prop_assert!(Some(Watermark::new(g)) > emitted_before);
+            }
+            if matches!(op_kind, OpKind::Idle | OpKind::Check | OpKind::Remove) {
+                prop_assert!(
+                    t.global_watermark() >= global_before,
+                    "idling or removing keys never lowers the global"
+                );
+            }
+            prop_assert_eq!(t.total_key_count(), m.keys.len());
+            for (k, key) in &m.keys {
+                let wm = key.max.saturating_sub(10);
+                prop_assert_eq!(
+                    t.watermark_for_key(&(*k as i64)),
+                    (wm != i64::MIN).then_some(wm)
+                );
+                prop_assert_eq!(t.key_state(&(*k as i64)).unwrap().is_idle, key.idle);
+                // Per-key watermarks are monotonic while a key is tracked.
+                if let Some(Some(b)) = before.get(k) {
+                    prop_assert!(t.watermark_for_key(&(*k as i64)).unwrap() >= *b);
+                }
+                // The global never exceeds an active key's watermark.
+                if !key.idle {
+                    prop_assert!(t.global_watermark().map_or(i64::MIN, |g| g.timestamp()) <= wm);
+                    prop_assert!(m.global <= wm);
+                }
+            }
+            prop_assert_eq!(
+                t.metrics().idle_keys,
+                m.keys.values().filter(|k| k.idle).count()
+            );
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+        #[test]
+        fn matches_model_unbounded(ops in proptest::collection::vec(op(), 1..60)) {
+            run(ops, None, KeyEvictionPolicy::LeastRecentlyActive)?;
+        }
+        #[test]
+        fn matches_model_lru(ops in proptest::collection::vec(op(), 1..60)) {
+            run(ops, Some(3), KeyEvictionPolicy::LeastRecentlyActive)?;
+        }
+        #[test]
+        fn matches_model_lowest_watermark(ops in proptest::collection::vec(op(), 1..60)) {
+            run(ops, Some(3), KeyEvictionPolicy::LowestWatermark)?;
+        }
+        #[test]
+        fn matches_model_reject_new(ops in proptest::collection::vec(op(), 1..60)) {
+            run(ops, Some(3), KeyEvictionPolicy::RejectNew)?;
+        }
+    }
+}

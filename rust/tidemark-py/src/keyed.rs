@@ -1,0 +1,388 @@
+//! `KeyedWatermarkTracker` bindings.
+
+use std::sync::Arc;
+
+use arrow_array::{Array, Int64Array};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use pyo3_arrow::input::AnyArray;
+use tidemark_core::time::{
+    parse_event_time, CompactKeyedConfig, CompactKeyedWatermarkTracker, EventTimeType,
+    KeyEvictionPolicy, KeyWatermarkState, KeyedTicks, KeyedWatermarkTracker,
+};
+
+use crate::arrow_io::array_to_py;
+use crate::clock::clock_ref;
+use crate::error::{check, detach};
+use crate::keys::{key_columns, py_key, single_array};
+
+pub fn state_dict<'py>(py: Python<'py>, s: &KeyWatermarkState) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item(
+        "max_event_time",
+        (s.max_event_time != i64::MIN).then_some(s.max_event_time),
+    )?;
+    d.set_item(
+        "watermark",
+        (s.watermark != i64::MIN).then_some(s.watermark),
+    )?;
+    d.set_item("last_activity", s.last_activity)?;
+    d.set_item("is_idle", s.is_idle)?;
+    Ok(d)
+}
+
+/// Event times as int64: timestamps in epoch microseconds, integers as they are.
+pub fn event_times(py: Python<'_>, times: AnyArray) -> PyResult<Int64Array> {
+    let array = single_array(py, times)?;
+    let ty = check(
+        py,
+        EventTimeType::resolve(None, "event_times", array.data_type(), true),
+    )?;
+    Ok(check(py, parse_event_time(array.as_ref(), ty))?.values)
+}
+
+/// Native per-key watermark tracker (see `tidemark.KeyedWatermarkTracker`).
+#[pyclass(name = "KeyedWatermarkTracker", module = "tidemark._native")]
+pub struct PyKeyedWatermarkTracker {
+    inner: KeyedWatermarkTracker,
+}
+
+#[pymethods]
+impl PyKeyedWatermarkTracker {
+    #[new]
+    #[pyo3(signature = (bounded_delay, idle_timeout = None, max_keys = None, eviction = "least_recently_active", clock = None))]
+    fn new(
+        py: Python<'_>,
+        bounded_delay: i64,
+        idle_timeout: Option<i64>,
+        max_keys: Option<usize>,
+        eviction: &str,
+        clock: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let policy = check(py, KeyEvictionPolicy::from_name(eviction))?;
+        let cfg = KeyedTicks {
+            bounded_delay,
+            idle_timeout,
+            max_keys,
+            eviction_policy: policy,
+        };
+        Ok(Self {
+            inner: KeyedWatermarkTracker::with_ticks(cfg, clock_ref(clock)?),
+        })
+    }
+
+    #[getter]
+    fn bounded_delay(&self) -> i64 {
+        self.inner.config().bounded_delay
+    }
+
+    #[getter]
+    fn idle_timeout(&self) -> Option<i64> {
+        self.inner.config().idle_timeout
+    }
+
+    #[getter]
+    fn max_keys(&self) -> Option<usize> {
+        self.inner.config().max_keys
+    }
+
+    fn update(
+        &mut self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        event_time: i64,
+    ) -> PyResult<Option<i64>> {
+        let k = py_key(key)?;
+        check(py, self.inner.update_encoded(&k, event_time)).map(|w| w.map(|w| w.timestamp()))
+    }
+
+    /// Batch update from Arrow key columns and an event-time array.
+    fn update_columns(
+        &mut self,
+        py: Python<'_>,
+        columns: Vec<AnyArray>,
+        event_times: AnyArray,
+    ) -> PyResult<Option<i64>> {
+        let (kc, _) = key_columns(py, columns)?;
+        let times = event_times_of(py, event_times)?;
+        let tracker = &mut self.inner;
+        detach(py, move || tracker.update_columns(&kc, &times)).map(|w| w.map(|w| w.timestamp()))
+    }
+
+    /// Batch update from Python keys and int event times.
+    fn update_pykeys(
+        &mut self,
+        py: Python<'_>,
+        keys: Vec<Bound<'_, PyAny>>,
+        event_times: Vec<i64>,
+    ) -> PyResult<Option<i64>> {
+        let encoded = keys.iter().map(py_key).collect::<PyResult<Vec<_>>>()?;
+        let events: Vec<(EncodedKey, i64)> = encoded
+            .into_iter()
+            .map(EncodedKey)
+            .zip(event_times)
+            .collect();
+        let tracker = &mut self.inner;
+        detach(py, move || tracker.update_batch(&events)).map(|w| w.map(|w| w.timestamp()))
+    }
+
+    fn watermark_for_key(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+        let k = py_key(key)?;
+        Ok(self.inner.watermark_for_key(&EncodedKey(k)))
+    }
+
+    fn key_state<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let k = py_key(key)?;
+        self.inner
+            .key_state(&EncodedKey(k))
+            .map(|s| state_dict(py, &s))
+            .transpose()
+    }
+
+    fn global_watermark(&self) -> Option<i64> {
+        self.inner.global_watermark().map(|w| w.timestamp())
+    }
+
+    fn emitted_watermark(&self) -> Option<i64> {
+        self.inner.emitted_watermark().map(|w| w.timestamp())
+    }
+
+    fn is_late(&self, key: &Bound<'_, PyAny>, event_time: i64) -> PyResult<bool> {
+        let k = py_key(key)?;
+        Ok(self.inner.is_late(EncodedKey(k), event_time))
+    }
+
+    fn is_late_columns(
+        &self,
+        py: Python<'_>,
+        columns: Vec<AnyArray>,
+        event_times: AnyArray,
+    ) -> PyResult<Py<PyAny>> {
+        let (kc, _) = key_columns(py, columns)?;
+        let times = event_times_of(py, event_times)?;
+        let tracker = &self.inner;
+        let out = detach(py, move || tracker.is_late_columns(&kc, &times))?;
+        array_to_py(py, Arc::new(out))
+    }
+
+    fn is_late_pykeys(
+        &self,
+        py: Python<'_>,
+        keys: Vec<Bound<'_, PyAny>>,
+        event_times: Vec<i64>,
+    ) -> PyResult<Py<PyAny>> {
+        let mut out = Vec::with_capacity(keys.len());
+        for (k, t) in keys.iter().zip(event_times) {
+            out.push(self.inner.is_late(EncodedKey(py_key(k)?), t));
+        }
+        array_to_py(py, Arc::new(arrow_array::BooleanArray::from(out)))
+    }
+
+    fn mark_idle(&mut self, key: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+        let k = py_key(key)?;
+        Ok(self.inner.mark_idle(&EncodedKey(k)).map(|w| w.timestamp()))
+    }
+
+    fn mark_active(&mut self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let k = py_key(key)?;
+        Ok(self.inner.mark_active(&EncodedKey(k)))
+    }
+
+    fn check_idle_keys(&mut self) -> Option<i64> {
+        self.inner.check_idle_keys().map(|w| w.timestamp())
+    }
+
+    fn remove_key<'py>(
+        &mut self,
+        py: Python<'py>,
+        key: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let k = py_key(key)?;
+        self.inner
+            .remove_key(&EncodedKey(k))
+            .map(|s| state_dict(py, &s))
+            .transpose()
+    }
+
+    fn clear(&mut self) {
+        self.inner.clear()
+    }
+
+    fn active_key_count(&self) -> usize {
+        self.inner.active_key_count()
+    }
+
+    fn total_key_count(&self) -> usize {
+        self.inner.total_key_count()
+    }
+
+    fn recalculate_global(&mut self) -> Option<i64> {
+        self.inner.recalculate_global().map(|w| w.timestamp())
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.inner.heap_bytes()
+    }
+
+    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let m = self.inner.metrics();
+        let d = PyDict::new(py);
+        d.set_item("total_keys", m.total_keys)?;
+        d.set_item("active_keys", m.active_keys)?;
+        d.set_item("idle_keys", m.idle_keys)?;
+        d.set_item("evicted_keys", m.evicted_keys)?;
+        d.set_item("global_advances", m.global_advances)?;
+        d.set_item("key_advances", m.key_advances)?;
+        Ok(d)
+    }
+}
+
+/// An already encoded key, usable wherever the core takes an [`AsKey`].
+pub struct EncodedKey(pub Vec<u8>);
+
+impl tidemark_core::key::AsKey for EncodedKey {
+    fn encode_key(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.0);
+    }
+}
+
+fn event_times_of(py: Python<'_>, data: AnyArray) -> PyResult<Int64Array> {
+    event_times(py, data)
+}
+
+/// Native memory-bounded keyed tracker (see `tidemark.CompactKeyedWatermarkTracker`).
+#[pyclass(name = "CompactKeyedWatermarkTracker", module = "tidemark._native")]
+pub struct PyCompactKeyedWatermarkTracker {
+    inner: CompactKeyedWatermarkTracker,
+}
+
+#[pymethods]
+impl PyCompactKeyedWatermarkTracker {
+    #[new]
+    #[pyo3(signature = (bounded_delay, exact_keys, sketch_width, sketch_depth, idle_timeout = None, clock = None))]
+    fn new(
+        bounded_delay: i64,
+        exact_keys: usize,
+        sketch_width: usize,
+        sketch_depth: usize,
+        idle_timeout: Option<i64>,
+        clock: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let cfg = CompactKeyedConfig {
+            exact_keys,
+            sketch_width,
+            sketch_depth,
+            bounded_delay,
+            idle_timeout,
+        };
+        Ok(Self {
+            inner: CompactKeyedWatermarkTracker::with_clock(cfg, clock_ref(clock)?),
+        })
+    }
+
+    fn update(
+        &mut self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        event_time: i64,
+    ) -> PyResult<Option<i64>> {
+        let k = py_key(key)?;
+        check(py, self.inner.update_encoded(&k, event_time)).map(|w| w.map(|w| w.timestamp()))
+    }
+
+    fn update_columns(
+        &mut self,
+        py: Python<'_>,
+        columns: Vec<AnyArray>,
+        event_times: AnyArray,
+    ) -> PyResult<Option<i64>> {
+        let (kc, _) = key_columns(py, columns)?;
+        let times = event_times_of(py, event_times)?;
+        let tracker = &mut self.inner;
+        detach(py, move || tracker.update_columns(&kc, &times)).map(|w| w.map(|w| w.timestamp()))
+    }
+
+    fn update_pykeys(
+        &mut self,
+        py: Python<'_>,
+        keys: Vec<Bound<'_, PyAny>>,
+        event_times: Vec<i64>,
+    ) -> PyResult<Option<i64>> {
+        let mut last = None;
+        for (k, t) in keys.iter().zip(event_times) {
+            let k = py_key(k)?;
+            if let Some(w) = check(py, self.inner.update_encoded(&k, t))? {
+                last = Some(w.timestamp());
+            }
+        }
+        Ok(last)
+    }
+
+    fn watermark_for_key(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+        Ok(self.inner.watermark_for_key(&EncodedKey(py_key(key)?)))
+    }
+
+    fn is_exact(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        Ok(self.inner.is_exact(&EncodedKey(py_key(key)?)))
+    }
+
+    fn is_late(&self, key: &Bound<'_, PyAny>, event_time: i64) -> PyResult<bool> {
+        Ok(self.inner.is_late(EncodedKey(py_key(key)?), event_time))
+    }
+
+    fn is_late_columns(
+        &self,
+        py: Python<'_>,
+        columns: Vec<AnyArray>,
+        event_times: AnyArray,
+    ) -> PyResult<Py<PyAny>> {
+        let (kc, _) = key_columns(py, columns)?;
+        let times = event_times_of(py, event_times)?;
+        let tracker = &self.inner;
+        let out = detach(py, move || Ok(tracker.is_late_columns(&kc, &times)))?;
+        array_to_py(py, Arc::new(out))
+    }
+
+    fn is_late_pykeys(
+        &self,
+        py: Python<'_>,
+        keys: Vec<Bound<'_, PyAny>>,
+        event_times: Vec<i64>,
+    ) -> PyResult<Py<PyAny>> {
+        let mut out = Vec::with_capacity(keys.len());
+        for (k, t) in keys.iter().zip(event_times) {
+            out.push(self.inner.is_late(EncodedKey(py_key(k)?), t));
+        }
+        array_to_py(py, Arc::new(arrow_array::BooleanArray::from(out)))
+    }
+
+    fn global_watermark(&self) -> Option<i64> {
+        self.inner.global_watermark().map(|w| w.timestamp())
+    }
+
+    fn check_idle_keys(&mut self) -> Option<i64> {
+        self.inner.check_idle_keys().map(|w| w.timestamp())
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.inner.heap_bytes()
+    }
+
+    fn configured_bytes(&self) -> usize {
+        self.inner.configured_bytes()
+    }
+
+    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let m = self.inner.metrics();
+        let d = PyDict::new(py);
+        d.set_item("exact_keys", m.exact_keys)?;
+        d.set_item("evicted_keys", m.evicted_keys)?;
+        d.set_item("estimated_distinct_keys", m.estimated_distinct_keys)?;
+        d.set_item("sketch_fill", m.sketch_fill)?;
+        Ok(d)
+    }
+}

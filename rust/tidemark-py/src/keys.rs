@@ -1,0 +1,91 @@
+//! Python values and Arrow columns as keys (the canonical encoding of
+//! `tidemark_core::key`).
+
+use arrow_array::ArrayRef;
+use pyo3::exceptions::{PyOverflowError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyFloat, PyInt, PyString, PyTuple};
+use pyo3_arrow::input::AnyArray;
+use tidemark_core::key::{self, KeyColumns};
+
+use crate::arrow_io::read_chunks;
+use crate::error::check;
+
+fn encode_scalar(obj: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> PyResult<()> {
+    if obj.is_none() {
+        key::encode_null(out);
+    } else if let Ok(b) = obj.cast::<PyBool>() {
+        key::encode_bool(b.is_true(), out);
+    } else if obj.is_instance_of::<PyInt>() {
+        if let Ok(i) = obj.extract::<i64>() {
+            key::encode_int(i, out);
+        } else if let Ok(u) = obj.extract::<u64>() {
+            key::encode_uint(u, out);
+        } else {
+            return Err(PyOverflowError::new_err(
+                "integer keys must fit in 64 bits (signed or unsigned)",
+            ));
+        }
+    } else if let Ok(s) = obj.cast::<PyString>() {
+        key::encode_str(s.to_str()?, out);
+    } else if let Ok(b) = obj.cast::<PyBytes>() {
+        key::encode_bytes(b.as_bytes(), out);
+    } else if let Ok(b) = obj.cast::<PyByteArray>() {
+        key::encode_bytes(&b.to_vec(), out);
+    } else if let Ok(f) = obj.cast::<PyFloat>() {
+        key::encode_float(f.value(), out);
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "a key must be str, bytes, int, float, bool, None or a tuple of them, got {}",
+            obj.get_type().name()?
+        )));
+    }
+    Ok(())
+}
+
+/// Appends the encoding of a Python key (a value or a flat tuple of values).
+pub fn encode_py_key(obj: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> PyResult<()> {
+    if let Ok(t) = obj.cast::<PyTuple>() {
+        for item in t.iter() {
+            if item.cast::<PyTuple>().is_ok() {
+                return Err(PyTypeError::new_err("key tuples cannot be nested"));
+            }
+            encode_scalar(&item, out)?;
+        }
+        Ok(())
+    } else {
+        encode_scalar(obj, out)
+    }
+}
+
+/// The encoding of one Python key.
+pub fn py_key(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    let mut v = Vec::new();
+    encode_py_key(obj, &mut v)?;
+    Ok(v)
+}
+
+/// Reads key columns (each an array or chunked array; chunks are concatenated).
+pub fn key_columns(py: Python<'_>, columns: Vec<AnyArray>) -> PyResult<(KeyColumns, usize)> {
+    let mut arrays: Vec<ArrayRef> = Vec::with_capacity(columns.len());
+    for c in columns {
+        arrays.push(single_array(py, c)?);
+    }
+    let kc = check(py, KeyColumns::new(&arrays))?;
+    let n = kc.len();
+    Ok((kc, n))
+}
+
+/// One array from an array or chunked array (concatenating chunks if there are several).
+pub fn single_array(py: Python<'_>, data: AnyArray) -> PyResult<ArrayRef> {
+    let (field, chunks) = read_chunks(py, data)?;
+    Ok(match chunks.len() {
+        0 => arrow_array::new_empty_array(field.data_type()),
+        1 => chunks.into_iter().next().expect("one chunk"),
+        _ => check(
+            py,
+            arrow_select::concat::concat(&chunks.iter().map(|c| c.as_ref()).collect::<Vec<_>>())
+                .map_err(Into::into),
+        )?,
+    })
+}

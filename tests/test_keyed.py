@@ -1,0 +1,287 @@
+"""KeyedWatermarkTracker and CompactKeyedWatermarkTracker through Python (seed F065)."""
+
+from __future__ import annotations
+
+import polars as pl
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tidemark as tm
+
+
+def test_seed_doc_example_verbatim() -> None:
+    tracker = tm.KeyedWatermarkTracker(bounded_delay=5000, idle_timeout=60_000)
+    # Fast tenant advances quickly
+    tracker.update("tenant_a", 10_000)
+    tracker.update("tenant_a", 15_000)
+    # Slow tenant at earlier time
+    tracker.update("tenant_b", 5_000)
+    # Per-key watermarks
+    assert tracker.watermark_for_key("tenant_a") == 10_000  # 15000 - 5000
+    assert tracker.watermark_for_key("tenant_b") == 0  # 5000 - 5000
+    # Global watermark is minimum across active keys
+    assert tracker.global_watermark() == 0  # min of 10000, 0
+    # Events for tenant_b at 3000 are NOT late (their key watermark allows it)
+    assert not tracker.is_late("tenant_b", 3000)
+    # But events for tenant_a at 3000 ARE late (their key watermark is 10000)
+    assert tracker.is_late("tenant_a", 3000)
+
+
+def test_update_returns_only_new_highs_of_the_global() -> None:
+    t = tm.KeyedWatermarkTracker(bounded_delay=10)
+    assert t.update("a", 100) == 90
+    assert t.update("b", 50) is None  # a lagging key joins: global drops to 40
+    assert t.global_watermark() == 40
+    assert t.emitted_watermark() == 90
+    assert t.update("b", 80) is None  # 70 < 90 reported before
+    assert t.update("b", 200) is None  # global = min(90, 190) = 90: not above 90
+    assert t.update("a", 300) == 190
+
+
+def test_idle_keys_on_manual_clock() -> None:
+    clock = tm.ManualClock()
+    t = tm.KeyedWatermarkTracker(bounded_delay=0, idle_timeout="1m", clock=clock)
+    t.update("slow", 100)
+    t.update("fast", 10_000)
+    assert t.global_watermark() == 100
+    clock.advance(30_000)
+    t.update("fast", 20_000)
+    clock.advance(30_001)
+    assert t.check_idle_keys() == 20_000
+    assert t.key_state("slow") == {
+        "max_event_time": 100,
+        "watermark": 100,
+        "last_activity": 0,
+        "is_idle": True,
+    }
+    assert t.active_key_count() == 1 and t.total_key_count() == 2
+    assert t.mark_active("slow")
+    assert t.global_watermark() == 100
+    assert not t.mark_active("nobody")
+    assert t.mark_idle("slow") is None  # 20_000 was reported already
+    assert t.metrics()["idle_keys"] == 1
+
+
+@pytest.mark.parametrize(
+    ("policy", "evicted"),
+    [("least_recently_active", "b"), ("lowest_watermark", "c")],
+)
+def test_eviction_policies(policy: str, evicted: str) -> None:
+    clock = tm.ManualClock()
+    t = tm.KeyedWatermarkTracker(bounded_delay=0, max_keys=3, eviction=policy, clock=clock)
+    for key, ts in [("a", 500), ("b", 400), ("c", 100)]:
+        clock.advance(1)
+        t.update(key, ts)
+    clock.advance(1)
+    t.update("a", 600)  # b is now least recently active; c has the lowest watermark
+    t.update("d", 700)
+    assert t.watermark_for_key(evicted) is None
+    assert t.total_key_count() == 3
+    assert t.metrics()["evicted_keys"] == 1
+
+
+def test_reject_new_raises() -> None:
+    t = tm.KeyedWatermarkTracker(bounded_delay=0, max_keys=2, eviction="reject_new")
+    t.update("a", 1)
+    t.update("b", 1)
+    with pytest.raises(tm.MaxKeysReachedError, match="max_keys=2"):
+        t.update("c", 1)
+    with pytest.raises(tm.MaxKeysReachedError):
+        t.update_batch(pa.array(["a", "c"]), pa.array([5, 5]))
+    assert t.watermark_for_key("a") == 1, "the rejected batch changed nothing"
+    assert isinstance(tm.MaxKeysReachedError("x"), tm.WatermarkError)
+
+
+def test_configuration_errors() -> None:
+    with pytest.raises(tm.ConfigError, match="eviction"):
+        tm.KeyedWatermarkTracker(bounded_delay=1, eviction="random")
+    with pytest.raises(tm.ConfigError, match="max_keys"):
+        tm.KeyedWatermarkTracker(bounded_delay=1, max_keys=0)
+    with pytest.raises(tm.ConfigError, match="bounded_delay"):
+        tm.KeyedWatermarkTracker(bounded_delay="fast")
+    assert tm.KeyedWatermarkTracker(bounded_delay="5s").bounded_delay == 5_000_000
+
+
+def test_python_key_types_and_arrow_rows_are_the_same_keys() -> None:
+    t = tm.KeyedWatermarkTracker(bounded_delay=0)
+    t.update_batch(
+        [pa.array(["eu", "us", None], pa.large_string()), pa.array([7, 8, 9], pa.int16())],
+        pa.array([100, 200, 300]),
+    )
+    assert t.watermark_for_key(("eu", 7)) == 100
+    assert t.watermark_for_key(("us", 8)) == 200
+    assert t.watermark_for_key((None, 9)) == 300
+    t.update(b"raw", 5)
+    assert t.watermark_for_key(b"raw") == 5
+    assert t.watermark_for_key("raw") is None, "bytes and str are different keys"
+    t.update(3, 10)
+    assert t.watermark_for_key(3) == 10
+    with pytest.raises(TypeError, match="key must be"):
+        t.update(object(), 1)
+    with pytest.raises(TypeError, match="nested"):
+        t.update(("a", ("b",)), 1)
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array([1, 2, 1], pa.int8()),
+        pa.array([1, 2, 1], pa.uint64()),
+        pa.array(["x", "y", "x"]),
+        pa.array(["x", "y", "x"], pa.large_string()),
+        pa.array([b"x", b"y", b"x"]),
+        pa.array(["x", "y", "x"]).dictionary_encode(),
+        pa.chunked_array([["x", "y"], ["x"]]),
+    ],
+)
+def test_arrow_key_column_types(column: pa.Array) -> None:
+    t = tm.KeyedWatermarkTracker(bounded_delay=0)
+    t.update_batch(column, pa.array([10, 20, 30]))
+    first = column[0].as_py() if not isinstance(column, pa.ChunkedArray) else "x"
+    assert t.watermark_for_key(first) == 30
+    assert t.total_key_count() == 2
+    late = t.is_late_batch(column, pa.array([29, 19, 31]))
+    assert late.to_pylist() == [True, True, False]
+
+
+def test_tables_and_polars_as_key_columns() -> None:
+    table = pa.table({"region": ["eu", "eu", "us"], "id": [1, 1, 2]})
+    times = pa.chunked_array([[5, 9], [7]])
+    t = tm.KeyedWatermarkTracker(bounded_delay=1)
+    t.update_batch(table, times)
+    assert t.watermark_for_key(("eu", 1)) == 8
+    t2 = tm.KeyedWatermarkTracker(bounded_delay=1)
+    t2.update_batch(pl.from_arrow(table), [5, 9, 7])
+    assert t2.watermark_for_key(("us", 2)) == 6
+    t3 = tm.KeyedWatermarkTracker(bounded_delay=1)
+    t3.update_batch(pl.Series(["a", "b"]), [3, 4])
+    assert t3.watermark_for_key("b") == 3
+
+
+def test_timestamps_are_microseconds_and_nulls_skipped() -> None:
+    t = tm.KeyedWatermarkTracker(bounded_delay="1s")
+    t.update_batch(pa.array(["a", "a"]), pa.array([5_000, None], pa.timestamp("ms")))
+    assert t.watermark_for_key("a") == 4_000_000
+    out = t.is_late_batch(pa.array(["a", "a"]), pa.array([3_000_000, None]))
+    assert out.to_pylist() == [True, None]
+
+
+def test_remove_clear_and_metrics() -> None:
+    t = tm.KeyedWatermarkTracker(bounded_delay=0)
+    t.update_batch(["a", "b", ("c", 1)], [10, 20, 30])
+    assert t.remove_key("a") == {
+        "max_event_time": 10,
+        "watermark": 10,
+        "last_activity": t.key_state("b")["last_activity"],  # type: ignore[index]
+        "is_idle": False,
+    }
+    assert t.global_watermark() == 20
+    assert t.remove_key("a") is None
+    m = t.metrics()
+    assert m["total_keys"] == 2 and m["key_advances"] == 3 and m["global_advances"] == 2
+    assert len(t) == 2
+    t.clear()
+    assert len(t) == 0 and t.global_watermark() is None
+    assert t.memory_bytes() >= 0
+
+
+# --- property test against a naive model ------------------------------------------
+
+events = st.lists(
+    st.tuples(
+        st.sampled_from(["update", "batch", "idle", "remove", "advance", "check"]),
+        st.integers(0, 5),
+        st.integers(-50, 500),
+    ),
+    max_size=80,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(events)
+def test_matches_naive_model(ops: list[tuple[str, int, int]]) -> None:
+    clock = tm.ManualClock()
+    t = tm.KeyedWatermarkTracker(bounded_delay=20, idle_timeout=10, clock=clock)
+    maxes: dict[int, int] = {}
+    last: dict[int, int] = {}
+    idle: dict[int, bool] = {}
+    now = 0
+    max_seen: int | None = None
+    reported: int | None = None
+
+    def global_now() -> int | None:
+        active = [maxes[k] - 20 for k in maxes if not idle[k]]
+        return min(active) if active else max_seen
+
+    def advanced() -> int | None:
+        nonlocal reported
+        g = global_now()
+        if g is not None and (reported is None or g > reported):
+            reported = g
+            return g
+        return None
+
+    for op, k, v in ops:
+        if op in ("update", "batch"):
+            got = t.update(k, v) if op == "update" else t.update_batch([k, k], [v, v - 1])
+            maxes[k] = max(maxes.get(k, v), v)
+            last[k], idle[k] = now, False
+            max_seen = max(max_seen if max_seen is not None else maxes[k] - 20, maxes[k] - 20)
+            assert got == advanced()
+        elif op == "idle":
+            got = t.mark_idle(k)
+            if k in maxes:
+                idle[k] = True
+                assert got == advanced()
+        elif op == "remove":
+            state = t.remove_key(k)
+            assert (state is None) == (k not in maxes)
+            maxes.pop(k, None), last.pop(k, None), idle.pop(k, None)
+            advanced()
+        elif op == "advance":
+            clock.advance(v % 15)
+            now += v % 15
+        else:
+            got = t.check_idle_keys()
+            newly = [q for q in maxes if not idle[q] and now - last[q] > 10]
+            for q in newly:
+                idle[q] = True
+            assert got == (advanced() if newly else None)
+        assert t.global_watermark() == global_now()
+        assert t.emitted_watermark() == reported
+        for q in maxes:
+            assert t.watermark_for_key(q) == maxes[q] - 20
+            assert t.is_late(q, maxes[q] - 21) and not t.is_late(q, maxes[q] - 20)
+            if not idle[q]:
+                g = t.global_watermark()
+                assert g is not None and g <= maxes[q] - 20
+
+
+# --- compact tracker ----------------------------------------------------------------
+
+
+def test_compact_tracker_bounds_memory_and_never_overestimates_evicted_keys() -> None:
+    t = tm.CompactKeyedWatermarkTracker(bounded_delay=10, exact_keys=1_000, sketch_width=4096)
+    n = 100_000
+    keys = pa.array(range(n), pa.int64())
+    times = pa.array([(k * 7919) % 1_000_000 for k in range(n)], pa.int64())
+    for off in range(0, n, 10_000):
+        t.update_batch(keys.slice(off, 10_000), times.slice(off, 10_000))
+    m = t.metrics()
+    assert m["exact_keys"] == 1_000
+    assert m["evicted_keys"] == n - 1_000
+    assert abs(m["estimated_distinct_keys"] - n) / n < 0.05
+    truth = [(k * 7919) % 1_000_000 - 10 for k in range(n)]
+    for k in range(0, n - 1_000, 97):
+        est = t.watermark_for_key(k)
+        assert est is not None and est <= truth[k]
+    assert t.memory_bytes() < 2 * t.configured_bytes() + (1 << 20)
+
+
+def test_compact_tracker_config_errors() -> None:
+    with pytest.raises(tm.ConfigError, match="exact_keys"):
+        tm.CompactKeyedWatermarkTracker(bounded_delay=1, exact_keys=0)
+    with pytest.raises(tm.ConfigError, match="sketch_depth"):
+        tm.CompactKeyedWatermarkTracker(bounded_delay=1, sketch_depth=9)
