@@ -452,9 +452,156 @@ impl KeyColumns {
     }
 }
 
-/// Hash of an encoded key (xxh3, stable across processes and releases).
+/// Equality of two encoded keys, inlined for short keys (no `memcmp` call).
+#[inline(always)]
+pub fn key_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let n = a.len();
+    if (8..=16).contains(&n) {
+        // Two overlapping 8-byte loads cover the whole key.
+        let w =
+            |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().expect("8 bytes"));
+        return w(a, 0) == w(b, 0) && w(a, n - 8) == w(b, n - 8);
+    }
+    a == b
+}
+
+/// Rows of encoded keys, visited in order.
+pub trait KeyRows {
+    /// Number of rows.
+    fn num_rows(&self) -> usize;
+    /// Calls `f(row, key)` for every row, in row order.
+    fn for_each_key(&self, f: impl FnMut(usize, &[u8]));
+}
+
+impl KeyRows for KeyColumns {
+    fn num_rows(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    fn for_each_key(&self, mut f: impl FnMut(usize, &[u8])) {
+        // Specialised loops for the common single-column keys; the general path
+        // encodes column by column into a scratch buffer.
+        macro_rules! strings {
+            ($a:expr) => {{
+                let a = $a;
+                let mut buf = Vec::with_capacity(64);
+                for i in 0..self.len {
+                    buf.clear();
+                    if a.is_null(i) {
+                        encode_null(&mut buf);
+                    } else {
+                        encode_str(a.value(i), &mut buf);
+                    }
+                    f(i, &buf);
+                }
+                return;
+            }};
+        }
+        match self.cols.as_slice() {
+            [Col::Int(a)] => {
+                let a = a.as_primitive::<Int64Type>();
+                let mut k = [tag::INT, 0, 0, 0, 0, 0, 0, 0, 0];
+                for (i, v) in a.values().iter().enumerate() {
+                    if a.is_null(i) {
+                        f(i, &[tag::NULL]);
+                    } else {
+                        k[1..].copy_from_slice(&v.to_le_bytes());
+                        f(i, &k);
+                    }
+                }
+            }
+            [Col::Utf8(a)] => strings!(a.as_string::<i32>()),
+            [Col::LargeUtf8(a)] => strings!(a.as_string::<i64>()),
+            [Col::Utf8View(a)] => strings!(a.as_string_view()),
+            _ => {
+                let mut buf = Vec::with_capacity(64);
+                for i in 0..self.len {
+                    buf.clear();
+                    self.encode(i, &mut buf);
+                    f(i, &buf);
+                }
+            }
+        }
+    }
+}
+
+/// Encoded keys stored back to back (no allocation per key).
+#[derive(Debug, Clone, Default)]
+pub struct EncodedRows {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl EncodedRows {
+    /// Empty, with room for `rows` keys of `bytes` bytes in all.
+    pub fn with_capacity(rows: usize, bytes: usize) -> Self {
+        EncodedRows {
+            bytes: Vec::with_capacity(bytes),
+            ends: Vec::with_capacity(rows),
+        }
+    }
+
+    /// The key of row `i`.
+    #[inline]
+    pub fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+
+    /// Encodes every key of an iterator.
+    pub fn from_keys<'a, K: AsKey + 'a>(keys: impl Iterator<Item = &'a K>) -> Self {
+        let mut rows = EncodedRows::default();
+        for k in keys {
+            k.encode_key(&mut rows.bytes);
+            rows.ends.push(rows.bytes.len());
+        }
+        rows
+    }
+
+    /// Appends one encoded key.
+    pub fn push(&mut self, key: &[u8]) {
+        self.bytes.extend_from_slice(key);
+        self.ends.push(self.bytes.len());
+    }
+}
+
+impl KeyRows for EncodedRows {
+    fn num_rows(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn for_each_key(&self, mut f: impl FnMut(usize, &[u8])) {
+        let mut start = 0;
+        for (i, &end) in self.ends.iter().enumerate() {
+            f(i, &self.bytes[start..end]);
+            start = end;
+        }
+    }
+}
+
+#[inline(always)]
+fn fold_mul(a: u64, b: u64) -> u64 {
+    let r = (a as u128).wrapping_mul(b as u128);
+    (r as u64) ^ ((r >> 64) as u64)
+}
+
+/// Hash of an encoded key: stable across processes and releases (no random seed).
+///
+/// Keys of 8 to 16 bytes (every integer key, short strings) take two folded 64-bit
+/// multiplies; other lengths use xxh3.
 #[inline]
 pub fn hash_key(key: &[u8]) -> u64 {
+    let n = key.len();
+    if (8..=16).contains(&n) {
+        let a = u64::from_le_bytes(key[..8].try_into().expect("8 bytes"));
+        let b = u64::from_le_bytes(key[n - 8..].try_into().expect("8 bytes"));
+        let h = fold_mul(a ^ 0x243F_6A88_85A3_08D3, 0x1319_8A2E_0370_7344);
+        return fold_mul(h ^ b ^ n as u64, 0xA409_3822_299F_31D0);
+    }
     xxhash_rust::xxh3::xxh3_64(key)
 }
 
@@ -525,7 +672,9 @@ impl KeyTable {
     pub fn get_hashed(&self, key: &[u8], hash: u64) -> Option<u32> {
         let (arena, spans) = (&self.arena, &self.spans);
         self.table
-            .find(hash, |&s| Self::span_bytes(arena, spans[s as usize]) == key)
+            .find(hash, |&s| {
+                key_eq(Self::span_bytes(arena, spans[s as usize]), key)
+            })
             .copied()
     }
 

@@ -38,7 +38,7 @@ use arrow_buffer::{BooleanBuffer, NullBuffer};
 
 use crate::clock::{system_clock, ClockRef};
 use crate::error::{Result, TidemarkError};
-use crate::key::{hash_key, AsKey, KeyColumns, KeyTable};
+use crate::key::{hash_key, AsKey, EncodedRows, KeyColumns, KeyRows, KeyTable};
 use crate::time::{MinTree, Watermark};
 
 /// Policy for evicting keys when `max_keys` is reached.
@@ -155,6 +155,42 @@ pub struct KeyedWatermarkMetrics {
 
 const NIL: u32 = u32::MAX;
 
+/// Per-key state read or written by every row of a batch (16 bytes).
+#[derive(Debug, Clone, Copy)]
+struct Hot {
+    /// Largest event time seen; the watermark is this minus the bounded delay.
+    max_event: i64,
+    /// Batch epoch that last touched this slot.
+    epoch: u32,
+    idle: bool,
+}
+
+/// Per-key activity bookkeeping, touched once per key per batch (16 bytes).
+#[derive(Debug, Clone, Copy)]
+struct Cold {
+    /// Clock reading of the last activity.
+    last_activity: i64,
+    /// Activity list links.
+    prev: u32,
+    next: u32,
+}
+
+impl Hot {
+    const FREE: Hot = Hot {
+        max_event: i64::MIN,
+        epoch: 0,
+        idle: false,
+    };
+}
+
+impl Cold {
+    const FREE: Cold = Cold {
+        last_activity: 0,
+        prev: NIL,
+        next: NIL,
+    };
+}
+
 /// Tracks watermarks per logical key.
 ///
 /// # Examples
@@ -199,12 +235,11 @@ pub struct KeyedWatermarkTracker {
     cfg: KeyedTicks,
     clock: ClockRef,
     keys: KeyTable,
-    // Per-slot state (parallel vectors indexed by slot id).
-    max_event: Vec<i64>,
-    last_activity: Vec<i64>,
-    idle: Vec<bool>,
-    prev: Vec<u32>,
-    next: Vec<u32>,
+    /// Per-slot state, indexed by slot id: what every row of a batch touches (`hot`,
+    /// 16 bytes) apart from what only activity bookkeeping touches (`cold`, 16 bytes),
+    /// so the per-row working set stays small.
+    hot: Vec<Hot>,
+    cold: Vec<Cold>,
     /// Watermarks of active keys; idle and free slots hold `MinTree::EMPTY`.
     active: MinTree,
     /// Activity list: oldest activity at `head`. Slots before `cursor` are all idle.
@@ -221,9 +256,8 @@ pub struct KeyedWatermarkTracker {
     max_seen: i64,
     metrics: KeyedWatermarkMetrics,
     scratch: Vec<u8>,
-    /// Batch folding: `epoch[slot] == batch_epoch` marks slots touched by the batch being
-    /// applied; `touched` lists them with their watermark before the batch.
-    epoch: Vec<u32>,
+    /// Batch folding: `hot[s].epoch == batch_epoch` marks slots touched by the batch
+    /// being applied; `touched` lists them with their watermark before the batch.
     batch_epoch: u32,
     touched: Vec<(u32, i64)>,
     /// When enabled, evicted keys and their watermarks, for the caller to drain.
@@ -246,11 +280,8 @@ impl KeyedWatermarkTracker {
             },
             clock,
             keys: KeyTable::new(),
-            max_event: Vec::new(),
-            last_activity: Vec::new(),
-            idle: Vec::new(),
-            prev: Vec::new(),
-            next: Vec::new(),
+            hot: Vec::new(),
+            cold: Vec::new(),
             active: MinTree::new(),
             head: NIL,
             tail: NIL,
@@ -261,7 +292,6 @@ impl KeyedWatermarkTracker {
             max_seen: i64::MIN,
             metrics: KeyedWatermarkMetrics::default(),
             scratch: Vec::new(),
-            epoch: Vec::new(),
             batch_epoch: 0,
             touched: Vec::new(),
             eviction_log: None,
@@ -307,35 +337,37 @@ impl KeyedWatermarkTracker {
 
     #[inline]
     fn wm_of(&self, slot: usize) -> i64 {
-        self.max_event[slot].saturating_sub(self.cfg.bounded_delay)
+        self.hot[slot]
+            .max_event
+            .saturating_sub(self.cfg.bounded_delay)
     }
 
     // --- activity list ---------------------------------------------------------
 
     fn unlink(&mut self, s: u32) {
-        let (p, n) = (self.prev[s as usize], self.next[s as usize]);
+        let (p, n) = (self.cold[s as usize].prev, self.cold[s as usize].next);
         if self.cursor == s {
             self.cursor = n;
         }
         if p == NIL {
             self.head = n;
         } else {
-            self.next[p as usize] = n;
+            self.cold[p as usize].next = n;
         }
         if n == NIL {
             self.tail = p;
         } else {
-            self.prev[n as usize] = p;
+            self.cold[n as usize].prev = p;
         }
     }
 
     fn push_back(&mut self, s: u32) {
-        self.prev[s as usize] = self.tail;
-        self.next[s as usize] = NIL;
+        self.cold[s as usize].prev = self.tail;
+        self.cold[s as usize].next = NIL;
         if self.tail == NIL {
             self.head = s;
         } else {
-            self.next[self.tail as usize] = s;
+            self.cold[self.tail as usize].next = s;
         }
         self.tail = s;
         if self.cursor == NIL {
@@ -347,13 +379,9 @@ impl KeyedWatermarkTracker {
 
     fn ensure_slot(&mut self, slot: u32) {
         let need = slot as usize + 1;
-        if self.max_event.len() < need {
-            self.max_event.resize(need, i64::MIN);
-            self.last_activity.resize(need, 0);
-            self.idle.resize(need, false);
-            self.prev.resize(need, NIL);
-            self.next.resize(need, NIL);
-            self.epoch.resize(need, 0);
+        if self.hot.len() < need {
+            self.hot.resize(need, Hot::FREE);
+            self.cold.resize(need, Cold::FREE);
         }
     }
 
@@ -373,9 +401,9 @@ impl KeyedWatermarkTracker {
         let slot = self.keys.insert_new(key, hash)?;
         self.ensure_slot(slot);
         let s = slot as usize;
-        self.max_event[s] = i64::MIN;
-        self.last_activity[s] = now;
-        self.idle[s] = false;
+        self.hot[s].max_event = i64::MIN;
+        self.cold[s].last_activity = now;
+        self.hot[s].idle = false;
         self.push_back(slot);
         self.metrics.total_keys += 1;
         self.metrics.active_keys += 1;
@@ -392,7 +420,9 @@ impl KeyedWatermarkTracker {
         if let Some(v) = victim {
             if let Some(log) = self.eviction_log.as_mut() {
                 let key = self.keys.key(v).to_vec();
-                let wm = self.max_event[v as usize].saturating_sub(self.cfg.bounded_delay);
+                let wm = self.hot[v as usize]
+                    .max_event
+                    .saturating_sub(self.cfg.bounded_delay);
                 log.push((key, wm));
             }
             self.drop_slot(v);
@@ -404,7 +434,7 @@ impl KeyedWatermarkTracker {
         // Drop stale idle entries (key reactivated, removed, or advanced since).
         while let Some(&Reverse((wm, s))) = self.idle_heap.peek() {
             let valid =
-                self.keys.is_live(s) && self.idle[s as usize] && self.wm_of(s as usize) == wm;
+                self.keys.is_live(s) && self.hot[s as usize].idle && self.wm_of(s as usize) == wm;
             if valid {
                 break;
             }
@@ -425,24 +455,24 @@ impl KeyedWatermarkTracker {
         let state = self.state_of(s);
         self.unlink(slot);
         self.active.set(s, MinTree::EMPTY);
-        if self.idle[s] {
+        if self.hot[s].idle {
             self.metrics.idle_keys -= 1;
         } else {
             self.metrics.active_keys -= 1;
         }
         self.metrics.total_keys -= 1;
-        self.idle[s] = false;
-        self.max_event[s] = i64::MIN;
+        self.hot[s].idle = false;
+        self.hot[s].max_event = i64::MIN;
         self.keys.remove(slot);
         state
     }
 
     fn state_of(&self, s: usize) -> KeyWatermarkState {
         KeyWatermarkState {
-            max_event_time: self.max_event[s],
+            max_event_time: self.hot[s].max_event,
             watermark: self.wm_of(s),
-            last_activity: self.last_activity[s],
-            is_idle: self.idle[s],
+            last_activity: self.cold[s].last_activity,
+            is_idle: self.hot[s].idle,
         }
     }
 
@@ -451,7 +481,7 @@ impl KeyedWatermarkTracker {
     fn apply(&mut self, slot: u32, event_time: i64, now: i64) {
         let before = self.wm_of(slot as usize);
         let s = slot as usize;
-        self.max_event[s] = self.max_event[s].max(event_time);
+        self.hot[s].max_event = self.hot[s].max_event.max(event_time);
         self.finish(slot, before, now);
     }
 
@@ -466,9 +496,9 @@ impl KeyedWatermarkTracker {
             // Already last, but past the idle scan: it must be scanned again.
             self.cursor = slot;
         }
-        self.last_activity[s] = now;
-        if self.idle[s] {
-            self.idle[s] = false;
+        self.cold[s].last_activity = now;
+        if self.hot[s].idle {
+            self.hot[s].idle = false;
             self.metrics.idle_keys -= 1;
             self.metrics.active_keys += 1;
         }
@@ -513,18 +543,9 @@ impl KeyedWatermarkTracker {
 
     /// Batch update (the clock is read once, the global recomputed once).
     pub fn update_batch<K: AsKey>(&mut self, events: &[(K, i64)]) -> Result<Option<Watermark>> {
-        let mut encoded = Vec::with_capacity(events.len());
-        for (k, _) in events {
-            let mut v = Vec::new();
-            k.encode_key(&mut v);
-            encoded.push(v);
-        }
+        let rows = EncodedRows::from_keys(events.iter().map(|e| &e.0));
         let times: Vec<i64> = events.iter().map(|e| e.1).collect();
-        self.update_rows(
-            encoded.len(),
-            |i, out| out.extend_from_slice(&encoded[i]),
-            |i| Some(times[i]),
-        )
+        self.update_rows(&rows, &times, None)
     }
 
     /// Batch update from Arrow key columns and event times (rows with a null time are
@@ -540,54 +561,50 @@ impl KeyedWatermarkTracker {
                 format!("{} keys but {} event times", keys.len(), times.len()),
             ));
         }
-        let nulls = times.nulls().cloned();
-        let values = times.values().clone();
-        self.update_rows(
-            keys.len(),
-            |i, out| keys.encode(i, out),
-            |i| match &nulls {
-                Some(n) if n.is_null(i) => None,
-                _ => Some(values[i]),
-            },
-        )
+        self.update_rows(keys, times.values(), times.nulls())
     }
 
-    fn update_rows(
+    fn update_rows<R: KeyRows + ?Sized>(
         &mut self,
-        n: usize,
-        encode: impl Fn(usize, &mut Vec<u8>),
-        time: impl Fn(usize) -> Option<i64>,
+        rows: &R,
+        times: &[i64],
+        nulls: Option<&NullBuffer>,
     ) -> Result<Option<Watermark>> {
         let now = self.clock.now();
-        let mut buf = std::mem::take(&mut self.scratch);
+        let n = rows.num_rows();
         let room = self.cfg.max_keys.map(|m| m.saturating_sub(self.keys.len()));
         self.batch_epoch = self.batch_epoch.wrapping_add(1);
         if self.batch_epoch == 0 {
-            self.epoch.iter_mut().for_each(|e| *e = 0);
+            self.hot.iter_mut().for_each(|s| s.epoch = 0);
             self.batch_epoch = 1;
         }
         let result = if room.is_none_or(|r| r >= n) {
             // No eviction can happen: intern rows directly, fold maxima per slot, then
-            // do the activity bookkeeping once per touched key.
-            (|| {
-                for i in 0..n {
-                    let Some(t) = time(i) else { continue };
-                    buf.clear();
-                    encode(i, &mut buf);
-                    let slot = self.slot_for_update(&buf, now)?;
-                    let s = slot as usize;
-                    if self.epoch[s] != self.batch_epoch {
-                        self.epoch[s] = self.batch_epoch;
-                        self.touched.push((slot, self.wm_of(s)));
-                    }
-                    self.max_event[s] = self.max_event[s].max(t);
+            // do the activity bookkeeping once per touched key, in order of first
+            // appearance.
+            let mut err = None;
+            rows.for_each_key(|i, key| {
+                if err.is_some() || nulls.is_some_and(|nb| nb.is_null(i)) {
+                    return;
                 }
-                Ok(())
-            })()
+                let t = times[i];
+                match self.slot_for_update(key, now) {
+                    Ok(slot) => {
+                        let h = &mut self.hot[slot as usize];
+                        if h.epoch != self.batch_epoch {
+                            h.epoch = self.batch_epoch;
+                            let before = h.max_event.saturating_sub(self.cfg.bounded_delay);
+                            self.touched.push((slot, before));
+                        }
+                        h.max_event = h.max_event.max(t);
+                    }
+                    Err(e) => err = Some(e),
+                }
+            });
+            err.map_or(Ok(()), Err)
         } else {
-            self.update_rows_evicting(n, &encode, &time, now, &mut buf)
+            self.update_rows_evicting(rows, times, nulls, now)
         };
-        self.scratch = buf;
         // Finish what was folded even if a later row failed: the state stays consistent.
         let mut touched = std::mem::take(&mut self.touched);
         for &(slot, before) in &touched {
@@ -600,27 +617,32 @@ impl KeyedWatermarkTracker {
 
     /// Slow path when keys may be evicted: fold the batch per key first (so no slot of
     /// this batch is evicted and reused under it), then apply key by key: keys already
-    /// tracked first, then new ones.
-    fn update_rows_evicting(
+    /// tracked first (they become the most recently active), then new ones, each in
+    /// order of first appearance, so eviction picks keys outside this batch whenever
+    /// the batch fits.
+    fn update_rows_evicting<R: KeyRows + ?Sized>(
         &mut self,
-        n: usize,
-        encode: &impl Fn(usize, &mut Vec<u8>),
-        time: &impl Fn(usize) -> Option<i64>,
+        rows: &R,
+        times: &[i64],
+        nulls: Option<&NullBuffer>,
         now: i64,
-        buf: &mut Vec<u8>,
     ) -> Result<()> {
         let mut local = KeyTable::new();
         let mut maxima: Vec<i64> = Vec::new();
-        for i in 0..n {
-            let Some(t) = time(i) else { continue };
-            buf.clear();
-            encode(i, buf);
-            let (slot, new) = local.get_or_insert(buf)?;
-            if new {
-                maxima.push(t);
-            } else {
-                maxima[slot as usize] = maxima[slot as usize].max(t);
+        let mut err = None;
+        rows.for_each_key(|i, key| {
+            if err.is_some() || nulls.is_some_and(|nb| nb.is_null(i)) {
+                return;
             }
+            let t = times[i];
+            match local.get_or_insert(key) {
+                Ok((_, true)) => maxima.push(t),
+                Ok((slot, false)) => maxima[slot as usize] = maxima[slot as usize].max(t),
+                Err(e) => err = Some(e),
+            }
+        });
+        if let Some(e) = err {
+            return Err(e);
         }
         if self.cfg.eviction_policy == KeyEvictionPolicy::RejectNew {
             let max = self.cfg.max_keys.unwrap_or(usize::MAX);
@@ -632,8 +654,6 @@ impl KeyedWatermarkTracker {
                 return Err(TidemarkError::MaxKeysReached { max_keys: max });
             }
         }
-        // Keys already tracked first (they become the most recently active), then new
-        // keys, so eviction picks keys outside this batch whenever the batch fits.
         let mut new_keys = Vec::new();
         for s in local.slots() {
             match self.keys.get(local.key(s)) {
@@ -727,7 +747,7 @@ impl KeyedWatermarkTracker {
             return false;
         };
         let now = self.clock.now();
-        let t = self.max_event[s as usize];
+        let t = self.hot[s as usize].max_event;
         self.apply(s, t, now);
         self.recalc();
         true
@@ -735,8 +755,8 @@ impl KeyedWatermarkTracker {
 
     fn set_idle(&mut self, slot: u32) {
         let s = slot as usize;
-        if !self.idle[s] {
-            self.idle[s] = true;
+        if !self.hot[s].idle {
+            self.hot[s].idle = true;
             self.metrics.idle_keys += 1;
             self.metrics.active_keys -= 1;
             self.active.set(s, MinTree::EMPTY);
@@ -753,7 +773,7 @@ impl KeyedWatermarkTracker {
         let entries: Vec<_> = self
             .keys
             .slots()
-            .filter(|&s| self.idle[s as usize])
+            .filter(|&s| self.hot[s as usize].idle)
             .map(|s| Reverse((self.wm_of(s as usize), s)))
             .collect();
         self.idle_heap = BinaryHeap::from(entries);
@@ -767,14 +787,14 @@ impl KeyedWatermarkTracker {
         let mut any = false;
         while self.cursor != NIL {
             let s = self.cursor;
-            if now.saturating_sub(self.last_activity[s as usize]) <= timeout {
+            if now.saturating_sub(self.cold[s as usize].last_activity) <= timeout {
                 break;
             }
-            if !self.idle[s as usize] {
+            if !self.hot[s as usize].idle {
                 self.set_idle(s);
                 any = true;
             }
-            self.cursor = self.next[s as usize];
+            self.cursor = self.cold[s as usize].next;
         }
         if any {
             self.recalc()
@@ -846,17 +866,14 @@ impl KeyedWatermarkTracker {
     /// Bytes of memory per key by layout, excluding the key's own bytes: per-slot
     /// vectors, tree leaf and internal node, hash table entry, arena span.
     pub fn bytes_per_key() -> usize {
-        8 /* max_event */ + 8 /* last_activity */ + 1 /* idle */ + 8 /* prev, next */
-            + 4 /* batch epoch */ + 16 /* min tree */ + 8 /* key span */ + 5 /* hash entry */
+        std::mem::size_of::<Hot>() + std::mem::size_of::<Cold>() + 16 /* min tree leaf + node */ + 8 /* key span */
+            + 5 /* hash entry */
     }
 
     /// Heap bytes held, excluding the keys' own bytes.
     pub fn heap_bytes(&self) -> usize {
-        self.max_event.capacity() * 8
-            + self.last_activity.capacity() * 8
-            + self.idle.capacity()
-            + (self.prev.capacity() + self.next.capacity()) * 4
-            + self.epoch.capacity() * 4
+        self.hot.capacity() * std::mem::size_of::<Hot>()
+            + self.cold.capacity() * std::mem::size_of::<Cold>()
             + self.active.heap_bytes()
             + self.keys.overhead_bytes()
             + self.idle_heap.capacity() * 16

@@ -1,0 +1,177 @@
+//! Per-key watermark benchmarks (seed F065 targets).
+//!
+//! Run: `cargo bench -p tidemark-benches --bench keyed` (or `make bench`).
+//!
+//! | group | seed target | tidemark goal |
+//! |---|---|---|
+//! | `keyed_update` | < 100 ns | < 50 ns |
+//! | `keyed_global_watermark/{1K,100K,1M}` | < 1 µs / < 10 µs | O(1) at any key count |
+//! | `keyed_batch_100` (100 events, one call) | < 5 µs | |
+//! | `keyed_update_columns` (64K rows, 10K keys) | | >= 20M events/s |
+//! | memory per key (printed) | < 128 B | <= 64 B |
+//!
+//! Keys are `i64` tenant ids unless the name says `string`. Every tracker reads a
+//! `ManualClock`.
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, Int64Array, StringArray};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use tidemark_core::clock::ManualClock;
+use tidemark_core::key::KeyColumns;
+use tidemark_core::time::{KeyEvictionPolicy, KeyedTicks, KeyedWatermarkTracker};
+
+fn tracker(max_keys: Option<usize>) -> KeyedWatermarkTracker {
+    KeyedWatermarkTracker::with_ticks(
+        KeyedTicks {
+            bounded_delay: 5_000,
+            idle_timeout: Some(60_000),
+            max_keys,
+            eviction_policy: KeyEvictionPolicy::LeastRecentlyActive,
+        },
+        Arc::new(ManualClock::new(0)),
+    )
+}
+
+fn filled(n: i64) -> KeyedWatermarkTracker {
+    let mut t = tracker(None);
+    for k in 0..n {
+        t.update(k, 10_000 + k).unwrap();
+    }
+    t
+}
+
+/// A cheap deterministic sequence of key ids (xorshift), so lookups are not sequential.
+struct Keys(u64, u64);
+impl Keys {
+    fn next(&mut self) -> i64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % self.1) as i64
+    }
+}
+
+fn bench_update(c: &mut Criterion) {
+    let mut g = c.benchmark_group("keyed_update");
+    g.throughput(Throughput::Elements(1));
+    for n in [1_000i64, 10_000, 100_000] {
+        g.bench_function(format!("random_key_of_{n}"), |b| {
+            let mut t = filled(n);
+            let mut keys = Keys(0x9E37_79B9_7F4A_7C15, n as u64);
+            let mut ts = 1_000_000i64;
+            b.iter(|| {
+                ts += 1;
+                black_box(t.update(keys.next(), ts).unwrap())
+            })
+        });
+    }
+    g.bench_function("string_key_of_10000", |b| {
+        let mut t = tracker(None);
+        let names: Vec<String> = (0..10_000).map(|i| format!("tenant-{i:07}")).collect();
+        for (i, k) in names.iter().enumerate() {
+            t.update(k.as_str(), i as i64).unwrap();
+        }
+        let mut keys = Keys(0x1234_5678, 10_000);
+        let mut ts = 1_000_000i64;
+        b.iter(|| {
+            ts += 1;
+            black_box(t.update(names[keys.next() as usize].as_str(), ts).unwrap())
+        })
+    });
+    g.finish();
+}
+
+fn bench_global(c: &mut Criterion) {
+    let mut g = c.benchmark_group("keyed_global_watermark");
+    for (label, n) in [("1K", 1_000i64), ("100K", 100_000), ("1M", 1_000_000)] {
+        let t = filled(n);
+        g.bench_function(label, |b| b.iter(|| black_box(t.global_watermark())));
+    }
+    // The seed's "global calc": recompute after the key holding the minimum moves.
+    for (label, n) in [("1K", 1_000i64), ("100K", 100_000), ("1M", 1_000_000)] {
+        g.bench_function(format!("min_key_update_{label}"), |b| {
+            let mut t = filled(n);
+            let mut k = 0i64;
+            let mut ts = 20_000_000i64;
+            b.iter(|| {
+                // Keys advance in order, so every update moves the minimum.
+                ts += 1;
+                let r = t.update(k, ts).unwrap();
+                k = (k + 1) % n;
+                black_box(r)
+            })
+        });
+    }
+    g.finish();
+}
+
+fn bench_batch(c: &mut Criterion) {
+    let mut g = c.benchmark_group("keyed_batch_100");
+    g.throughput(Throughput::Elements(100));
+    g.bench_function("update_batch_100_of_10000_keys", |b| {
+        let mut t = filled(10_000);
+        let mut keys = Keys(42, 10_000);
+        let mut ts = 1_000_000i64;
+        b.iter_batched(
+            || {
+                (0..100)
+                    .map(|_| {
+                        ts += 1;
+                        (keys.next(), ts)
+                    })
+                    .collect::<Vec<_>>()
+            },
+            |events| black_box(t.update_batch(&events).unwrap()),
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("keyed_update_columns");
+    const ROWS: usize = 65_536;
+    g.throughput(Throughput::Elements(ROWS as u64));
+    let mut keys = Keys(7, 10_000);
+    let ids: Vec<i64> = (0..ROWS).map(|_| keys.next()).collect();
+    let times = Int64Array::from((0..ROWS as i64).map(|i| 1_000_000 + i).collect::<Vec<_>>());
+    let int_keys = KeyColumns::single(Arc::new(Int64Array::from(ids.clone())) as ArrayRef).unwrap();
+    let str_keys = KeyColumns::single(Arc::new(StringArray::from(
+        ids.iter()
+            .map(|i| format!("tenant-{i:07}"))
+            .collect::<Vec<_>>(),
+    )) as ArrayRef)
+    .unwrap();
+    for (label, kc) in [
+        ("int64_64k_rows_10k_keys", &int_keys),
+        ("string_64k_rows_10k_keys", &str_keys),
+    ] {
+        g.bench_function(label, |b| {
+            let mut t = tracker(None);
+            t.update_columns(kc, &times).unwrap();
+            b.iter(|| black_box(t.update_columns(kc, &times).unwrap()))
+        });
+    }
+    g.finish();
+}
+
+fn report_memory(_c: &mut Criterion) {
+    for n in [10_000i64, 1_000_000] {
+        let t = filled(n);
+        println!(
+            "memory: {n} keys -> {:.1} bytes/key measured (heap incl. spare capacity, excl. key \
+             bytes); {} bytes/key by layout",
+            t.heap_bytes() as f64 / n as f64,
+            KeyedWatermarkTracker::bytes_per_key()
+        );
+    }
+}
+
+criterion_group!(
+    benches,
+    bench_update,
+    bench_global,
+    bench_batch,
+    report_memory
+);
+criterion_main!(benches);
