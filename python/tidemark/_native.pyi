@@ -11,13 +11,17 @@ __all__ = [
     "CompactKeyedWatermarkTracker",
     "KeyedWatermarkTracker",
     "ManualClock",
+    "Operator",
     "PartitionedWatermarkTracker",
     "SystemClock",
+    "TimerService",
     "__version__",
     "builtin_event_time_types",
     "check_event_time_type",
     "parse_duration",
     "parse_event_time",
+    "pipeline_output_schema",
+    "validate_pipeline",
 ]
 
 @final
@@ -150,6 +154,49 @@ class CompactKeyedWatermarkTracker:
     def heap_bytes(self) -> int: ...
     def configured_bytes(self) -> int: ...
     def metrics(self) -> dict[str, Any]: ...
+
+@final
+class Operator:
+    """Native pipeline operator (see `tidemark.Operator`)."""
+
+    def __new__(
+        cls,
+        config: dict[str, Any],
+        clock: SystemClock | ManualClock | None = None,
+        state: bytes | None = None,
+    ) -> Operator: ...
+    def process(self, data: Any, parsed_times: Any = None) -> tuple[Any, Any, Any]:
+        """Processes one arrival unit (all batches of `data` together)."""
+    def flush(self) -> tuple[Any, Any, Any]: ...
+    def snapshot(self) -> bytes: ...
+    @property
+    def watermark(self) -> int | None: ...
+    def key_watermark(self, key: Any) -> int | None: ...
+    def metrics(self) -> dict[str, Any]: ...
+
+@final
+class TimerService:
+    """Native timer service (see `tidemark.TimerService`). Keys are Python keys, stored
+    in the canonical key encoding and decoded back when timers fire."""
+
+    def __new__(cls) -> TimerService: ...
+    def register(self, timestamp: int, key: Any, namespace: int, kind: str) -> bool: ...
+    def delete(self, timestamp: int, key: Any, namespace: int, kind: str) -> bool: ...
+    def timers(self, kind: str) -> list[tuple[int, Any, int]]: ...
+    def advance_watermark(self, watermark: int) -> list[tuple[int, Any, int]]: ...
+    def advance_processing_time(self, now: int) -> list[tuple[int, Any, int]]: ...
+    @property
+    def watermark(self) -> int | None: ...
+    def __len__(self) -> int: ...
+    def snapshot(self) -> bytes: ...
+    @staticmethod
+    def restore(data: bytes) -> TimerService: ...
+
+def validate_pipeline(config: dict[str, Any]) -> int:
+    """Validates a pipeline configuration dict (raises a `ConfigError` on mistakes)."""
+
+def pipeline_output_schema(config: dict[str, Any], schema: Any) -> Any:
+    """The output schema of a pipeline for an input schema."""
 
 def builtin_event_time_types() -> list[str]:
     """Names of the built-in event-time types."""

@@ -21,6 +21,8 @@
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
+use std::sync::Arc;
+
 use arrow_array::{Array, ArrayRef};
 use arrow_schema::DataType;
 use hashbrown::HashTable;
@@ -793,6 +795,174 @@ pub fn key_columns(columns: &[ArrayRef]) -> Result<KeyColumns> {
     KeyColumns::new(columns)
 }
 
+/// One decoded key value.
+#[derive(Debug, Clone, PartialEq)]
+enum Decoded<'a> {
+    Null,
+    Int(i64),
+    UInt(u64),
+    Str(&'a [u8]),
+    Bin(&'a [u8]),
+    Float(f64),
+    Bool(bool),
+}
+
+fn decode_one<'a>(b: &'a [u8], pos: &mut usize) -> Result<Decoded<'a>> {
+    let corrupt = || TidemarkError::StateCorrupted("malformed key encoding".into());
+    let t = *b.get(*pos).ok_or_else(corrupt)?;
+    *pos += 1;
+    let mut fixed = |n: usize| -> Result<&'a [u8]> {
+        let s = b.get(*pos..*pos + n).ok_or_else(corrupt)?;
+        *pos += n;
+        Ok(s)
+    };
+    Ok(match t {
+        tag::NULL => Decoded::Null,
+        tag::INT => Decoded::Int(i64::from_le_bytes(fixed(8)?.try_into().expect("8"))),
+        tag::UINT => Decoded::UInt(u64::from_le_bytes(fixed(8)?.try_into().expect("8"))),
+        tag::FLOAT => Decoded::Float(f64::from_bits(u64::from_le_bytes(
+            fixed(8)?.try_into().expect("8"),
+        ))),
+        tag::BOOL => Decoded::Bool(fixed(1)?[0] != 0),
+        tag::STR | tag::BIN => {
+            let n = u32::from_le_bytes(fixed(4)?.try_into().expect("4")) as usize;
+            let v = fixed(n)?;
+            if t == tag::STR {
+                Decoded::Str(v)
+            } else {
+                Decoded::Bin(v)
+            }
+        }
+        _ => return Err(corrupt()),
+    })
+}
+
+/// Decodes encoded keys back into Arrow columns of the given types (the key columns'
+/// input types), one column per type. The inverse of [`KeyColumns`].
+///
+/// # Examples
+///
+/// ```
+/// use arrow_array::Array;
+/// use arrow_schema::DataType;
+/// use tidemark_core::key::{decode_key_columns, AsKey};
+/// let mut k = Vec::new();
+/// ("eu", 7i64).encode_key(&mut k);
+/// let cols = decode_key_columns(&[k.as_slice()], &[DataType::LargeUtf8, DataType::Int16]).unwrap();
+/// assert_eq!(cols[0].data_type(), &DataType::LargeUtf8);
+/// assert_eq!(cols[1].data_type(), &DataType::Int16);
+/// ```
+pub fn decode_key_columns(keys: &[&[u8]], types: &[DataType]) -> Result<Vec<ArrayRef>> {
+    use arrow_array::builder::*;
+    let mut values: Vec<Vec<Decoded<'_>>> = vec![Vec::with_capacity(keys.len()); types.len()];
+    for k in keys {
+        let mut pos = 0;
+        for col in values.iter_mut() {
+            col.push(decode_one(k, &mut pos)?);
+        }
+    }
+    let mut out = Vec::with_capacity(types.len());
+    for (vals, dt) in values.iter().zip(types) {
+        let target = match dt {
+            DataType::Dictionary(_, v) => v.as_ref(),
+            d => d,
+        };
+        let arr: ArrayRef = match target {
+            DataType::Null => Arc::new(arrow_array::NullArray::new(vals.len())),
+            DataType::UInt64 => {
+                let mut b = UInt64Builder::new();
+                for v in vals {
+                    match v {
+                        Decoded::UInt(u) => b.append_value(*u),
+                        Decoded::Int(i) => b.append_value(*i as u64),
+                        _ => b.append_null(),
+                    }
+                }
+                Arc::new(b.finish())
+            }
+            d if int_like(d) => {
+                let mut b = Int64Builder::new();
+                for v in vals {
+                    match v {
+                        Decoded::Int(i) => b.append_value(*i),
+                        _ => b.append_null(),
+                    }
+                }
+                let ints: ArrayRef = Arc::new(b.finish());
+                match d {
+                    DataType::Date32 | DataType::Time32(_) => {
+                        arrow_cast::cast(&arrow_cast::cast(&ints, &DataType::Int32)?, d)?
+                    }
+                    _ => arrow_cast::cast(&ints, d)?,
+                }
+            }
+            DataType::Float16 | DataType::Float32 | DataType::Float64 => {
+                let mut b = Float64Builder::new();
+                for v in vals {
+                    match v {
+                        Decoded::Float(f) => b.append_value(*f),
+                        _ => b.append_null(),
+                    }
+                }
+                arrow_cast::cast(&(Arc::new(b.finish()) as ArrayRef), target)?
+            }
+            DataType::Boolean => {
+                let mut b = BooleanBuilder::new();
+                for v in vals {
+                    match v {
+                        Decoded::Bool(x) => b.append_value(*x),
+                        _ => b.append_null(),
+                    }
+                }
+                Arc::new(b.finish())
+            }
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+                let mut b = StringBuilder::new();
+                for v in vals {
+                    match v {
+                        Decoded::Str(s) => {
+                            b.append_value(std::str::from_utf8(s).map_err(|_| {
+                                TidemarkError::StateCorrupted(
+                                    "invalid UTF-8 in a string key".into(),
+                                )
+                            })?)
+                        }
+                        _ => b.append_null(),
+                    }
+                }
+                arrow_cast::cast(&(Arc::new(b.finish()) as ArrayRef), target)?
+            }
+            DataType::FixedSizeBinary(n) => {
+                let mut b = FixedSizeBinaryBuilder::new(*n);
+                for v in vals {
+                    match v {
+                        Decoded::Bin(s) => b.append_value(s)?,
+                        _ => b.append_null(),
+                    }
+                }
+                Arc::new(b.finish())
+            }
+            DataType::Binary | DataType::LargeBinary | DataType::BinaryView => {
+                let mut b = BinaryBuilder::new();
+                for v in vals {
+                    match v {
+                        Decoded::Bin(s) => b.append_value(s),
+                        _ => b.append_null(),
+                    }
+                }
+                arrow_cast::cast(&(Arc::new(b.finish()) as ArrayRef), target)?
+            }
+            other => return Err(unsupported(other)),
+        };
+        out.push(if matches!(dt, DataType::Dictionary(_, _)) {
+            arrow_cast::cast(&arr, dt)?
+        } else {
+            arr
+        });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -833,6 +1003,33 @@ mod tests {
             KeyColumns::single(Arc::new(Float64Array::from(vec![-0.0, 0.0, f64::NAN]))).unwrap();
         assert_eq!(f.key(0), f.key(1));
         assert_eq!(f.key(2), enc(f64::NAN));
+    }
+
+    #[test]
+    fn decode_round_trips_column_types() {
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(
+                arrow_array::TimestampMillisecondArray::from(vec![Some(5), None])
+                    .with_timezone("UTC"),
+            ),
+            Arc::new(StringArray::from(vec![Some("a"), Some("b")])),
+            Arc::new(
+                vec![Some("x"), None]
+                    .into_iter()
+                    .collect::<DictionaryArray<Int8Type>>(),
+            ),
+            Arc::new(UInt64Array::from(vec![u64::MAX, 1])),
+            Arc::new(arrow_array::Date32Array::from(vec![3, 4])),
+            Arc::new(arrow_array::BooleanArray::from(vec![true, false])),
+        ];
+        let kc = KeyColumns::new(&cols).unwrap();
+        let keys: Vec<Vec<u8>> = (0..2).map(|i| kc.key(i)).collect();
+        let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+        let types: Vec<DataType> = cols.iter().map(|c| c.data_type().clone()).collect();
+        let back = decode_key_columns(&refs, &types).unwrap();
+        for (a, b) in cols.iter().zip(&back) {
+            assert_eq!(a.as_ref(), b.as_ref());
+        }
     }
 
     #[test]

@@ -13,10 +13,15 @@
 //! minimum over active inputs, idle inputs excluded, the maximum when all are idle,
 //! and never move backwards.
 
+pub mod agg;
 pub mod clock;
 pub mod duration;
 pub mod error;
 pub mod key;
+pub mod pipeline;
+pub mod state;
 pub mod time;
+pub mod timer;
+pub mod window;
 
 pub use error::{Result, TidemarkError};

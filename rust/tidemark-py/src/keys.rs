@@ -89,3 +89,64 @@ pub fn single_array(py: Python<'_>, data: AnyArray) -> PyResult<ArrayRef> {
         )?,
     })
 }
+
+/// Decodes an encoded key back into a Python value (a tuple for several values).
+pub fn decode_py_key(py: Python<'_>, k: &[u8]) -> PyResult<Py<PyAny>> {
+    use tidemark_core::key::tag;
+    let corrupt = || {
+        crate::error::to_py(
+            py,
+            tidemark_core::TidemarkError::StateCorrupted("malformed key encoding".into()),
+        )
+    };
+    let mut values: Vec<Py<PyAny>> = Vec::new();
+    let mut pos = 0usize;
+    let take = |pos: &mut usize, n: usize| -> PyResult<&[u8]> {
+        let s = k.get(*pos..*pos + n).ok_or_else(corrupt)?;
+        *pos += n;
+        Ok(s)
+    };
+    while pos < k.len() {
+        let t = k[pos];
+        pos += 1;
+        let v: Py<PyAny> = match t {
+            tag::NULL => py.None(),
+            tag::INT => i64::from_le_bytes(take(&mut pos, 8)?.try_into().expect("8"))
+                .into_pyobject(py)?
+                .into_any()
+                .unbind(),
+            tag::UINT => u64::from_le_bytes(take(&mut pos, 8)?.try_into().expect("8"))
+                .into_pyobject(py)?
+                .into_any()
+                .unbind(),
+            tag::FLOAT => f64::from_bits(u64::from_le_bytes(
+                take(&mut pos, 8)?.try_into().expect("8"),
+            ))
+            .into_pyobject(py)?
+            .into_any()
+            .unbind(),
+            tag::BOOL => pyo3::types::PyBool::new(py, take(&mut pos, 1)?[0] != 0)
+                .to_owned()
+                .into_any()
+                .unbind(),
+            tag::STR | tag::BIN => {
+                let n = u32::from_le_bytes(take(&mut pos, 4)?.try_into().expect("4")) as usize;
+                let b = take(&mut pos, n)?;
+                if t == tag::STR {
+                    PyString::new(py, std::str::from_utf8(b).map_err(|_| corrupt())?)
+                        .into_any()
+                        .unbind()
+                } else {
+                    PyBytes::new(py, b).into_any().unbind()
+                }
+            }
+            _ => return Err(corrupt()),
+        };
+        values.push(v);
+    }
+    Ok(if values.len() == 1 {
+        values.pop().expect("one")
+    } else {
+        PyTuple::new(py, values)?.into_any().unbind()
+    })
+}

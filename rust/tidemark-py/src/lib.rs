@@ -12,6 +12,7 @@ mod keyed;
 mod keys;
 mod parse;
 mod partitioned;
+mod pipeline;
 
 use pyo3::prelude::*;
 
@@ -23,6 +24,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<partitioned::PyPartitionedWatermarkTracker>()?;
     m.add_class::<keyed::PyKeyedWatermarkTracker>()?;
     m.add_class::<keyed::PyCompactKeyedWatermarkTracker>()?;
+    m.add_class::<pipeline::PyOperator>()?;
+    m.add_class::<pipeline::PyTimerService>()?;
+    m.add_function(wrap_pyfunction!(pipeline::validate_pipeline, m)?)?;
+    m.add_function(wrap_pyfunction!(pipeline::pipeline_output_schema, m)?)?;
     m.add_function(wrap_pyfunction!(parse::builtin_event_time_types, m)?)?;
     m.add_function(wrap_pyfunction!(parse::parse_duration, m)?)?;
     m.add_function(wrap_pyfunction!(parse::parse_event_time, m)?)?;

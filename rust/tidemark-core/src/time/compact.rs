@@ -33,7 +33,7 @@
 
 use crate::clock::ClockRef;
 use crate::error::Result;
-use crate::key::{hash_key, AsKey, Encoded, KeyColumns, KeyTable};
+use crate::key::{hash_key, AsKey, KeyColumns, KeyTable};
 use crate::time::{KeyEvictionPolicy, KeyedTicks, KeyedWatermarkTracker, Watermark};
 use arrow_array::{Array, BooleanArray, Int64Array};
 use arrow_buffer::BooleanBuffer;
@@ -203,9 +203,9 @@ impl CompactKeyedWatermarkTracker {
     }
 
     fn drain(&mut self) {
-        for (key, wm) in self.exact.drain_evictions() {
-            if wm != i64::MIN {
-                self.sketch_insert(&key, wm);
+        for e in self.exact.drain_evictions() {
+            if e.watermark != i64::MIN {
+                self.sketch_insert(&e.key, e.watermark);
             }
         }
     }
@@ -258,16 +258,19 @@ impl CompactKeyedWatermarkTracker {
                 *m = (*m).max(times.value(i));
             }
         }
+        // Apply key by key: a batch may hold more keys than the exact part, and each
+        // key's event time must land before the key can be evicted into the sketch.
         let slots: Vec<u32> = local.slots().collect();
-        let mut events = Vec::with_capacity(slots.len());
+        let mut advanced = None;
         for s in slots {
             let key = local.key(s);
             self.admit(key);
-            events.push((Encoded(key), maxima[s as usize]));
+            if let Some(w) = self.exact.update_encoded(key, maxima[s as usize])? {
+                advanced = Some(w);
+            }
+            self.drain();
         }
-        let r = self.exact.update_batch(&events);
-        self.drain();
-        r
+        Ok(advanced.filter(|w| Some(*w) == self.exact.emitted_watermark()))
     }
 
     /// The watermark of `key`: exact if tracked exactly, else the sketch estimate.

@@ -39,10 +39,11 @@ use arrow_buffer::{BooleanBuffer, NullBuffer};
 use crate::clock::{system_clock, ClockRef};
 use crate::error::{Result, TidemarkError};
 use crate::key::{hash_key, AsKey, EncodedRows, KeyColumns, KeyRows, KeyTable};
+use crate::state::{Reader, Writer};
 use crate::time::{MinTree, Watermark};
 
 /// Policy for evicting keys when `max_keys` is reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum KeyEvictionPolicy {
     /// Evict the key with the oldest last activity.
     #[default]
@@ -155,13 +156,24 @@ pub struct KeyedWatermarkMetrics {
 
 const NIL: u32 = u32::MAX;
 
+/// A key evicted because of `max_keys`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eviction {
+    /// The slot it held (may already be reused by the key that displaced it).
+    pub slot: u32,
+    /// The encoded key.
+    pub key: Vec<u8>,
+    /// Its watermark when evicted.
+    pub watermark: i64,
+}
+
 /// Per-key state read or written by every row of a batch (16 bytes).
 #[derive(Debug, Clone, Copy)]
 struct Hot {
     /// Largest event time seen; the watermark is this minus the bounded delay.
     max_event: i64,
-    /// Batch epoch that last touched this slot.
-    epoch: u32,
+    /// Index of this slot's entry in `pending` while a batch touches it.
+    pending: u32,
     idle: bool,
 }
 
@@ -178,7 +190,7 @@ struct Cold {
 impl Hot {
     const FREE: Hot = Hot {
         max_event: i64::MIN,
-        epoch: 0,
+        pending: NIL,
         idle: false,
     };
 }
@@ -256,12 +268,15 @@ pub struct KeyedWatermarkTracker {
     max_seen: i64,
     metrics: KeyedWatermarkMetrics,
     scratch: Vec<u8>,
-    /// Batch folding: `hot[s].epoch == batch_epoch` marks slots touched by the batch
-    /// being applied; `touched` lists them with their watermark before the batch.
-    batch_epoch: u32,
-    touched: Vec<(u32, i64)>,
-    /// When enabled, evicted keys and their watermarks, for the caller to drain.
-    eviction_log: Option<Vec<(Vec<u8>, i64)>>,
+    /// The batch being applied: `(slot, watermark before, max event time)` per key
+    /// touched, in order of first touch (`slot == NIL`: evicted during the batch).
+    /// `hot[s].pending` points into it.
+    pending: Vec<(u32, i64, i64)>,
+    batch_now: i64,
+    /// When enabled, evicted keys (slot, key, watermark), for the caller to drain.
+    eviction_log: Option<Vec<Eviction>>,
+    /// When enabled, slots that went idle, for the caller to drain.
+    idle_log: Option<Vec<u32>>,
 }
 
 impl KeyedWatermarkTracker {
@@ -292,9 +307,10 @@ impl KeyedWatermarkTracker {
             max_seen: i64::MIN,
             metrics: KeyedWatermarkMetrics::default(),
             scratch: Vec::new(),
-            batch_epoch: 0,
-            touched: Vec::new(),
+            pending: Vec::new(),
+            batch_now: 0,
             eviction_log: None,
+            idle_log: None,
         }
     }
 
@@ -311,11 +327,31 @@ impl KeyedWatermarkTracker {
     }
 
     /// Takes the keys evicted since the last call (empty unless the log is enabled).
-    pub fn drain_evictions(&mut self) -> Vec<(Vec<u8>, i64)> {
+    pub fn drain_evictions(&mut self) -> Vec<Eviction> {
         self.eviction_log
             .as_mut()
             .map(std::mem::take)
             .unwrap_or_default()
+    }
+
+    /// Records slots that go idle, for [`Self::drain_idle`].
+    pub fn with_idle_log(mut self) -> Self {
+        self.idle_log = Some(Vec::new());
+        self
+    }
+
+    /// Takes the slots that went idle since the last call (empty unless enabled).
+    pub fn drain_idle(&mut self) -> Vec<u32> {
+        self.idle_log
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// `true` if evictions are waiting in the log.
+    #[inline]
+    pub fn has_evictions(&self) -> bool {
+        self.eviction_log.as_ref().is_some_and(|l| !l.is_empty())
     }
 
     /// `true` if `key` (encoded) is tracked.
@@ -401,9 +437,8 @@ impl KeyedWatermarkTracker {
         let slot = self.keys.insert_new(key, hash)?;
         self.ensure_slot(slot);
         let s = slot as usize;
-        self.hot[s].max_event = i64::MIN;
+        self.hot[s] = Hot::FREE;
         self.cold[s].last_activity = now;
-        self.hot[s].idle = false;
         self.push_back(slot);
         self.metrics.total_keys += 1;
         self.metrics.active_keys += 1;
@@ -412,29 +447,58 @@ impl KeyedWatermarkTracker {
         Ok(slot)
     }
 
+    /// `true` while the batch being applied has touched `slot`.
+    ///
+    /// Invariant: `hot[s].pending != NIL` exactly for the slots listed in `pending`
+    /// (set by `batch_fold`, reset by `end_batch`, `begin_batch` and `drop_slot`).
+    #[inline]
+    fn in_batch(&self, slot: u32) -> bool {
+        self.hot[slot as usize].pending != NIL
+    }
+
     fn evict_one(&mut self) {
         let victim = match self.cfg.eviction_policy {
             KeyEvictionPolicy::LowestWatermark => self.lowest_watermark_slot(),
-            _ => (self.head != NIL).then_some(self.head),
-        };
+            _ => None,
+        }
+        .or_else(|| self.least_recently_active_slot());
         if let Some(v) = victim {
             if let Some(log) = self.eviction_log.as_mut() {
-                let key = self.keys.key(v).to_vec();
-                let wm = self.hot[v as usize]
-                    .max_event
-                    .saturating_sub(self.cfg.bounded_delay);
-                log.push((key, wm));
+                log.push(Eviction {
+                    slot: v,
+                    key: self.keys.key(v).to_vec(),
+                    watermark: self.hot[v as usize]
+                        .max_event
+                        .saturating_sub(self.cfg.bounded_delay),
+                });
             }
             self.drop_slot(v);
             self.metrics.evicted_keys += 1;
         }
     }
 
+    /// The least recently active key not touched by the batch being applied (if every
+    /// key was touched, the least recently active of all).
+    fn least_recently_active_slot(&self) -> Option<u32> {
+        let mut s = self.head;
+        while s != NIL {
+            if !self.in_batch(s) {
+                return Some(s);
+            }
+            s = self.cold[s as usize].next;
+        }
+        (self.head != NIL).then_some(self.head)
+    }
+
+    /// The key with the lowest watermark among those not touched by the batch being
+    /// applied (touched keys leave the active tree until the batch ends).
     fn lowest_watermark_slot(&mut self) -> Option<u32> {
-        // Drop stale idle entries (key reactivated, removed, or advanced since).
+        // Drop stale idle entries (key reactivated, removed, advanced, or in the batch).
         while let Some(&Reverse((wm, s))) = self.idle_heap.peek() {
-            let valid =
-                self.keys.is_live(s) && self.hot[s as usize].idle && self.wm_of(s as usize) == wm;
+            let valid = self.keys.is_live(s)
+                && self.hot[s as usize].idle
+                && !self.in_batch(s)
+                && self.wm_of(s as usize) == wm;
             if valid {
                 break;
             }
@@ -446,12 +510,17 @@ impl KeyedWatermarkTracker {
             (Some(i), Some(a)) => Some(if i.0 <= a.0 { i.1 } else { a.1 }),
             (Some(i), None) => Some(i.1),
             (None, Some(a)) => Some(a.1),
-            (None, None) => (self.head != NIL).then_some(self.head),
+            (None, None) => None,
         }
     }
 
     fn drop_slot(&mut self, slot: u32) -> KeyWatermarkState {
         let s = slot as usize;
+        if self.in_batch(slot) {
+            let p = self.hot[s].pending as usize;
+            self.pending[p].0 = NIL;
+        }
+        self.hot[s].pending = NIL;
         let state = self.state_of(s);
         self.unlink(slot);
         self.active.set(s, MinTree::EMPTY);
@@ -570,102 +639,156 @@ impl KeyedWatermarkTracker {
         times: &[i64],
         nulls: Option<&NullBuffer>,
     ) -> Result<Option<Watermark>> {
-        let now = self.clock.now();
         let n = rows.num_rows();
-        let room = self.cfg.max_keys.map(|m| m.saturating_sub(self.keys.len()));
-        self.batch_epoch = self.batch_epoch.wrapping_add(1);
-        if self.batch_epoch == 0 {
-            self.hot.iter_mut().for_each(|s| s.epoch = 0);
-            self.batch_epoch = 1;
-        }
-        let result = if room.is_none_or(|r| r >= n) {
-            // No eviction can happen: intern rows directly, fold maxima per slot, then
-            // do the activity bookkeeping once per touched key, in order of first
-            // appearance.
-            let mut err = None;
-            rows.for_each_key(|i, key| {
-                if err.is_some() || nulls.is_some_and(|nb| nb.is_null(i)) {
-                    return;
-                }
-                let t = times[i];
-                match self.slot_for_update(key, now) {
-                    Ok(slot) => {
-                        let h = &mut self.hot[slot as usize];
-                        if h.epoch != self.batch_epoch {
-                            h.epoch = self.batch_epoch;
-                            let before = h.max_event.saturating_sub(self.cfg.bounded_delay);
-                            self.touched.push((slot, before));
+        if let (KeyEvictionPolicy::RejectNew, Some(max)) =
+            (self.cfg.eviction_policy, self.cfg.max_keys)
+        {
+            if self.keys.len() + n > max {
+                // Atomic rejection: count the batch's new keys before changing anything.
+                let mut new_keys = KeyTable::new();
+                let mut err = None;
+                rows.for_each_key(|i, key| {
+                    if err.is_none()
+                        && !nulls.is_some_and(|nb| nb.is_null(i))
+                        && self.keys.get(key).is_none()
+                    {
+                        if let Err(e) = new_keys.get_or_insert(key) {
+                            err = Some(e);
                         }
-                        h.max_event = h.max_event.max(t);
                     }
-                    Err(e) => err = Some(e),
+                });
+                if let Some(e) = err {
+                    return Err(e);
                 }
-            });
-            err.map_or(Ok(()), Err)
-        } else {
-            self.update_rows_evicting(rows, times, nulls, now)
-        };
-        // Finish what was folded even if a later row failed: the state stays consistent.
-        let mut touched = std::mem::take(&mut self.touched);
-        for &(slot, before) in &touched {
-            self.finish(slot, before, now);
+                if self.keys.len() + new_keys.len() > max {
+                    return Err(TidemarkError::MaxKeysReached { max_keys: max });
+                }
+            }
         }
-        touched.clear();
-        self.touched = touched;
-        result.map(|_| self.recalc())
-    }
-
-    /// Slow path when keys may be evicted: fold the batch per key first (so no slot of
-    /// this batch is evicted and reused under it), then apply key by key: keys already
-    /// tracked first (they become the most recently active), then new ones, each in
-    /// order of first appearance, so eviction picks keys outside this batch whenever
-    /// the batch fits.
-    fn update_rows_evicting<R: KeyRows + ?Sized>(
-        &mut self,
-        rows: &R,
-        times: &[i64],
-        nulls: Option<&NullBuffer>,
-        now: i64,
-    ) -> Result<()> {
-        let mut local = KeyTable::new();
-        let mut maxima: Vec<i64> = Vec::new();
+        self.begin_batch();
         let mut err = None;
         rows.for_each_key(|i, key| {
             if err.is_some() || nulls.is_some_and(|nb| nb.is_null(i)) {
                 return;
             }
-            let t = times[i];
-            match local.get_or_insert(key) {
-                Ok((_, true)) => maxima.push(t),
-                Ok((slot, false)) => maxima[slot as usize] = maxima[slot as usize].max(t),
+            match self.batch_slot(key) {
+                Ok(slot) => {
+                    self.batch_fold(slot, times[i]);
+                }
                 Err(e) => err = Some(e),
             }
         });
-        if let Some(e) = err {
-            return Err(e);
-        }
-        if self.cfg.eviction_policy == KeyEvictionPolicy::RejectNew {
-            let max = self.cfg.max_keys.unwrap_or(usize::MAX);
-            let new_keys = local
-                .slots()
-                .filter(|&s| self.keys.get(local.key(s)).is_none())
-                .count();
-            if self.keys.len() + new_keys > max {
-                return Err(TidemarkError::MaxKeysReached { max_keys: max });
+        // Finish what was folded even if a row failed: the state stays consistent.
+        let advanced = self.end_batch();
+        err.map_or(Ok(advanced), Err)
+    }
+
+    // --- batches at slot level (used by the pipeline) ----------------------------
+
+    /// Starts applying a batch: reads the clock once. Until [`Self::end_batch`],
+    /// watermarks do not change; [`Self::batch_fold`] only records event times.
+    pub fn begin_batch(&mut self) -> i64 {
+        // A batch left unfinished (a caller's error) is discarded.
+        for i in 0..self.pending.len() {
+            let slot = self.pending[i].0;
+            if slot != NIL {
+                self.hot[slot as usize].pending = NIL;
+                let wm = self.wm_of(slot as usize);
+                if !self.hot[slot as usize].idle {
+                    self.active.set(slot as usize, wm);
+                }
             }
         }
-        let mut new_keys = Vec::new();
-        for s in local.slots() {
-            match self.keys.get(local.key(s)) {
-                Some(slot) => self.apply(slot, maxima[s as usize], now),
-                None => new_keys.push(s),
+        self.pending.clear();
+        self.batch_now = self.clock.now();
+        self.batch_now
+    }
+
+    /// The slot of `key` in the batch being applied, inserting the key if new. When
+    /// the tracker is full, the evicted key is one the batch has not touched
+    /// (see [`Self::with_eviction_log`] to learn which).
+    #[inline]
+    pub fn batch_slot(&mut self, key: &[u8]) -> Result<u32> {
+        let hash = hash_key(key);
+        match self.keys.get_hashed(key, hash) {
+            Some(s) => Ok(s),
+            None => self.insert_key(key, hash, self.batch_now),
+        }
+    }
+
+    /// Records an event time for `slot` in the batch being applied. Returns the key's
+    /// index in the batch (its order of first touch), stable until the batch ends.
+    #[inline]
+    pub fn batch_fold(&mut self, slot: u32, event_time: i64) -> u32 {
+        if self.in_batch(slot) {
+            let i = self.hot[slot as usize].pending;
+            let p = &mut self.pending[i as usize];
+            p.2 = p.2.max(event_time);
+            i
+        } else {
+            let s = slot as usize;
+            let i = self.pending.len() as u32;
+            self.hot[s].pending = i;
+            self.pending.push((slot, self.wm_of(s), event_time));
+            // Out of eviction candidacy until the batch ends (finish() puts it back).
+            self.active.set(s, MinTree::EMPTY);
+            i
+        }
+    }
+
+    /// Number of keys the batch being applied has touched (evicted ones included).
+    pub fn batch_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The slot of the batch's `index`-th key, or `None` if that key was evicted
+    /// during the batch (its slot may hold another key now).
+    #[inline]
+    pub fn batch_key_slot(&self, index: u32) -> Option<u32> {
+        let slot = self.pending[index as usize].0;
+        (slot != NIL).then_some(slot)
+    }
+
+    /// Applies the batch: per touched key (in order of first touch) the new max event
+    /// time and activity; then recomputes the global watermark. Returns it if it rose
+    /// to a new high.
+    pub fn end_batch(&mut self) -> Option<Watermark> {
+        let now = self.batch_now;
+        let pending = std::mem::take(&mut self.pending);
+        for &(slot, before, max) in &pending {
+            if slot == NIL {
+                continue;
             }
+            let s = slot as usize;
+            self.hot[s].pending = NIL;
+            self.hot[s].max_event = self.hot[s].max_event.max(max);
+            self.finish(slot, before, now);
         }
-        for s in new_keys {
-            let slot = self.slot_for_update(local.key(s), now)?;
-            self.apply(slot, maxima[s as usize], now);
-        }
-        Ok(())
+        self.pending = pending;
+        self.pending.clear();
+        self.recalc()
+    }
+
+    /// The watermark of `slot` (`i64::MIN`: none yet). Unchanged during a batch.
+    #[inline]
+    pub fn slot_watermark(&self, slot: u32) -> i64 {
+        self.wm_of(slot as usize)
+    }
+
+    /// Whether the key in `slot` is idle.
+    #[inline]
+    pub fn slot_is_idle(&self, slot: u32) -> bool {
+        self.hot[slot as usize].idle
+    }
+
+    /// The encoded key in `slot`.
+    pub fn slot_key(&self, slot: u32) -> &[u8] {
+        self.keys.key(slot)
+    }
+
+    /// Live slots, in slot order.
+    pub fn live_slots(&self) -> impl Iterator<Item = u32> + '_ {
+        self.keys.slots()
     }
 
     /// The watermark of `key` (`None` if unknown).
@@ -757,6 +880,9 @@ impl KeyedWatermarkTracker {
         let s = slot as usize;
         if !self.hot[s].idle {
             self.hot[s].idle = true;
+            if let Some(log) = self.idle_log.as_mut() {
+                log.push(slot);
+            }
             self.metrics.idle_keys += 1;
             self.metrics.active_keys -= 1;
             self.active.set(s, MinTree::EMPTY);
@@ -858,9 +984,92 @@ impl KeyedWatermarkTracker {
             ..self.metrics.clone()
         };
         let log = self.eviction_log.take().map(|_| Vec::new());
+        let idle = self.idle_log.take().map(|_| Vec::new());
         *self = Self::with_ticks(self.cfg, self.clock.clone());
         self.metrics = metrics;
         self.eviction_log = log;
+        self.idle_log = idle;
+    }
+
+    /// Slots in activity order, least recently active first.
+    pub fn activity_order(&self) -> Vec<u32> {
+        let mut out = Vec::with_capacity(self.keys.len());
+        let mut s = self.head;
+        while s != NIL {
+            out.push(s);
+            s = self.cold[s as usize].next;
+        }
+        out
+    }
+
+    /// Writes the tracker's state (keys in activity order, watermarks, metrics).
+    pub fn write_state(&self, w: &mut Writer) {
+        let order = self.activity_order();
+        w.len(order.len());
+        let mut cursor_index = order.len();
+        for (i, &s) in order.iter().enumerate() {
+            if s == self.cursor {
+                cursor_index = i;
+            }
+            w.bytes(self.keys.key(s));
+            w.i64(self.hot[s as usize].max_event);
+            w.i64(self.cold[s as usize].last_activity);
+            w.bool(self.hot[s as usize].idle);
+        }
+        w.len(cursor_index);
+        w.i64(self.global);
+        w.i64(self.reported);
+        w.i64(self.max_seen);
+        w.u64(self.metrics.evicted_keys);
+        w.u64(self.metrics.global_advances);
+        w.u64(self.metrics.key_advances);
+    }
+
+    /// Restores state written by [`Self::write_state`] into this (empty) tracker.
+    /// Returns the new slots in the written activity order.
+    pub fn read_state(&mut self, r: &mut Reader<'_>) -> Result<Vec<u32>> {
+        let n = r.len(8 + 8 + 8 + 1)?;
+        let mut slots = Vec::with_capacity(n);
+        for _ in 0..n {
+            let key = r.bytes()?;
+            let (max_event, last, idle) = (r.i64()?, r.i64()?, r.bool()?);
+            let hash = hash_key(key);
+            if self.keys.get_hashed(key, hash).is_some() {
+                return Err(TidemarkError::StateCorrupted(
+                    "duplicate key in tracker state".into(),
+                ));
+            }
+            let slot = self.keys.insert_new(key, hash)?;
+            self.ensure_slot(slot);
+            let s = slot as usize;
+            self.hot[s] = Hot {
+                max_event,
+                pending: NIL,
+                idle,
+            };
+            self.cold[s].last_activity = last;
+            self.push_back(slot);
+            self.metrics.total_keys += 1;
+            if idle {
+                self.metrics.idle_keys += 1;
+                if self.cfg.eviction_policy == KeyEvictionPolicy::LowestWatermark {
+                    self.idle_heap.push(Reverse((self.wm_of(s), slot)));
+                }
+            } else {
+                self.metrics.active_keys += 1;
+                self.active.set(s, self.wm_of(s));
+            }
+            slots.push(slot);
+        }
+        let cursor_index = r.len(0)?;
+        self.cursor = slots.get(cursor_index).copied().unwrap_or(NIL);
+        self.global = r.i64()?;
+        self.reported = r.i64()?;
+        self.max_seen = r.i64()?;
+        self.metrics.evicted_keys = r.u64()?;
+        self.metrics.global_advances = r.u64()?;
+        self.metrics.key_advances = r.u64()?;
+        Ok(slots)
     }
 
     /// Bytes of memory per key by layout, excluding the key's own bytes: per-slot

@@ -11,8 +11,8 @@ mod watermark;
 pub use self::core::{CoreWatermarkState, WatermarkCoordinator};
 pub use compact::{CompactKeyedConfig, CompactKeyedMetrics, CompactKeyedWatermarkTracker};
 pub use keyed::{
-    KeyEvictionPolicy, KeyWatermarkState, KeyedTicks, KeyedWatermarkConfig, KeyedWatermarkMetrics,
-    KeyedWatermarkTracker,
+    Eviction, KeyEvictionPolicy, KeyWatermarkState, KeyedTicks, KeyedWatermarkConfig,
+    KeyedWatermarkMetrics, KeyedWatermarkTracker,
 };
 pub use mintree::MinTree;
 pub use parse::{parse_event_time, EventTimeType, ParsedEventTime, BUILTIN_EVENT_TIME_TYPES};

@@ -29,6 +29,7 @@ use arrow_schema::DataType;
 
 use crate::clock::{system_clock, ClockRef};
 use crate::error::{Result, TidemarkError};
+use crate::state::{Reader, Writer};
 use crate::time::{MinTree, Watermark};
 
 /// Partition identifier within a source.
@@ -601,6 +602,69 @@ impl PartitionedWatermarkTracker {
     pub fn partition_core(&self, p: PartitionId) -> Option<usize> {
         let c = self.slots[self.slot_of(p).ok()?].core;
         (c != NO_CORE).then_some(c as usize)
+    }
+
+    /// Writes the tracker's state (sources, partitions, combined watermark, metrics).
+    pub fn write_state(&self, w: &mut Writer) {
+        w.len(self.sources.len());
+        for src in &self.sources {
+            w.u64(src.source_id as u64);
+            w.len(src.slots.len());
+            for &s in &src.slots {
+                w.bool(s != NO_SLOT);
+                if s != NO_SLOT {
+                    let slot = &self.slots[s as usize];
+                    w.i64(slot.watermark);
+                    w.i64(slot.last_event_time);
+                    w.i64(slot.last_activity);
+                    w.u32(slot.core);
+                    w.bool(slot.idle);
+                }
+            }
+        }
+        w.i64(self.combined);
+        w.u64(self.metrics.watermark_advances);
+        w.u64(self.metrics.rebalances);
+    }
+
+    /// Restores state written by [`Self::write_state`] into this (empty) tracker.
+    pub fn read_state(&mut self, r: &mut Reader<'_>) -> Result<()> {
+        let n = r.len(16)?;
+        for _ in 0..n {
+            let source_id = r.u64()? as usize;
+            let parts = r.len(1)?;
+            let mut slots = Vec::with_capacity(parts);
+            for _ in 0..parts {
+                if !r.bool()? {
+                    slots.push(NO_SLOT);
+                    continue;
+                }
+                let (watermark, last_event_time, last_activity) = (r.i64()?, r.i64()?, r.i64()?);
+                let (core, idle) = (r.u32()?, r.bool()?);
+                let idx = self.alloc_slot(last_activity);
+                self.slots[idx as usize] = Slot {
+                    watermark,
+                    last_event_time,
+                    last_activity,
+                    core,
+                    idle,
+                    live: true,
+                };
+                if idle {
+                    self.metrics.idle_partitions += 1;
+                    self.metrics.active_partitions -= 1;
+                    self.active.set(idx as usize, MinTree::EMPTY);
+                } else {
+                    self.active.set(idx as usize, watermark);
+                }
+                slots.push(idx);
+            }
+            self.sources.push(Source { source_id, slots });
+        }
+        self.combined = r.i64()?;
+        self.metrics.watermark_advances = r.u64()?;
+        self.metrics.rebalances = r.u64()?;
+        Ok(())
     }
 
     /// Bytes of heap memory held by the tracker (slots, tree, indexes).

@@ -1,0 +1,148 @@
+//! Pipeline and timer benchmarks (issue: timers, windows and the Pipeline operator).
+//!
+//! Run: `cargo bench -p tidemark-benches --bench pipeline` (or `make bench`).
+//!
+//! | group | goal |
+//! |---|---|
+//! | `timer/register_then_fire` | < 100 ns per timer (register + fire) |
+//! | `pipeline/tumbling_count_sum_10k_keys` (64K-row batches, per-key watermarks) | >= 10M events/s |
+//! | `pipeline/session_30s_10k_keys` | >= 5M events/s |
+//!
+//! The Python-level figures (same workload through `tidemark.Pipeline`, compared with
+//! polars `group_by` in the same run) come from `benches/pipeline_vs_polars.py`.
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, TimestampMicrosecondArray};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use tidemark_core::agg::{AggKind, AggSpec};
+use tidemark_core::clock::ManualClock;
+use tidemark_core::pipeline::{EmitMode, LatePolicy, Operator, PipelineConfig, Scope, TimeMode};
+use tidemark_core::time::KeyEvictionPolicy;
+use tidemark_core::timer::{TimeDomain, TimerService};
+use tidemark_core::window::WindowSpec;
+
+const ROWS: usize = 65_536;
+const KEYS: u64 = 10_000;
+
+fn batches(n: usize) -> Vec<RecordBatch> {
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    (0..n)
+        .map(|i| {
+            let keys: Vec<i64> = (0..ROWS).map(|_| (rnd() % KEYS) as i64).collect();
+            let mut ts: Vec<i64> = (0..ROWS)
+                .map(|_| (rnd() % 10_000_000) as i64 + i as i64 * 10_000_000)
+                .collect();
+            ts.sort_unstable();
+            let v: Vec<f64> = (0..ROWS).map(|_| (rnd() % 1000) as f64 / 7.0).collect();
+            RecordBatch::try_from_iter(vec![
+                ("k", Arc::new(Int64Array::from(keys)) as ArrayRef),
+                (
+                    "ts",
+                    Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")) as ArrayRef,
+                ),
+                ("v", Arc::new(Float64Array::from(v)) as ArrayRef),
+            ])
+            .unwrap()
+        })
+        .collect()
+}
+
+fn config(window: WindowSpec) -> PipelineConfig {
+    PipelineConfig {
+        keys: vec!["k".into()],
+        event_time: "ts".into(),
+        event_time_type: None,
+        parsed_externally: false,
+        delay: 5_000_000,
+        scope: Scope::Key,
+        idle_timeout: None,
+        window,
+        aggs: vec![
+            AggSpec {
+                name: "n".into(),
+                kind: AggKind::Count,
+                column: None,
+            },
+            AggSpec {
+                name: "s".into(),
+                kind: AggKind::Sum,
+                column: Some("v".into()),
+            },
+        ],
+        emit: EmitMode::OnWindowClose,
+        allowed_lateness: 0,
+        late: LatePolicy::Drop,
+        max_keys: None,
+        eviction: KeyEvictionPolicy::LeastRecentlyActive,
+        time: TimeMode::Event,
+    }
+}
+
+fn bench_pipeline(c: &mut Criterion) {
+    let data = batches(8);
+    let mut g = c.benchmark_group("pipeline");
+    g.throughput(Throughput::Elements((ROWS * data.len()) as u64));
+    g.sample_size(10);
+    for (name, window) in [
+        (
+            "tumbling_count_sum_10k_keys",
+            WindowSpec::Tumbling {
+                size: 10_000_000,
+                offset: 0,
+            },
+        ),
+        (
+            "session_30s_10k_keys",
+            WindowSpec::Session { gap: 30_000_000 },
+        ),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter_batched(
+                || Operator::new(config(window), Arc::new(ManualClock::new(0))).unwrap(),
+                |mut op| {
+                    for batch in &data {
+                        black_box(op.process(batch, None).unwrap());
+                    }
+                    black_box(op.flush().unwrap())
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
+    g.finish();
+}
+
+fn bench_timers(c: &mut Criterion) {
+    let mut g = c.benchmark_group("timer");
+    const N: u64 = 100_000;
+    g.throughput(Throughput::Elements(N));
+    g.bench_function("register_then_fire", |b| {
+        b.iter_batched(
+            TimerService::<u32>::new,
+            |mut t| {
+                for i in 0..N {
+                    t.register(
+                        TimeDomain::EventTime,
+                        (i * 7919 % N) as i64,
+                        (i % 1000) as u32,
+                        0,
+                    );
+                }
+                black_box(t.advance_watermark(N as i64))
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_timers, bench_pipeline);
+criterion_main!(benches);

@@ -1,0 +1,494 @@
+"""The Pipeline: an event-time windowed GROUP BY that closes windows on the watermark.
+
+>>> import datetime as dt, pyarrow as pa, tidemark as tm
+>>> pipe = tm.Pipeline(
+...     key="device_id",
+...     event_time="event_time",
+...     watermark=tm.BoundedOutOfOrderness("5s", per="key"),
+...     window=tm.Tumbling("10s"),
+...     aggs={"n": tm.count(), "total": tm.sum("value")},
+... )
+>>> op = pipe.operator()
+>>> t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+>>> batch = pa.table({
+...     "device_id": ["a", "a", "b"],
+...     "event_time": [t0, t0 + dt.timedelta(seconds=3), t0 + dt.timedelta(seconds=30)],
+...     "value": [1, 2, 5],
+... })
+>>> out = op.process(batch)       # b's watermark is 25s; a's is -2s: nothing closes
+>>> out.windows.num_rows
+0
+>>> out = op.flush()              # end of input: close everything
+>>> out.windows.select(["device_id", "n", "total"]).to_pylist()
+[{'device_id': 'a', 'n': 2, 'total': 3}, {'device_id': 'b', 'n': 1, 'total': 5}]
+
+Semantics (DESIGN.md): every row of one ``process`` call is judged late or on time
+against the watermark as it stood when the call began (the scope's: global, the
+row's source partition combined, or the row's own key); a row is late iff
+``ts < W - allowed_lateness``. Then the call's rows advance the watermarks and every
+window with ``end + allowed_lateness <= W`` closes.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+
+from tidemark import _native
+from tidemark._arrow import ArrowData, as_tabular, column
+from tidemark._duration import Duration, to_micros, to_millis
+from tidemark.clock import Clock, native_clock
+from tidemark.errors import ConfigError
+from tidemark.event_time import apply_user_parser, resolve_event_time_type
+
+__all__ = [
+    "Agg",
+    "BoundedOutOfOrderness",
+    "Operator",
+    "Output",
+    "Pipeline",
+    "Session",
+    "Sliding",
+    "TimerService",
+    "Tumbling",
+    "count",
+    "first",
+    "last",
+    "max",
+    "mean",
+    "min",
+    "stddev",
+    "sum",
+    "variance",
+]
+
+_SCOPES = ("global", "partition", "key")
+
+
+@dataclass(frozen=True)
+class BoundedOutOfOrderness:
+    """Watermark ``W = max(event time) - delay``, per scope.
+
+    Parameters
+    ----------
+    delay : str, timedelta or int
+        Bounded out-of-orderness (ints are microseconds).
+    per : str
+        ``"global"`` (one watermark, Spark's behaviour), ``"partition"`` (one per source
+        partition in ``partition_column``, combined by minimum over active partitions)
+        or ``"key"`` (one per key: a key's windows close on its own watermark).
+    idle_timeout : str, timedelta or int, optional
+        Partitions (``per="partition"``) or keys (``per="key"``) with no rows for longer
+        than this, on the pipeline's clock, are idle: excluded from the combined
+        watermark; an idle key's windows close on the global watermark. Ints are clock
+        ticks (milliseconds).
+    partition_column : str
+        The integer source-partition column for ``per="partition"``.
+    """
+
+    delay: Duration = "0s"
+    per: str = "global"
+    idle_timeout: Duration | None = None
+    partition_column: str = "partition"
+
+    def __post_init__(self) -> None:
+        if self.per not in _SCOPES:
+            raise ConfigError(f"per={self.per!r}: use one of {', '.join(map(repr, _SCOPES))}")
+
+
+@dataclass(frozen=True)
+class Tumbling:
+    """Fixed, non-overlapping windows of ``size`` (aligned to the epoch plus ``offset``)."""
+
+    size: Duration
+    offset: Duration = "0s"
+
+
+@dataclass(frozen=True)
+class Sliding:
+    """Windows of ``size`` starting ``every`` (``every <= size``)."""
+
+    size: Duration
+    every: Duration
+    offset: Duration = "0s"
+
+
+@dataclass(frozen=True)
+class Session:
+    """Per-key sessions: a session ends after ``gap`` without events; an event can
+    bridge two sessions, which then merge."""
+
+    gap: Duration
+
+
+@dataclass(frozen=True)
+class Agg:
+    """An aggregate: build with :func:`count`, :func:`sum`, :func:`mean`, ..."""
+
+    kind: str
+    column: str | None = None
+    ddof: int = 1
+
+
+def count(column: str | None = None) -> Agg:
+    """Number of rows, or of non-null values of ``column``."""
+    return Agg("count", column)
+
+
+def sum(column: str) -> Agg:
+    """Sum (int64 for integer columns, float64 for floats; exact, order independent)."""
+    return Agg("sum", column)
+
+
+def min(column: str) -> Agg:
+    """Smallest value (NaN is greatest, as in Spark)."""
+    return Agg("min", column)
+
+
+def max(column: str) -> Agg:
+    """Largest value."""
+    return Agg("max", column)
+
+
+def mean(column: str) -> Agg:
+    """Arithmetic mean (float64)."""
+    return Agg("mean", column)
+
+
+def variance(column: str, ddof: int = 1) -> Agg:
+    """Variance (``ddof=1``: sample, as Spark's ``variance``; ``0``: population)."""
+    return Agg("variance", column, ddof)
+
+
+def stddev(column: str, ddof: int = 1) -> Agg:
+    """Standard deviation (``ddof=1``: sample; ``0``: population)."""
+    return Agg("stddev", column, ddof)
+
+
+def first(column: str) -> Agg:
+    """The non-null value with the earliest event time (ties: the smallest value)."""
+    return Agg("first", column)
+
+
+def last(column: str) -> Agg:
+    """The non-null value with the latest event time (ties: the largest value)."""
+    return Agg("last", column)
+
+
+class Output(NamedTuple):
+    """What one ``process`` / ``flush`` call produced (pyarrow Tables)."""
+
+    windows: pa.Table
+    """Key columns, ``window_start``, ``window_end``, one column per aggregate (and
+    ``retract`` in ``on_update`` mode)."""
+    late: pa.Table
+    """Late input rows, with the input's columns."""
+    errors: pa.Table
+    """Input rows that could not be processed, with a ``reason`` column."""
+
+
+def _window_dict(window: Any) -> dict[str, Any]:
+    if isinstance(window, Tumbling):
+        return {
+            "kind": "tumbling",
+            "size": to_micros(window.size, "window.size"),
+            "offset": to_micros(window.offset, "window.offset"),
+        }
+    if isinstance(window, Sliding):
+        return {
+            "kind": "sliding",
+            "size": to_micros(window.size, "window.size"),
+            "slide": to_micros(window.every, "window.every"),
+            "offset": to_micros(window.offset, "window.offset"),
+        }
+    if isinstance(window, Session):
+        return {"kind": "session", "gap": to_micros(window.gap, "window.gap")}
+    raise ConfigError(
+        f"window must be tm.Tumbling, tm.Sliding or tm.Session, got {type(window).__name__}"
+    )
+
+
+class Pipeline:
+    """An event-time windowed aggregation, validated when it is built.
+
+    Parameters
+    ----------
+    key : str, list of str, or None
+        Key columns (``None``: one global group).
+    event_time : str
+        The event-time column: an Arrow timestamp or date, or any column with an
+        ``event_time_type``.
+    event_time_type : str, optional
+        A registered event-time type (``"unixtimestamp_ms"``, ``"iso8601"``, or one
+        registered with :func:`tidemark.register_event_time_type`).
+    watermark : BoundedOutOfOrderness
+        How the watermark is computed and at which scope.
+    window : Tumbling, Sliding or Session
+        The window.
+    aggs : dict of str to Agg
+        Output column name to aggregate, e.g. ``{"n": tm.count(), "p": tm.mean("price")}``.
+    emit : str
+        ``"on_window_close"`` (each window once, when the watermark passes
+        ``end + allowed_lateness``) or ``"on_update"`` (every window a batch changed;
+        an upsert changelog with a ``retract`` column for sessions merged away).
+    allowed_lateness : str, timedelta or int
+        Keep windows open this much longer, accepting rows up to this far behind the
+        watermark.
+    late : str
+        ``"side_output"`` (late rows come back in ``Output.late``) or ``"drop"``
+        (counted only).
+    clock : SystemClock or ManualClock, optional
+        The clock for idleness and processing time.
+    max_keys : int, optional
+        Bound on keys in state; when reached, the ``eviction`` policy picks a key whose
+        windows are closed (and emitted) early.
+    eviction : str
+        ``"least_recently_active"``, ``"lowest_watermark"`` or ``"reject_new"`` (rows
+        of new keys become error rows).
+    time : str
+        ``"event"`` (default) or ``"processing"``: rows are stamped with the clock at
+        ingest and windows close in wall time.
+    schema : pyarrow.Schema, optional
+        The input schema, to check columns and types now rather than at the first batch.
+
+    Raises
+    ------
+    ConfigError
+        On any configuration mistake (unknown type, bad duration, bad aggregate, ...),
+        and :class:`MissingColumnError` for columns missing from ``schema``.
+    """
+
+    def __init__(
+        self,
+        key: str | list[str] | None,
+        event_time: str,
+        *,
+        aggs: Mapping[str, Agg],
+        window: Tumbling | Sliding | Session,
+        watermark: BoundedOutOfOrderness | None = None,
+        event_time_type: str | None = None,
+        emit: str = "on_window_close",
+        allowed_lateness: Duration = "0s",
+        late: str = "side_output",
+        clock: Clock | None = None,
+        max_keys: int | None = None,
+        eviction: str = "least_recently_active",
+        time: str = "event",
+        schema: pa.Schema | None = None,
+    ) -> None:
+        keys = [] if key is None else [key] if isinstance(key, str) else list(key)
+        if not all(isinstance(k, str) for k in keys):
+            raise ConfigError(f"key must be a column name, a list of names, or None, got {key!r}")
+        if not isinstance(event_time, str):
+            raise ConfigError(f"event_time must be a column name, got {event_time!r}")
+        if not isinstance(aggs, Mapping) or not aggs:
+            raise ConfigError("aggs must be a non-empty dict of output name to tm.count(), ...")
+        for name, agg in aggs.items():
+            if not isinstance(agg, Agg):
+                raise ConfigError(
+                    f"aggs[{name!r}] must be an aggregate such as tm.sum('value'), got {agg!r}"
+                )
+        wm = watermark or BoundedOutOfOrderness()
+        if not isinstance(wm, BoundedOutOfOrderness):
+            raise ConfigError("watermark must be tm.BoundedOutOfOrderness(...)")
+        self._parser = resolve_event_time_type(event_time_type)
+        self.key = keys
+        self.event_time = event_time
+        self.event_time_type = event_time_type
+        self.watermark = wm
+        self.window = window
+        self.aggs = dict(aggs)
+        self.emit = emit
+        self.allowed_lateness = allowed_lateness
+        self.late = late
+        self.clock = clock
+        self.max_keys = max_keys
+        self.eviction = eviction
+        self.time = time
+        self._config = {
+            "keys": keys,
+            "event_time": event_time,
+            # User parsers run in Python; the core sees parsed times.
+            "event_time_type": event_time_type if self._parser is None else None,
+            "parsed_externally": self._parser is not None,
+            "delay": to_micros(wm.delay, "watermark.delay"),
+            "scope": wm.per,
+            "partition_column": wm.partition_column,
+            "idle_timeout": None
+            if wm.idle_timeout is None
+            else to_millis(wm.idle_timeout, "watermark.idle_timeout"),
+            "window": _window_dict(window),
+            "aggs": [(name, a.kind, a.column, a.ddof) for name, a in self.aggs.items()],
+            "emit": emit,
+            "allowed_lateness": to_micros(allowed_lateness, "allowed_lateness"),
+            "late": late,
+            "max_keys": max_keys,
+            "eviction": eviction,
+            "time": time,
+        }
+        self.fingerprint: int = _native.validate_pipeline(self._config)
+        if schema is not None:
+            self.output_schema(schema)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The normalised configuration (durations in microseconds) sent to the core."""
+        return dict(self._config)
+
+    def output_schema(self, schema: pa.Schema) -> pa.Schema:
+        """The ``windows`` schema for an input schema (checks columns and types)."""
+        return _native.pipeline_output_schema(self._config, schema)
+
+    def operator(self, state: bytes | None = None, *, clock: Clock | None = None) -> Operator:
+        """A stateful operator; ``state`` (from :meth:`Operator.snapshot`) restores one."""
+        return Operator(self, state, clock=clock if clock is not None else self.clock)
+
+    def __repr__(self) -> str:
+        return (
+            f"Pipeline(key={self.key!r}, event_time={self.event_time!r}, "
+            f"window={self.window!r}, per={self.watermark.per!r}, aggs={list(self.aggs)!r})"
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if state.get("clock") is not None:
+            raise TypeError(
+                "a Pipeline with a clock cannot be pickled (clocks are process-local); "
+                "build it with clock=None for Spark"
+            )
+        return state
+
+
+class Operator:
+    """The stateful operator of a :class:`Pipeline` (see ``Pipeline.operator()``)."""
+
+    __slots__ = ("_inner", "_pipeline")
+
+    def __init__(
+        self, pipeline: Pipeline, state: bytes | None = None, *, clock: Clock | None = None
+    ) -> None:
+        self._pipeline = pipeline
+        self._inner = _native.Operator(pipeline._config, native_clock(clock), state)
+
+    @property
+    def pipeline(self) -> Pipeline:
+        """The pipeline this operator runs."""
+        return self._pipeline
+
+    def process(self, data: ArrowData) -> Output:
+        """Processes one arrival unit (a batch; a Table counts as one batch).
+
+        Returns the windows closed (or updated) by this call, the late rows and the
+        error rows. ``data`` is any Arrow tabular object (pyarrow, polars, ...).
+        """
+        parsed = None
+        p = self._pipeline
+        if p._parser is not None and p.time == "event":
+            table = as_tabular(data)
+            assert p.event_time_type is not None
+            parsed = apply_user_parser(p.event_time_type, p._parser, column(table, p.event_time))[0]
+            if isinstance(parsed, pa.ChunkedArray):
+                parsed = parsed.combine_chunks()
+            data = table
+        return Output(*self._inner.process(data, parsed))
+
+    def flush(self) -> Output:
+        """End of input: closes every open window and returns them."""
+        return Output(*self._inner.flush())
+
+    def snapshot(self) -> bytes:
+        """The whole state (windows, aggregates, timers, watermarks) as bytes:
+        versioned, checksummed, tied to this pipeline's configuration."""
+        return bytes(self._inner.snapshot())
+
+    @property
+    def watermark(self) -> int | None:
+        """The watermark in epoch microseconds (key scope: the highest global one)."""
+        return self._inner.watermark
+
+    def watermark_datetime(self) -> _dt.datetime | None:
+        """:attr:`watermark` as a UTC datetime."""
+        w = self._inner.watermark
+        if w is None:
+            return None
+        return _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(microseconds=w)
+
+    def key_watermark(self, key: Any) -> int | None:
+        """The watermark of one key (meaningful with ``per="key"``)."""
+        return self._inner.key_watermark(key)
+
+    def metrics(self) -> dict[str, Any]:
+        """Counters: ``rows_in``, ``late_dropped_count``, ``rows_error``,
+        ``windows_emitted``, ``updates_emitted``, ``windows_open``,
+        ``sessions_closed_by_timer``, ``sessions_closed_by_watermark``, keys, ..."""
+        return self._inner.metrics()
+
+
+class TimerService:
+    """Event-time and processing-time timers, unique per ``(timestamp, key, namespace)``.
+
+    Timers fire exactly once, in ``(timestamp, key, namespace)`` order, when the
+    watermark (or processing time) reaches them. Keys are any tidemark key (str,
+    bytes, int, tuples); the namespace is an int (a window or session id).
+
+    >>> import tidemark as tm
+    >>> ts = tm.TimerService()
+    >>> ts.register(2_000, "device-1", namespace=0)
+    True
+    >>> ts.register(1_000, "device-2")
+    True
+    >>> ts.advance_watermark(1_500)
+    [(1000, 'device-2', 0)]
+    >>> restored = tm.TimerService.restore(ts.snapshot())
+    >>> restored.timers()
+    [(2000, 'device-1', 0)]
+    """
+
+    __slots__ = ("_inner",)
+
+    def __init__(self) -> None:
+        self._inner = _native.TimerService()
+
+    def register(self, timestamp: int, key: Any, namespace: int = 0, kind: str = "event") -> bool:
+        """Registers a timer (``kind`` ``"event"`` or ``"processing"``); ``False`` if it
+        existed already."""
+        return self._inner.register(timestamp, key, namespace, kind)
+
+    def delete(self, timestamp: int, key: Any, namespace: int = 0, kind: str = "event") -> bool:
+        """Deletes a timer; ``False`` if there was none."""
+        return self._inner.delete(timestamp, key, namespace, kind)
+
+    def timers(self, kind: str = "event") -> list[tuple[int, Any, int]]:
+        """Registered timers in firing order."""
+        return self._inner.timers(kind)
+
+    def advance_watermark(self, watermark: int) -> list[tuple[int, Any, int]]:
+        """Fires (and removes) every event-time timer with ``timestamp <= watermark``."""
+        return self._inner.advance_watermark(watermark)
+
+    def advance_processing_time(self, now: int) -> list[tuple[int, Any, int]]:
+        """Fires every processing-time timer with ``timestamp <= now``."""
+        return self._inner.advance_processing_time(now)
+
+    @property
+    def watermark(self) -> int | None:
+        """The highest watermark seen."""
+        return self._inner.watermark
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def snapshot(self) -> bytes:
+        """Every timer and the current times, as bytes."""
+        return bytes(self._inner.snapshot())
+
+    @classmethod
+    def restore(cls, data: bytes) -> TimerService:
+        """A timer service from :meth:`snapshot` bytes (raises StateCorruptedError)."""
+        obj = cls.__new__(cls)
+        obj._inner = _native.TimerService.restore(data)
+        return obj

@@ -1,0 +1,851 @@
+//! Aggregates with mergeable partial states.
+//!
+//! Every aggregate keeps a partial state ([`Acc`]) that can be updated row by row,
+//! merged with another partial state (session merges, two-phase aggregation across
+//! cores) and finalised into one output value. Results never depend on row order:
+//! integer sums are exact (`i128`), float sums are exactly rounded ([`ExactSum`]),
+//! min/max use a total order (NaN is greatest, `-0.0 == 0.0`, as in Spark), and
+//! `first`/`last` break event-time ties by value.
+//!
+//! | aggregate | input | output |
+//! |---|---|---|
+//! | `count()` | none (rows) | int64 |
+//! | `count(col)` | any | int64 (non-null values) |
+//! | `sum(col)` | integer / float | int64 / float64 (null if no values or on int64 overflow) |
+//! | `mean(col)` | integer / float | float64 |
+//! | `variance(col, ddof)`, `stddev(col, ddof)` | integer / float | float64 (null if fewer than `ddof + 1` values) |
+//! | `min`, `max`, `first`, `last` | integer, float, boolean, temporal, string, binary | the input type |
+
+mod exact;
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    BinaryBuilder, BooleanBuilder, Float64Builder, Int64Builder, UInt64Builder,
+};
+use arrow_array::cast::AsArray;
+use arrow_array::types::*;
+use arrow_array::{
+    Array, ArrayRef, BinaryViewArray, BooleanArray, Float64Array, Int64Array, UInt64Array,
+};
+use arrow_buffer::NullBuffer;
+use arrow_schema::{DataType, Field, Schema};
+
+pub use exact::ExactSum;
+
+use crate::error::{Result, TidemarkError};
+
+/// What an aggregate computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AggKind {
+    /// Number of rows (`column: None`) or of non-null values.
+    Count,
+    /// Sum of non-null values.
+    Sum,
+    /// Smallest non-null value.
+    Min,
+    /// Largest non-null value.
+    Max,
+    /// Arithmetic mean.
+    Mean,
+    /// Variance with `ddof` delta degrees of freedom (1: sample, 0: population).
+    Variance {
+        /// Delta degrees of freedom.
+        ddof: u8,
+    },
+    /// Standard deviation with `ddof` delta degrees of freedom.
+    Stddev {
+        /// Delta degrees of freedom.
+        ddof: u8,
+    },
+    /// The non-null value with the smallest event time (ties: the smallest value).
+    First,
+    /// The non-null value with the largest event time (ties: the largest value).
+    Last,
+}
+
+impl AggKind {
+    /// Parses the names used by the Python API.
+    pub fn from_name(name: &str, ddof: u8) -> Result<Self> {
+        Ok(match name {
+            "count" => AggKind::Count,
+            "sum" => AggKind::Sum,
+            "min" => AggKind::Min,
+            "max" => AggKind::Max,
+            "mean" | "avg" => AggKind::Mean,
+            "variance" | "var" => AggKind::Variance { ddof },
+            "stddev" | "std" => AggKind::Stddev { ddof },
+            "first" => AggKind::First,
+            "last" => AggKind::Last,
+            other => {
+                return Err(TidemarkError::config(
+                    "aggs",
+                    format!(
+                        "unknown aggregate {other:?}; use count, sum, min, max, mean, variance, \
+                         stddev, first or last"
+                    ),
+                ))
+            }
+        })
+    }
+
+    /// The name users know this aggregate by.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AggKind::Count => "count",
+            AggKind::Sum => "sum",
+            AggKind::Min => "min",
+            AggKind::Max => "max",
+            AggKind::Mean => "mean",
+            AggKind::Variance { .. } => "variance",
+            AggKind::Stddev { .. } => "stddev",
+            AggKind::First => "first",
+            AggKind::Last => "last",
+        }
+    }
+}
+
+/// One aggregate of a pipeline: output name, kind, input column.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AggSpec {
+    /// Output column name.
+    pub name: String,
+    /// What to compute.
+    pub kind: AggKind,
+    /// Input column (`None` only for `count()` of rows).
+    pub column: Option<String>,
+}
+
+/// How an input column is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Rows,
+    Int,
+    UInt,
+    Float,
+    Bool,
+    Bytes,
+}
+
+fn class_of(dt: &DataType) -> Option<Class> {
+    Some(match dt {
+        DataType::UInt64 => Class::UInt,
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => Class::Float,
+        DataType::Boolean => Class::Bool,
+        DataType::Utf8
+        | DataType::LargeUtf8
+        | DataType::Utf8View
+        | DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView => Class::Bytes,
+        DataType::Dictionary(_, v) => class_of(v)?,
+        dt if dt.is_integer()
+            || matches!(
+                dt,
+                DataType::Date32
+                    | DataType::Date64
+                    | DataType::Timestamp(_, _)
+                    | DataType::Time32(_)
+                    | DataType::Time64(_)
+                    | DataType::Duration(_)
+            ) =>
+        {
+            Class::Int
+        }
+        _ => return None,
+    })
+}
+
+fn value_type(dt: &DataType) -> &DataType {
+    match dt {
+        DataType::Dictionary(_, v) => v,
+        other => other,
+    }
+}
+
+/// An aggregate bound to an input schema.
+#[derive(Debug, Clone)]
+pub struct BoundAgg {
+    /// The specification.
+    pub spec: AggSpec,
+    column: Option<usize>,
+    class: Class,
+    input_type: DataType,
+    output_type: DataType,
+}
+
+impl BoundAgg {
+    /// Binds `spec` to `schema`, checking that the column exists and fits.
+    pub fn bind(spec: &AggSpec, schema: &Schema) -> Result<Self> {
+        let Some(col) = &spec.column else {
+            if spec.kind != AggKind::Count {
+                return Err(TidemarkError::config(
+                    format!("aggs[{:?}]", spec.name),
+                    format!("{} needs a column", spec.kind.name()),
+                ));
+            }
+            return Ok(BoundAgg {
+                spec: spec.clone(),
+                column: None,
+                class: Class::Rows,
+                input_type: DataType::Null,
+                output_type: DataType::Int64,
+            });
+        };
+        let idx = schema
+            .index_of(col)
+            .map_err(|_| TidemarkError::MissingColumn {
+                column: col.clone(),
+                available: schema.fields().iter().map(|f| f.name().clone()).collect(),
+            })?;
+        let dt = schema.field(idx).data_type().clone();
+        let class = if spec.kind == AggKind::Count {
+            Class::Rows
+        } else {
+            class_of(&dt).ok_or_else(|| {
+                TidemarkError::config(
+                    format!("aggs[{:?}]", spec.name),
+                    format!("{}({col:?}) cannot read a {dt} column", spec.kind.name()),
+                )
+            })?
+        };
+        let numeric = matches!(class, Class::Int | Class::UInt | Class::Float);
+        let temporal = matches!(
+            value_type(&dt),
+            DataType::Date32
+                | DataType::Date64
+                | DataType::Timestamp(_, _)
+                | DataType::Time32(_)
+                | DataType::Time64(_)
+                | DataType::Duration(_)
+        );
+        let output_type = match spec.kind {
+            AggKind::Count => DataType::Int64,
+            AggKind::Sum | AggKind::Mean | AggKind::Variance { .. } | AggKind::Stddev { .. } => {
+                if !numeric || temporal {
+                    return Err(TidemarkError::config(
+                        format!("aggs[{:?}]", spec.name),
+                        format!(
+                            "{}({col:?}) needs an integer or float column, got {dt}",
+                            spec.kind.name()
+                        ),
+                    ));
+                }
+                match (spec.kind, class) {
+                    (AggKind::Sum, Class::Int | Class::UInt) => DataType::Int64,
+                    _ => DataType::Float64,
+                }
+            }
+            AggKind::Min | AggKind::Max | AggKind::First | AggKind::Last => value_type(&dt).clone(),
+        };
+        Ok(BoundAgg {
+            spec: spec.clone(),
+            column: Some(idx),
+            class,
+            input_type: dt,
+            output_type,
+        })
+    }
+
+    /// The output field.
+    pub fn output_field(&self) -> Field {
+        Field::new(&self.spec.name, self.output_type.clone(), true)
+    }
+
+    /// A fresh partial state.
+    pub fn new_acc(&self) -> Acc {
+        match (self.spec.kind, self.class) {
+            (AggKind::Count, _) => Acc::Count(0),
+            (AggKind::Sum, Class::Float) => Acc::SumF(ExactSum::default(), 0),
+            (AggKind::Sum, _) => Acc::SumI(0, 0),
+            (AggKind::Mean, Class::Float) => Acc::MeanF(ExactSum::default(), 0),
+            (AggKind::Mean, _) => Acc::MeanI(0, 0),
+            (AggKind::Variance { .. } | AggKind::Stddev { .. }, _) => {
+                Acc::Moments(ExactSum::default(), ExactSum::default(), 0)
+            }
+            (AggKind::Min, _) => Acc::Min(None),
+            (AggKind::Max, _) => Acc::Max(None),
+            (AggKind::First, _) => Acc::First(None),
+            (AggKind::Last, _) => Acc::Last(None),
+        }
+    }
+
+    /// Reads this aggregate's input column from a batch.
+    pub fn input(&self, columns: &[ArrayRef]) -> Result<Input> {
+        let Some(idx) = self.column else {
+            return Ok(Input::Rows);
+        };
+        let col = &columns[idx];
+        if col.data_type() != &self.input_type {
+            return Err(TidemarkError::config(
+                format!("aggs[{:?}]", self.spec.name),
+                format!(
+                    "column {:?} changed type from {} to {} mid-stream",
+                    self.spec.column.as_deref().unwrap_or(""),
+                    self.input_type,
+                    col.data_type()
+                ),
+            ));
+        }
+        let col = match col.data_type() {
+            DataType::Dictionary(_, v) => arrow_cast::cast(col, v)?,
+            _ => col.clone(),
+        };
+        Ok(match self.class {
+            Class::Rows => Input::NonNull(col.logical_nulls()),
+            Class::Int => Input::Int(int64(&col)?.as_primitive::<Int64Type>().clone()),
+            Class::UInt => Input::UInt(col.as_primitive::<UInt64Type>().clone()),
+            Class::Float => Input::Float(
+                arrow_cast::cast(&col, &DataType::Float64)?
+                    .as_primitive::<Float64Type>()
+                    .clone(),
+            ),
+            Class::Bool => Input::Bool(col.as_boolean().clone()),
+            Class::Bytes => Input::Bytes(
+                arrow_cast::cast(&col, &DataType::BinaryView)?
+                    .as_binary_view()
+                    .clone(),
+            ),
+        })
+    }
+
+    /// Finalises partial states into an output column.
+    pub fn finish<'a>(&self, accs: impl Iterator<Item = &'a Acc>) -> Result<ArrayRef> {
+        let arr: ArrayRef = match self.spec.kind {
+            AggKind::Count => {
+                let mut b = Int64Builder::new();
+                for a in accs {
+                    b.append_value(a.count());
+                }
+                Arc::new(b.finish())
+            }
+            AggKind::Sum if self.output_type == DataType::Int64 => {
+                let mut b = Int64Builder::new();
+                for a in accs {
+                    b.append_option(a.int_sum());
+                }
+                Arc::new(b.finish())
+            }
+            AggKind::Sum | AggKind::Mean | AggKind::Variance { .. } | AggKind::Stddev { .. } => {
+                let mut b = Float64Builder::new();
+                for a in accs {
+                    b.append_option(a.float_value(self.spec.kind));
+                }
+                Arc::new(b.finish())
+            }
+            AggKind::Min | AggKind::Max | AggKind::First | AggKind::Last => {
+                let scalars = accs.map(|a| a.scalar());
+                let arr = scalars_to_array(scalars, self.class)?;
+                return Ok(arrow_cast::cast(&arr, &self.output_type)?);
+            }
+        };
+        Ok(arr)
+    }
+}
+
+fn int64(col: &ArrayRef) -> Result<ArrayRef> {
+    Ok(match col.data_type() {
+        DataType::Int64 => col.clone(),
+        DataType::Date32 | DataType::Time32(_) => {
+            arrow_cast::cast(&arrow_cast::cast(col, &DataType::Int32)?, &DataType::Int64)?
+        }
+        _ => arrow_cast::cast(col, &DataType::Int64)?,
+    })
+}
+
+fn scalars_to_array<'a>(
+    scalars: impl Iterator<Item = Option<&'a Scalar>>,
+    class: Class,
+) -> Result<ArrayRef> {
+    Ok(match class {
+        Class::Int => {
+            let mut b = Int64Builder::new();
+            for s in scalars {
+                b.append_option(s.map(|s| match s {
+                    Scalar::I(v) => *v,
+                    _ => unreachable!("int column"),
+                }));
+            }
+            Arc::new(b.finish())
+        }
+        Class::UInt => {
+            let mut b = UInt64Builder::new();
+            for s in scalars {
+                b.append_option(s.map(|s| match s {
+                    Scalar::U(v) => *v,
+                    _ => unreachable!("uint column"),
+                }));
+            }
+            Arc::new(b.finish())
+        }
+        Class::Float => {
+            let mut b = Float64Builder::new();
+            for s in scalars {
+                b.append_option(s.map(|s| match s {
+                    Scalar::F(v) => *v,
+                    _ => unreachable!("float column"),
+                }));
+            }
+            Arc::new(b.finish())
+        }
+        Class::Bool => {
+            let mut b = BooleanBuilder::new();
+            for s in scalars {
+                b.append_option(s.map(|s| match s {
+                    Scalar::Bool(v) => *v,
+                    _ => unreachable!("bool column"),
+                }));
+            }
+            Arc::new(b.finish())
+        }
+        Class::Bytes => {
+            let mut b = BinaryBuilder::new();
+            for s in scalars {
+                match s {
+                    Some(Scalar::B(v)) => b.append_value(v),
+                    Some(_) => unreachable!("bytes column"),
+                    None => b.append_null(),
+                }
+            }
+            let bin: ArrayRef = Arc::new(b.finish());
+            // Strings come back as strings (the caller casts to the exact input type).
+            bin
+        }
+        Class::Rows => unreachable!("count has no scalar"),
+    })
+}
+
+/// One aggregate's input column for a batch, normalised to a few concrete types.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// `count()` of rows.
+    Rows,
+    /// `count(col)`: the column's validity.
+    NonNull(Option<NullBuffer>),
+    /// Integers and temporal values as `Int64`.
+    Int(Int64Array),
+    /// `UInt64`.
+    UInt(UInt64Array),
+    /// Floats as `Float64`.
+    Float(Float64Array),
+    /// Booleans.
+    Bool(BooleanArray),
+    /// Strings and binary as `BinaryView`.
+    Bytes(BinaryViewArray),
+}
+
+impl Input {
+    /// The value of `row` (`None` for null; `Rows` / `NonNull` yield a dummy value).
+    #[inline]
+    fn value(&self, row: usize) -> Option<Scalar> {
+        match self {
+            Input::Rows => Some(Scalar::Bool(true)),
+            Input::NonNull(n) => n
+                .as_ref()
+                .is_none_or(|n| n.is_valid(row))
+                .then_some(Scalar::Bool(true)),
+            Input::Int(a) => a.is_valid(row).then(|| Scalar::I(a.value(row))),
+            Input::UInt(a) => a.is_valid(row).then(|| Scalar::U(a.value(row))),
+            Input::Float(a) => a.is_valid(row).then(|| Scalar::F(a.value(row))),
+            Input::Bool(a) => a.is_valid(row).then(|| Scalar::Bool(a.value(row))),
+            Input::Bytes(a) => a.is_valid(row).then(|| Scalar::B(a.value(row).to_vec())),
+        }
+    }
+}
+
+/// A single value of an aggregate input.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scalar {
+    /// Integer or temporal value.
+    I(i64),
+    /// Unsigned 64-bit integer.
+    U(u64),
+    /// Float.
+    F(f64),
+    /// Boolean.
+    Bool(bool),
+    /// String or binary bytes.
+    B(Vec<u8>),
+}
+
+impl Scalar {
+    /// Total order within one type (NaN greatest, `-0.0 == 0.0`).
+    pub fn total_cmp(&self, other: &Scalar) -> Ordering {
+        fn norm(f: f64) -> f64 {
+            if f.is_nan() {
+                f64::NAN
+            } else if f == 0.0 {
+                0.0
+            } else {
+                f
+            }
+        }
+        match (self, other) {
+            (Scalar::I(a), Scalar::I(b)) => a.cmp(b),
+            (Scalar::U(a), Scalar::U(b)) => a.cmp(b),
+            (Scalar::F(a), Scalar::F(b)) => norm(*a).total_cmp(&norm(*b)),
+            (Scalar::Bool(a), Scalar::Bool(b)) => a.cmp(b),
+            (Scalar::B(a), Scalar::B(b)) => a.cmp(b),
+            _ => Ordering::Equal,
+        }
+    }
+
+    fn as_f64(&self) -> f64 {
+        match self {
+            Scalar::I(v) => *v as f64,
+            Scalar::U(v) => *v as f64,
+            Scalar::F(v) => *v,
+            Scalar::Bool(v) => *v as u8 as f64,
+            Scalar::B(_) => f64::NAN,
+        }
+    }
+
+    fn as_i128(&self) -> i128 {
+        match self {
+            Scalar::I(v) => *v as i128,
+            Scalar::U(v) => *v as i128,
+            _ => 0,
+        }
+    }
+}
+
+/// A mergeable partial aggregate state.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Acc {
+    /// Count.
+    Count(i64),
+    /// Exact integer sum and number of values.
+    SumI(i128, i64),
+    /// Exact float sum and number of values.
+    SumF(ExactSum, i64),
+    /// Integer sum for a mean.
+    MeanI(i128, i64),
+    /// Float sum for a mean.
+    MeanF(ExactSum, i64),
+    /// Sum, sum of squares and count (variance, stddev).
+    Moments(ExactSum, ExactSum, i64),
+    /// Smallest value.
+    Min(Option<Scalar>),
+    /// Largest value.
+    Max(Option<Scalar>),
+    /// Value at the smallest event time.
+    First(Option<(i64, Scalar)>),
+    /// Value at the largest event time.
+    Last(Option<(i64, Scalar)>),
+}
+
+impl Acc {
+    /// Adds the value of `row` of `input` (an event at `ts`).
+    #[inline]
+    pub fn update(&mut self, input: &Input, row: usize, ts: i64) {
+        match (&mut *self, input) {
+            (Acc::Count(c), Input::Rows) => *c += 1,
+            (Acc::Count(c), Input::NonNull(n)) => {
+                if n.as_ref().is_none_or(|n| n.is_valid(row)) {
+                    *c += 1
+                }
+            }
+            (Acc::SumF(s, n) | Acc::MeanF(s, n), Input::Float(a)) => {
+                if a.is_valid(row) {
+                    s.add(a.value(row));
+                    *n += 1;
+                }
+            }
+            (Acc::SumI(s, n) | Acc::MeanI(s, n), Input::Int(a)) => {
+                if a.is_valid(row) {
+                    *s += a.value(row) as i128;
+                    *n += 1;
+                }
+            }
+            _ => {
+                if let Some(v) = input.value(row) {
+                    self.update_value(v, ts);
+                }
+            }
+        }
+    }
+
+    fn update_value(&mut self, v: Scalar, ts: i64) {
+        match self {
+            Acc::Count(c) => *c += 1,
+            Acc::SumI(s, n) | Acc::MeanI(s, n) => {
+                *s += v.as_i128();
+                *n += 1;
+            }
+            Acc::SumF(s, n) | Acc::MeanF(s, n) => {
+                s.add(v.as_f64());
+                *n += 1;
+            }
+            Acc::Moments(s, q, n) => {
+                let x = v.as_f64();
+                s.add(x);
+                q.add_product(x, x);
+                *n += 1;
+            }
+            Acc::Min(m) => {
+                if m.as_ref()
+                    .is_none_or(|cur| v.total_cmp(cur) == Ordering::Less)
+                {
+                    *m = Some(v);
+                }
+            }
+            Acc::Max(m) => {
+                if m.as_ref()
+                    .is_none_or(|cur| v.total_cmp(cur) == Ordering::Greater)
+                {
+                    *m = Some(v);
+                }
+            }
+            Acc::First(f) => {
+                let better = f.as_ref().is_none_or(|(t, cur)| {
+                    ts < *t || (ts == *t && v.total_cmp(cur) == Ordering::Less)
+                });
+                if better {
+                    *f = Some((ts, v));
+                }
+            }
+            Acc::Last(l) => {
+                let better = l.as_ref().is_none_or(|(t, cur)| {
+                    ts > *t || (ts == *t && v.total_cmp(cur) == Ordering::Greater)
+                });
+                if better {
+                    *l = Some((ts, v));
+                }
+            }
+        }
+    }
+
+    /// Merges another partial state of the same aggregate into this one.
+    pub fn merge(&mut self, other: &Acc) {
+        match (self, other) {
+            (Acc::Count(a), Acc::Count(b)) => *a += b,
+            (Acc::SumI(s, n), Acc::SumI(s2, n2)) | (Acc::MeanI(s, n), Acc::MeanI(s2, n2)) => {
+                *s += s2;
+                *n += n2;
+            }
+            (Acc::SumF(s, n), Acc::SumF(s2, n2)) | (Acc::MeanF(s, n), Acc::MeanF(s2, n2)) => {
+                s.merge(s2);
+                *n += n2;
+            }
+            (Acc::Moments(s, q, n), Acc::Moments(s2, q2, n2)) => {
+                s.merge(s2);
+                q.merge(q2);
+                *n += n2;
+            }
+            (me @ Acc::Min(_), Acc::Min(Some(v))) | (me @ Acc::Max(_), Acc::Max(Some(v))) => {
+                me.update_value(v.clone(), 0)
+            }
+            (me @ Acc::First(_), Acc::First(Some((t, v))))
+            | (me @ Acc::Last(_), Acc::Last(Some((t, v)))) => me.update_value(v.clone(), *t),
+            _ => {}
+        }
+    }
+
+    fn count(&self) -> i64 {
+        match self {
+            Acc::Count(c) => *c,
+            _ => 0,
+        }
+    }
+
+    fn int_sum(&self) -> Option<i64> {
+        match self {
+            Acc::SumI(s, n) if *n > 0 => i64::try_from(*s).ok(),
+            _ => None,
+        }
+    }
+
+    fn float_value(&self, kind: AggKind) -> Option<f64> {
+        match (self, kind) {
+            (Acc::SumF(s, n), _) => (*n > 0).then(|| s.value()),
+            (Acc::SumI(s, n), _) => (*n > 0).then_some(*s as f64),
+            (Acc::MeanF(s, n), _) => (*n > 0).then(|| s.value() / *n as f64),
+            (Acc::MeanI(s, n), _) => (*n > 0).then(|| (*s as f64) / *n as f64),
+            (Acc::Moments(s, q, n), AggKind::Variance { ddof } | AggKind::Stddev { ddof }) => {
+                let n = *n;
+                if n <= ddof as i64 {
+                    return None;
+                }
+                // n^2 * var_pop = n*Q - S^2, computed exactly from the exact sums
+                // (S = S_hat + S_lo; every product split into two exact parts), then
+                // rounded once: accurate even when the mean dwarfs the spread.
+                let nf = n as f64;
+                let s_hat = s.value();
+                let mut rest = s.clone();
+                rest.add(-s_hat);
+                let s_lo = rest.value();
+                let mut d = ExactSum::default();
+                let (qparts, qspecial) = q.parts();
+                if let Some(sp) = qspecial {
+                    d.add(sp);
+                }
+                for &p in &qparts {
+                    d.add_product(p, nf);
+                }
+                d.add_product(-s_hat, s_hat);
+                d.add_product(-2.0 * s_hat, s_lo);
+                d.add_product(-s_lo, s_lo);
+                let m2 = d.value().max(0.0);
+                let var = m2 / (nf * (n - ddof as i64) as f64);
+                Some(if matches!(kind, AggKind::Stddev { .. }) {
+                    var.sqrt()
+                } else {
+                    var
+                })
+            }
+            _ => None,
+        }
+    }
+
+    fn scalar(&self) -> Option<&Scalar> {
+        match self {
+            Acc::Min(m) | Acc::Max(m) => m.as_ref(),
+            Acc::First(f) | Acc::Last(f) => f.as_ref().map(|(_, v)| v),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Float64Array, Int32Array, StringArray};
+
+    fn schema() -> Schema {
+        Schema::new(vec![
+            Field::new("i", DataType::Int32, true),
+            Field::new("f", DataType::Float64, true),
+            Field::new("s", DataType::Utf8, true),
+        ])
+    }
+
+    fn cols() -> Vec<ArrayRef> {
+        vec![
+            Arc::new(Int32Array::from(vec![Some(3), None, Some(-1), Some(7)])),
+            Arc::new(Float64Array::from(vec![
+                Some(1.5),
+                Some(f64::NAN),
+                None,
+                Some(-0.0),
+            ])),
+            Arc::new(StringArray::from(vec![
+                Some("b"),
+                Some("a"),
+                None,
+                Some("c"),
+            ])),
+        ]
+    }
+
+    fn run(kind: AggKind, col: Option<&str>, times: &[i64]) -> ArrayRef {
+        let spec = AggSpec {
+            name: "x".into(),
+            kind,
+            column: col.map(Into::into),
+        };
+        let b = BoundAgg::bind(&spec, &schema()).unwrap();
+        let input = b.input(&cols()).unwrap();
+        let mut acc = b.new_acc();
+        for (row, &t) in times.iter().enumerate() {
+            acc.update(&input, row, t);
+        }
+        b.finish(std::iter::once(&acc)).unwrap()
+    }
+
+    #[test]
+    fn values() {
+        let t = [10, 20, 30, 40];
+        let c = run(AggKind::Count, None, &t);
+        assert_eq!(c.as_primitive::<Int64Type>().value(0), 4);
+        let c = run(AggKind::Count, Some("i"), &t);
+        assert_eq!(c.as_primitive::<Int64Type>().value(0), 3);
+        let s = run(AggKind::Sum, Some("i"), &t);
+        assert_eq!(s.as_primitive::<Int64Type>().value(0), 9);
+        let m = run(AggKind::Max, Some("f"), &t);
+        assert!(
+            m.as_primitive::<Float64Type>().value(0).is_nan(),
+            "NaN is greatest"
+        );
+        let m = run(AggKind::Min, Some("i"), &t);
+        assert_eq!(m.data_type(), &DataType::Int32);
+        assert_eq!(m.as_primitive::<Int32Type>().value(0), -1);
+        let f = run(AggKind::First, Some("s"), &t);
+        assert_eq!(f.as_string::<i32>().value(0), "b");
+        let l = run(AggKind::Last, Some("s"), &t);
+        assert_eq!(l.as_string::<i32>().value(0), "c");
+        let v = run(AggKind::Variance { ddof: 1 }, Some("i"), &t);
+        let mean = 3.0;
+        let expect =
+            ((3.0f64 - mean).powi(2) + (-1.0f64 - mean).powi(2) + (7.0f64 - mean).powi(2)) / 2.0;
+        assert!((v.as_primitive::<Float64Type>().value(0) - expect).abs() < 1e-12);
+    }
+
+    #[test]
+    fn bind_errors() {
+        let s = schema();
+        let e = BoundAgg::bind(
+            &AggSpec {
+                name: "x".into(),
+                kind: AggKind::Sum,
+                column: Some("s".into()),
+            },
+            &s,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("integer or float"), "{e}");
+        let e = BoundAgg::bind(
+            &AggSpec {
+                name: "x".into(),
+                kind: AggKind::Sum,
+                column: Some("zz".into()),
+            },
+            &s,
+        )
+        .unwrap_err();
+        assert!(matches!(e, TidemarkError::MissingColumn { .. }));
+        let e = BoundAgg::bind(
+            &AggSpec {
+                name: "x".into(),
+                kind: AggKind::Mean,
+                column: None,
+            },
+            &s,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("needs a column"), "{e}");
+    }
+
+    #[test]
+    fn merge_equals_single_pass() {
+        let spec = AggSpec {
+            name: "x".into(),
+            kind: AggKind::Stddev { ddof: 1 },
+            column: Some("f".into()),
+        };
+        let sch = Schema::new(vec![Field::new("f", DataType::Float64, true)]);
+        let b = BoundAgg::bind(&spec, &sch).unwrap();
+        let vals: Vec<f64> = (0..100).map(|i| 1e6 + (i as f64) * 0.37).collect();
+        let input = b
+            .input(&[Arc::new(Float64Array::from(vals.clone())) as ArrayRef])
+            .unwrap();
+        let mut all = b.new_acc();
+        let (mut l, mut r) = (b.new_acc(), b.new_acc());
+        for i in 0..100 {
+            all.update(&input, i, 0);
+            if i % 3 == 0 {
+                l.update(&input, i, 0)
+            } else {
+                r.update(&input, i, 0)
+            }
+        }
+        r.merge(&l);
+        assert_eq!(
+            all.float_value(spec.kind).unwrap().to_bits(),
+            r.float_value(spec.kind).unwrap().to_bits()
+        );
+        let mean = vals.iter().sum::<f64>() / 100.0;
+        let sd = (vals.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 99.0).sqrt();
+        assert!((all.float_value(spec.kind).unwrap() - sd).abs() / sd < 1e-9);
+    }
+}

@@ -1,0 +1,227 @@
+//! Pipeline configuration: what a windowed event-time GROUP BY computes.
+
+use crate::agg::{AggKind, AggSpec};
+use crate::error::{Result, TidemarkError};
+use crate::state::Writer;
+use crate::time::KeyEvictionPolicy;
+use crate::window::WindowSpec;
+
+/// Which watermark judges lateness and closes windows.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// One watermark for all rows: `max(event time) - delay` (Spark's behaviour).
+    Global,
+    /// One watermark per source partition (the integer column `column`), combined by
+    /// minimum over active partitions, with idle detection.
+    Partition {
+        /// The source-partition column.
+        column: String,
+    },
+    /// One watermark per key; a key's windows close on its own watermark, and on the
+    /// global watermark once the key is idle.
+    Key,
+}
+
+/// When window results are emitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EmitMode {
+    /// Once per window, when the watermark passes `end + allowed_lateness`.
+    OnWindowClose,
+    /// The current value of every window changed by a batch (an upsert changelog;
+    /// `retract` rows withdraw sessions merged away).
+    OnUpdate,
+}
+
+/// What happens to rows behind the watermark (beyond allowed lateness).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LatePolicy {
+    /// Returned in the `late` output.
+    SideOutput,
+    /// Dropped and counted.
+    Drop,
+}
+
+/// Where a row's timestamp comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TimeMode {
+    /// From the event-time column.
+    Event,
+    /// From the clock at ingest: windows close in wall time.
+    Processing,
+}
+
+/// A pipeline: keys, event time, watermark, window, aggregates, emission.
+///
+/// All durations are microseconds, except `idle_timeout` (clock ticks, milliseconds
+/// for the system clock).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PipelineConfig {
+    /// Key columns (empty: one global group).
+    pub keys: Vec<String>,
+    /// Event-time column (ignored in processing-time mode).
+    pub event_time: String,
+    /// Built-in event-time type name, `None` for Arrow temporal columns.
+    pub event_time_type: Option<String>,
+    /// The caller parses event times itself (a user-registered parser) and passes
+    /// them to `process`; the column's own type is not checked.
+    pub parsed_externally: bool,
+    /// Bounded out-of-orderness.
+    pub delay: i64,
+    /// Watermark scope.
+    pub scope: Scope,
+    /// Idle timeout for partitions (partition scope) or keys (key scope).
+    pub idle_timeout: Option<i64>,
+    /// The window.
+    pub window: WindowSpec,
+    /// Aggregates, in output order.
+    pub aggs: Vec<AggSpec>,
+    /// Emission mode.
+    pub emit: EmitMode,
+    /// Allowed lateness.
+    pub allowed_lateness: i64,
+    /// Late-row policy.
+    pub late: LatePolicy,
+    /// Bound on keys held in state (`None`: unlimited).
+    pub max_keys: Option<usize>,
+    /// What to do when `max_keys` is reached.
+    pub eviction: KeyEvictionPolicy,
+    /// Event or processing time.
+    pub time: TimeMode,
+}
+
+impl PipelineConfig {
+    /// Checks everything that can be checked without data.
+    pub fn validate(&self) -> Result<()> {
+        self.window.validate()?;
+        if self.delay < 0 {
+            return Err(TidemarkError::config(
+                "watermark",
+                "the bounded delay must not be negative",
+            ));
+        }
+        if self.allowed_lateness < 0 {
+            return Err(TidemarkError::config(
+                "allowed_lateness",
+                "must not be negative",
+            ));
+        }
+        if self.aggs.is_empty() {
+            return Err(TidemarkError::config("aggs", "give at least one aggregate"));
+        }
+        for a in &self.aggs {
+            if a.column.is_none() && a.kind != AggKind::Count {
+                return Err(TidemarkError::config(
+                    format!("aggs[{:?}]", a.name),
+                    format!("{} needs a column", a.kind.name()),
+                ));
+            }
+        }
+        let mut names: Vec<&str> = self.keys.iter().map(String::as_str).collect();
+        names.extend(["window_start", "window_end"]);
+        if self.emit == EmitMode::OnUpdate {
+            names.push("retract");
+        }
+        for a in &self.aggs {
+            if names.contains(&a.name.as_str()) {
+                return Err(TidemarkError::config(
+                    "aggs",
+                    format!("output column {:?} appears twice (aggregate names must differ from the key columns, window_start, window_end{})",
+                        a.name, if self.emit == EmitMode::OnUpdate { " and retract" } else { "" }),
+                ));
+            }
+            names.push(&a.name);
+        }
+        let mut seen = std::collections::HashSet::new();
+        for k in &self.keys {
+            if !seen.insert(k) {
+                return Err(TidemarkError::config(
+                    "key",
+                    format!("key column {k:?} is listed twice"),
+                ));
+            }
+        }
+        if self.scope == Scope::Key && self.keys.is_empty() {
+            return Err(TidemarkError::config(
+                "watermark",
+                "per=\"key\" needs key columns (a pipeline with key=None has one global group)",
+            ));
+        }
+        if self.window.is_session() && self.keys.is_empty() && self.scope != Scope::Global {
+            return Err(TidemarkError::config(
+                "window",
+                "a session window without keys forms one session over all rows; use per=\"global\"",
+            ));
+        }
+        if self.max_keys == Some(0) {
+            return Err(TidemarkError::config(
+                "max_keys",
+                "must be at least 1 (or None)",
+            ));
+        }
+        if self.time == TimeMode::Processing && self.scope != Scope::Global {
+            return Err(TidemarkError::config(
+                "time",
+                "processing-time pipelines have one clock-driven watermark; use per=\"global\"",
+            ));
+        }
+        Ok(())
+    }
+
+    /// A stable fingerprint of the configuration (part of every snapshot header):
+    /// xxh64 of an explicit encoding of every field.
+    pub fn fingerprint(&self) -> u64 {
+        let mut w = Writer::new();
+        w.len(self.keys.len());
+        self.keys.iter().for_each(|k| w.str(k));
+        w.str(&self.event_time);
+        w.str(self.event_time_type.as_deref().unwrap_or(""));
+        w.bool(self.parsed_externally);
+        w.i64(self.delay);
+        match &self.scope {
+            Scope::Global => w.u8(0),
+            Scope::Partition { column } => {
+                w.u8(1);
+                w.str(column);
+            }
+            Scope::Key => w.u8(2),
+        }
+        w.i64(self.idle_timeout.unwrap_or(-1));
+        match self.window {
+            WindowSpec::Tumbling { size, offset } => {
+                w.u8(0);
+                w.i64(size);
+                w.i64(offset);
+            }
+            WindowSpec::Sliding {
+                size,
+                slide,
+                offset,
+            } => {
+                w.u8(1);
+                w.i64(size);
+                w.i64(slide);
+                w.i64(offset);
+            }
+            WindowSpec::Session { gap } => {
+                w.u8(2);
+                w.i64(gap);
+            }
+        }
+        w.len(self.aggs.len());
+        for a in &self.aggs {
+            w.str(&a.name);
+            w.str(a.kind.name());
+            if let AggKind::Variance { ddof } | AggKind::Stddev { ddof } = a.kind {
+                w.u8(ddof);
+            }
+            w.str(a.column.as_deref().unwrap_or(""));
+        }
+        w.u8(self.emit as u8);
+        w.i64(self.allowed_lateness);
+        w.u8(self.late as u8);
+        w.u64(self.max_keys.map_or(u64::MAX, |m| m as u64));
+        w.u8(self.eviction as u8);
+        w.u8(self.time as u8);
+        xxhash_rust::xxh64::xxh64(&w.finish(), 0x7469_6465)
+    }
+}

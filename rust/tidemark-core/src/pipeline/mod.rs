@@ -1,0 +1,1494 @@
+//! The pipeline operator: an event-time windowed GROUP BY on Arrow batches.
+//!
+//! [`Operator::process`] takes one batch (in Spark, one micro-batch) and follows
+//! DESIGN.md's one convention:
+//!
+//! 1. every row is judged late or on time against the watermark **as it stood when
+//!    the call began** (the scope's: global, the row's source partition combined, or
+//!    the row's key); a row is late iff `ts < W - allowed_lateness`;
+//! 2. on-time rows update their windows' partial aggregates;
+//! 3. the batch's rows advance the watermarks;
+//! 4. windows whose `end + allowed_lateness <= W` close: `on_window_close` emits each
+//!    once and drops its state; `on_update` emits every window the batch changed.
+//!
+//! Output rows are sorted by (window end, window start, key), so for the same
+//! sequence of batches the output is identical whatever the row order inside each
+//! batch. State (windows, partial aggregates, per-key and per-partition watermarks;
+//! timers are derived from the open windows) round-trips through
+//! [`Operator::snapshot`] / [`Operator::restore`].
+
+mod config;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow_array::builder::StringBuilder;
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{
+    new_empty_array, Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions,
+    UInt32Array,
+};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+
+pub use config::{EmitMode, LatePolicy, PipelineConfig, Scope, TimeMode};
+
+use crate::agg::{Acc, BoundAgg, ExactSum, Input, Scalar};
+use crate::clock::ClockRef;
+use crate::error::{Result, TidemarkError};
+use crate::key::{decode_key_columns, is_key_type, KeyColumns, KeyRows};
+use crate::state::{self, Reader, SnapshotKind, Writer};
+use crate::time::{
+    parse_event_time, EventTimeType, KeyedTicks, KeyedWatermarkTracker, PartitionedWatermarkTracker,
+};
+use crate::window::{add_to_sessions, Session, SessionChange, WindowSpec};
+
+/// What one `process` / `flush` call produced.
+#[derive(Debug, Clone)]
+pub struct Output {
+    /// Window results (or, in `on_update` mode, window updates).
+    pub windows: RecordBatch,
+    /// Late input rows (empty when the late policy is `Drop`).
+    pub late: RecordBatch,
+    /// Input rows that could not be processed, with a `reason` column.
+    pub errors: RecordBatch,
+}
+
+/// Counters of an operator.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PipelineMetrics {
+    /// `process` calls.
+    pub batches: u64,
+    /// Input rows.
+    pub rows_in: u64,
+    /// Rows behind the watermark (dropped or sent to the late output).
+    pub late_dropped_count: u64,
+    /// Rows sent to the error output.
+    pub rows_error: u64,
+    /// Final window results emitted (`on_window_close`, flush, eviction).
+    pub windows_emitted: u64,
+    /// Window updates emitted (`on_update`).
+    pub updates_emitted: u64,
+    /// Retraction rows emitted (`on_update` sessions merged or moved).
+    pub retractions_emitted: u64,
+    /// Windows currently open.
+    pub windows_open: u64,
+    /// Windows closed because their timer fired (global / partition scope, idle keys).
+    pub windows_closed_by_timer: u64,
+    /// Windows closed by their key's own watermark (key scope).
+    pub windows_closed_by_watermark: u64,
+    /// Sessions closed because their timer fired.
+    pub sessions_closed_by_timer: u64,
+    /// Sessions closed by their key's own watermark.
+    pub sessions_closed_by_watermark: u64,
+    /// Sessions merged into another because an event bridged them.
+    pub sessions_merged: u64,
+    /// Windows closed by `flush`.
+    pub windows_flushed: u64,
+    /// Keys evicted because of `max_keys`.
+    pub keys_evicted: u64,
+    /// Windows closed early because their key was evicted.
+    pub windows_evicted: u64,
+}
+
+/// Schema-dependent parts, fixed at the first batch.
+#[derive(Debug, Clone)]
+struct Bound {
+    key_idx: Vec<usize>,
+    key_types: Vec<DataType>,
+    time_idx: Option<usize>,
+    time_type: Option<(DataType, EventTimeType)>,
+    part_idx: Option<usize>,
+    aggs: Vec<BoundAgg>,
+    /// Output type of window_start / window_end.
+    bound_type: DataType,
+    out_schema: SchemaRef,
+    /// The input fields the pipeline reads (stored in snapshots to re-bind).
+    used_fields: Vec<Field>,
+}
+
+/// Open windows by close time (`end + allowed_lateness`), so a watermark closes them
+/// in order. These are the pipeline's event-time timers: one per window (per key scope:
+/// only for idle keys, whose windows close on the global watermark). Entries are
+/// never deleted eagerly: a timer whose window merged, moved or closed is stale and
+/// is ignored when it fires ([`Operator::close_window`] checks it).
+#[derive(Debug, Clone, Default)]
+struct CloseIndex {
+    buckets: BTreeMap<i64, Vec<(u32, i64)>>,
+    len: usize,
+}
+
+impl CloseIndex {
+    #[inline]
+    fn add(&mut self, at: i64, slot: u32, start: i64) {
+        self.buckets.entry(at).or_default().push((slot, start));
+        self.len += 1;
+    }
+
+    /// Removes and returns every timer with `at <= w`, in time order.
+    fn pop_until(&mut self, w: i64) -> Vec<(i64, u32, i64)> {
+        let mut out = Vec::new();
+        while let Some(entry) = self.buckets.first_entry() {
+            if *entry.key() > w {
+                break;
+            }
+            let (at, items) = entry.remove_entry();
+            self.len -= items.len();
+            out.extend(items.into_iter().map(|(slot, start)| (at, slot, start)));
+        }
+        out
+    }
+
+    fn clear(&mut self) {
+        self.buckets.clear();
+        self.len = 0;
+    }
+}
+
+/// Where an output row's key bytes are.
+#[derive(Debug, Clone, Copy)]
+enum KeyRef {
+    /// The key in a live slot.
+    Slot(u32),
+    /// A copy (keys evicted or retracted during the call, whose slot may be reused).
+    Owned(u32),
+}
+
+/// An output row of the current call: a final window, an update, or a retraction.
+#[derive(Debug, Clone)]
+struct Emit {
+    key: KeyRef,
+    start: i64,
+    end: i64,
+    /// State index (`NO_STATE` for retractions).
+    state: u32,
+    retract: bool,
+}
+
+const NO_STATE: u32 = u32::MAX;
+/// The window changed in this call.
+const DIRTY: u8 = 1;
+/// An update of the window was emitted (`on_update`).
+const EMITTED: u8 = 2;
+/// The window's close time changed (or it is new): its timer must be (re)added.
+const RETIME: u8 = 4;
+
+/// The stateful operator of a pipeline.
+#[derive(Debug)]
+pub struct Operator {
+    cfg: PipelineConfig,
+    fingerprint: u64,
+    clock: ClockRef,
+    bound: Option<Bound>,
+    /// Key interning, activity, per-key watermarks (meaningful in key scope).
+    keys: KeyedWatermarkTracker,
+    /// Open windows per key slot, sorted by start.
+    wins: Vec<Vec<Session>>,
+    /// Partial aggregates: `accs[state * n_aggs + j]`.
+    accs: Vec<Acc>,
+    flags: Vec<u8>,
+    free_states: Vec<u32>,
+    /// Event-time timers closing windows.
+    timers: CloseIndex,
+    /// Global / partition / processing scope: the current watermark.
+    watermark: i64,
+    global_max: i64,
+    partitions: PartitionedWatermarkTracker,
+    metrics: PipelineMetrics,
+    // Per-call scratch.
+    /// Keys with on-time rows in this call (deduplicated by `touch_epoch`).
+    touched: Vec<u32>,
+    touch_epoch: Vec<u32>,
+    epoch: u32,
+    emits: Vec<Emit>,
+    owned_keys: Vec<Vec<u8>>,
+    /// States to free once the output is built.
+    release: Vec<u32>,
+    scratch_windows: Vec<(i64, i64)>,
+}
+
+fn n_aggs(cfg: &PipelineConfig) -> usize {
+    cfg.aggs.len()
+}
+
+impl Operator {
+    /// A fresh operator. The configuration is validated here.
+    pub fn new(cfg: PipelineConfig, clock: ClockRef) -> Result<Self> {
+        cfg.validate()?;
+        let key_scope = cfg.scope == Scope::Key;
+        let keys = KeyedWatermarkTracker::with_ticks(
+            KeyedTicks {
+                bounded_delay: if key_scope { cfg.delay } else { 0 },
+                idle_timeout: if key_scope { cfg.idle_timeout } else { None },
+                max_keys: cfg.max_keys,
+                eviction_policy: cfg.eviction,
+            },
+            clock.clone(),
+        )
+        .with_eviction_log()
+        .with_idle_log();
+        let partitions = PartitionedWatermarkTracker::new()
+            .idle_timeout_ticks(cfg.idle_timeout)
+            .with_clock(clock.clone());
+        let mut op = Operator {
+            fingerprint: cfg.fingerprint(),
+            cfg,
+            clock,
+            bound: None,
+            keys,
+            wins: Vec::new(),
+            accs: Vec::new(),
+            flags: Vec::new(),
+            free_states: Vec::new(),
+            timers: CloseIndex::default(),
+            watermark: i64::MIN,
+            global_max: i64::MIN,
+            partitions,
+            metrics: PipelineMetrics::default(),
+            touched: Vec::new(),
+            touch_epoch: Vec::new(),
+            epoch: 0,
+            emits: Vec::new(),
+            owned_keys: Vec::new(),
+            release: Vec::new(),
+            scratch_windows: Vec::new(),
+        };
+        op.partitions.register_source(0, 0);
+        Ok(op)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &PipelineConfig {
+        &self.cfg
+    }
+
+    /// Metrics.
+    pub fn metrics(&self) -> PipelineMetrics {
+        PipelineMetrics {
+            windows_open: (self.accs.len() / n_aggs(&self.cfg).max(1) - self.free_states.len())
+                as u64,
+            keys_evicted: self.keys.metrics().evicted_keys,
+            ..self.metrics.clone()
+        }
+    }
+
+    /// Key-tracker metrics (keys tracked, active, idle, evicted).
+    pub fn key_metrics(&self) -> &crate::time::KeyedWatermarkMetrics {
+        self.keys.metrics()
+    }
+
+    /// The operator's watermark: global, combined over partitions, or (key scope) the
+    /// highest global watermark reached. `None` until there is one.
+    pub fn watermark(&self) -> Option<i64> {
+        let w = match self.cfg.scope {
+            Scope::Key => self
+                .keys
+                .emitted_watermark()
+                .map_or(i64::MIN, |w| w.timestamp()),
+            Scope::Partition { .. } => self
+                .partitions
+                .current_watermark()
+                .map_or(i64::MIN, |w| w.timestamp()),
+            Scope::Global => self.watermark,
+        };
+        (w != i64::MIN).then_some(w)
+    }
+
+    /// The watermark of one key (key scope), by encoded key.
+    pub fn key_watermark(&self, key: &[u8]) -> Option<i64> {
+        self.keys.watermark_for_encoded(key)
+    }
+
+    /// The output schema for an input schema (validates the configuration against it).
+    pub fn output_schema(cfg: &PipelineConfig, input: &Schema) -> Result<SchemaRef> {
+        Ok(Self::bind(cfg, input)?.out_schema)
+    }
+
+    fn bind(cfg: &PipelineConfig, schema: &Schema) -> Result<Bound> {
+        let missing = |c: &str| TidemarkError::MissingColumn {
+            column: c.to_string(),
+            available: schema.fields().iter().map(|f| f.name().clone()).collect(),
+        };
+        let mut key_idx = Vec::new();
+        let mut key_fields = Vec::new();
+        for k in &cfg.keys {
+            let i = schema.index_of(k).map_err(|_| missing(k))?;
+            let f = schema.field(i);
+            if !is_key_type(f.data_type()) {
+                return Err(TidemarkError::config(
+                    "key",
+                    format!("column {k:?} of type {} cannot be a key", f.data_type()),
+                ));
+            }
+            key_idx.push(i);
+            key_fields.push(f.as_ref().clone().with_nullable(true));
+        }
+        let (time_idx, time_type, bound_type) = match cfg.time {
+            TimeMode::Processing => (
+                None,
+                None,
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            ),
+            TimeMode::Event if cfg.parsed_externally => {
+                let i = schema
+                    .index_of(&cfg.event_time)
+                    .map_err(|_| missing(&cfg.event_time))?;
+                let dt = schema.field(i).data_type().clone();
+                (
+                    Some(i),
+                    Some((dt, EventTimeType::Ticks)),
+                    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                )
+            }
+            TimeMode::Event => {
+                let i = schema
+                    .index_of(&cfg.event_time)
+                    .map_err(|_| missing(&cfg.event_time))?;
+                let dt = schema.field(i).data_type().clone();
+                let ty = EventTimeType::resolve(
+                    cfg.event_time_type.as_deref(),
+                    &cfg.event_time,
+                    &dt,
+                    false,
+                )?;
+                let bound = match &dt {
+                    DataType::Timestamp(unit, tz) => DataType::Timestamp(*unit, tz.clone()),
+                    _ => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                };
+                (Some(i), Some((dt, ty)), bound)
+            }
+        };
+        let part_idx = match &cfg.scope {
+            Scope::Partition { column } => {
+                let i = schema.index_of(column).map_err(|_| missing(column))?;
+                if !schema.field(i).data_type().is_integer() {
+                    return Err(TidemarkError::config(
+                        "partition_column",
+                        format!(
+                            "{column:?} must be an integer column, got {}",
+                            schema.field(i).data_type()
+                        ),
+                    ));
+                }
+                Some(i)
+            }
+            _ => None,
+        };
+        let aggs = cfg
+            .aggs
+            .iter()
+            .map(|a| BoundAgg::bind(a, schema))
+            .collect::<Result<Vec<_>>>()?;
+        let mut used: Vec<usize> = key_idx.clone();
+        used.extend(time_idx);
+        used.extend(part_idx);
+        for a in &cfg.aggs {
+            if let Some(c) = &a.column {
+                used.push(schema.index_of(c).expect("bound"));
+            }
+        }
+        let mut used_fields: Vec<Field> = Vec::new();
+        for i in used {
+            let f = schema.field(i);
+            if used_fields.iter().all(|u| u.name() != f.name()) {
+                used_fields.push(f.as_ref().clone());
+            }
+        }
+        let mut fields: Vec<Field> = key_fields.clone();
+        fields.push(Field::new("window_start", bound_type.clone(), false));
+        fields.push(Field::new("window_end", bound_type.clone(), false));
+        fields.extend(aggs.iter().map(|a| a.output_field()));
+        if cfg.emit == EmitMode::OnUpdate {
+            fields.push(Field::new("retract", DataType::Boolean, false));
+        }
+        Ok(Bound {
+            key_types: key_fields.iter().map(|f| f.data_type().clone()).collect(),
+            key_idx,
+            time_idx,
+            time_type,
+            part_idx,
+            aggs,
+            bound_type,
+            out_schema: Arc::new(Schema::new(fields)),
+            used_fields,
+        })
+    }
+
+    /// Checks that a batch's schema fits the one bound at the first batch.
+    fn ensure_bound(&mut self, schema: &Schema) -> Result<()> {
+        let fresh = Self::bind(&self.cfg, schema)?;
+        match &self.bound {
+            None => self.bound = Some(fresh),
+            Some(b) => {
+                let same = b.key_types == fresh.key_types
+                    && b.time_type.as_ref().map(|t| &t.0) == fresh.time_type.as_ref().map(|t| &t.0)
+                    && b.out_schema == fresh.out_schema;
+                if !same {
+                    return Err(TidemarkError::config(
+                        "schema",
+                        format!(
+                            "the input schema changed mid-stream in a way the pipeline cannot \
+                             follow: output {} became {}",
+                            b.out_schema, fresh.out_schema
+                        ),
+                    ));
+                }
+                // Column positions may move; types may not.
+                self.bound = Some(Bound { ..fresh });
+            }
+        }
+        Ok(())
+    }
+
+    fn alloc_state(
+        accs: &mut Vec<Acc>,
+        flags: &mut Vec<u8>,
+        free: &mut Vec<u32>,
+        aggs: &[BoundAgg],
+    ) -> u32 {
+        let n = aggs.len();
+        match free.pop() {
+            Some(s) => {
+                for (j, a) in aggs.iter().enumerate() {
+                    accs[s as usize * n + j] = a.new_acc();
+                }
+                flags[s as usize] = 0;
+                s
+            }
+            None => {
+                let s = (accs.len() / n) as u32;
+                accs.extend(aggs.iter().map(|a| a.new_acc()));
+                flags.push(0);
+                s
+            }
+        }
+    }
+
+    fn close_at(&self, end: i64) -> i64 {
+        end.saturating_add(self.cfg.allowed_lateness)
+    }
+
+    /// Processes one batch. `parsed_times` (int64 epoch microseconds, one per row)
+    /// replaces parsing the event-time column, for user-registered parsers.
+    pub fn process(
+        &mut self,
+        batch: &RecordBatch,
+        parsed_times: Option<&Int64Array>,
+    ) -> Result<Output> {
+        self.ensure_bound(batch.schema_ref())?;
+        let bound = self.bound.clone().expect("bound");
+        let n = batch.num_rows();
+        self.metrics.batches += 1;
+        self.metrics.rows_in += n as u64;
+        let mut errors: Vec<(usize, String)> = Vec::new();
+
+        // 1. Event times (epoch microseconds), or the clock in processing-time mode.
+        let times: Int64Array = match (self.cfg.time, parsed_times) {
+            (TimeMode::Processing, _) => {
+                let now = self.clock.now().saturating_mul(1_000);
+                Int64Array::from_value(now, n)
+            }
+            (TimeMode::Event, Some(p)) => {
+                if p.len() != n {
+                    return Err(TidemarkError::config(
+                        "event_time",
+                        format!("{} parsed event times for {n} rows", p.len()),
+                    ));
+                }
+                for i in 0..n {
+                    if p.is_null(i) {
+                        errors.push((i, "event time is null or could not be parsed".into()));
+                    }
+                }
+                p.clone()
+            }
+            (TimeMode::Event, None) if self.cfg.parsed_externally => {
+                return Err(TidemarkError::config(
+                    "event_time",
+                    "this pipeline parses event times outside the core: pass parsed times",
+                ));
+            }
+            (TimeMode::Event, None) => {
+                let (_, ty) = bound.time_type.as_ref().expect("event mode");
+                let parsed = parse_event_time(
+                    batch.column(bound.time_idx.expect("event mode")).as_ref(),
+                    *ty,
+                )?;
+                errors.extend(parsed.errors);
+                parsed.values
+            }
+        };
+
+        // 2. Inputs of the aggregates, keys, partitions.
+        let inputs = bound
+            .aggs
+            .iter()
+            .map(|a| a.input(batch.columns()))
+            .collect::<Result<Vec<_>>>()?;
+        let key_cols: Vec<ArrayRef> = bound
+            .key_idx
+            .iter()
+            .map(|&i| batch.column(i).clone())
+            .collect();
+        let keys = if key_cols.is_empty() {
+            KeyColumns::new(&[Arc::new(arrow_array::NullArray::new(n)) as ArrayRef])?
+        } else {
+            KeyColumns::new(&key_cols)?
+        };
+        let parts = match bound.part_idx {
+            Some(i) => Some(arrow_cast::cast(batch.column(i), &DataType::Int64)?),
+            None => None,
+        };
+        let parts = parts.as_ref().map(|p| p.as_primitive::<Int64Type>());
+
+        // 3. The watermark as it stood when the call began.
+        let lateness = self.cfg.allowed_lateness;
+        let scope_threshold = match self.cfg.scope {
+            Scope::Global => self.watermark.saturating_sub(lateness),
+            Scope::Partition { .. } => self
+                .partitions
+                .current_watermark()
+                .map_or(i64::MIN, |w| w.timestamp().saturating_sub(lateness)),
+            Scope::Key => i64::MIN,
+        };
+        let key_scope = self.cfg.scope == Scope::Key;
+
+        let mut bad_row = vec![false; n];
+        for &(r, _) in &errors {
+            bad_row[r] = true;
+        }
+        let mut late_rows: Vec<u32> = Vec::new();
+        // Largest on-time event time per source partition (dense: partitions are small).
+        let mut part_max: Vec<i64> = Vec::new();
+        let mut batch_max = i64::MIN;
+        let time_vals = times.values().clone();
+        self.touched.clear();
+        self.emits.clear();
+        self.owned_keys.clear();
+        self.release.clear();
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            self.touch_epoch.iter_mut().for_each(|e| *e = 0);
+            self.epoch = 1;
+        }
+        self.keys.begin_batch();
+        let mut fatal: Option<TidemarkError> = None;
+
+        // Phase 1, per row: resolve the key (one hash lookup) and note the row's key
+        // index in the batch.
+        const SKIP: u32 = u32::MAX;
+        let mut group = vec![SKIP; n];
+        keys.for_each_key(|row, key| {
+            if fatal.is_some() || bad_row[row] {
+                return;
+            }
+            if let Some(p) = parts {
+                if p.is_null(row) {
+                    errors.push((row, "partition is null".into()));
+                    return;
+                }
+                let v = p.value(row);
+                if !(0..1 << 20).contains(&v) {
+                    errors.push((row, format!("partition {v} is out of range (0 to 1048575)")));
+                    return;
+                }
+            }
+            let slot = match self.keys.batch_slot(key) {
+                Ok(s) => s,
+                Err(e @ (TidemarkError::MaxKeysReached { .. } | TidemarkError::Config { .. })) => {
+                    errors.push((row, e.to_string()));
+                    return;
+                }
+                Err(e) => {
+                    fatal = Some(e);
+                    return;
+                }
+            };
+            if self.keys.has_evictions() {
+                self.evict_keys();
+            }
+            group[row] = self.keys.batch_fold(slot, time_vals[row]);
+        });
+        if let Some(e) = fatal {
+            self.keys.end_batch();
+            return Err(e);
+        }
+
+        // Phase 2: order rows by key (counting sort on the batch key index), so each
+        // key's windows are updated together while they are in cache.
+        let groups = self.keys.batch_len();
+        let mut starts = vec![0u32; groups + 1];
+        for &g in &group {
+            if g != SKIP {
+                starts[g as usize + 1] += 1;
+            }
+        }
+        for i in 0..groups {
+            starts[i + 1] += starts[i];
+        }
+        let mut fill = starts.clone();
+        let mut rows_by_key = vec![0u32; starts[groups] as usize];
+        for (row, &g) in group.iter().enumerate() {
+            if g != SKIP {
+                rows_by_key[fill[g as usize] as usize] = row as u32;
+                fill[g as usize] += 1;
+            }
+        }
+
+        // Phase 3, per key: judge each row against the watermark as it stood when the
+        // call began, then add the on-time rows to their windows.
+        for g in 0..groups {
+            let rows = &rows_by_key[starts[g] as usize..starts[g + 1] as usize];
+            let Some(slot) = self.keys.batch_key_slot(g as u32) else {
+                for &row in rows {
+                    errors.push((row as usize, "max_keys reached: the key was evicted while its batch was processed (max_keys is smaller than the keys of one batch)".into()));
+                }
+                continue;
+            };
+            let threshold = if key_scope {
+                self.keys.slot_watermark(slot).saturating_sub(lateness)
+            } else {
+                scope_threshold
+            };
+            // Tumbling windows: consecutive rows of a key mostly fall in the window of
+            // the previous row; update it directly.
+            let tumbling = matches!(self.cfg.window, WindowSpec::Tumbling { .. });
+            let mut cur: Option<(i64, i64, usize)> = None;
+            let na = bound.aggs.len();
+            for &row in rows {
+                let row = row as usize;
+                let ts = time_vals[row];
+                if ts < threshold {
+                    late_rows.push(row as u32);
+                    continue;
+                }
+                match cur {
+                    Some((s, e, base)) if ts >= s && ts < e => {
+                        for (j, input) in inputs.iter().enumerate() {
+                            self.accs[base + j].update(input, row, ts);
+                        }
+                    }
+                    _ => {
+                        if let Err(reason) = self.add_row(slot, ts, row, &inputs, &bound.aggs) {
+                            errors.push((row, reason.to_string()));
+                            continue;
+                        }
+                        if tumbling {
+                            cur = self.wins[slot as usize]
+                                .iter()
+                                .find(|w| w.start <= ts && ts < w.end)
+                                .map(|w| (w.start, w.end, w.state as usize * na));
+                        }
+                    }
+                }
+                batch_max = batch_max.max(ts);
+                if let Some(p) = parts {
+                    let pi = p.value(row) as usize;
+                    if part_max.len() <= pi {
+                        part_max.resize(pi + 1, i64::MIN);
+                    }
+                    part_max[pi] = part_max[pi].max(ts);
+                }
+            }
+        }
+        late_rows.sort_unstable();
+        self.keys.end_batch();
+        if self.keys.has_evictions() {
+            self.evict_keys();
+        }
+
+        // 4. Advance the watermarks with this batch's rows.
+        match &self.cfg.scope {
+            Scope::Global => {
+                self.global_max = self.global_max.max(batch_max);
+                let w = match self.cfg.time {
+                    TimeMode::Processing => self.clock.now().saturating_mul(1_000),
+                    TimeMode::Event => self.global_max.saturating_sub(self.cfg.delay),
+                };
+                self.watermark = self.watermark.max(w);
+            }
+            Scope::Partition { .. } => {
+                let maxima: Vec<(u32, i64)> = part_max
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &t)| t != i64::MIN)
+                    .map(|(p, &t)| (p as u32, t))
+                    .collect();
+                self.partitions
+                    .observe_max_event_times(0, &maxima, self.cfg.delay, true)?;
+                self.partitions.check_idle_partitions();
+            }
+            Scope::Key => {
+                self.keys.check_idle_keys();
+            }
+        }
+
+        // 5. Close what the watermark passed; emit.
+        self.close_windows();
+        self.metrics.late_dropped_count += late_rows.len() as u64;
+        errors.sort_by_key(|e| e.0);
+        self.metrics.rows_error += errors.len() as u64;
+        let windows = self.build_windows(&bound)?;
+        let late = if self.cfg.late == LatePolicy::SideOutput {
+            take_rows(batch, &late_rows)?
+        } else {
+            take_rows(batch, &[])?
+        };
+        let errors = error_batch(batch, &errors)?;
+        Ok(Output {
+            windows,
+            late,
+            errors,
+        })
+    }
+
+    /// Adds one on-time row to its windows.
+    #[inline]
+    fn add_row(
+        &mut self,
+        slot: u32,
+        ts: i64,
+        row: usize,
+        inputs: &[Input],
+        aggs: &[BoundAgg],
+    ) -> std::result::Result<(), &'static str> {
+        let n = aggs.len();
+        if self.wins.len() <= slot as usize {
+            self.wins.resize_with(slot as usize + 1, Vec::new);
+        }
+        if self.touch_epoch.len() <= slot as usize {
+            self.touch_epoch.resize(slot as usize + 1, 0);
+        }
+        if self.touch_epoch[slot as usize] != self.epoch {
+            self.touch_epoch[slot as usize] = self.epoch;
+            self.touched.push(slot);
+        }
+        match self.cfg.window {
+            WindowSpec::Session { gap } => {
+                let end = ts
+                    .checked_add(gap)
+                    .ok_or("event time out of range for the window")?;
+                let (accs, flags, free, wins) = (
+                    &mut self.accs,
+                    &mut self.flags,
+                    &mut self.free_states,
+                    &mut self.wins,
+                );
+                let list = &mut wins[slot as usize];
+                let change =
+                    add_to_sessions(list, ts, end, || Self::alloc_state(accs, flags, free, aggs));
+                let (idx, old, merged) = match change {
+                    SessionChange::Created(i) => {
+                        let st = list[i].state as usize;
+                        self.flags[st] |= RETIME;
+                        (i, None, Vec::new())
+                    }
+                    SessionChange::Inside(i) => (i, None, Vec::new()),
+                    SessionChange::Grown { index, old, merged } => (index, Some(old), merged),
+                };
+                let survivor = self.wins[slot as usize][idx];
+                let st = survivor.state as usize;
+                if let Some((os, oe)) = old {
+                    // The session moved: its timer is re-added at the end of the call;
+                    // the old one (and those of merged sessions) go stale.
+                    self.flags[st] |= RETIME;
+                    if self.flags[st] & EMITTED != 0 {
+                        self.retract(slot, os, oe);
+                    }
+                    for m in &merged {
+                        if self.flags[m.state as usize] & EMITTED != 0 {
+                            self.retract(slot, m.start, m.end);
+                        }
+                        for j in 0..n {
+                            let other = self.accs[m.state as usize * n + j].clone();
+                            self.accs[st * n + j].merge(&other);
+                        }
+                        self.free_states.push(m.state);
+                        self.metrics.sessions_merged += 1;
+                    }
+                }
+                for (j, input) in inputs.iter().enumerate() {
+                    self.accs[st * n + j].update(input, row, ts);
+                }
+                self.flags[st] |= DIRTY;
+            }
+            WindowSpec::Tumbling { size, offset } => {
+                let start = ts
+                    .checked_sub(offset)
+                    .and_then(|r| r.div_euclid(size).checked_mul(size))
+                    .and_then(|s| s.checked_add(offset))
+                    .ok_or("event time out of range for the window")?;
+                let end = start
+                    .checked_add(size)
+                    .ok_or("event time out of range for the window")?;
+                self.add_to_window(slot, start, end, ts, row, inputs, aggs);
+            }
+            spec => {
+                let mut ws = std::mem::take(&mut self.scratch_windows);
+                ws.clear();
+                let r = spec.assign(ts, |s, e| ws.push((s, e)));
+                if r.is_ok() {
+                    for &(start, end) in &ws {
+                        self.add_to_window(slot, start, end, ts, row, inputs, aggs);
+                    }
+                }
+                self.scratch_windows = ws;
+                r?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds a row to the tumbling or sliding window `[start, end)` of `slot`.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn add_to_window(
+        &mut self,
+        slot: u32,
+        start: i64,
+        end: i64,
+        ts: i64,
+        row: usize,
+        inputs: &[Input],
+        aggs: &[BoundAgg],
+    ) {
+        let n = aggs.len();
+        let list = &mut self.wins[slot as usize];
+        // Windows are few per key and sorted by start; rows mostly hit the last one.
+        let pos = match list.last() {
+            Some(w) if w.start == start => list.len() - 1,
+            Some(w) if w.start < start => list.len(),
+            _ => list.partition_point(|w| w.start < start),
+        };
+        let state = if pos < list.len() && list[pos].start == start {
+            list[pos].state
+        } else {
+            let st =
+                Self::alloc_state(&mut self.accs, &mut self.flags, &mut self.free_states, aggs);
+            self.wins[slot as usize].insert(
+                pos,
+                Session {
+                    start,
+                    end,
+                    state: st,
+                },
+            );
+            self.flags[st as usize] |= RETIME;
+            st
+        };
+        let base = state as usize * n;
+        for (j, input) in inputs.iter().enumerate() {
+            self.accs[base + j].update(input, row, ts);
+        }
+        self.flags[state as usize] |= DIRTY;
+    }
+
+    fn retract(&mut self, slot: u32, start: i64, end: i64) {
+        if self.cfg.emit == EmitMode::OnUpdate {
+            self.owned_keys.push(self.keys.slot_key(slot).to_vec());
+            self.emits.push(Emit {
+                key: KeyRef::Owned((self.owned_keys.len() - 1) as u32),
+                start,
+                end,
+                state: NO_STATE,
+                retract: true,
+            });
+        }
+    }
+
+    /// Closes the windows of keys evicted because of `max_keys` (emitting them).
+    fn evict_keys(&mut self) {
+        for e in self.keys.drain_evictions() {
+            let slot = e.slot as usize;
+            if slot >= self.wins.len() {
+                continue;
+            }
+            let list = std::mem::take(&mut self.wins[slot]);
+            if list.is_empty() {
+                continue;
+            }
+            self.owned_keys.push(e.key);
+            let key = KeyRef::Owned((self.owned_keys.len() - 1) as u32);
+            for w in list {
+                self.metrics.windows_evicted += 1;
+                self.push_closed(key, w);
+            }
+        }
+    }
+
+    /// A window closed: `on_window_close` emits its final value; either way its state
+    /// is released once the output is built.
+    fn push_closed(&mut self, key: KeyRef, w: Session) {
+        if self.cfg.emit == EmitMode::OnWindowClose {
+            self.metrics.windows_emitted += 1;
+            self.emits.push(Emit {
+                key,
+                start: w.start,
+                end: w.end,
+                state: w.state,
+                retract: false,
+            });
+        }
+        self.release.push(w.state);
+    }
+
+    fn close_window(&mut self, slot: u32, start: i64, close_at: i64, by_timer: bool) -> bool {
+        let Some(list) = self.wins.get_mut(slot as usize) else {
+            return false;
+        };
+        let Some(pos) = list.iter().position(|w| w.start == start) else {
+            return false;
+        };
+        let w = list[pos];
+        if w.end.saturating_add(self.cfg.allowed_lateness) != close_at {
+            return false; // stale timer: the session moved
+        }
+        list.remove(pos);
+        let session = self.cfg.window.is_session();
+        match (by_timer, session) {
+            (true, true) => self.metrics.sessions_closed_by_timer += 1,
+            (false, true) => self.metrics.sessions_closed_by_watermark += 1,
+            (true, false) => self.metrics.windows_closed_by_timer += 1,
+            (false, false) => self.metrics.windows_closed_by_watermark += 1,
+        }
+        self.push_closed(KeyRef::Slot(slot), w);
+        true
+    }
+
+    fn close_windows(&mut self) {
+        let key_scope = self.cfg.scope == Scope::Key;
+        for i in 0..self.touched.len() {
+            let slot = self.touched[i];
+            let Some(list) = self.wins.get(slot as usize) else {
+                continue;
+            };
+            for w in list.iter().copied() {
+                let f = &mut self.flags[w.state as usize];
+                // (Re)add the timers of new or moved windows (key scope: only idle keys
+                // need timers; see below).
+                if *f & RETIME != 0 {
+                    *f &= !RETIME;
+                    if !key_scope {
+                        let at = w.end.saturating_add(self.cfg.allowed_lateness);
+                        self.timers.add(at, slot, w.start);
+                    }
+                }
+                if *f & DIRTY != 0 {
+                    *f &= !DIRTY;
+                    if self.cfg.emit == EmitMode::OnUpdate {
+                        *f |= EMITTED;
+                        self.metrics.updates_emitted += 1;
+                        self.emits.push(Emit {
+                            key: KeyRef::Slot(slot),
+                            start: w.start,
+                            end: w.end,
+                            state: w.state,
+                            retract: false,
+                        });
+                    }
+                }
+            }
+        }
+        if key_scope {
+            // Each touched key's windows close on the key's own watermark.
+            for i in 0..self.touched.len() {
+                let slot = self.touched[i];
+                let wk = self.keys.slot_watermark(slot);
+                while let Some(&w) = self.wins[slot as usize].first() {
+                    let at = self.close_at(w.end);
+                    if at > wk || !self.close_window(slot, w.start, at, false) {
+                        break;
+                    }
+                }
+            }
+            // Keys that went idle: their windows now close on the global watermark.
+            for slot in self.keys.drain_idle() {
+                if let Some(list) = self.wins.get(slot as usize) {
+                    for w in list {
+                        self.timers.add(
+                            w.end.saturating_add(self.cfg.allowed_lateness),
+                            slot,
+                            w.start,
+                        );
+                    }
+                }
+            }
+        }
+        let w = match &self.cfg.scope {
+            Scope::Global => self.watermark,
+            Scope::Partition { .. } => self
+                .partitions
+                .current_watermark()
+                .map_or(i64::MIN, |w| w.timestamp()),
+            // The current global watermark (minimum over active keys) is at or below
+            // every active key's own: it closes idle keys' windows and nothing early.
+            Scope::Key => self
+                .keys
+                .global_watermark()
+                .map_or(i64::MIN, |w| w.timestamp()),
+        };
+        for (at, slot, start) in self.timers.pop_until(w) {
+            self.close_window(slot, start, at, true);
+        }
+    }
+
+    /// Closes every open window (end of input). In `on_window_close` mode their final
+    /// values are returned; in `on_update` mode every value was emitted already.
+    pub fn flush(&mut self) -> Result<Output> {
+        self.emits.clear();
+        self.owned_keys.clear();
+        self.release.clear();
+        let Some(bound) = self.bound.clone() else {
+            let empty = Arc::new(Schema::empty());
+            return Ok(Output {
+                windows: RecordBatch::new_empty(empty.clone()),
+                late: RecordBatch::new_empty(empty.clone()),
+                errors: RecordBatch::new_empty(empty),
+            });
+        };
+        for slot in 0..self.wins.len() as u32 {
+            let list = std::mem::take(&mut self.wins[slot as usize]);
+            for w in list {
+                self.metrics.windows_flushed += 1;
+                self.push_closed(KeyRef::Slot(slot), w);
+            }
+        }
+        self.timers.clear();
+        let windows = self.build_windows(&bound)?;
+        let empty = Arc::new(Schema::new(bound.used_fields.clone()));
+        Ok(Output {
+            windows,
+            late: RecordBatch::new_empty(empty.clone()),
+            errors: RecordBatch::new_empty(empty),
+        })
+    }
+
+    /// Builds the windows output from the queued emits and releases closed states.
+    fn build_windows(&mut self, bound: &Bound) -> Result<RecordBatch> {
+        let emits = std::mem::take(&mut self.emits);
+        let key_of = |k: KeyRef| -> &[u8] {
+            match k {
+                KeyRef::Slot(s) => self.keys.slot_key(s),
+                KeyRef::Owned(i) => &self.owned_keys[i as usize],
+            }
+        };
+        let keys: Vec<&[u8]> = emits.iter().map(|e| key_of(e.key)).collect();
+        let mut order: Vec<usize> = (0..emits.len()).collect();
+        // (end, start, key, retraction first) identifies a row: an unstable sort is
+        // deterministic here.
+        order.sort_unstable_by(|&a, &b| {
+            let (x, y) = (&emits[a], &emits[b]);
+            (x.end, x.start)
+                .cmp(&(y.end, y.start))
+                .then_with(|| keys[a].cmp(keys[b]))
+                .then_with(|| y.retract.cmp(&x.retract))
+        });
+        let rows: Vec<&Emit> = order.iter().map(|&i| &emits[i]).collect();
+        let key_refs: Vec<&[u8]> = order.iter().map(|&i| keys[i]).collect();
+        let retractions = rows.iter().filter(|e| e.retract).count() as u64;
+
+        let mut columns: Vec<ArrayRef> = if bound.key_types.is_empty() {
+            Vec::new()
+        } else {
+            decode_key_columns(&key_refs, &bound.key_types)?
+        };
+        columns.push(time_column(
+            rows.iter().map(|e| e.start),
+            &bound.bound_type,
+        )?);
+        columns.push(time_column(rows.iter().map(|e| e.end), &bound.bound_type)?);
+        let n = bound.aggs.len();
+        let empties: Vec<Acc> = bound.aggs.iter().map(|a| a.new_acc()).collect();
+        let retracted = BooleanArray::from(rows.iter().map(|e| e.retract).collect::<Vec<_>>());
+        for (j, agg) in bound.aggs.iter().enumerate() {
+            let accs = rows.iter().map(|e| {
+                if e.state == NO_STATE {
+                    &empties[j]
+                } else {
+                    &self.accs[e.state as usize * n + j]
+                }
+            });
+            let col = agg.finish(accs)?;
+            columns.push(if retracted.true_count() > 0 {
+                arrow_select::nullif::nullif(col.as_ref(), &retracted)?
+            } else {
+                col
+            });
+        }
+        if self.cfg.emit == EmitMode::OnUpdate {
+            columns.push(Arc::new(retracted));
+        }
+        let batch = RecordBatch::try_new_with_options(
+            bound.out_schema.clone(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(rows.len())),
+        )?;
+        self.metrics.retractions_emitted += retractions;
+        self.free_states.append(&mut self.release);
+        let mut emits = emits;
+        emits.clear();
+        self.emits = emits;
+        Ok(batch)
+    }
+
+    // --- snapshots -------------------------------------------------------------------
+
+    /// The operator's whole state as bytes (versioned, checksummed).
+    pub fn snapshot(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        match &self.bound {
+            None => w.bool(false),
+            Some(b) => {
+                w.bool(true);
+                w.len(b.used_fields.len());
+                for f in &b.used_fields {
+                    w.str(f.name());
+                    w.str(&f.data_type().to_string());
+                }
+            }
+        }
+        self.keys.write_state(&mut w);
+        let n = n_aggs(&self.cfg);
+        for slot in self.keys.activity_order() {
+            let list = self
+                .wins
+                .get(slot as usize)
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            w.len(list.len());
+            for win in list {
+                w.i64(win.start);
+                w.i64(win.end);
+                w.u8(self.flags[win.state as usize]);
+                for j in 0..n {
+                    write_acc(&mut w, &self.accs[win.state as usize * n + j]);
+                }
+            }
+        }
+        w.i64(self.watermark);
+        w.i64(self.global_max);
+        self.partitions.write_state(&mut w);
+        let m = &self.metrics;
+        for v in [
+            m.batches,
+            m.rows_in,
+            m.late_dropped_count,
+            m.rows_error,
+            m.windows_emitted,
+            m.updates_emitted,
+            m.retractions_emitted,
+            m.windows_closed_by_timer,
+            m.windows_closed_by_watermark,
+            m.sessions_closed_by_timer,
+            m.sessions_closed_by_watermark,
+            m.sessions_merged,
+            m.windows_flushed,
+            m.windows_evicted,
+        ] {
+            w.u64(v);
+        }
+        state::seal(SnapshotKind::Pipeline, self.fingerprint, &w.finish())
+    }
+
+    /// An operator restored from [`Self::snapshot`] bytes. Fails with
+    /// [`TidemarkError::StateCorrupted`] if the bytes are damaged, of another format
+    /// version, or were written by a different pipeline configuration.
+    pub fn restore(cfg: PipelineConfig, clock: ClockRef, bytes: &[u8]) -> Result<Self> {
+        let mut op = Operator::new(cfg, clock)?;
+        let payload = state::open(bytes, SnapshotKind::Pipeline, Some(op.fingerprint))?;
+        let mut r = Reader::new(payload);
+        if r.bool()? {
+            let nf = r.len(2)?;
+            let mut fields = Vec::with_capacity(nf);
+            for _ in 0..nf {
+                let name = r.str()?.to_string();
+                let dt: DataType = r
+                    .str()?
+                    .parse()
+                    .map_err(|_| TidemarkError::StateCorrupted("unreadable column type".into()))?;
+                fields.push(Field::new(name, dt, true));
+            }
+            // Re-bind on the stored input fields, so flush works before the next batch.
+            op.bound = Some(Self::bind(&op.cfg, &Schema::new(fields))?);
+        }
+        let order = op.keys.read_state(&mut r)?;
+        let n = n_aggs(&op.cfg);
+        let aggs = op.bound.as_ref().map(|b| b.aggs.clone());
+        for slot in order {
+            let count = r.len(17)?;
+            if op.wins.len() <= slot as usize {
+                op.wins.resize_with(slot as usize + 1, Vec::new);
+            }
+            for _ in 0..count {
+                let (start, end, flags) = (r.i64()?, r.i64()?, r.u8()?);
+                let aggs = aggs.as_ref().ok_or_else(|| {
+                    TidemarkError::StateCorrupted("windows without a schema".into())
+                })?;
+                let st = Self::alloc_state(&mut op.accs, &mut op.flags, &mut op.free_states, aggs);
+                op.flags[st as usize] = flags;
+                for j in 0..n {
+                    op.accs[st as usize * n + j] = read_acc(&mut r)?;
+                }
+                op.wins[slot as usize].push(Session {
+                    start,
+                    end,
+                    state: st,
+                });
+                // Timers follow the open windows (key scope: idle keys only).
+                if op.cfg.scope != Scope::Key || op.keys.slot_is_idle(slot) {
+                    let at = op.close_at(end);
+                    op.timers.add(at, slot, start);
+                }
+            }
+        }
+        op.watermark = r.i64()?;
+        op.global_max = r.i64()?;
+        op.partitions = PartitionedWatermarkTracker::new()
+            .idle_timeout_ticks(op.cfg.idle_timeout)
+            .with_clock(op.clock.clone());
+        op.partitions.read_state(&mut r)?;
+        let mut m = PipelineMetrics::default();
+        for v in [
+            &mut m.batches,
+            &mut m.rows_in,
+            &mut m.late_dropped_count,
+            &mut m.rows_error,
+            &mut m.windows_emitted,
+            &mut m.updates_emitted,
+            &mut m.retractions_emitted,
+            &mut m.windows_closed_by_timer,
+            &mut m.windows_closed_by_watermark,
+            &mut m.sessions_closed_by_timer,
+            &mut m.sessions_closed_by_watermark,
+            &mut m.sessions_merged,
+            &mut m.windows_flushed,
+            &mut m.windows_evicted,
+        ] {
+            *v = r.u64()?;
+        }
+        op.metrics = m;
+        r.finish()?;
+        Ok(op)
+    }
+}
+
+/// Converts window bounds (epoch microseconds) to the output's timestamp type.
+fn time_column(values: impl Iterator<Item = i64>, dt: &DataType) -> Result<ArrayRef> {
+    let v: Vec<i64> = match dt {
+        DataType::Timestamp(TimeUnit::Second, _) => {
+            values.map(|x| x.div_euclid(1_000_000)).collect()
+        }
+        DataType::Timestamp(TimeUnit::Millisecond, _) => {
+            values.map(|x| x.div_euclid(1_000)).collect()
+        }
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => {
+            values.map(|x| x.saturating_mul(1_000)).collect()
+        }
+        _ => values.collect(),
+    };
+    let arr: ArrayRef = Arc::new(Int64Array::from(v));
+    Ok(arrow_cast::cast(&arr, dt)?)
+}
+
+fn take_rows(batch: &RecordBatch, rows: &[u32]) -> Result<RecordBatch> {
+    if rows.is_empty() {
+        return Ok(RecordBatch::new_empty(batch.schema()));
+    }
+    let idx = UInt32Array::from(rows.to_vec());
+    Ok(arrow_select::take::take_record_batch(batch, &idx)?)
+}
+
+fn error_batch(batch: &RecordBatch, errors: &[(usize, String)]) -> Result<RecordBatch> {
+    let schema = batch.schema();
+    let reason = if schema.index_of("reason").is_ok() {
+        "_tidemark_reason"
+    } else {
+        "reason"
+    };
+    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new(reason, DataType::Utf8, false));
+    let out_schema = Arc::new(Schema::new(fields));
+    let rows: Vec<u32> = errors.iter().map(|e| e.0 as u32).collect();
+    let taken = if rows.is_empty() {
+        batch
+            .columns()
+            .iter()
+            .map(|c| new_empty_array(c.data_type()))
+            .collect()
+    } else {
+        take_rows(batch, &rows)?.columns().to_vec()
+    };
+    let mut b = StringBuilder::new();
+    for e in errors {
+        b.append_value(&e.1);
+    }
+    let mut cols = taken;
+    cols.push(Arc::new(b.finish()));
+    Ok(RecordBatch::try_new_with_options(
+        out_schema,
+        cols,
+        &RecordBatchOptions::new().with_row_count(Some(errors.len())),
+    )?)
+}
+
+fn write_scalar(w: &mut Writer, s: &Scalar) {
+    match s {
+        Scalar::I(v) => {
+            w.u8(0);
+            w.i64(*v)
+        }
+        Scalar::U(v) => {
+            w.u8(1);
+            w.u64(*v)
+        }
+        Scalar::F(v) => {
+            w.u8(2);
+            w.f64(*v)
+        }
+        Scalar::Bool(v) => {
+            w.u8(3);
+            w.bool(*v)
+        }
+        Scalar::B(v) => {
+            w.u8(4);
+            w.bytes(v)
+        }
+    }
+}
+
+fn read_scalar(r: &mut Reader<'_>) -> Result<Scalar> {
+    Ok(match r.u8()? {
+        0 => Scalar::I(r.i64()?),
+        1 => Scalar::U(r.u64()?),
+        2 => Scalar::F(r.f64()?),
+        3 => Scalar::Bool(r.bool()?),
+        4 => Scalar::B(r.bytes()?.to_vec()),
+        t => {
+            return Err(TidemarkError::StateCorrupted(format!(
+                "unknown value tag {t}"
+            )))
+        }
+    })
+}
+
+fn write_sum(w: &mut Writer, s: &ExactSum) {
+    let (parts, special) = s.parts();
+    w.len(parts.len());
+    for &p in &parts {
+        w.f64(p);
+    }
+    w.bool(special.is_some());
+    w.f64(special.unwrap_or(0.0));
+}
+
+fn read_sum(r: &mut Reader<'_>) -> Result<ExactSum> {
+    let n = r.len(8)?;
+    let parts = (0..n).map(|_| r.f64()).collect::<Result<Vec<_>>>()?;
+    let has = r.bool()?;
+    let sp = r.f64()?;
+    Ok(ExactSum::from_parts(parts, has.then_some(sp)))
+}
+
+fn write_acc(w: &mut Writer, a: &Acc) {
+    let opt = |w: &mut Writer, s: &Option<Scalar>| match s {
+        None => w.bool(false),
+        Some(s) => {
+            w.bool(true);
+            write_scalar(w, s)
+        }
+    };
+    let opt_t = |w: &mut Writer, s: &Option<(i64, Scalar)>| match s {
+        None => w.bool(false),
+        Some((t, s)) => {
+            w.bool(true);
+            w.i64(*t);
+            write_scalar(w, s)
+        }
+    };
+    match a {
+        Acc::Count(c) => {
+            w.u8(0);
+            w.i64(*c)
+        }
+        Acc::SumI(s, n) => {
+            w.u8(1);
+            w.i128(*s);
+            w.i64(*n)
+        }
+        Acc::SumF(s, n) => {
+            w.u8(2);
+            write_sum(w, s);
+            w.i64(*n)
+        }
+        Acc::MeanI(s, n) => {
+            w.u8(3);
+            w.i128(*s);
+            w.i64(*n)
+        }
+        Acc::MeanF(s, n) => {
+            w.u8(4);
+            write_sum(w, s);
+            w.i64(*n)
+        }
+        Acc::Moments(s, q, n) => {
+            w.u8(5);
+            write_sum(w, s);
+            write_sum(w, q);
+            w.i64(*n)
+        }
+        Acc::Min(s) => {
+            w.u8(6);
+            opt(w, s)
+        }
+        Acc::Max(s) => {
+            w.u8(7);
+            opt(w, s)
+        }
+        Acc::First(s) => {
+            w.u8(8);
+            opt_t(w, s)
+        }
+        Acc::Last(s) => {
+            w.u8(9);
+            opt_t(w, s)
+        }
+    }
+}
+
+fn read_acc(r: &mut Reader<'_>) -> Result<Acc> {
+    let opt = |r: &mut Reader<'_>| -> Result<Option<Scalar>> {
+        Ok(if r.bool()? {
+            Some(read_scalar(r)?)
+        } else {
+            None
+        })
+    };
+    let opt_t = |r: &mut Reader<'_>| -> Result<Option<(i64, Scalar)>> {
+        Ok(if r.bool()? {
+            Some((r.i64()?, read_scalar(r)?))
+        } else {
+            None
+        })
+    };
+    Ok(match r.u8()? {
+        0 => Acc::Count(r.i64()?),
+        1 => Acc::SumI(r.i128()?, r.i64()?),
+        2 => Acc::SumF(read_sum(r)?, r.i64()?),
+        3 => Acc::MeanI(r.i128()?, r.i64()?),
+        4 => Acc::MeanF(read_sum(r)?, r.i64()?),
+        5 => Acc::Moments(read_sum(r)?, read_sum(r)?, r.i64()?),
+        6 => Acc::Min(opt(r)?),
+        7 => Acc::Max(opt(r)?),
+        8 => Acc::First(opt_t(r)?),
+        9 => Acc::Last(opt_t(r)?),
+        t => {
+            return Err(TidemarkError::StateCorrupted(format!(
+                "unknown aggregate tag {t}"
+            )))
+        }
+    })
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

@@ -1,0 +1,512 @@
+use super::*;
+use crate::agg::{AggKind, AggSpec};
+use crate::clock::ManualClock;
+use crate::time::KeyEvictionPolicy;
+use arrow_array::{Float64Array, Int64Array, StringArray, TimestampMicrosecondArray};
+
+fn cfg(window: WindowSpec, scope: Scope) -> PipelineConfig {
+    PipelineConfig {
+        keys: vec!["k".into()],
+        event_time: "ts".into(),
+        event_time_type: None,
+        parsed_externally: false,
+        delay: 0,
+        scope,
+        idle_timeout: None,
+        window,
+        aggs: vec![
+            AggSpec {
+                name: "n".into(),
+                kind: AggKind::Count,
+                column: None,
+            },
+            AggSpec {
+                name: "s".into(),
+                kind: AggKind::Sum,
+                column: Some("v".into()),
+            },
+        ],
+        emit: EmitMode::OnWindowClose,
+        allowed_lateness: 0,
+        late: LatePolicy::SideOutput,
+        max_keys: None,
+        eviction: KeyEvictionPolicy::LeastRecentlyActive,
+        time: TimeMode::Event,
+    }
+}
+
+fn batch(rows: &[(&str, i64, i64)]) -> RecordBatch {
+    RecordBatch::try_from_iter(vec![
+        (
+            "k",
+            Arc::new(StringArray::from(
+                rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+            )) as ArrayRef,
+        ),
+        (
+            "ts",
+            Arc::new(
+                TimestampMicrosecondArray::from(rows.iter().map(|r| r.1).collect::<Vec<_>>())
+                    .with_timezone("UTC"),
+            ) as ArrayRef,
+        ),
+        (
+            "v",
+            Arc::new(Int64Array::from(
+                rows.iter().map(|r| r.2).collect::<Vec<_>>(),
+            )) as ArrayRef,
+        ),
+    ])
+    .unwrap()
+}
+
+fn op(c: PipelineConfig) -> (Operator, ManualClock) {
+    let clock = ManualClock::new(0);
+    (Operator::new(c, Arc::new(clock.clone())).unwrap(), clock)
+}
+
+/// (key, start, end, count, sum) rows of a windows output.
+fn rows(out: &RecordBatch) -> Vec<(String, i64, i64, i64, Option<i64>)> {
+    let k = out.column(0).as_string::<i32>();
+    let s = out
+        .column(1)
+        .as_primitive::<arrow_array::types::TimestampMicrosecondType>();
+    let e = out
+        .column(2)
+        .as_primitive::<arrow_array::types::TimestampMicrosecondType>();
+    let n = out.column(3).as_primitive::<Int64Type>();
+    let sum = out.column(4).as_primitive::<Int64Type>();
+    (0..out.num_rows())
+        .map(|i| {
+            (
+                k.value(i).to_string(),
+                s.value(i),
+                e.value(i),
+                n.value(i),
+                sum.is_valid(i).then(|| sum.value(i)),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn tumbling_windows_close_on_the_global_watermark() {
+    let (mut o, _) = op(cfg(
+        WindowSpec::Tumbling {
+            size: 10,
+            offset: 0,
+        },
+        Scope::Global,
+    ));
+    let out = o
+        .process(&batch(&[("a", 1, 1), ("a", 5, 2), ("b", 12, 3)]), None)
+        .unwrap();
+    // Watermark is 12 after the batch: [0, 10) closed.
+    assert_eq!(rows(&out.windows), vec![("a".into(), 0, 10, 2, Some(3))]);
+    let out = o
+        .process(&batch(&[("a", 8, 100), ("b", 25, 1)]), None)
+        .unwrap();
+    assert_eq!(out.late.num_rows(), 1, "8 < W=12 at batch start");
+    assert_eq!(rows(&out.windows), vec![("b".into(), 10, 20, 1, Some(3))]);
+    let out = o.flush().unwrap();
+    assert_eq!(rows(&out.windows), vec![("b".into(), 20, 30, 1, Some(1))]);
+    assert_eq!(o.metrics().windows_open, 0);
+    assert_eq!(o.metrics().late_dropped_count, 1);
+}
+
+#[test]
+fn rows_of_one_batch_are_judged_against_the_watermark_at_batch_start() {
+    let (mut o, _) = op(cfg(
+        WindowSpec::Tumbling {
+            size: 10,
+            offset: 0,
+        },
+        Scope::Global,
+    ));
+    // 100 would make 1 late if judged row by row; batch semantics keep it.
+    let out = o
+        .process(&batch(&[("a", 100, 1), ("a", 1, 1)]), None)
+        .unwrap();
+    assert_eq!(out.late.num_rows(), 0);
+    assert_eq!(rows(&out.windows), vec![("a".into(), 0, 10, 1, Some(1))]);
+}
+
+#[test]
+fn test_keyed_window_operator_uses_key_watermark() {
+    let (mut o, _) = op(cfg(
+        WindowSpec::Tumbling {
+            size: 10,
+            offset: 0,
+        },
+        Scope::Key,
+    ));
+    o.process(&batch(&[("fast", 100, 1), ("slow", 1, 1)]), None)
+        .unwrap();
+    let out = o
+        .process(&batch(&[("slow", 5, 1), ("fast", 50, 1)]), None)
+        .unwrap();
+    assert_eq!(out.late.num_rows(), 1, "only fast's row at 50 is late");
+    assert_eq!(
+        o.key_watermark(
+            &crate::key::KeyColumns::single(Arc::new(StringArray::from(vec!["slow"])))
+                .unwrap()
+                .key(0)
+        ),
+        Some(5)
+    );
+    let out = o.process(&batch(&[("slow", 30, 1)]), None).unwrap();
+    assert_eq!(rows(&out.windows), vec![("slow".into(), 0, 10, 2, Some(2))]);
+}
+
+#[test]
+fn idle_key_windows_close_on_the_global_watermark() {
+    let mut c = cfg(
+        WindowSpec::Tumbling {
+            size: 10,
+            offset: 0,
+        },
+        Scope::Key,
+    );
+    c.idle_timeout = Some(1_000);
+    let (mut o, clock) = op(c);
+    o.process(&batch(&[("quiet", 3, 1), ("busy", 4, 1)]), None)
+        .unwrap();
+    clock.advance(2_000);
+    let out = o.process(&batch(&[("busy", 50, 1)]), None).unwrap();
+    // busy's own window closed by its watermark; quiet is idle: closed by the global.
+    assert_eq!(
+        rows(&out.windows),
+        vec![
+            ("busy".into(), 0, 10, 1, Some(1)),
+            ("quiet".into(), 0, 10, 1, Some(1))
+        ]
+    );
+    let m = o.metrics();
+    assert_eq!(m.windows_closed_by_watermark, 1);
+    assert_eq!(m.windows_closed_by_timer, 1);
+}
+
+#[test]
+fn sessions_merge_and_close() {
+    let (mut o, _) = op(cfg(WindowSpec::Session { gap: 10 }, Scope::Global));
+    let out = o
+        .process(&batch(&[("a", 0, 1), ("a", 25, 2)]), None)
+        .unwrap();
+    assert_eq!(
+        rows(&out.windows),
+        vec![("a".into(), 0, 10, 1, Some(1))],
+        "W=25 closed [0,10)"
+    );
+    // 30 extends [25,35) to [25,40); 40 starts [40,50); W=40 closes [25,40).
+    let out = o
+        .process(&batch(&[("a", 40, 4), ("a", 30, 3)]), None)
+        .unwrap();
+    assert_eq!(rows(&out.windows), vec![("a".into(), 25, 40, 2, Some(5))]);
+    let out = o.flush().unwrap();
+    assert_eq!(rows(&out.windows), vec![("a".into(), 40, 50, 1, Some(4))]);
+
+    let mut c = cfg(WindowSpec::Session { gap: 10 }, Scope::Global);
+    c.delay = 20;
+    let (mut o, _) = op(c);
+    o.process(&batch(&[("a", 0, 1), ("a", 15, 2)]), None)
+        .unwrap();
+    o.process(&batch(&[("a", 8, 3)]), None).unwrap(); // bridges [0,10) and [15,25)
+    assert_eq!(o.metrics().sessions_merged, 1);
+    let out = o.flush().unwrap();
+    assert_eq!(rows(&out.windows), vec![("a".into(), 0, 25, 3, Some(6))]);
+}
+
+#[test]
+fn seed_watermark_closes_session_at_the_right_time() {
+    // Seed F017E integration test: gap 1000, events at 0 and 500, then 3000.
+    let mut c = cfg(WindowSpec::Session { gap: 1000 }, Scope::Global);
+    c.keys = vec![];
+    let (mut o, _) = op(c);
+    let out = o
+        .process(&batch(&[("x", 0, 10), ("x", 500, 20)]), None)
+        .unwrap();
+    assert_eq!(out.windows.num_rows(), 0, "no output yet (on_window_close)");
+    let out = o.process(&batch(&[("x", 3000, 100)]), None).unwrap();
+    assert_eq!(out.windows.num_rows(), 1);
+    let s = out
+        .windows
+        .column(0)
+        .as_primitive::<arrow_array::types::TimestampMicrosecondType>();
+    let e = out
+        .windows
+        .column(1)
+        .as_primitive::<arrow_array::types::TimestampMicrosecondType>();
+    let total = out.windows.column(3).as_primitive::<Int64Type>();
+    assert_eq!((s.value(0), e.value(0), total.value(0)), (0, 1500, 30));
+    assert_eq!(o.metrics().sessions_closed_by_timer, 1);
+}
+
+#[test]
+fn snapshot_restore_gives_identical_output() {
+    let c = cfg(
+        WindowSpec::Sliding {
+            size: 20,
+            slide: 10,
+            offset: 0,
+        },
+        Scope::Key,
+    );
+    let batches = [
+        batch(&[("a", 1, 1), ("b", 3, 2), ("a", 12, 3)]),
+        batch(&[("b", 22, 4), ("a", 30, 5)]),
+        batch(&[("a", 45, 6), ("b", 41, 7), ("c", 5, 8)]),
+    ];
+    let (mut full, _) = op(c.clone());
+    let mut expect = vec![];
+    for b in &batches {
+        expect.push(rows(&full.process(b, None).unwrap().windows));
+    }
+    expect.push(rows(&full.flush().unwrap().windows));
+    for cut in 0..batches.len() {
+        let (mut o, clock) = op(c.clone());
+        let mut got = vec![];
+        for b in &batches[..=cut] {
+            got.push(rows(&o.process(b, None).unwrap().windows));
+        }
+        let snap = o.snapshot();
+        drop(o);
+        let mut o = Operator::restore(c.clone(), Arc::new(clock), &snap).unwrap();
+        for b in &batches[cut + 1..] {
+            got.push(rows(&o.process(b, None).unwrap().windows));
+        }
+        got.push(rows(&o.flush().unwrap().windows));
+        assert_eq!(got, expect, "restored after batch {cut}");
+    }
+}
+
+#[test]
+fn snapshot_of_another_pipeline_is_rejected() {
+    let (mut o, clock) = op(cfg(
+        WindowSpec::Tumbling {
+            size: 10,
+            offset: 0,
+        },
+        Scope::Global,
+    ));
+    o.process(&batch(&[("a", 1, 1)]), None).unwrap();
+    let snap = o.snapshot();
+    let other = cfg(
+        WindowSpec::Tumbling {
+            size: 20,
+            offset: 0,
+        },
+        Scope::Global,
+    );
+    let e = Operator::restore(other, Arc::new(clock.clone()), &snap).unwrap_err();
+    assert!(e.to_string().contains("different configuration"), "{e}");
+    let e = Operator::restore(
+        cfg(
+            WindowSpec::Tumbling {
+                size: 10,
+                offset: 0,
+            },
+            Scope::Global,
+        ),
+        Arc::new(clock),
+        &snap[..snap.len() - 3],
+    )
+    .unwrap_err();
+    assert!(matches!(e, TidemarkError::StateCorrupted(_)));
+}
+
+#[test]
+fn on_update_emits_changes_and_retracts_merged_sessions() {
+    let mut c = cfg(WindowSpec::Session { gap: 10 }, Scope::Global);
+    c.emit = EmitMode::OnUpdate;
+    c.delay = 20;
+    let (mut o, _) = op(c);
+    let out = o
+        .process(&batch(&[("a", 0, 1), ("a", 15, 2)]), None)
+        .unwrap();
+    assert_eq!(out.windows.num_rows(), 2);
+    let out = o.process(&batch(&[("a", 8, 3)]), None).unwrap();
+    let retract = out.windows.column(5).as_boolean();
+    let starts = out
+        .windows
+        .column(1)
+        .as_primitive::<arrow_array::types::TimestampMicrosecondType>();
+    let got: Vec<(i64, bool)> = (0..out.windows.num_rows())
+        .map(|i| (starts.value(i), retract.value(i)))
+        .collect();
+    // Retract [0,10) and [15,25), upsert [0,25); rows in (end, start) order, so a
+    // retraction always precedes an upsert of the same window start.
+    assert_eq!(got, vec![(0, true), (0, false), (15, true)]);
+    let m = o.metrics();
+    assert_eq!(m.retractions_emitted, 2);
+}
+
+#[test]
+fn errors_and_partition_scope() {
+    let mut c = cfg(
+        WindowSpec::Tumbling {
+            size: 10,
+            offset: 0,
+        },
+        Scope::Partition { column: "p".into() },
+    );
+    c.idle_timeout = Some(100);
+    let (mut o, clock) = op(c);
+    let b = RecordBatch::try_from_iter(vec![
+        (
+            "k",
+            Arc::new(StringArray::from(vec!["a", "a", "a", "a"])) as ArrayRef,
+        ),
+        (
+            "ts",
+            Arc::new(TimestampMicrosecondArray::from(vec![
+                Some(1),
+                None,
+                Some(50),
+                Some(3),
+            ])) as ArrayRef,
+        ),
+        (
+            "v",
+            Arc::new(Int64Array::from(vec![1, 1, 1, 1])) as ArrayRef,
+        ),
+        (
+            "p",
+            Arc::new(Int64Array::from(vec![Some(0), Some(0), Some(1), None])) as ArrayRef,
+        ),
+    ])
+    .unwrap();
+    let out = o.process(&b, None).unwrap();
+    assert_eq!(out.errors.num_rows(), 2);
+    let reasons = out.errors.column(4).as_string::<i32>();
+    assert_eq!(reasons.value(0), "event time is null");
+    assert_eq!(reasons.value(1), "partition is null");
+    // Partition 0 is at 1: the combined watermark is 1, nothing closes.
+    assert_eq!(o.watermark(), Some(1));
+    assert_eq!(out.windows.num_rows(), 0);
+    clock.advance(101);
+    let b2 = RecordBatch::try_from_iter(vec![
+        ("k", Arc::new(StringArray::from(vec!["a"])) as ArrayRef),
+        (
+            "ts",
+            Arc::new(TimestampMicrosecondArray::from(vec![60])) as ArrayRef,
+        ),
+        ("v", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
+        ("p", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
+    ])
+    .unwrap();
+    let out = o.process(&b2, None).unwrap();
+    // Partition 0 went idle: the watermark follows partition 1.
+    assert_eq!(o.watermark(), Some(60));
+    assert_eq!(out.windows.num_rows(), 2);
+}
+
+#[test]
+fn float_sums_do_not_depend_on_row_order() {
+    let mut c = cfg(
+        WindowSpec::Tumbling {
+            size: 100,
+            offset: 0,
+        },
+        Scope::Global,
+    );
+    c.aggs = vec![AggSpec {
+        name: "s".into(),
+        kind: AggKind::Sum,
+        column: Some("f".into()),
+    }];
+    let vals = [1e16, 1.0, -1e16, 3.3, 1e-3, 7e15, -7e15];
+    let mk = |order: &[usize]| {
+        RecordBatch::try_from_iter(vec![
+            (
+                "k",
+                Arc::new(StringArray::from(vec!["a"; order.len()])) as ArrayRef,
+            ),
+            (
+                "ts",
+                Arc::new(TimestampMicrosecondArray::from(vec![1; order.len()])) as ArrayRef,
+            ),
+            (
+                "f",
+                Arc::new(Float64Array::from(
+                    order.iter().map(|&i| vals[i]).collect::<Vec<_>>(),
+                )) as ArrayRef,
+            ),
+        ])
+        .unwrap()
+    };
+    let mut results = vec![];
+    for order in [
+        [0, 1, 2, 3, 4, 5, 6],
+        [6, 5, 4, 3, 2, 1, 0],
+        [2, 4, 6, 0, 1, 3, 5],
+    ] {
+        let (mut o, _) = op(c.clone());
+        o.process(&mk(&order), None).unwrap();
+        let out = o.flush().unwrap();
+        results.push(
+            out.windows
+                .column(3)
+                .as_primitive::<arrow_array::types::Float64Type>()
+                .value(0)
+                .to_bits(),
+        );
+    }
+    assert!(results.windows(2).all(|w| w[0] == w[1]));
+    assert_eq!(f64::from_bits(results[0]), 1.0 + 3.3 + 1e-3);
+}
+
+#[test]
+fn max_keys_evicts_and_emits() {
+    let mut c = cfg(
+        WindowSpec::Tumbling {
+            size: 10,
+            offset: 0,
+        },
+        Scope::Global,
+    );
+    c.delay = 100;
+    c.max_keys = Some(2);
+    let (mut o, _) = op(c);
+    o.process(&batch(&[("a", 1, 1), ("b", 2, 1)]), None)
+        .unwrap();
+    let out = o.process(&batch(&[("c", 3, 1)]), None).unwrap();
+    assert_eq!(
+        rows(&out.windows),
+        vec![("a".into(), 0, 10, 1, Some(1))],
+        "a evicted, emitted early"
+    );
+    assert_eq!(o.metrics().windows_evicted, 1);
+    assert_eq!(o.metrics().keys_evicted, 1);
+    // One batch with more keys than max_keys: the rows of the key evicted while the
+    // batch was processed are reported, not silently lost.
+    let out = o
+        .process(&batch(&[("x", 4, 1), ("y", 5, 1), ("z", 6, 1)]), None)
+        .unwrap();
+    assert_eq!(out.errors.num_rows(), 1);
+    let reasons = out.errors.column(3).as_string::<i32>();
+    assert!(
+        reasons.value(0).contains("max_keys"),
+        "{}",
+        reasons.value(0)
+    );
+}
+
+#[test]
+fn test_timer_survives_restore() {
+    // Seed F017E: a session's timer survives operator drop and re-creation.
+    let c = cfg(WindowSpec::Session { gap: 1000 }, Scope::Global);
+    let (mut o, clock) = op(c.clone());
+    o.process(&batch(&[("k", 500, 1)]), None).unwrap();
+    assert_eq!(o.timers.len, 1);
+    let snap = o.snapshot();
+    drop(o);
+    let mut o2 = Operator::restore(c, Arc::new(clock), &snap).unwrap();
+    assert_eq!(o2.timers.len, 1, "timer re-registered on restore");
+    assert_eq!(*o2.timers.buckets.keys().next().unwrap(), 1500);
+    let out = o2.process(&batch(&[("k", 3000, 1)]), None).unwrap();
+    assert_eq!(
+        rows(&out.windows),
+        vec![("k".into(), 500, 1500, 1, Some(1))]
+    );
+    assert_eq!(o2.metrics().sessions_closed_by_timer, 1);
+}

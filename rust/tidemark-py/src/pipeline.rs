@@ -1,0 +1,427 @@
+//! Pipeline operator and timer-service bindings.
+
+use arrow_array::{Array, Int64Array, RecordBatch};
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
+use pyo3_arrow::{PySchema, PyTable};
+use tidemark_core::agg::{AggKind, AggSpec};
+use tidemark_core::pipeline::{
+    EmitMode, LatePolicy, Operator, Output, PipelineConfig, Scope, TimeMode,
+};
+use tidemark_core::state::{self, Reader, SnapshotKind, Writer};
+use tidemark_core::time::KeyEvictionPolicy;
+use tidemark_core::timer::{TimeDomain, TimerService};
+use tidemark_core::window::WindowSpec;
+use tidemark_core::TidemarkError;
+
+use crate::arrow_io::read_batches;
+use crate::clock::clock_ref;
+use crate::error::{check, detach, to_py};
+use crate::keys::{decode_py_key, py_key, single_array};
+
+fn get<'py, T>(d: &Bound<'py, PyDict>, k: &str) -> PyResult<T>
+where
+    T: for<'a> FromPyObject<'a, 'py, Error = PyErr>,
+{
+    match d.get_item(k)? {
+        Some(v) => v
+            .extract::<T>()
+            .map_err(|e| PyTypeError::new_err(format!("pipeline config {k:?}: {e}"))),
+        None => Err(PyTypeError::new_err(format!(
+            "pipeline config is missing {k:?}"
+        ))),
+    }
+}
+
+fn cfg_err(setting: &str, m: String) -> TidemarkError {
+    TidemarkError::config(setting, m)
+}
+
+/// Builds the core configuration from the dict `tidemark.Pipeline` prepares.
+pub fn config_from_dict(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<PipelineConfig> {
+    let scope: String = get(d, "scope")?;
+    let scope = match scope.as_str() {
+        "global" => Scope::Global,
+        "key" => Scope::Key,
+        "partition" => Scope::Partition {
+            column: get(d, "partition_column")?,
+        },
+        other => {
+            return Err(to_py(
+                py,
+                cfg_err(
+                    "watermark",
+                    format!("per={other:?}: use \"global\", \"partition\" or \"key\""),
+                ),
+            ))
+        }
+    };
+    let window = d
+        .get_item("window")?
+        .ok_or_else(|| PyTypeError::new_err("pipeline config is missing \"window\""))?
+        .cast_into::<PyDict>()
+        .map_err(|_| PyTypeError::new_err("pipeline config \"window\" must be a dict"))?;
+    let kind: String = get(&window, "kind")?;
+    let window = match kind.as_str() {
+        "tumbling" => WindowSpec::Tumbling {
+            size: get(&window, "size")?,
+            offset: get(&window, "offset")?,
+        },
+        "sliding" => WindowSpec::Sliding {
+            size: get(&window, "size")?,
+            slide: get(&window, "slide")?,
+            offset: get(&window, "offset")?,
+        },
+        "session" => WindowSpec::Session {
+            gap: get(&window, "gap")?,
+        },
+        other => {
+            return Err(to_py(
+                py,
+                cfg_err("window", format!("unknown window kind {other:?}")),
+            ))
+        }
+    };
+    let agg_list: Vec<(String, String, Option<String>, u8)> = get(d, "aggs")?;
+    let mut aggs = Vec::with_capacity(agg_list.len());
+    for (name, kind, column, ddof) in agg_list {
+        aggs.push(AggSpec {
+            name,
+            kind: check(py, AggKind::from_name(&kind, ddof))?,
+            column,
+        });
+    }
+    let emit: String = get(d, "emit")?;
+    let emit = match emit.as_str() {
+        "on_window_close" => EmitMode::OnWindowClose,
+        "on_update" => EmitMode::OnUpdate,
+        other => {
+            return Err(to_py(
+                py,
+                cfg_err(
+                    "emit",
+                    format!("{other:?}: use \"on_window_close\" or \"on_update\""),
+                ),
+            ))
+        }
+    };
+    let late: String = get(d, "late")?;
+    let late = match late.as_str() {
+        "side_output" => LatePolicy::SideOutput,
+        "drop" => LatePolicy::Drop,
+        other => {
+            return Err(to_py(
+                py,
+                cfg_err(
+                    "late",
+                    format!("{other:?}: use \"side_output\" or \"drop\""),
+                ),
+            ))
+        }
+    };
+    let time: String = get(d, "time")?;
+    let time = match time.as_str() {
+        "event" => TimeMode::Event,
+        "processing" => TimeMode::Processing,
+        other => {
+            return Err(to_py(
+                py,
+                cfg_err(
+                    "time",
+                    format!("{other:?}: use \"event\" or \"processing\""),
+                ),
+            ))
+        }
+    };
+    let eviction: String = get(d, "eviction")?;
+    let cfg = PipelineConfig {
+        keys: get(d, "keys")?,
+        event_time: get(d, "event_time")?,
+        event_time_type: get(d, "event_time_type")?,
+        parsed_externally: get(d, "parsed_externally")?,
+        delay: get(d, "delay")?,
+        scope,
+        idle_timeout: get(d, "idle_timeout")?,
+        window,
+        aggs,
+        emit,
+        allowed_lateness: get(d, "allowed_lateness")?,
+        late,
+        max_keys: get(d, "max_keys")?,
+        eviction: check(py, KeyEvictionPolicy::from_name(&eviction))?,
+        time,
+    };
+    check(py, cfg.validate())?;
+    Ok(cfg)
+}
+
+/// Validates a pipeline configuration dict (raises a `ConfigError` on mistakes).
+#[pyfunction]
+pub fn validate_pipeline(py: Python<'_>, config: &Bound<'_, PyDict>) -> PyResult<u64> {
+    Ok(config_from_dict(py, config)?.fingerprint())
+}
+
+/// The output schema of a pipeline for an input schema.
+#[pyfunction]
+pub fn pipeline_output_schema(
+    py: Python<'_>,
+    config: &Bound<'_, PyDict>,
+    schema: PySchema,
+) -> PyResult<Py<PyAny>> {
+    let cfg = config_from_dict(py, config)?;
+    let out = check(py, Operator::output_schema(&cfg, schema.as_ref()))?;
+    Ok(PySchema::new(out).into_pyarrow(py)?.unbind())
+}
+
+fn batch_to_table(py: Python<'_>, b: RecordBatch) -> PyResult<Py<PyAny>> {
+    let schema = b.schema();
+    Ok(PyTable::try_new(vec![b], schema)?
+        .into_pyarrow(py)?
+        .unbind())
+}
+
+fn output(py: Python<'_>, o: Output) -> PyResult<(Py<PyAny>, Py<PyAny>, Py<PyAny>)> {
+    Ok((
+        batch_to_table(py, o.windows)?,
+        batch_to_table(py, o.late)?,
+        batch_to_table(py, o.errors)?,
+    ))
+}
+
+/// Native pipeline operator (see `tidemark.Operator`).
+#[pyclass(name = "Operator", module = "tidemark._native")]
+pub struct PyOperator {
+    inner: Operator,
+}
+
+#[pymethods]
+impl PyOperator {
+    #[new]
+    #[pyo3(signature = (config, clock = None, state = None))]
+    fn new(
+        py: Python<'_>,
+        config: &Bound<'_, PyDict>,
+        clock: Option<&Bound<'_, PyAny>>,
+        state: Option<&[u8]>,
+    ) -> PyResult<Self> {
+        let cfg = config_from_dict(py, config)?;
+        let clock = clock_ref(clock)?;
+        let inner = match state {
+            None => check(py, Operator::new(cfg, clock))?,
+            Some(bytes) => check(py, Operator::restore(cfg, clock, bytes))?,
+        };
+        Ok(Self { inner })
+    }
+
+    /// Processes one arrival unit (all batches of `data` together).
+    #[pyo3(signature = (data, parsed_times = None))]
+    fn process(
+        &mut self,
+        py: Python<'_>,
+        data: AnyRecordBatch,
+        parsed_times: Option<AnyArray>,
+    ) -> PyResult<(Py<PyAny>, Py<PyAny>, Py<PyAny>)> {
+        let (schema, batches) = read_batches(py, data)?;
+        let parsed: Option<Int64Array> = match parsed_times {
+            Some(p) => {
+                let a = single_array(py, p)?;
+                let a = a
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .cloned()
+                    .ok_or_else(|| PyTypeError::new_err("parsed_times must be int64"))?;
+                Some(a)
+            }
+            None => None,
+        };
+        let op = &mut self.inner;
+        let out = detach(py, move || {
+            let batch = match batches.len() {
+                1 => batches.into_iter().next().expect("one"),
+                _ => arrow_select::concat::concat_batches(&schema, &batches)?,
+            };
+            op.process(&batch, parsed.as_ref())
+        })?;
+        output(py, out)
+    }
+
+    fn flush(&mut self, py: Python<'_>) -> PyResult<(Py<PyAny>, Py<PyAny>, Py<PyAny>)> {
+        let op = &mut self.inner;
+        let out = detach(py, move || op.flush())?;
+        output(py, out)
+    }
+
+    fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let op = &self.inner;
+        let bytes = detach(py, move || Ok(op.snapshot()))?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    #[getter]
+    fn watermark(&self) -> Option<i64> {
+        self.inner.watermark()
+    }
+
+    fn key_watermark(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+        Ok(self.inner.key_watermark(&py_key(key)?))
+    }
+
+    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let m = self.inner.metrics();
+        let k = self.inner.key_metrics();
+        let d = PyDict::new(py);
+        for (name, v) in [
+            ("batches", m.batches),
+            ("rows_in", m.rows_in),
+            ("late_dropped_count", m.late_dropped_count),
+            ("rows_error", m.rows_error),
+            ("windows_emitted", m.windows_emitted),
+            ("updates_emitted", m.updates_emitted),
+            ("retractions_emitted", m.retractions_emitted),
+            ("windows_open", m.windows_open),
+            ("windows_closed_by_timer", m.windows_closed_by_timer),
+            ("windows_closed_by_watermark", m.windows_closed_by_watermark),
+            ("sessions_closed_by_timer", m.sessions_closed_by_timer),
+            (
+                "sessions_closed_by_watermark",
+                m.sessions_closed_by_watermark,
+            ),
+            ("sessions_merged", m.sessions_merged),
+            ("windows_flushed", m.windows_flushed),
+            ("windows_evicted", m.windows_evicted),
+            ("keys_evicted", m.keys_evicted),
+        ] {
+            d.set_item(name, v)?;
+        }
+        d.set_item("keys", k.total_keys)?;
+        d.set_item("active_keys", k.active_keys)?;
+        d.set_item("idle_keys", k.idle_keys)?;
+        d.set_item("watermark", self.inner.watermark())?;
+        Ok(d)
+    }
+}
+
+/// Native timer service (see `tidemark.TimerService`). Keys are Python keys, stored
+/// in the canonical key encoding and decoded back when timers fire.
+#[pyclass(name = "TimerService", module = "tidemark._native")]
+pub struct PyTimerService {
+    inner: TimerService<Vec<u8>>,
+}
+
+fn domain(kind: &str) -> PyResult<TimeDomain> {
+    match kind {
+        "event" => Ok(TimeDomain::EventTime),
+        "processing" => Ok(TimeDomain::ProcessingTime),
+        other => Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "timer domain {other:?}: use \"event\" or \"processing\""
+        ))),
+    }
+}
+
+fn timer_list(
+    py: Python<'_>,
+    timers: Vec<&tidemark_core::timer::Timer<Vec<u8>>>,
+) -> PyResult<Py<PyList>> {
+    let out = PyList::empty(py);
+    for t in timers {
+        out.append((t.timestamp, decode_py_key(py, &t.key)?, t.namespace))?;
+    }
+    Ok(out.unbind())
+}
+
+#[pymethods]
+impl PyTimerService {
+    #[new]
+    fn new() -> Self {
+        Self {
+            inner: TimerService::new(),
+        }
+    }
+
+    fn register(
+        &mut self,
+        timestamp: i64,
+        key: &Bound<'_, PyAny>,
+        namespace: i64,
+        kind: &str,
+    ) -> PyResult<bool> {
+        Ok(self
+            .inner
+            .register(domain(kind)?, timestamp, py_key(key)?, namespace))
+    }
+
+    fn delete(
+        &mut self,
+        timestamp: i64,
+        key: &Bound<'_, PyAny>,
+        namespace: i64,
+        kind: &str,
+    ) -> PyResult<bool> {
+        Ok(self
+            .inner
+            .delete(domain(kind)?, timestamp, py_key(key)?, namespace))
+    }
+
+    fn timers(&self, py: Python<'_>, kind: &str) -> PyResult<Py<PyList>> {
+        timer_list(py, self.inner.timers(domain(kind)?).collect())
+    }
+
+    fn advance_watermark(&mut self, py: Python<'_>, watermark: i64) -> PyResult<Py<PyList>> {
+        let fired = self.inner.advance_watermark(watermark);
+        timer_list(py, fired.iter().collect())
+    }
+
+    fn advance_processing_time(&mut self, py: Python<'_>, now: i64) -> PyResult<Py<PyList>> {
+        let fired = self.inner.advance_processing_time(now);
+        timer_list(py, fired.iter().collect())
+    }
+
+    #[getter]
+    fn watermark(&self) -> Option<i64> {
+        let w = self.inner.current_watermark();
+        (w != i64::MIN).then_some(w)
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn snapshot<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        let mut w = Writer::new();
+        w.i64(self.inner.current_watermark());
+        w.i64(self.inner.current_processing_time());
+        for d in [TimeDomain::EventTime, TimeDomain::ProcessingTime] {
+            let timers: Vec<_> = self.inner.timers(d).collect();
+            w.len(timers.len());
+            for t in timers {
+                w.i64(t.timestamp);
+                w.bytes(&t.key);
+                w.i64(t.namespace);
+            }
+        }
+        PyBytes::new(py, &state::seal(SnapshotKind::Timers, 0, &w.finish()))
+    }
+
+    #[staticmethod]
+    fn restore(py: Python<'_>, data: &[u8]) -> PyResult<Self> {
+        let payload = check(py, state::open(data, SnapshotKind::Timers, None))?;
+        let mut r = Reader::new(payload);
+        let mut svc = TimerService::new();
+        let (w, p) = (check(py, r.i64())?, check(py, r.i64())?);
+        svc.set_times(w, p);
+        for d in [TimeDomain::EventTime, TimeDomain::ProcessingTime] {
+            let n = check(py, r.len(24))?;
+            for _ in 0..n {
+                let ts = check(py, r.i64())?;
+                let key = check(py, r.bytes())?.to_vec();
+                decode_py_key(py, &key)?;
+                let ns = check(py, r.i64())?;
+                svc.register(d, ts, key, ns);
+            }
+        }
+        check(py, r.finish())?;
+        Ok(Self { inner: svc })
+    }
+}

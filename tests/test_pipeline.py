@@ -1,0 +1,422 @@
+"""The Pipeline API: configuration, outputs, aggregates, scopes, emit modes, state."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import pickle
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import tidemark as tm
+from tidemark.datagen import StreamSpec, batches, multi_tenant_stream
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def events(rows: list[tuple[str, float, float]], unit: str = "us") -> pa.Table:
+    """rows: (device, seconds after T0, value)."""
+    base = int(T0.timestamp() * 1_000_000)
+    us = [base + int(s * 1_000_000) for _, s, _ in rows]
+    div = {"s": 1_000_000, "ms": 1_000, "us": 1, "ns": 1}[unit]
+    mul = 1_000 if unit == "ns" else 1
+    return pa.table(
+        {
+            "device_id": [r[0] for r in rows],
+            "event_time": pa.array([u // div * mul for u in us], pa.timestamp(unit, tz="UTC")),
+            "value": pa.array([r[2] for r in rows], pa.float64()),
+        }
+    )
+
+
+def simple(**kw: object) -> tm.Pipeline:
+    args: dict = dict(
+        key="device_id",
+        event_time="event_time",
+        watermark=tm.BoundedOutOfOrderness("5s", per="key"),
+        window=tm.Tumbling("10s"),
+        aggs={"count": tm.count(), "sum": tm.sum("value")},
+    )
+    args.update(kw)
+    return tm.Pipeline(**args)  # type: ignore[arg-type]
+
+
+def test_issue_example_pipeline() -> None:
+    pipe = tm.Pipeline(
+        key="device_id",
+        event_time="event_time",
+        event_time_type=None,
+        watermark=tm.BoundedOutOfOrderness("5s", per="key", idle_timeout="60s"),
+        window=tm.Tumbling("10s"),
+        aggs={"count": tm.count(), "sum": tm.sum("value"), "p": tm.mean("value")},
+        emit="on_window_close",
+        allowed_lateness="0s",
+        late="side_output",
+        clock=None,
+    )
+    op = pipe.operator()
+    out = op.process(events([("a", 1, 1.0), ("a", 2, 3.0), ("a", 20, 5.0)]))
+    assert out.windows.column_names == [
+        "device_id",
+        "window_start",
+        "window_end",
+        "count",
+        "sum",
+        "p",
+    ]
+    assert out.windows.to_pylist() == [
+        {
+            "device_id": "a",
+            "window_start": T0,
+            "window_end": T0 + dt.timedelta(seconds=10),
+            "count": 2,
+            "sum": 4.0,
+            "p": 2.0,
+        }
+    ]
+    assert isinstance(out.late, pa.Table) and isinstance(out.errors, pa.Table)
+    m = op.metrics()
+    assert m["windows_emitted"] == 1 and m["rows_in"] == 3 and m["late_dropped_count"] == 0
+    assert op.watermark == int((T0 + dt.timedelta(seconds=15)).timestamp() * 1_000_000)
+    assert op.watermark_datetime() == T0 + dt.timedelta(seconds=15)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({"window": tm.Tumbling("ten seconds")}, tm.ConfigError, "window.size"),
+        ({"window": tm.Tumbling(dt.timedelta(0))}, tm.ConfigError, "positive"),
+        ({"window": tm.Sliding("5s", every="10s")}, tm.ConfigError, "slide"),
+        ({"window": "10s"}, tm.ConfigError, "tm.Tumbling"),
+        ({"event_time_type": "unix_days"}, tm.UnknownEventTimeTypeError, "registered types"),
+        ({"aggs": {}}, tm.ConfigError, "non-empty"),
+        ({"aggs": {"x": "sum"}}, tm.ConfigError, "aggregate"),
+        ({"aggs": {"window_end": tm.count()}}, tm.ConfigError, "appears twice"),
+        ({"aggs": {"device_id": tm.count()}}, tm.ConfigError, "appears twice"),
+        ({"aggs": {"m": tm.Agg("median", "value")}}, tm.ConfigError, "unknown aggregate"),
+        ({"aggs": {"m": tm.Agg("mean")}}, tm.ConfigError, "needs a column"),
+        ({"emit": "always"}, tm.ConfigError, "on_window_close"),
+        ({"late": "keep"}, tm.ConfigError, "side_output"),
+        ({"allowed_lateness": "-1s"}, tm.ConfigError, "negative"),
+        ({"key": None}, tm.ConfigError, "needs key columns"),
+        ({"key": ["a", "a"]}, tm.ConfigError, "twice"),
+        ({"max_keys": 0}, tm.ConfigError, "max_keys"),
+        ({"eviction": "random"}, tm.ConfigError, "eviction"),
+        ({"time": "wall"}, tm.ConfigError, "processing"),
+    ],
+)
+def test_configuration_mistakes_fail_in_pipeline(kwargs: dict, exc: type, match: str) -> None:
+    with pytest.raises(exc, match=match):
+        simple(**kwargs)
+
+
+def test_watermark_scope_is_checked() -> None:
+    with pytest.raises(tm.ConfigError, match="per="):
+        tm.BoundedOutOfOrderness("5s", per="keys")
+
+
+def test_schema_is_checked_when_given() -> None:
+    schema = events([("a", 0, 1)]).schema
+    simple(schema=schema)
+    with pytest.raises(tm.MissingColumnError, match=r'"device".*available columns: device_id'):
+        simple(key="device", schema=schema)
+    with pytest.raises(tm.MissingColumnError, match='"amount"'):
+        simple(aggs={"s": tm.sum("amount")}, schema=schema)
+    with pytest.raises(tm.ConfigError, match="integer or float"):
+        simple(aggs={"s": tm.sum("device_id")}, schema=schema)
+    with pytest.raises(tm.ConfigError, match="must be an Arrow timestamp"):
+        simple(
+            schema=pa.schema(
+                [("device_id", pa.string()), ("event_time", pa.int64()), ("value", pa.float64())]
+            )
+        )
+    # Without a schema, the same mistake is reported at the first batch.
+    with pytest.raises(tm.MissingColumnError):
+        simple(key="device").operator().process(events([("a", 0, 1)]))
+
+
+def test_output_types_follow_the_input() -> None:
+    for unit in ["s", "ms", "us", "ns"]:
+        out = simple().operator().process(events([("a", 1, 1), ("a", 40, 1)], unit=unit))
+        assert out.windows.schema.field("window_start").type == pa.timestamp(unit, tz="UTC")
+        assert out.windows.column("window_start")[0].as_py() == T0
+    ints = pa.table({"d": pa.array([7, 7], pa.int16()), "ts": [1_000, 60_000], "v": [1, 2]})
+    pipe = tm.Pipeline(
+        key="d",
+        event_time="ts",
+        event_time_type="unixtimestamp_ms",
+        window=tm.Tumbling("10s"),
+        aggs={"s": tm.sum("v"), "mx": tm.max("v")},
+    )
+    out = pipe.operator().process(ints)
+    assert out.windows.schema == pipe.output_schema(ints.schema)
+    assert out.windows.schema.field("d").type == pa.int16()
+    assert out.windows.schema.field("window_end").type == pa.timestamp("us", tz="UTC")
+    assert out.windows.schema.field("s").type == pa.int64()
+    assert out.windows.schema.field("mx").type == pa.int64()
+    assert out.windows.to_pylist()[0]["s"] == 1
+
+
+def test_key_types_round_trip() -> None:
+    table = pa.table(
+        {
+            "region": pa.array(["eu", "eu", "us"]).dictionary_encode(),
+            "id": pa.array([1, 1, 2], pa.uint8()),
+            "name": pa.array(["x", "x", "y"], pa.large_string()),
+            "ts": pa.array([1, 2, 3], pa.timestamp("us")),
+            "v": [1, 2, 3],
+        }
+    )
+    pipe = tm.Pipeline(
+        key=["region", "id", "name"],
+        event_time="ts",
+        window=tm.Tumbling("1s"),
+        aggs={"n": tm.count()},
+    )
+    out = pipe.operator().flush()
+    op = pipe.operator()
+    op.process(table)
+    out = op.flush()
+    assert out.windows.schema.field("region").type == pa.dictionary(pa.int32(), pa.string())
+    assert out.windows.schema.field("id").type == pa.uint8()
+    assert out.windows.schema.field("name").type == pa.large_string()
+    assert out.windows.schema.field("window_start").type == pa.timestamp("us")
+    assert out.windows.select(["region", "id", "name", "n"]).to_pylist() == [
+        {"region": "eu", "id": 1, "name": "x", "n": 2},
+        {"region": "us", "id": 2, "name": "y", "n": 1},
+    ]
+
+
+def test_aggregates_match_polars() -> None:
+    rng = np.random.default_rng(5)
+    n = 5_000
+    keys = rng.choice(["a", "b", "c", "d"], n)
+    secs = rng.uniform(0, 60, n)
+    vals = rng.normal(100, 15, n)
+    vals[rng.random(n) < 0.05] = np.nan
+    table = events([(k, s, v) for k, s, v in zip(keys, secs, vals, strict=True)])
+    table = table.set_column(
+        2, "value", pc.if_else(pc.is_nan(table["value"]), None, table["value"])
+    )
+    pipe = simple(
+        window=tm.Tumbling("10s"),
+        aggs={
+            "n": tm.count(),
+            "nv": tm.count("value"),
+            "s": tm.sum("value"),
+            "lo": tm.min("value"),
+            "hi": tm.max("value"),
+            "avg": tm.mean("value"),
+            "var": tm.variance("value"),
+            "sd": tm.stddev("value"),
+            "sdp": tm.stddev("value", ddof=0),
+            "first": tm.first("value"),
+            "last": tm.last("value"),
+        },
+    )
+    op = pipe.operator()
+    closed = op.process(table).windows
+    got = pl.from_arrow(pa.concat_tables([closed, op.flush().windows])).sort(
+        ["device_id", "window_start"]
+    )
+    df = pl.from_arrow(table).with_columns(
+        pl.col("event_time").dt.truncate("10s").alias("window_start")
+    )
+    want = (
+        df.sort("event_time")
+        .group_by(["device_id", "window_start"])
+        .agg(
+            pl.len().alias("n"),
+            pl.col("value").count().alias("nv"),
+            pl.col("value").sum().alias("s"),
+            pl.col("value").min().alias("lo"),
+            pl.col("value").max().alias("hi"),
+            pl.col("value").mean().alias("avg"),
+            pl.col("value").var().alias("var"),
+            pl.col("value").std().alias("sd"),
+            pl.col("value").std(ddof=0).alias("sdp"),
+            pl.col("value").drop_nulls().first().alias("first"),
+            pl.col("value").drop_nulls().last().alias("last"),
+        )
+        .sort(["device_id", "window_start"])
+    )
+    assert got["n"].to_list() == want["n"].to_list()
+    assert got["nv"].to_list() == want["nv"].to_list()
+    for c in ["s", "lo", "hi", "avg", "var", "sd", "sdp", "first", "last"]:
+        for a, b in zip(got[c].to_list(), want[c].to_list(), strict=True):
+            assert math.isclose(a, b, rel_tol=1e-9), (c, a, b)
+
+
+def test_sliding_and_session_windows() -> None:
+    rows = [("a", 1, 1), ("a", 7, 2), ("a", 30, 4)]
+    pipe = simple(window=tm.Sliding("10s", every="5s"), watermark=tm.BoundedOutOfOrderness("0s"))
+    op = pipe.operator()
+    closed = op.process(events(rows)).windows
+    out = pl.from_arrow(pa.concat_tables([closed, op.flush().windows]))
+    starts = sorted(
+        (int((r["window_start"] - T0).total_seconds()), r["count"])
+        for r in out.iter_rows(named=True)
+    )
+    assert starts == [(-5, 1), (0, 2), (5, 1), (25, 1), (30, 1)]
+
+    sess = simple(window=tm.Session(gap="5s"), watermark=tm.BoundedOutOfOrderness("0s"))
+    op = sess.operator()
+    out = op.process(events([("a", 0, 1), ("a", 3, 1), ("a", 20, 1)])).windows
+    assert [(r["window_end"] - T0).total_seconds() for r in out.to_pylist()] == [8.0]
+    assert op.metrics()["sessions_closed_by_timer"] == 1
+
+
+def test_late_rows_side_output_drop_and_allowed_lateness() -> None:
+    pipe = simple(watermark=tm.BoundedOutOfOrderness("0s"))
+    op = pipe.operator()
+    op.process(events([("a", 50, 1)]))
+    out = op.process(events([("a", 10, 2), ("a", 55, 3)]))
+    assert out.late.num_rows == 1 and out.late.column("value").to_pylist() == [2.0]
+    assert out.late.schema == events([("a", 0, 0)]).schema
+    dropped = simple(watermark=tm.BoundedOutOfOrderness("0s"), late="drop").operator()
+    dropped.process(events([("a", 50, 1)]))
+    out = dropped.process(events([("a", 10, 2)]))
+    assert out.late.num_rows == 0 and dropped.metrics()["late_dropped_count"] == 1
+    lenient = simple(watermark=tm.BoundedOutOfOrderness("0s"), allowed_lateness="10s").operator()
+    lenient.process(events([("a", 15, 1)]))
+    out = lenient.process(events([("a", 7, 1), ("a", 4, 1)]))  # W=15: 7 >= 15-10 accepted, 4 late
+    assert out.late.num_rows == 1
+    out = lenient.process(events([("a", 21, 1)]))  # W=21 >= 10 + 10: [0,10) closes now
+    assert out.windows.to_pylist()[0]["count"] == 1
+
+
+def test_error_rows_never_abort() -> None:
+    table = pa.table(
+        {
+            "device_id": ["a", "a", "b"],
+            "event_time": ["1970-01-01T00:00:01Z", "not a time", None],
+            "value": [1.0, 2.0, 3.0],
+        }
+    )
+    op = simple(event_time_type="iso8601").operator()
+    out = op.process(table)
+    assert out.errors.column_names == ["device_id", "event_time", "value", "reason"]
+    assert out.errors.column("reason").to_pylist() == [
+        'cannot parse "not a time" as an ISO 8601 timestamp',
+        "event time is null",
+    ]
+    assert op.metrics()["rows_error"] == 2
+    assert op.flush().windows.num_rows == 1
+
+
+def test_user_registered_event_time_type() -> None:
+    tm.register_event_time_type(
+        "tenths", lambda a: pc.multiply(pc.cast(a, pa.int64()), 100_000), replace=True
+    )
+    pipe = simple(event_time_type="tenths", watermark=tm.BoundedOutOfOrderness("0s"))
+    op = pipe.operator()
+    out = op.process(
+        pa.table({"device_id": ["a", "a"], "event_time": [5, 250], "value": [1.0, 2.0]})
+    )
+    assert out.windows.to_pylist()[0]["count"] == 1
+    assert pipe.output_schema(
+        pa.schema([("device_id", pa.string()), ("event_time", pa.int64()), ("value", pa.float64())])
+    ).field("window_start").type == pa.timestamp("us", tz="UTC")
+
+
+def test_on_update_emits_a_changelog() -> None:
+    op = simple(emit="on_update", watermark=tm.BoundedOutOfOrderness("0s")).operator()
+    out = op.process(events([("a", 1, 1), ("a", 2, 1)]))
+    assert out.windows.column_names[-1] == "retract"
+    assert out.windows.select(["count", "retract"]).to_pylist() == [{"count": 2, "retract": False}]
+    out = op.process(events([("a", 3, 1), ("b", 30, 1)]))
+    assert out.windows.select(["device_id", "count"]).to_pylist() == [
+        {"device_id": "a", "count": 3},
+        {"device_id": "b", "count": 1},
+    ]
+    assert op.flush().windows.num_rows == 0, "every value was emitted already"
+    assert op.metrics()["updates_emitted"] == 3
+
+
+def test_partition_scope_with_idle_partitions() -> None:
+    clock = tm.ManualClock()
+    pipe = simple(
+        watermark=tm.BoundedOutOfOrderness("0s", per="partition", idle_timeout="1s"),
+        clock=clock,
+    )
+
+    def part(rows: list[tuple[int, str, float]]) -> pa.Table:
+        t = events([(d, s, 1.0) for _, d, s in rows])
+        return t.append_column("partition", pa.array([p for p, _, _ in rows], pa.int32()))
+
+    op = pipe.operator()
+    out = op.process(part([(0, "a", 1), (1, "b", 40)]))
+    assert out.windows.num_rows == 0, "partition 0 holds the watermark at 1s"
+    clock.advance(1_001)
+    out = op.process(part([(1, "b", 45)]))
+    assert out.windows.column("device_id").to_pylist() == ["a"], "partition 0 idle"
+
+
+def test_snapshot_restore_and_corruption() -> None:
+    pipe = simple()
+    op = pipe.operator()
+    op.process(events([("a", 1, 1), ("b", 2, 2)]))
+    blob = op.snapshot()
+    restored = pipe.operator(state=blob)
+    assert restored.flush().windows.to_pylist() == op.flush().windows.to_pylist()
+    with pytest.raises(tm.StateCorruptedError, match="checksum"):
+        pipe.operator(state=blob[:-5] + b"xxxxx")
+    with pytest.raises(tm.StateCorruptedError, match="truncated"):
+        pipe.operator(state=blob[:20])
+    with pytest.raises(tm.StateCorruptedError, match="different configuration"):
+        simple(window=tm.Tumbling("20s")).operator(state=blob)
+
+
+def test_pipelines_pickle_for_spark() -> None:
+    pipe = simple()
+    clone = pickle.loads(pickle.dumps(pipe))
+    assert clone.config == pipe.config
+    op = clone.operator()
+    assert op.process(events([("a", 1, 1), ("a", 99, 1)])).windows.num_rows == 1
+    with pytest.raises(TypeError, match="clock"):
+        pickle.dumps(simple(clock=tm.ManualClock()))
+
+
+def test_keyed_scope_keeps_delayed_tenants() -> None:
+    """Per-key watermarks keep >= 99% of events where a global one loses a large share."""
+    stream = multi_tenant_stream(StreamSpec(keys=200, events=100_000, duration_s=1_800))
+    kept = {}
+    for per in ["global", "key"]:
+        op = tm.Pipeline(
+            key="tenant",
+            event_time="event_time",
+            watermark=tm.BoundedOutOfOrderness("5s", per=per),
+            window=tm.Tumbling("1m"),
+            aggs={"n": tm.count()},
+            late="drop",
+        ).operator()
+        counted = 0
+        for b in batches(stream, 5_000):
+            counted += pc.sum(op.process(b).windows["n"]).as_py() or 0
+        counted += pc.sum(op.flush().windows["n"]).as_py() or 0
+        kept[per] = counted / stream.num_rows
+    assert kept["key"] >= 0.99
+    assert kept["global"] < 0.7
+
+
+def test_timer_service() -> None:
+    ts = tm.TimerService()
+    assert ts.register(30, ("dev", 1), namespace=2)
+    assert not ts.register(30, ("dev", 1), namespace=2)
+    ts.register(10, "x")
+    ts.register(10, "a", kind="processing")
+    assert ts.timers() == [(10, "x", 0), (30, ("dev", 1), 2)]
+    assert ts.advance_watermark(20) == [(10, "x", 0)]
+    assert ts.advance_watermark(20) == []
+    assert ts.advance_processing_time(10) == [(10, "a", 0)]
+    restored = tm.TimerService.restore(ts.snapshot())
+    assert restored.timers() == [(30, ("dev", 1), 2)]
+    assert restored.watermark == 20
+    assert restored.delete(30, ("dev", 1), 2)
+    assert len(restored) == 0
+    with pytest.raises(tm.StateCorruptedError):
+        tm.TimerService.restore(b"garbage")
