@@ -11,7 +11,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export CARGO_TARGET_DIR := $(abspath target)
 CARGO_PROFILE := --release
 
-.PHONY: help demo test setup build lint fmt rust-test py-test bench bench-rust bench-py clean
+.PHONY: help demo test setup build lint fmt docs rust-test py-test bench bench-rust bench-py clean
 
 help:
 	@echo "make demo   - set up, build, run the main job (a local Spark pipeline)"
@@ -36,10 +36,11 @@ demo: build
 lint: build
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets $(CARGO_PROFILE) -- -D warnings
-	$(BIN)/ruff check python tests benches
-	$(BIN)/ruff format --check python tests benches
+	$(BIN)/ruff check python tests benches docs
+	$(BIN)/ruff format --check python tests benches docs
 	$(BIN)/mypy
 	$(BIN)/python -m mypy.stubtest tidemark._native
+	$(BIN)/python docs/gen_api.py --check
 
 rust-test:
 	cargo test --workspace --exclude tidemark-py $(CARGO_PROFILE)
@@ -49,10 +50,13 @@ py-test: build
 
 test: build lint rust-test py-test
 
+docs: build
+	$(BIN)/python docs/gen_api.py
+
 fmt:
 	cargo fmt --all
-	$(BIN)/ruff format python tests benches
-	$(BIN)/ruff check --fix python tests benches
+	$(BIN)/ruff format python tests benches docs
+	$(BIN)/ruff check --fix python tests benches docs
 
 bench: bench-rust bench-py
 

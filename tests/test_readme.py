@@ -10,8 +10,9 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 def test_readme_example() -> None:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    (block,) = [b for b in blocks if "PartitionedWatermarkTracker" in b]
     namespace: dict[str, object] = {}
-    exec(blocks[0], namespace)
+    exec(block, namespace)
     t = namespace["t"]
     assert t.partition_watermark(0, 0) == 8_000_000  # type: ignore[attr-defined]
     assert t.is_partition_idle(0, 2)  # type: ignore[attr-defined]

@@ -74,6 +74,13 @@ class PartitionedWatermarkTracker:
     def assign_partition_to_core(self, source_id: int, partition: int, core: int) -> None: ...
     def partition_core(self, source_id: int, partition: int) -> int | None: ...
     def metrics(self) -> dict[str, int]: ...
+    def snapshot(self) -> bytes:
+        """The tracker's state as bytes (versioned, checksummed)."""
+    @staticmethod
+    def restore(
+        data: bytes, clock: SystemClock | ManualClock | None = None
+    ) -> PartitionedWatermarkTracker:
+        """A tracker restored from `snapshot()` bytes, reading `clock`."""
     def observe(
         self,
         data: Any,
@@ -171,6 +178,11 @@ class Operator:
     def snapshot(self) -> bytes: ...
     @property
     def watermark(self) -> int | None: ...
+    def set_external_watermark(self, watermark: int | None) -> None:
+        """Uses an externally combined watermark (see the Rust docs); None to stop."""
+    def progress(self) -> dict[str, Any]:
+        """What the last process call saw: max event time, per-partition maxima, key-scope
+        global watermark."""
     def key_watermark(self, key: Any) -> int | None: ...
     def metrics(self) -> dict[str, Any]: ...
 

@@ -417,6 +417,19 @@ class Operator:
             return None
         return _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(microseconds=w)
 
+    def set_external_watermark(self, watermark: int | None) -> None:
+        """Drives this operator with a watermark combined elsewhere (the Spark driver
+        combines every task's :meth:`progress`): it replaces the global / partition
+        watermark, or (``per="key"``) the global watermark closing idle keys' windows.
+        ``None`` returns to the operator's own watermark."""
+        self._inner.set_external_watermark(watermark)
+
+    def progress(self) -> dict[str, Any]:
+        """What the last ``process`` call saw: ``max_event_time``, ``partition_max``
+        (``[(partition, max event time)]``) and ``key_global`` (per-key scope: the
+        minimum watermark over active keys)."""
+        return self._inner.progress()
+
     def key_watermark(self, key: Any) -> int | None:
         """The watermark of one key (meaningful with ``per="key"``)."""
         return self._inner.key_watermark(key)

@@ -302,6 +302,18 @@ class PartitionedWatermarkTracker:
             parsed,
         )
 
+    def snapshot(self) -> bytes:
+        """The tracker's state (partitions, watermarks, idleness) as bytes."""
+        return bytes(self._inner.snapshot())
+
+    @classmethod
+    def restore(cls, data: bytes, clock: Clock | None = None) -> PartitionedWatermarkTracker:
+        """A tracker from :meth:`snapshot` bytes (raises :class:`StateCorruptedError`)."""
+        obj = cls.__new__(cls)
+        obj._clock = clock
+        obj._inner = _native.PartitionedWatermarkTracker.restore(data, native_clock(clock))
+        return obj
+
     def __repr__(self) -> str:
         m = self.metrics()
         return (

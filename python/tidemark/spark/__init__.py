@@ -11,6 +11,15 @@ between tasks; the native module starts no threads at import.
 from __future__ import annotations
 
 from tidemark.spark._session import local_session
+from tidemark.spark.aggregate import AggregateResult, aggregate
+from tidemark.spark.streaming import StreamProcessor
 from tidemark.spark.watermarks import PARTITION_PROGRESS_SCHEMA, observe_partitions
 
-__all__ = ["PARTITION_PROGRESS_SCHEMA", "local_session", "observe_partitions"]
+__all__ = [
+    "PARTITION_PROGRESS_SCHEMA",
+    "AggregateResult",
+    "StreamProcessor",
+    "aggregate",
+    "local_session",
+    "observe_partitions",
+]

@@ -228,6 +228,37 @@ impl PyPartitionedWatermarkTracker {
         Ok(d)
     }
 
+    /// The tracker's state as bytes (versioned, checksummed).
+    fn snapshot<'py>(&self, py: Python<'py>) -> Bound<'py, pyo3::types::PyBytes> {
+        let mut w = tidemark_core::state::Writer::new();
+        w.i64(self.inner.idle_timeout().unwrap_or(-1));
+        self.inner.write_state(&mut w);
+        let bytes = tidemark_core::state::seal(
+            tidemark_core::state::SnapshotKind::Partitions,
+            0,
+            &w.finish(),
+        );
+        pyo3::types::PyBytes::new(py, &bytes)
+    }
+
+    /// A tracker restored from `snapshot()` bytes, reading `clock`.
+    #[staticmethod]
+    #[pyo3(signature = (data, clock = None))]
+    fn restore(py: Python<'_>, data: &[u8], clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let payload = check(
+            py,
+            tidemark_core::state::open(data, tidemark_core::state::SnapshotKind::Partitions, None),
+        )?;
+        let mut r = tidemark_core::state::Reader::new(payload);
+        let timeout = check(py, r.i64())?;
+        let mut inner = PartitionedWatermarkTracker::new()
+            .idle_timeout_ticks((timeout >= 0).then_some(timeout))
+            .with_clock(clock_ref(clock)?);
+        check(py, inner.read_state(&mut r))?;
+        check(py, r.finish())?;
+        Ok(Self { inner })
+    }
+
     /// Vectorised update from one Arrow batch (see the Python docstring).
     #[pyo3(signature = (data, source_id, partition_column, event_time, event_time_type, max_lateness, add_missing, parsed = None))]
     #[allow(clippy::too_many_arguments)]

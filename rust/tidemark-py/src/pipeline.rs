@@ -264,6 +264,25 @@ impl PyOperator {
         self.inner.watermark()
     }
 
+    /// Uses an externally combined watermark (see the Rust docs); None to stop.
+    fn set_external_watermark(&mut self, watermark: Option<i64>) {
+        self.inner.set_external_watermark(watermark)
+    }
+
+    /// What the last process call saw: max event time, per-partition maxima, key-scope
+    /// global watermark.
+    fn progress<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let p = self.inner.progress();
+        let d = PyDict::new(py);
+        d.set_item(
+            "max_event_time",
+            (p.max_event_time != i64::MIN).then_some(p.max_event_time),
+        )?;
+        d.set_item("partition_max", p.partition_max.clone())?;
+        d.set_item("key_global", p.key_global)?;
+        Ok(d)
+    }
+
     fn key_watermark(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
         Ok(self.inner.key_watermark(&py_key(key)?))
     }

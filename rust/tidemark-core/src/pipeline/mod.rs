@@ -91,6 +91,18 @@ pub struct PipelineMetrics {
     pub windows_evicted: u64,
 }
 
+/// What the last `process` call saw, for combining watermarks across operators (the
+/// Spark driver combines the progress of every task).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Largest valid event time of the call (`i64::MIN`: none).
+    pub max_event_time: i64,
+    /// Largest valid event time per source partition (partition scope).
+    pub partition_max: Vec<(u32, i64)>,
+    /// Key scope: the minimum watermark over this operator's active keys.
+    pub key_global: Option<i64>,
+}
+
 /// Schema-dependent parts, fixed at the first batch.
 #[derive(Debug, Clone)]
 struct Bound {
@@ -194,6 +206,11 @@ pub struct Operator {
     watermark: i64,
     global_max: i64,
     partitions: PartitionedWatermarkTracker,
+    /// A watermark given from outside (the Spark driver combines all tasks' progress):
+    /// replaces the scope watermark (global, partition) or, per key, the global
+    /// watermark that closes idle keys' windows.
+    external: Option<i64>,
+    progress: Progress,
     metrics: PipelineMetrics,
     // Per-call scratch.
     /// Keys with on-time rows in this call (deduplicated by `touch_epoch`).
@@ -244,6 +261,8 @@ impl Operator {
             watermark: i64::MIN,
             global_max: i64::MIN,
             partitions,
+            external: None,
+            progress: Progress::default(),
             metrics: PipelineMetrics::default(),
             touched: Vec::new(),
             touch_epoch: Vec::new(),
@@ -280,6 +299,10 @@ impl Operator {
     /// The operator's watermark: global, combined over partitions, or (key scope) the
     /// highest global watermark reached. `None` until there is one.
     pub fn watermark(&self) -> Option<i64> {
+        if let (Some(w), Scope::Global | Scope::Partition { .. }) = (self.external, &self.cfg.scope)
+        {
+            return Some(w);
+        }
         let w = match self.cfg.scope {
             Scope::Key => self
                 .keys
@@ -292,6 +315,17 @@ impl Operator {
             Scope::Global => self.watermark,
         };
         (w != i64::MIN).then_some(w)
+    }
+
+    /// Uses `w` as the scope watermark from now on (see [`Progress`]); `None` returns
+    /// to the operator's own watermark.
+    pub fn set_external_watermark(&mut self, w: Option<i64>) {
+        self.external = w;
+    }
+
+    /// What the last `process` call saw.
+    pub fn progress(&self) -> &Progress {
+        &self.progress
     }
 
     /// The watermark of one key (key scope), by encoded key.
@@ -543,13 +577,14 @@ impl Operator {
 
         // 3. The watermark as it stood when the call began.
         let lateness = self.cfg.allowed_lateness;
-        let scope_threshold = match self.cfg.scope {
-            Scope::Global => self.watermark.saturating_sub(lateness),
-            Scope::Partition { .. } => self
+        let scope_threshold = match (self.external, &self.cfg.scope) {
+            (Some(w), Scope::Global | Scope::Partition { .. }) => w.saturating_sub(lateness),
+            (_, Scope::Global) => self.watermark.saturating_sub(lateness),
+            (_, Scope::Partition { .. }) => self
                 .partitions
                 .current_watermark()
                 .map_or(i64::MIN, |w| w.timestamp().saturating_sub(lateness)),
-            Scope::Key => i64::MIN,
+            (_, Scope::Key) => i64::MIN,
         };
         let key_scope = self.cfg.scope == Scope::Key;
 
@@ -692,6 +727,12 @@ impl Operator {
             }
         }
         late_rows.sort_unstable();
+        let mut seen_max = i64::MIN;
+        for (row, &g) in group.iter().enumerate() {
+            if g != SKIP {
+                seen_max = seen_max.max(time_vals[row]);
+            }
+        }
         self.keys.end_batch();
         if self.keys.has_evictions() {
             self.evict_keys();
@@ -722,6 +763,20 @@ impl Operator {
                 self.keys.check_idle_keys();
             }
         }
+
+        self.progress = Progress {
+            max_event_time: seen_max.max(batch_max),
+            partition_max: part_max
+                .iter()
+                .enumerate()
+                .filter(|&(_, &t)| t != i64::MIN)
+                .map(|(p, &t)| (p as u32, t))
+                .collect(),
+            key_global: match self.cfg.scope {
+                Scope::Key => self.keys.global_watermark().map(|w| w.timestamp()),
+                _ => None,
+            },
+        };
 
         // 5. Close what the watermark passed; emit.
         self.close_windows();

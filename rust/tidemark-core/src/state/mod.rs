@@ -35,6 +35,8 @@ pub enum SnapshotKind {
     Timers = 2,
     /// A reorder operator.
     Reorder = 3,
+    /// A per-partition watermark tracker.
+    Partitions = 4,
 }
 
 impl SnapshotKind {
@@ -43,6 +45,7 @@ impl SnapshotKind {
             SnapshotKind::Pipeline => "pipeline",
             SnapshotKind::Timers => "timer service",
             SnapshotKind::Reorder => "reorder operator",
+            SnapshotKind::Partitions => "partition watermark tracker",
         }
     }
 
@@ -51,6 +54,7 @@ impl SnapshotKind {
             1 => SnapshotKind::Pipeline,
             2 => SnapshotKind::Timers,
             3 => SnapshotKind::Reorder,
+            4 => SnapshotKind::Partitions,
             _ => return None,
         })
     }

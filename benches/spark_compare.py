@@ -1,0 +1,188 @@
+"""tidemark vs Spark on Spark: batch and Structured Streaming, measured in one run.
+
+Run from the repository root (after ``make build``)::
+
+    python benches/spark_compare.py                      # both parts, local[2]
+    python benches/spark_compare.py --part batch --rows 2000000 --repeat 5
+    python benches/spark_compare.py --part streaming --batch-rows 100000 --batches 10
+
+Batch (same Parquet data, each run forced with the ``noop`` sink):
+
+* ``tidemark.spark.aggregate``: tumbling 10 s count + sum per key, per-key watermarks;
+* Spark's own ``groupBy(window(ts, "10 seconds"), key).agg(count, sum)``;
+* the floor of the path: ``mapInArrow`` with a function that only counts rows (the
+  unavoidable JVM <-> Python transfer). Goal: tidemark within 1.3x of the floor.
+
+Streaming (the demo's generator: half of the tenants report late; one file per
+micro-batch of ``--batch-rows`` events): Spark ``withWatermark`` + ``window`` (update
+mode) vs tidemark with per-key watermarks; events/s and the share of events counted.
+
+Medians of ``--repeat`` runs; ratios are against the alternatives of the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import tidemark as tm
+from tidemark.spark import aggregate, local_session
+
+
+def _median(fn: Callable[[], None], repeat: int) -> float:
+    fn()  # warm-up (JIT, Python workers)
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def batch_part(spark: Any, rows: int, keys: int, repeat: int, work: Path) -> None:
+    from pyspark.sql import functions as F
+
+    rng = np.random.default_rng(3)
+    path = work / "batch.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "device": pa.array(rng.integers(0, keys, rows)),
+                "ts": pa.array(
+                    1_767_225_600_000_000 + rng.integers(0, 3_600_000_000, rows),
+                    pa.timestamp("us", tz="UTC"),
+                ),
+                "value": pa.array(rng.normal(0, 1, rows)),
+            }
+        ),
+        path,
+        row_group_size=128_000,
+    )
+    df = spark.read.parquet(str(path))
+    pipe = tm.Pipeline(
+        key="device",
+        event_time="ts",
+        watermark=tm.BoundedOutOfOrderness("5s", per="key"),
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count(), "s": tm.sum("value")},
+    )
+
+    def tidemark_run() -> None:
+        res = aggregate(df, pipe)
+        res.windows.write.format("noop").mode("overwrite").save()
+        res.unpersist()
+
+    def spark_run() -> None:
+        (
+            df.groupBy(F.window("ts", "10 seconds"), "device")
+            .agg(F.count("*").alias("n"), F.sum("value").alias("s"))
+            .write.format("noop")
+            .mode("overwrite")
+            .save()
+        )
+
+    def count_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        n = sum(b.num_rows for b in batches)
+        yield pa.record_batch({"n": pa.array([n], pa.int64())})
+
+    def floor_run() -> None:
+        n = int(spark.conf.get("spark.sql.shuffle.partitions"))
+        (
+            df.repartition(n, "device")
+            .mapInArrow(count_rows, "n long")
+            .write.format("noop")
+            .mode("overwrite")
+            .save()
+        )
+
+    results = {
+        "mapInArrow counting rows (floor)": _median(floor_run, repeat),
+        "Spark groupBy(window, key)": _median(spark_run, repeat),
+        "tidemark.spark.aggregate": _median(tidemark_run, repeat),
+    }
+    floor = results["mapInArrow counting rows (floor)"]
+    native = results["Spark groupBy(window, key)"]
+    print(f"\nBatch: {rows:,} rows, {keys:,} keys, local[2]; median of {repeat} runs")
+    for label, secs in results.items():
+        print(
+            f"  {label:<36} {secs:7.2f} s  {rows / secs / 1e6:6.2f} M rows/s  "
+            f"{secs / floor:5.2f}x floor  {secs / native:5.2f}x Spark"
+        )
+
+
+def streaming_part(spark: Any, batch_rows: int, batches: int, repeat: int, work: Path) -> None:
+    from tidemark.datagen import StreamSpec, multi_tenant_stream
+    from tidemark.demo_streaming import (
+        _run_spark_native,
+        _run_tidemark,
+        _score,
+        _truth,
+        _write_files,
+    )
+
+    events = batch_rows * batches
+    stream = multi_tenant_stream(
+        StreamSpec(keys=1_000, events=events, duration_s=3_600, delayed_fraction=0.5, skew=0.8)
+    )
+    source = work / "stream"
+    _write_files(stream, source, batches)
+    schema = spark.read.parquet(str(source)).schema
+    truth = _truth(stream)
+    parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    runs: dict[str, list[Any]] = {"spark": [], "tidemark": []}
+    for i in range(repeat):
+        r = _run_spark_native(spark, source, schema, work / f"spark-{i}")
+        _score(r, truth, events)
+        runs["spark"].append(r)
+        r = _run_tidemark(spark, source, schema, work / f"tm-{i}", "key", parts)
+        _score(r, truth, events)
+        runs["tidemark"].append(r)
+    med = {k: statistics.median(r.events_per_s for r in v) for k, v in runs.items()}
+    print(
+        f"\nStreaming: {events:,} events, {batches} micro-batches of {batch_rows:,}, 1,000 tenants "
+        f"(half late); median of {repeat} runs"
+    )
+    for key, label in [("spark", "Spark withWatermark + window"), ("tidemark", "tidemark per-key")]:
+        r = runs[key][0]
+        print(
+            f"  {label:<30} {med[key]:10,.0f} events/s  {med[key] / med['spark']:5.2f}x Spark  "
+            f"events counted {r.events_counted:.2%}"
+        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--part", choices=["batch", "streaming", "both"], default="both")
+    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--keys", type=int, default=10_000)
+    ap.add_argument("--batch-rows", type=int, default=100_000)
+    ap.add_argument("--batches", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--master", default="local[2]")
+    args = ap.parse_args()
+    spark = local_session(args.master, app_name="tidemark-bench", shuffle_partitions=4)
+    work = Path(tempfile.mkdtemp(prefix="tidemark-bench-"))
+    try:
+        if args.part in ("batch", "both"):
+            batch_part(spark, args.rows, args.keys, args.repeat, work)
+        if args.part in ("streaming", "both"):
+            streaming_part(spark, args.batch_rows, args.batches, args.repeat, work)
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""Generates docs/api.md from the package's docstrings.
+
+python docs/gen_api.py          # write docs/api.md
+python docs/gen_api.py --check  # fail if docs/api.md is out of date (make lint runs this)
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from pathlib import Path
+
+import tidemark as tm
+import tidemark.spark as tms
+
+OUT = Path(__file__).parent / "api.md"
+
+SECTIONS: list[tuple[str, object, list[str]]] = [
+    (
+        "Pipelines",
+        tm,
+        [
+            "Pipeline",
+            "Operator",
+            "Output",
+            "BoundedOutOfOrderness",
+            "Tumbling",
+            "Sliding",
+            "Session",
+        ],
+    ),
+    (
+        "Aggregates",
+        tm,
+        ["count", "sum", "min", "max", "mean", "variance", "stddev", "first", "last"],
+    ),
+    (
+        "Watermark trackers",
+        tm,
+        ["PartitionedWatermarkTracker", "KeyedWatermarkTracker", "CompactKeyedWatermarkTracker"],
+    ),
+    ("Timers and clocks", tm, ["TimerService", "SystemClock", "ManualClock"]),
+    (
+        "Event time",
+        tm,
+        ["parse_event_time", "register_event_time_type", "event_time_types", "ParsedEventTime"],
+    ),
+    (
+        "Spark",
+        tms,
+        ["aggregate", "AggregateResult", "StreamProcessor", "observe_partitions", "local_session"],
+    ),
+    (
+        "Errors",
+        tm,
+        [
+            "TidemarkError",
+            "ConfigError",
+            "UnknownEventTimeTypeError",
+            "MissingColumnError",
+            "WatermarkError",
+            "UnknownPartitionError",
+            "SourceNotFoundError",
+            "InvalidPartitionError",
+            "MaxKeysReachedError",
+            "StateCorruptedError",
+            "ArrowDataError",
+            "InternalError",
+        ],
+    ),
+]
+
+
+def _sig(obj: object) -> str:
+    try:
+        return str(inspect.signature(obj))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return ""
+
+
+def _doc(obj: object) -> str:
+    """The docstring as Markdown: numpy section headers in bold, examples fenced."""
+    lines = inspect.cleandoc(obj.__doc__ or "").strip().splitlines()
+    out: list[str] = []
+    in_code = False
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        nxt = lines[i + 1] if i + 1 < len(lines) else ""
+        if line.strip() and set(nxt.strip()) == {"-"} and len(nxt.strip()) >= 3:
+            if in_code:
+                out.append("```")
+                in_code = False
+            out += [f"**{line.strip()}**", ""]
+            i += 2
+            continue
+        if line.lstrip().startswith(">>>") and not in_code:
+            out.append("```python")
+            in_code = True
+        elif in_code and not line.strip():
+            out.append("```")
+            in_code = False
+        out.append(line)
+        i += 1
+    if in_code:
+        out.append("```")
+    return "\n".join(out)
+
+
+def render() -> str:
+    out = [
+        "# API reference",
+        "",
+        "Generated from the docstrings by `python docs/gen_api.py`; do not edit by hand.",
+        "",
+    ]
+    for title, module, names in SECTIONS:
+        out += [f"## {title}", ""]
+        prefix = "tidemark.spark." if module is tms else "tidemark."
+        for name in names:
+            obj = getattr(module, name)
+            kind = "class" if inspect.isclass(obj) else "function"
+            sig = _sig(obj) if kind == "function" or not issubclass(obj, BaseException) else ""  # type: ignore[arg-type]
+            out += [f"### `{prefix}{name}{sig}`", "", f"*{kind}*", "", _doc(obj), ""]
+            if inspect.isclass(obj) and not issubclass(obj, BaseException):
+                for mname, member in inspect.getmembers(obj):
+                    if mname.startswith("_") or not (
+                        _doc(member)
+                        and (
+                            inspect.isfunction(member)
+                            or isinstance(member, (property, classmethod))
+                            or inspect.ismethod(member)
+                        )
+                    ):
+                        continue
+                    msig = _sig(member) if not isinstance(member, property) else ""
+                    out += [f"#### `{name}.{mname}{msig}`", "", _doc(member), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main() -> int:
+    text = render()
+    if "--check" in sys.argv:
+        if not OUT.exists() or OUT.read_text() != text:
+            print("docs/api.md is out of date: run `python docs/gen_api.py`", file=sys.stderr)
+            return 1
+        return 0
+    OUT.write_text(text)
+    print(f"wrote {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""One Spark job computes a batch's three outputs (windows, late rows, error rows).
+
+``mapInArrow`` has one output schema, so the task emits a *combined* batch: a kind
+code, the window columns, the input columns (for late and error rows), the error
+reason and a few progress columns the driver uses to combine watermarks. The driver
+persists it once and splits it into three DataFrames with projections. Spark does
+not cast ``mapInArrow`` output, so the task casts every batch to the exact Arrow
+schema Spark expects (string vs large_string, session time zone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from tidemark.pipeline import Output, Pipeline
+
+KIND_WINDOW, KIND_LATE, KIND_ERROR, KIND_PROGRESS = 0, 1, 2, 3
+
+_KIND = "__tm_kind"
+_REASON = "__tm_reason"
+_PROGRESS = ["__tm_p_task", "__tm_p_a", "__tm_p_b", "__tm_p_c"]
+
+
+def session_arrow_settings(spark: Any) -> tuple[str, bool]:
+    """The session time zone and whether strings travel as large_string."""
+    tz = spark.conf.get("spark.sql.session.timeZone", "UTC")
+    large = str(spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower()
+    return tz, large == "true"
+
+
+def arrow_schema_of(spark_schema: Any, tz: str, large: bool) -> pa.Schema:
+    """The Arrow schema Spark uses for ``spark_schema`` in ``mapInArrow``."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(spark_schema, timezone=tz, prefers_large_types=large)
+
+
+def spark_schema_of(arrow_schema: pa.Schema) -> Any:
+    """The Spark schema of Arrow data (timestamps without a time zone are NTZ)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(arrow_schema, prefer_timestamp_ntz=True)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Schemas of one pipeline over one input schema."""
+
+    input_arrow: pa.Schema
+    windows_arrow: pa.Schema
+    combined_arrow: pa.Schema
+    combined_spark: Any
+    window_names: list[str]
+    input_names: list[str]
+    reason_name: str
+
+    @staticmethod
+    def build(pipe: Pipeline, df_schema: Any, tz: str, large: bool) -> Plan:
+        from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+        input_arrow = arrow_schema_of(df_schema, tz, large)
+        windows_arrow = pipe.output_schema(input_arrow)
+        windows_spark = spark_schema_of(windows_arrow)
+        fields = [StructField(_KIND, IntegerType(), False)]
+        fields += [
+            StructField(f"__tm_w{i}", f.dataType, True) for i, f in enumerate(windows_spark.fields)
+        ]
+        fields += [
+            StructField(f"__tm_i{i}", f.dataType, True) for i, f in enumerate(df_schema.fields)
+        ]
+        fields.append(StructField(_REASON, StringType(), True))
+        fields += [StructField(n, LongType(), True) for n in _PROGRESS]
+        combined_spark = StructType(fields)
+        reason = "reason" if "reason" not in df_schema.fieldNames() else "_tidemark_reason"
+        return Plan(
+            input_arrow=input_arrow,
+            windows_arrow=windows_arrow,
+            combined_arrow=arrow_schema_of(combined_spark, tz, large),
+            combined_spark=combined_spark,
+            window_names=windows_arrow.names,
+            input_names=list(df_schema.fieldNames()),
+            reason_name=reason,
+        )
+
+    # --- task side ---------------------------------------------------------------
+
+    def _block(self, n: int, kind: int, columns: dict[str, pa.Array]) -> pa.RecordBatch:
+        arrays = []
+        for f in self.combined_arrow:
+            if f.name == _KIND:
+                arrays.append(pa.array([kind] * n, f.type))
+            elif f.name in columns:
+                arrays.append(columns[f.name].cast(f.type))
+            else:
+                arrays.append(pa.nulls(n, f.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.combined_arrow)
+
+    def encode(self, out: Output) -> Iterator[pa.RecordBatch]:
+        """The combined batches of one operator output."""
+        w = out.windows
+        if w.num_rows:
+            cols = {f"__tm_w{i}": w.column(i).combine_chunks() for i in range(w.num_columns)}
+            yield self._block(w.num_rows, KIND_WINDOW, cols)
+        for table, kind in [(out.late, KIND_LATE), (out.errors, KIND_ERROR)]:
+            if table.num_rows == 0:
+                continue
+            cols = {}
+            for i, name in enumerate(self.input_names):
+                if name in table.column_names:
+                    cols[f"__tm_i{i}"] = table.column(name).combine_chunks()
+            if kind == KIND_ERROR:
+                cols[_REASON] = table.column(table.num_columns - 1).combine_chunks()
+            yield self._block(table.num_rows, kind, cols)
+
+    def progress_block(
+        self, rows: list[tuple[int, int | None, int | None, int | None]]
+    ) -> pa.RecordBatch:
+        """Progress rows: (task partition, a, b, c) whose meaning depends on the row."""
+        cols = {
+            name: pa.array([r[i] for r in rows], pa.int64()) for i, name in enumerate(_PROGRESS)
+        }
+        return self._block(len(rows), KIND_PROGRESS, cols)
+
+    # --- driver side ---------------------------------------------------------------
+
+    def split(self, combined: Any) -> tuple[Any, Any, Any]:
+        """The windows, late and error DataFrames of a (persisted) combined result."""
+        from pyspark.sql import functions as F
+
+        kind = F.col(_KIND)
+        windows = combined.filter(kind == KIND_WINDOW).select(
+            *[F.col(f"__tm_w{i}").alias(n) for i, n in enumerate(self.window_names)]
+        )
+        inputs = [F.col(f"__tm_i{i}").alias(n) for i, n in enumerate(self.input_names)]
+        late = combined.filter(kind == KIND_LATE).select(*inputs)
+        errors = combined.filter(kind == KIND_ERROR).select(
+            *inputs, F.col(_REASON).alias(self.reason_name)
+        )
+        return windows, late, errors
+
+    @staticmethod
+    def progress_of(combined: Any) -> list[tuple[int, int | None, int | None, int | None]]:
+        """The progress rows (collected to the driver; a few per task)."""
+        from pyspark.sql import functions as F
+
+        rows = combined.filter(F.col(_KIND) == KIND_PROGRESS).select(*_PROGRESS).collect()
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+
+def concat_input(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
+    """Every Arrow batch of a task's partition as one table: one arrival unit."""
+    collected = list(batches)
+    if not collected:
+        return schema.empty_table()
+    return pa.Table.from_batches(collected)

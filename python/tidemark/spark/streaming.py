@@ -1,0 +1,366 @@
+"""Structured Streaming with exactly-once operator state: ``StreamProcessor``.
+
+>>> proc = tidemark.spark.StreamProcessor(                      # doctest: +SKIP
+...     pipe, state_location="/chk/state", num_partitions=8,
+...     sink=lambda windows_df, batch_id: windows_df.write.mode("append").parquet(
+...         f"/out/windows/batch={batch_id}"),
+... )
+>>> q = (stream_df.writeStream.foreachBatch(proc)               # doctest: +SKIP
+...      .option("checkpointLocation", "/chk/q").start())
+
+Each micro-batch is one Spark job:
+
+1. the driver fixes the batch's inputs: the watermark combined from earlier batches
+   and a clock reading (for idleness), recorded under the batch id *before* the job,
+   so a replayed batch (after a crash, Spark re-runs the last uncommitted batch id)
+   sees exactly the same inputs;
+2. rows are repartitioned by key into ``num_partitions`` state partitions; the task of
+   state partition ``p`` restores its operator from version ``b-1`` of the state store,
+   processes its rows as one arrival unit, writes version ``b`` atomically, and emits
+   windows, late rows, error rows and its progress;
+3. the driver combines every task's progress into the watermark of the next batch
+   (global: the maximum event time; per source partition: a
+   :class:`~tidemark.PartitionedWatermarkTracker` with idleness; per key: the minimum
+   over state partitions) and hands the outputs to the sinks.
+
+No state lives in a Python worker: workers are forked and reused, and a state
+partition may run in any of them. Replaying batch ``b`` restores version ``b-1`` and
+produces the same output: exactly once together with an idempotent sink (e.g.
+overwrite by batch id).
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from tidemark.clock import ManualClock
+from tidemark.errors import ConfigError, StateCorruptedError
+from tidemark.pipeline import Pipeline
+from tidemark.spark._plan import Plan, concat_input, session_arrow_settings
+from tidemark.spark.state import StateStore
+from tidemark.watermarks import PartitionedWatermarkTracker
+
+__all__ = ["StreamProcessor"]
+
+Sink = Callable[[Any, int], None]
+_SNAP = ".snap"
+_JSON = ".json"
+
+
+def _task(
+    pipe: Pipeline,
+    plan: Plan,
+    store: StateStore,
+    batch_id: int,
+    prev_batch: int | None,
+    watermark: int | None,
+    clock_ms: int,
+    retention: int,
+    flush: bool,
+) -> Any:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        p = ctx.partitionId() if ctx is not None else 0
+        state = None
+        if prev_batch is not None:
+            rel = f"partitions/{p}/{prev_batch}{_SNAP}"
+            state = store.read(rel)
+            if state is None:
+                raise StateCorruptedError(
+                    f"{store.path(rel)}: missing; state partition {p} has no version "
+                    f"{prev_batch} to restore (pass start_fresh=True to start over)"
+                )
+        try:
+            op = pipe.operator(state=state, clock=ManualClock(clock_ms))
+        except StateCorruptedError as e:
+            raise StateCorruptedError(
+                f"{store.path(f'partitions/{p}/{prev_batch}{_SNAP}')}: {e}"
+            ) from None
+        op.set_external_watermark(watermark)
+        table = concat_input(batches, plan.input_arrow)
+        out = op.flush() if flush else op.process(table)
+        yield from plan.encode(out)
+        store.write(f"partitions/{p}/{batch_id}{_SNAP}", op.snapshot())
+        store.prune(f"partitions/{p}", _SNAP, batch_id - retention + 1)
+        prog = op.progress()
+        rows: list[tuple[int, int | None, int | None, int | None]] = [
+            (p, 0, prog["max_event_time"], prog["key_global"])
+        ]
+        rows += [(p, 1, part, mx) for part, mx in prog["partition_max"]]
+        yield plan.progress_block(rows)
+
+    return run
+
+
+class _exact_partitions:
+    """Turns off adaptive partition coalescing for one job, restoring the setting."""
+
+    KEY = "spark.sql.adaptive.coalescePartitions.enabled"
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        self.old: str | None = None
+
+    def __enter__(self) -> None:
+        self.old = self.spark.conf.get(self.KEY, None)
+        self.spark.conf.set(self.KEY, "false")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.old is None:
+            self.spark.conf.unset(self.KEY)
+        else:
+            self.spark.conf.set(self.KEY, self.old)
+
+
+class StreamProcessor:
+    """A ``foreachBatch`` function that runs a pipeline with exactly-once state.
+
+    Parameters
+    ----------
+    pipe : Pipeline
+        The pipeline (built without a clock: it is shipped to executors).
+    state_location : str
+        Directory for operator state: a local path (shared by all executors) or any
+        pyarrow filesystem URI (``s3://``, ``gs://``, ``hdfs://``, ...).
+    num_partitions : int
+        State partitions (keys are hashed to them). Fixed for the life of the state.
+    sink : callable
+        ``sink(windows_df, batch_id)`` for every micro-batch.
+    late_sink, error_sink : callable, optional
+        ``f(df, batch_id)`` for late rows and error rows.
+    retention : int
+        Versions of state kept per partition (at least 2, so the last batch can be
+        replayed).
+    start_fresh : bool
+        Start from empty state if the state location has none for the previous batch
+        (instead of raising :class:`StateCorruptedError`).
+    clock : callable, optional
+        Milliseconds since the epoch for idleness (default: ``time.time()``); read once
+        per batch on the driver and recorded with the batch.
+    """
+
+    def __init__(
+        self,
+        pipe: Pipeline,
+        state_location: str,
+        num_partitions: int = 8,
+        sink: Sink | None = None,
+        late_sink: Sink | None = None,
+        error_sink: Sink | None = None,
+        *,
+        retention: int = 3,
+        start_fresh: bool = False,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        if num_partitions < 1:
+            raise ConfigError(f"num_partitions must be >= 1, got {num_partitions}")
+        if retention < 2:
+            raise ConfigError("retention must be at least 2 (the last batch must be replayable)")
+        if pipe.time != "event":
+            raise ConfigError("StreamProcessor runs event-time pipelines")
+        self.pipe = pipe
+        self.store = StateStore(state_location)
+        self.num_partitions = num_partitions
+        self.sink, self.late_sink, self.error_sink = sink, late_sink, error_sink
+        self.retention = retention
+        self.start_fresh = start_fresh
+        self._clock = clock or (lambda: int(time.time() * 1000))
+        self._checked = False
+        self.last_batch_id: int | None = None
+
+    # --- driver-side state ---------------------------------------------------------
+
+    def _check_meta(self) -> None:
+        if self._checked:
+            return
+        meta = self.store.read_json("meta.json")
+        want = {
+            "fingerprint": self.pipe.fingerprint,
+            "num_partitions": self.num_partitions,
+            "format": 1,
+        }
+        if meta is None:
+            self.store.write_json("meta.json", want)
+        elif meta != want:
+            if meta.get("num_partitions") != self.num_partitions:
+                why = (
+                    f"it was written with num_partitions={meta.get('num_partitions')}, this "
+                    f"processor has {self.num_partitions}"
+                )
+            else:
+                why = "it was written by a different pipeline configuration"
+            raise StateCorruptedError(f"{self.store.path('meta.json')}: {why}")
+        self.store.clean_temp()
+        self._checked = True
+
+    def _prepare(self, batch_id: int) -> dict[str, Any]:
+        """The batch's recorded inputs (reused when the batch is replayed)."""
+        rec = self.store.read_json(f"driver/{batch_id}{_JSON}")
+        if rec is not None:
+            return dict(rec)
+        earlier = [v for v in self.store.versions("driver", _JSON) if v < batch_id]
+        prev = self.store.read_json(f"driver/{earlier[-1]}{_JSON}") if earlier else None
+        if prev is not None and "state_after" not in prev:
+            raise StateCorruptedError(
+                f"{self.store.path(f'driver/{earlier[-1]}{_JSON}')}: batch {earlier[-1]} "
+                "never finished and a later batch started; the state store is inconsistent"
+            )
+        if (
+            prev is None
+            and not earlier
+            and not self.start_fresh
+            and self.store.versions("partitions/0", _SNAP)
+        ):
+            raise StateCorruptedError(
+                f"{self.store.path('driver')}: no driver record before batch {batch_id} "
+                "but operator state exists (pass start_fresh=True to discard it)"
+            )
+        rec = {
+            "batch_id": batch_id,
+            "prev_batch": prev["batch_id"] if prev else None,
+            "clock_ms": max(self._clock(), prev["clock_ms"] if prev else 0),
+            "watermark": prev["next_watermark"] if prev else None,
+            # Driver-side tracker state before this batch (after: "state_after").
+            "state": prev["state_after"]
+            if prev
+            else {"global_max": None, "partitions": None, "key_globals": {}},
+        }
+        self.store.write_json(f"driver/{batch_id}{_JSON}", rec)
+        return rec
+
+    def _combine(self, rec: dict[str, Any], progress: list[tuple[int, Any, Any, Any]]) -> None:
+        """Next batch's watermark from this batch's progress rows. Starts from the state
+        recorded before the batch, so a replayed batch computes the same result."""
+        wm = self.pipe.watermark
+        delay = self.pipe.config["delay"]
+        scope = wm.per
+        before = rec["state"]
+        after: dict[str, Any] = {"partitions": None, "key_globals": {}}
+        global_max = before["global_max"]
+        for _, kind, a, _ in progress:
+            if kind == 0 and a is not None:
+                global_max = a if global_max is None else max(global_max, a)
+        after["global_max"] = global_max
+        nxt = rec["watermark"]
+        if scope == "global" and global_max is not None:
+            cand = global_max - delay
+            nxt = cand if nxt is None else max(nxt, cand)
+        elif scope == "partition":
+            clock = ManualClock(rec["clock_ms"])
+            if before["partitions"]:
+                tracker = PartitionedWatermarkTracker.restore(
+                    base64.b64decode(before["partitions"]), clock=clock
+                )
+            else:
+                tracker = PartitionedWatermarkTracker(
+                    idle_timeout=self.pipe.config["idle_timeout"], clock=clock
+                )
+                tracker.register_source(0, 0)
+            for _, kind, part, mx in progress:
+                if kind == 1:
+                    if (0, part) not in tracker.partitions():
+                        tracker.add_partition(0, part)
+                    tracker.update_partition_from_event(0, part, mx, delay)
+            tracker.check_idle_partitions()
+            after["partitions"] = base64.b64encode(tracker.snapshot()).decode()
+            nxt = tracker.current_watermark()
+        elif scope == "key":
+            globals_ = dict(before["key_globals"])
+            for p, kind, _, kg in progress:
+                if kind == 0:
+                    globals_[str(p)] = kg
+            after["key_globals"] = globals_
+            vals = [v for v in globals_.values() if v is not None]
+            nxt = min(vals) if vals else None
+        rec["state_after"] = after
+        rec["next_watermark"] = nxt
+
+    # --- the foreachBatch function -------------------------------------------------
+
+    def _run(self, df: Any, batch_id: int, flush: bool) -> tuple[Any, Any, Any]:
+        from pyspark import StorageLevel
+
+        self._check_meta()
+        rec = self._prepare(batch_id)
+        spark = df.sparkSession
+        tz, large = session_arrow_settings(spark)
+        plan = Plan.build(self.pipe, df.schema, tz, large)
+        task = _task(
+            self.pipe,
+            plan,
+            self.store,
+            batch_id,
+            rec["prev_batch"],
+            rec["watermark"],
+            rec["clock_ms"],
+            self.retention,
+            flush,
+        )
+        keys = self.pipe.key
+        parted = (
+            df.repartition(self.num_partitions, *keys)
+            if keys
+            else df.repartition(self.num_partitions)
+        )
+        combined = parted.mapInArrow(task, plan.combined_spark).persist(
+            StorageLevel.MEMORY_AND_DISK
+        )
+        try:
+            # State partition p is Spark partition p: adaptive execution must not merge them.
+            with _exact_partitions(spark):
+                progress = Plan.progress_of(combined)  # the one job of this batch
+            if len({p for p, *_ in progress}) != self.num_partitions:
+                raise StateCorruptedError(
+                    f"batch {batch_id}: expected progress from {self.num_partitions} state "
+                    f"partitions, got {len({p for p, *_ in progress})}"
+                )
+            self._combine(rec, progress)
+            windows, late, errors = plan.split(combined)
+            if self.sink is not None:
+                self.sink(windows, batch_id)
+            if self.late_sink is not None:
+                self.late_sink(late, batch_id)
+            if self.error_sink is not None:
+                self.error_sink(errors, batch_id)
+        except BaseException:
+            combined.unpersist()
+            raise
+        self.store.write_json(f"driver/{batch_id}{_JSON}", rec)
+        self.store.prune("driver", _JSON, batch_id - self.retention + 1)
+        self.last_batch_id = batch_id
+        self._last = combined
+        return windows, late, errors
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        """Processes micro-batch ``batch_id`` (Spark's foreachBatch contract)."""
+        self._run(df, batch_id, flush=False)
+        self._last.unpersist()
+
+    def flush(self, spark: Any, schema: Any, batch_id: int | None = None) -> Any:
+        """End of input: closes every open window of every state partition.
+
+        Runs as batch ``batch_id`` (default: one after the last processed batch) over
+        an empty DataFrame of the stream's ``schema``, sends the windows to the sink and
+        returns them (a persisted DataFrame).
+        """
+        if batch_id is None:
+            done = self.store.versions("driver", _JSON)
+            batch_id = (done[-1] + 1) if done else 0
+        empty = spark.createDataFrame([], schema)
+        windows, _, _ = self._run(empty, batch_id, flush=True)
+        return windows
+
+    def watermark(self) -> int | None:
+        """The watermark the next batch will use (epoch microseconds)."""
+        done = self.store.versions("driver", _JSON)
+        if not done:
+            return None
+        rec = self.store.read_json(f"driver/{done[-1]}{_JSON}")
+        return None if rec is None else rec.get("next_watermark")

@@ -1,0 +1,261 @@
+"""tidemark.spark.aggregate and StreamProcessor on a local SparkSession."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import tidemark as tm
+from tidemark.spark import StreamProcessor, aggregate
+
+pytestmark = pytest.mark.spark
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def rows_of(df: Any, cols: list[str]) -> list[tuple]:
+    return sorted(tuple(r[c] for c in cols) for r in df.collect())
+
+
+def local_result(pipe: tm.Pipeline, tables: list[pa.Table]) -> list[tuple]:
+    op = pipe.operator()
+    out = []
+    for t in tables:
+        out += op.process(t).windows.to_pylist()
+    out += op.flush().windows.to_pylist()
+    return sorted(
+        (r["device"], r["window_start"].replace(tzinfo=None), r["n"], r["s"]) for r in out
+    )
+
+
+def make_events(n: int = 300) -> list[tuple[str, dt.datetime | None, float]]:
+    rows = []
+    for i in range(n):
+        rows.append((f"d{i % 7}", T0 + dt.timedelta(seconds=(i * 37) % 600), float(i % 13)))
+    rows.append(("d1", None, 1.0))
+    return rows
+
+
+def pipeline(per: str = "key") -> tm.Pipeline:
+    return tm.Pipeline(
+        key="device",
+        event_time="ts",
+        watermark=tm.BoundedOutOfOrderness("5s", per=per),
+        window=tm.Tumbling("1m"),
+        aggs={"n": tm.count(), "s": tm.sum("value")},
+    )
+
+
+def test_batch_aggregate_matches_local(spark: Any) -> None:
+    rows = make_events()
+    df = spark.createDataFrame(rows, "device string, ts timestamp, value double")
+    pipe = pipeline()
+    res = aggregate(df, pipe, num_partitions=3)
+    got = rows_of(res.windows, ["device", "window_start", "n", "s"])
+    table = pa.table(
+        {
+            "device": [r[0] for r in rows],
+            "ts": pa.array([r[1] for r in rows], pa.timestamp("us", tz="UTC")),
+            "value": [r[2] for r in rows],
+        }
+    )
+    assert got == local_result(pipe, [table])
+    assert res.late.count() == 0
+    errors = res.errors.collect()
+    assert [(e.device, e.reason) for e in errors] == [("d1", "event time is null")]
+    assert res.windows.schema["window_start"].dataType.typeName() == "timestamp"
+    # Whatever the number of partitions, the same windows.
+    again = aggregate(df, pipe, num_partitions=5)
+    assert rows_of(again.windows, ["device", "window_start", "n", "s"]) == got
+    res.unpersist()
+    again.unpersist()
+
+
+def test_batch_replay_in_arrival_order_reports_late_rows(spark: Any) -> None:
+    rows = [("a", 0, 10.0, 1.0), ("a", 1, 100.0, 1.0), ("a", 2, 12.0, 1.0), ("a", 3, 200.0, 1.0)]
+    df = spark.createDataFrame(
+        [(d, arr, T0 + dt.timedelta(seconds=s), v) for d, arr, s, v in rows],
+        "device string, arrival long, ts timestamp, value double",
+    )
+    pipe = tm.Pipeline(
+        key="device",
+        event_time="ts",
+        watermark=tm.BoundedOutOfOrderness("1s"),
+        window=tm.Tumbling("1m"),
+        aggs={"n": tm.count(), "s": tm.sum("value")},
+    )
+    res = aggregate(df, pipe, num_partitions=2, order_by="arrival", batch_rows=1)
+    assert [r.arrival for r in res.late.collect()] == [2]
+    assert sorted(r.n for r in res.windows.collect()) == [1, 1, 1]
+
+
+def test_large_strings_and_session_time_zone(spark: Any) -> None:
+    old_tz = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    spark.conf.set("spark.sql.execution.arrow.useLargeVarTypes", "true")
+    try:
+        df = spark.createDataFrame(
+            [("x", T0, 1.0), ("x", T0 + dt.timedelta(seconds=30), 2.0)],
+            "device string, ts timestamp, value double",
+        )
+        res = aggregate(df, pipeline())
+        (row,) = res.windows.collect()
+        assert row.n == 2 and row.s == 3.0
+        assert row.window_start.astimezone(
+            dt.timezone.utc
+        ) == T0 or row.window_start == T0.astimezone().replace(tzinfo=None)
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", old_tz)
+        spark.conf.unset("spark.sql.execution.arrow.useLargeVarTypes")
+
+
+def write_stream_files(path: Path, batches: list[pa.Table]) -> None:
+    path.mkdir(parents=True)
+    for i, t in enumerate(batches):
+        f = path / f"part-{i:05d}.parquet"
+        pq.write_table(t, f)
+        os.utime(f, (1_700_000_000 + i, 1_700_000_000 + i))  # file order = batch order
+
+
+def stream_batches() -> list[pa.Table]:
+    out = []
+    for b in range(5):
+        rows = [
+            (f"d{k}", b * 40 + (k * 7 + j * 11) % 45, float(j)) for k in range(4) for j in range(6)
+        ]
+        if b == 3:
+            rows += [("d0", 5, 100.0)]  # late for d0 by then
+        out.append(
+            pa.table(
+                {
+                    "device": [r[0] for r in rows],
+                    "ts": pa.array(
+                        [T0 + dt.timedelta(seconds=r[1]) for r in rows],
+                        pa.timestamp("us", tz="UTC"),
+                    ),
+                    "value": [r[2] for r in rows],
+                }
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("per", ["key", "global"])
+def test_streaming_matches_local_operator_and_replays_exactly(
+    spark: Any, tmp_path: Path, per: str
+) -> None:
+    batches = stream_batches()
+    inp = tmp_path / "in"
+    write_stream_files(inp, batches)
+    schema = spark.read.parquet(str(inp)).schema
+    pipe = pipeline(per)
+    got: dict[int, list[tuple]] = {}
+    late: list[Any] = []
+
+    def sink(df: Any, batch_id: int) -> None:
+        got[batch_id] = rows_of(df, ["device", "window_start", "n", "s"])
+
+    proc = StreamProcessor(
+        pipe,
+        str(tmp_path / "state"),
+        num_partitions=3,
+        sink=sink,
+        late_sink=lambda df, b: late.extend(df.collect()),
+    )
+    q = (
+        spark.readStream.schema(schema)
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(inp))
+        .writeStream.foreachBatch(proc)
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination()
+    final = rows_of(proc.flush(spark, schema), ["device", "window_start", "n", "s"])
+    assert got[max(got)] == final, "flush runs as the next batch and goes to the sink"
+    streamed = [r for rs in got.values() for r in rs]
+
+    # The local operator, driven the way Spark drives it: the watermark of each batch
+    # comes from the previous batches (global scope); per key, each key's own.
+    want_windows, want_late = local_spark_like(pipe, batches)
+    assert sorted(streamed) == sorted(want_windows)
+    assert sorted(r.value for r in late) == sorted(want_late)
+    if per == "key":
+        assert [r.value for r in late] == [100.0]
+    assert len(got) == len(batches) + 1
+
+    # Replay the last streamed batch (as Spark does after a crash): same output.
+    last = len(batches) - 1
+    before = got[last]
+    replay_df = spark.read.parquet(str(inp / f"part-{last:05d}.parquet"))
+    proc(replay_df, last)
+    assert got[last] == before
+
+
+def local_spark_like(pipe: tm.Pipeline, batches: list[pa.Table]) -> tuple[list[tuple], list[float]]:
+    """Operators per state partition are equivalent to one operator when the
+    watermark is external (global) or per key; replicate the one-batch delay of the
+    external global watermark."""
+    op = pipe.operator()
+    out = []
+    late: list[float] = []
+    per = pipe.watermark.per
+    ext = None
+    gmax = None
+    for t in batches:
+        if per == "global":
+            op.set_external_watermark(ext)
+        res = op.process(t)
+        out += res.windows.to_pylist()
+        late += res.late.column("value").to_pylist()
+        p = op.progress()
+        if p["max_event_time"] is not None:
+            gmax = p["max_event_time"] if gmax is None else max(gmax, p["max_event_time"])
+            ext = gmax - pipe.config["delay"]
+    out += op.flush().windows.to_pylist()
+    return [
+        (r["device"], r["window_start"].replace(tzinfo=None), r["n"], r["s"]) for r in out
+    ], late
+
+
+def test_streaming_state_errors(spark: Any, tmp_path: Path) -> None:
+    batches = stream_batches()[:2]
+    pipe = pipeline()
+    proc = StreamProcessor(
+        pipe, str(tmp_path / "state"), num_partitions=2, sink=lambda df, b: df.count()
+    )
+    schema = spark.createDataFrame(batches[0].to_pandas()).schema
+    for i, t in enumerate(batches):
+        proc(spark.createDataFrame(t.to_pandas(), schema), i)
+    with pytest.raises(tm.StateCorruptedError, match="num_partitions=2"):
+        StreamProcessor(pipe, str(tmp_path / "state"), num_partitions=3)(
+            spark.createDataFrame(batches[0].to_pandas(), schema), 2
+        )
+    snap = tmp_path / "state" / "partitions" / "1" / "1.snap"
+    snap.write_bytes(snap.read_bytes()[:-10])
+    with pytest.raises(Exception, match=r"StateCorruptedError|checksum|truncated"):
+        proc(spark.createDataFrame(batches[0].to_pandas(), schema), 2)
+
+
+@pytest.mark.slow
+def test_local_cluster_mode(tmp_path: Path) -> None:
+    """Separate executor processes: state partitions move between Python workers."""
+    script = Path(__file__).parent / "spark_local_cluster_job.py"
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "LOCAL-CLUSTER OK" in proc.stdout
