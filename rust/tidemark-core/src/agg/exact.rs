@@ -19,21 +19,43 @@
 /// for x in [-1e100, 1e100, 1.0] { b.add(x); }
 /// assert_eq!(a.value(), b.value());
 /// ```
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct ExactSum {
-    /// The first partials inline (most sums need one or two), the rest spilled.
+    /// The first partials inline (most sums need one or two), the rest in `extra`.
     inline: [f64; 2],
     n_inline: u8,
+    /// Rarely needed, so boxed: keeps the sum (and every aggregate state) small.
+    extra: Option<Box<Extra>>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Extra {
+    /// Partials after the first two.
     spill: Vec<f64>,
     /// Sum of non-finite inputs (inf, -inf, NaN), kept apart as `math.fsum` does.
-    special: f64,
-    has_special: bool,
+    special: Option<f64>,
+}
+
+impl PartialEq for ExactSum {
+    fn eq(&self, other: &Self) -> bool {
+        self.partials() == other.partials() && self.special() == other.special()
+    }
 }
 
 impl ExactSum {
     #[inline]
+    fn spill_len(&self) -> usize {
+        self.extra.as_ref().map_or(0, |e| e.spill.len())
+    }
+
+    #[inline]
     fn len(&self) -> usize {
-        self.n_inline as usize + self.spill.len()
+        self.n_inline as usize + self.spill_len()
+    }
+
+    #[inline]
+    fn special(&self) -> Option<f64> {
+        self.extra.as_ref().and_then(|e| e.special)
     }
 
     #[inline]
@@ -41,7 +63,7 @@ impl ExactSum {
         if i < 2 {
             self.inline[i]
         } else {
-            self.spill[i - 2]
+            self.extra.as_ref().expect("spilled").spill[i - 2]
         }
     }
 
@@ -50,7 +72,7 @@ impl ExactSum {
         if i < 2 {
             self.inline[i] = v;
         } else {
-            self.spill[i - 2] = v;
+            self.extra.as_mut().expect("spilled").spill[i - 2] = v;
         }
     }
 
@@ -59,11 +81,14 @@ impl ExactSum {
         if len < 2 {
             self.inline[len] = v;
             self.n_inline = (len + 1) as u8;
-            self.spill.clear();
+            if let Some(e) = self.extra.as_mut() {
+                e.spill.clear();
+            }
         } else {
             self.n_inline = 2;
-            self.spill.truncate(len - 2);
-            self.spill.push(v);
+            let e = self.extra.get_or_insert_with(Box::default);
+            e.spill.truncate(len - 2);
+            e.spill.push(v);
         }
     }
 
@@ -76,12 +101,8 @@ impl ExactSum {
     #[inline]
     pub fn add(&mut self, x: f64) {
         if !x.is_finite() {
-            self.special = if self.has_special {
-                self.special + x
-            } else {
-                x
-            };
-            self.has_special = true;
+            let e = self.extra.get_or_insert_with(Box::default);
+            e.special = Some(e.special.map_or(x, |s| s + x));
             return;
         }
         let mut x = x;
@@ -119,15 +140,15 @@ impl ExactSum {
         for i in 0..other.len() {
             self.add(other.get(i));
         }
-        if other.has_special {
-            self.add(other.special);
+        if let Some(sp) = other.special() {
+            self.add(sp);
         }
     }
 
     /// The correctly rounded sum.
     pub fn value(&self) -> f64 {
-        if self.has_special {
-            return self.special;
+        if let Some(sp) = self.special() {
+            return sp;
         }
         let mut n = self.len();
         if n == 0 {
@@ -165,14 +186,18 @@ impl ExactSum {
 
     /// Internal representation, for snapshots.
     pub fn parts(&self) -> (Vec<f64>, Option<f64>) {
-        (self.partials(), self.has_special.then_some(self.special))
+        (self.partials(), self.special())
     }
 
     /// Rebuilds from [`Self::parts`].
     pub fn from_parts(partials: Vec<f64>, special: Option<f64>) -> Self {
         let mut s = ExactSum {
-            special: special.unwrap_or(0.0),
-            has_special: special.is_some(),
+            extra: special.map(|sp| {
+                Box::new(Extra {
+                    spill: Vec::new(),
+                    special: Some(sp),
+                })
+            }),
             ..Default::default()
         };
         for (i, p) in partials.into_iter().enumerate() {

@@ -262,7 +262,7 @@ impl BoundAgg {
             (AggKind::Mean, Class::Float) => Acc::MeanF(ExactSum::default(), 0),
             (AggKind::Mean, _) => Acc::MeanI(0, 0),
             (AggKind::Variance { .. } | AggKind::Stddev { .. }, _) => {
-                Acc::Moments(ExactSum::default(), ExactSum::default(), 0)
+                Acc::Moments(Box::default(), 0)
             }
             (AggKind::Min, _) => Acc::Min(None),
             (AggKind::Max, _) => Acc::Max(None),
@@ -524,7 +524,7 @@ pub enum Acc {
     /// Float sum for a mean.
     MeanF(ExactSum, i64),
     /// Sum, sum of squares and count (variance, stddev).
-    Moments(ExactSum, ExactSum, i64),
+    Moments(Box<[ExactSum; 2]>, i64),
     /// Smallest value.
     Min(Option<Scalar>),
     /// Largest value.
@@ -577,7 +577,8 @@ impl Acc {
                 s.add(v.as_f64());
                 *n += 1;
             }
-            Acc::Moments(s, q, n) => {
+            Acc::Moments(m, n) => {
+                let [s, q] = &mut **m;
                 let x = v.as_f64();
                 s.add(x);
                 q.add_product(x, x);
@@ -628,9 +629,9 @@ impl Acc {
                 s.merge(s2);
                 *n += n2;
             }
-            (Acc::Moments(s, q, n), Acc::Moments(s2, q2, n2)) => {
-                s.merge(s2);
-                q.merge(q2);
+            (Acc::Moments(m, n), Acc::Moments(m2, n2)) => {
+                m[0].merge(&m2[0]);
+                m[1].merge(&m2[1]);
                 *n += n2;
             }
             (me @ Acc::Min(_), Acc::Min(Some(v))) | (me @ Acc::Max(_), Acc::Max(Some(v))) => {
@@ -662,7 +663,8 @@ impl Acc {
             (Acc::SumI(s, n), _) => (*n > 0).then_some(*s as f64),
             (Acc::MeanF(s, n), _) => (*n > 0).then(|| s.value() / *n as f64),
             (Acc::MeanI(s, n), _) => (*n > 0).then(|| (*s as f64) / *n as f64),
-            (Acc::Moments(s, q, n), AggKind::Variance { ddof } | AggKind::Stddev { ddof }) => {
+            (Acc::Moments(m, n), AggKind::Variance { ddof } | AggKind::Stddev { ddof }) => {
+                let [s, q] = &**m;
                 let n = *n;
                 if n <= ddof as i64 {
                     return None;

@@ -670,26 +670,25 @@ impl Operator {
             }
         }
 
+        let na = bound.aggs.len();
         // Phase 3, per key: judge each row against the watermark as it stood when the
         // call began, then add the on-time rows to their windows.
         for g in 0..groups {
             let rows = &rows_by_key[starts[g] as usize..starts[g + 1] as usize];
-            let Some(slot) = self.keys.batch_key_slot(g as u32) else {
+            let Some((slot, wm)) = self.keys.batch_key(g as u32) else {
                 for &row in rows {
                     errors.push((row as usize, "max_keys reached: the key was evicted while its batch was processed (max_keys is smaller than the keys of one batch)".into()));
                 }
                 continue;
             };
             let threshold = if key_scope {
-                self.keys.slot_watermark(slot).saturating_sub(lateness)
+                wm.saturating_sub(lateness)
             } else {
                 scope_threshold
             };
-            // Tumbling windows: consecutive rows of a key mostly fall in the window of
-            // the previous row; update it directly.
-            let tumbling = matches!(self.cfg.window, WindowSpec::Tumbling { .. });
-            let mut cur: Option<(i64, i64, usize)> = None;
-            let na = bound.aggs.len();
+            // Consecutive rows of a key mostly fall in the window of the previous row:
+            // rows with `lo <= ts < hi` update its state directly.
+            let (mut lo, mut hi, mut base) = (i64::MAX, i64::MIN, 0);
             for &row in rows {
                 let row = row as usize;
                 let ts = time_vals[row];
@@ -697,22 +696,16 @@ impl Operator {
                     late_rows.push(row as u32);
                     continue;
                 }
-                match cur {
-                    Some((s, e, base)) if ts >= s && ts < e => {
-                        for (j, input) in inputs.iter().enumerate() {
-                            self.accs[base + j].update(input, row, ts);
-                        }
+                if lo <= ts && ts < hi {
+                    for (j, input) in inputs.iter().enumerate() {
+                        self.accs[base + j].update(input, row, ts);
                     }
-                    _ => {
-                        if let Err(reason) = self.add_row(slot, ts, row, &inputs, &bound.aggs) {
+                } else {
+                    match self.add_row(slot, ts, row, &inputs, &bound.aggs) {
+                        Ok((l, h, st)) => (lo, hi, base) = (l, h, st as usize * na),
+                        Err(reason) => {
                             errors.push((row, reason.to_string()));
                             continue;
-                        }
-                        if tumbling {
-                            cur = self.wins[slot as usize]
-                                .iter()
-                                .find(|w| w.start <= ts && ts < w.end)
-                                .map(|w| (w.start, w.end, w.state as usize * na));
                         }
                     }
                 }
@@ -797,7 +790,9 @@ impl Operator {
         })
     }
 
-    /// Adds one on-time row to its windows.
+    /// Adds one on-time row to its windows. Returns `(lo, hi, state)`: later rows of
+    /// the key with `lo <= ts < hi` fall in the same single window, whose state is
+    /// `state` (an empty range for sliding windows).
     #[inline]
     fn add_row(
         &mut self,
@@ -806,7 +801,7 @@ impl Operator {
         row: usize,
         inputs: &[Input],
         aggs: &[BoundAgg],
-    ) -> std::result::Result<(), &'static str> {
+    ) -> std::result::Result<(i64, i64, u32), &'static str> {
         let n = aggs.len();
         if self.wins.len() <= slot as usize {
             self.wins.resize_with(slot as usize + 1, Vec::new);
@@ -848,6 +843,9 @@ impl Operator {
                     // the old one (and those of merged sessions) go stale.
                     self.flags[st] |= RETIME;
                     if self.flags[st] & EMITTED != 0 {
+                        // Retract the emitted bounds once: a second move in the same
+                        // call must not retract bounds that were never emitted.
+                        self.flags[st] &= !EMITTED;
                         self.retract(slot, os, oe);
                     }
                     for m in &merged {
@@ -866,6 +864,13 @@ impl Operator {
                     self.accs[st * n + j].update(input, row, ts);
                 }
                 self.flags[st] |= DIRTY;
+                // A later event `t` stays inside the session while `t + gap <= end`.
+                let survivor = self.wins[slot as usize][idx];
+                Ok((
+                    survivor.start,
+                    survivor.end.saturating_sub(gap).saturating_add(1),
+                    survivor.state,
+                ))
             }
             WindowSpec::Tumbling { size, offset } => {
                 let start = ts
@@ -876,7 +881,8 @@ impl Operator {
                 let end = start
                     .checked_add(size)
                     .ok_or("event time out of range for the window")?;
-                self.add_to_window(slot, start, end, ts, row, inputs, aggs);
+                let st = self.add_to_window(slot, start, end, ts, row, inputs, aggs);
+                Ok((start, end, st))
             }
             spec => {
                 let mut ws = std::mem::take(&mut self.scratch_windows);
@@ -889,9 +895,9 @@ impl Operator {
                 }
                 self.scratch_windows = ws;
                 r?;
+                Ok((i64::MAX, i64::MIN, NO_STATE))
             }
         }
-        Ok(())
     }
 
     /// Adds a row to the tumbling or sliding window `[start, end)` of `slot`.
@@ -906,7 +912,7 @@ impl Operator {
         row: usize,
         inputs: &[Input],
         aggs: &[BoundAgg],
-    ) {
+    ) -> u32 {
         let n = aggs.len();
         let list = &mut self.wins[slot as usize];
         // Windows are few per key and sorted by start; rows mostly hit the last one.
@@ -936,6 +942,7 @@ impl Operator {
             self.accs[base + j].update(input, row, ts);
         }
         self.flags[state as usize] |= DIRTY;
+        state
     }
 
     fn retract(&mut self, slot: u32, start: i64, end: i64) {
@@ -1128,16 +1135,29 @@ impl Operator {
             }
         };
         let keys: Vec<&[u8]> = emits.iter().map(|e| key_of(e.key)).collect();
-        let mut order: Vec<usize> = (0..emits.len()).collect();
         // (end, start, key, retraction first) identifies a row: an unstable sort is
-        // deterministic here.
-        order.sort_unstable_by(|&a, &b| {
-            let (x, y) = (&emits[a], &emits[b]);
-            (x.end, x.start)
-                .cmp(&(y.end, y.start))
-                .then_with(|| keys[a].cmp(keys[b]))
-                .then_with(|| y.retract.cmp(&x.retract))
+        // deterministic here. The key's first 8 bytes (big-endian, so integer order is
+        // byte order) settle most comparisons without touching the key bytes.
+        let mut sort_keys: Vec<(i64, i64, u64, u32)> = emits
+            .iter()
+            .zip(&keys)
+            .enumerate()
+            .map(|(i, (e, k))| {
+                let mut prefix = [0u8; 8];
+                let m = k.len().min(8);
+                prefix[..m].copy_from_slice(&k[..m]);
+                (e.end, e.start, u64::from_be_bytes(prefix), i as u32)
+            })
+            .collect();
+        sort_keys.sort_unstable_by(|x, y| {
+            (x.0, x.1, x.2).cmp(&(y.0, y.1, y.2)).then_with(|| {
+                let (a, b) = (x.3 as usize, y.3 as usize);
+                keys[a]
+                    .cmp(keys[b])
+                    .then_with(|| emits[b].retract.cmp(&emits[a].retract))
+            })
         });
+        let order: Vec<usize> = sort_keys.iter().map(|k| k.3 as usize).collect();
         let rows: Vec<&Emit> = order.iter().map(|&i| &emits[i]).collect();
         let key_refs: Vec<&[u8]> = order.iter().map(|&i| keys[i]).collect();
         let retractions = rows.iter().filter(|e| e.retract).count() as u64;
@@ -1485,10 +1505,10 @@ fn write_acc(w: &mut Writer, a: &Acc) {
             write_sum(w, s);
             w.i64(*n)
         }
-        Acc::Moments(s, q, n) => {
+        Acc::Moments(m, n) => {
             w.u8(5);
-            write_sum(w, s);
-            write_sum(w, q);
+            write_sum(w, &m[0]);
+            write_sum(w, &m[1]);
             w.i64(*n)
         }
         Acc::Min(s) => {
@@ -1531,7 +1551,7 @@ fn read_acc(r: &mut Reader<'_>) -> Result<Acc> {
         2 => Acc::SumF(read_sum(r)?, r.i64()?),
         3 => Acc::MeanI(r.i128()?, r.i64()?),
         4 => Acc::MeanF(read_sum(r)?, r.i64()?),
-        5 => Acc::Moments(read_sum(r)?, read_sum(r)?, r.i64()?),
+        5 => Acc::Moments(Box::new([read_sum(r)?, read_sum(r)?]), r.i64()?),
         6 => Acc::Min(opt(r)?),
         7 => Acc::Max(opt(r)?),
         8 => Acc::First(opt_t(r)?),

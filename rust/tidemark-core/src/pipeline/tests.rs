@@ -341,6 +341,32 @@ fn on_update_emits_changes_and_retracts_merged_sessions() {
 }
 
 #[test]
+fn on_update_retracts_only_emitted_bounds_when_a_session_grows_twice() {
+    let mut c = cfg(WindowSpec::Session { gap: 10 }, Scope::Global);
+    c.emit = EmitMode::OnUpdate;
+    c.delay = 100;
+    let (mut o, _) = op(c);
+    o.process(&batch(&[("a", 20, 1)]), None).unwrap(); // emits [20, 30)
+                                                       // Both rows move the session: [15, 30), then [15, 35). Only [20, 30) was emitted.
+    let out = o
+        .process(&batch(&[("a", 15, 1), ("a", 25, 1)]), None)
+        .unwrap();
+    let retract = out.windows.column(5).as_boolean();
+    let col = |i: usize| {
+        out.windows
+            .column(i)
+            .as_primitive::<arrow_array::types::TimestampMicrosecondType>()
+            .clone()
+    };
+    let (starts, ends) = (col(1), col(2));
+    let got: Vec<(i64, i64, bool)> = (0..out.windows.num_rows())
+        .map(|i| (starts.value(i), ends.value(i), retract.value(i)))
+        .collect();
+    assert_eq!(got, vec![(20, 30, true), (15, 35, false)]);
+    assert_eq!(o.metrics().retractions_emitted, 1);
+}
+
+#[test]
 fn errors_and_partition_scope() {
     let mut c = cfg(
         WindowSpec::Tumbling {

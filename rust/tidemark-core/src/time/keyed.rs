@@ -749,6 +749,14 @@ impl KeyedWatermarkTracker {
         (slot != NIL).then_some(slot)
     }
 
+    /// The slot of the batch's `index`-th key and its watermark as it stood when the
+    /// batch began, or `None` if that key was evicted during the batch.
+    #[inline]
+    pub fn batch_key(&self, index: u32) -> Option<(u32, i64)> {
+        let (slot, before, _) = self.pending[index as usize];
+        (slot != NIL).then_some((slot, before))
+    }
+
     /// Applies the batch: per touched key (in order of first touch) the new max event
     /// time and activity; then recomputes the global watermark. Returns it if it rose
     /// to a new high.
