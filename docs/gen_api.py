@@ -39,6 +39,7 @@ SECTIONS: list[tuple[str, object, list[str]]] = [
         tm,
         ["PartitionedWatermarkTracker", "KeyedWatermarkTracker", "CompactKeyedWatermarkTracker"],
     ),
+    ("Routing", tm, ["HashRouter", "Router"]),
     ("Timers and clocks", tm, ["TimerService", "SystemClock", "ManualClock"]),
     (
         "Event time",

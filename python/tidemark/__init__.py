@@ -56,6 +56,7 @@ from tidemark.pipeline import (
     sum,
     variance,
 )
+from tidemark.route import HashRouter, Router
 from tidemark.watermarks import (
     CompactKeyedWatermarkTracker,
     KeyedWatermarkTracker,
@@ -71,6 +72,7 @@ __all__ = [
     "Clock",
     "CompactKeyedWatermarkTracker",
     "ConfigError",
+    "HashRouter",
     "InternalError",
     "InvalidPartitionError",
     "KeyedWatermarkTracker",
@@ -82,6 +84,7 @@ __all__ = [
     "ParsedEventTime",
     "PartitionedWatermarkTracker",
     "Pipeline",
+    "Router",
     "Session",
     "Sliding",
     "SourceNotFoundError",

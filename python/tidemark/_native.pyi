@@ -13,6 +13,7 @@ __all__ = [
     "ManualClock",
     "Operator",
     "PartitionedWatermarkTracker",
+    "Router",
     "SystemClock",
     "TimerService",
     "__version__",
@@ -228,3 +229,26 @@ def check_event_time_type(
     column: str, like: Any, event_time_type: str | None = None, allow_ticks: bool = False
 ) -> str:
     """Checks that `event_time_type` can parse a column of the given Arrow type."""
+
+@final
+class Router:
+    """Native router (see `tidemark.Router`)."""
+
+    def __new__(
+        cls,
+        num_partitions: int,
+        strategy: str,
+        keys: list[str] | None = None,
+        hash: str = "xxh3",
+        event_time: str | None = None,
+    ) -> Router: ...
+    @property
+    def num_partitions(self) -> int: ...
+    @property
+    def key_columns(self) -> list[str]: ...
+    def partition_ids(self, data: Any) -> Any:
+        """Partition id per row, as a pyarrow Int32Array."""
+    def route(self, data: Any) -> list[Any]:
+        """One pyarrow RecordBatch per partition."""
+    def partition_of(self, key: Any) -> int:
+        """Partition of one key given as Python values (xxh3 hashing only)."""

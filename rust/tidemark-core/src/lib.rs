@@ -5,6 +5,8 @@
 //! * [`time`]: watermarks per source partition with idle detection, per core, and
 //!   event-time column parsing to epoch microseconds.
 //! * [`key`]: one key encoding for Python values and Arrow columns; key interning.
+//! * [`route`]: hash (xxh3 or Spark-exact), round-robin, single and broadcast routing
+//!   of Arrow batches to shards.
 //! * [`clock`]: the injected clocks every time-dependent decision reads.
 //! * [`error`]: the crate's one error enum.
 //!
@@ -19,6 +21,7 @@ pub mod duration;
 pub mod error;
 pub mod key;
 pub mod pipeline;
+pub mod route;
 pub mod state;
 pub mod time;
 pub mod timer;

@@ -1,0 +1,131 @@
+//! `tidemark._native.Router`: routes Arrow batches to partitions (see `tidemark.route`).
+
+use std::sync::Arc;
+
+use arrow_array::{Int32Array, RecordBatch};
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+use pyo3_arrow::input::AnyRecordBatch;
+use pyo3_arrow::PyRecordBatch;
+use tidemark_core::route::{self, HashAlgo, Router, Strategy};
+use tidemark_core::TidemarkError;
+
+use crate::arrow_io::{array_to_py, read_batches};
+use crate::error::{check, detach};
+use crate::keys::py_key;
+
+/// Native router (see `tidemark.Router`).
+#[pyclass(name = "Router", module = "tidemark._native")]
+pub struct PyRouter {
+    inner: Router,
+}
+
+fn one_batch(
+    schema: arrow_schema::SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> Result<RecordBatch, TidemarkError> {
+    Ok(match batches.len() {
+        1 => batches.into_iter().next().expect("one"),
+        _ => arrow_select::concat::concat_batches(&schema, &batches)?,
+    })
+}
+
+#[pymethods]
+impl PyRouter {
+    #[new]
+    #[pyo3(signature = (num_partitions, strategy, keys = None, hash = "xxh3", event_time = None))]
+    fn new(
+        py: Python<'_>,
+        num_partitions: usize,
+        strategy: &str,
+        keys: Option<Vec<String>>,
+        hash: &str,
+        event_time: Option<String>,
+    ) -> PyResult<Self> {
+        let strategy = match strategy {
+            "hash" => Strategy::Hash {
+                keys: keys.unwrap_or_default(),
+                algo: check(py, HashAlgo::parse(hash))?,
+            },
+            "round_robin" => Strategy::RoundRobin,
+            "single" => Strategy::Single,
+            "broadcast" => Strategy::Broadcast,
+            other => {
+                return Err(crate::error::to_py(
+                    py,
+                    TidemarkError::config(
+                        "strategy",
+                        format!(
+                        "unknown strategy {other:?}; use hash, round_robin, single or broadcast"
+                    ),
+                    ),
+                ))
+            }
+        };
+        let inner = check(
+            py,
+            Router::new(num_partitions, strategy, event_time.as_deref()),
+        )?;
+        Ok(Self { inner })
+    }
+
+    #[getter]
+    fn num_partitions(&self) -> usize {
+        self.inner.num_partitions()
+    }
+
+    #[getter]
+    fn key_columns(&self) -> Vec<String> {
+        self.inner.key_columns().to_vec()
+    }
+
+    /// Partition id per row, as a pyarrow Int32Array.
+    fn partition_ids(&mut self, py: Python<'_>, data: AnyRecordBatch) -> PyResult<Py<PyAny>> {
+        let (schema, batches) = read_batches(py, data)?;
+        let r = &mut self.inner;
+        let ids = detach(py, move || {
+            let batch = one_batch(schema, batches)?;
+            let ids = r.partition_ids(&batch)?;
+            Ok(Int32Array::from_iter_values(
+                ids.into_iter().map(|p| p as i32),
+            ))
+        })?;
+        array_to_py(py, Arc::new(ids))
+    }
+
+    /// One pyarrow RecordBatch per partition.
+    fn route<'py>(
+        &mut self,
+        py: Python<'py>,
+        data: AnyRecordBatch,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let (schema, batches) = read_batches(py, data)?;
+        let r = &mut self.inner;
+        let shards = detach(py, move || {
+            let batch = one_batch(schema, batches)?;
+            r.route(&batch)
+        })?;
+        let out = PyList::empty(py);
+        for s in shards {
+            out.append(PyRecordBatch::new(s).into_pyarrow(py)?)?;
+        }
+        Ok(out)
+    }
+
+    /// Partition of one key given as Python values (xxh3 hashing only).
+    fn partition_of(&self, key: &Bound<'_, PyAny>) -> PyResult<u32> {
+        match self.inner.strategy() {
+            Strategy::Hash { algo: HashAlgo::Xxh3, .. } => Ok(route::xxh3_partition(
+                &py_key(key)?,
+                self.inner.num_partitions() as u32,
+            )),
+            _ => Err(crate::error::to_py(
+                key.py(),
+                TidemarkError::config(
+                    "strategy",
+                    "partition_of needs hash=\"xxh3\" routing (spark hashing depends on Spark column types; use partition_ids)",
+                ),
+            )),
+        }
+    }
+}
