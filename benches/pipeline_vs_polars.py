@@ -4,11 +4,14 @@ Run from the repository root (after ``make build``)::
 
     python benches/pipeline_vs_polars.py            # 30 batches of 64K rows, 10K keys
     python benches/pipeline_vs_polars.py --batches 10 --repeat 5
+    python benches/pipeline_vs_polars.py --cores 1 2      # thread-per-core scaling
 
 Workload (issue: Pipeline performance): tumbling 10 s count + sum and session (gap 30 s)
 with per-key watermarks (bounded delay 5 s), 10K keys, 65,536-row batches. polars
 computes the same tumbling GROUP BY as one batch computation with no watermark at all.
-Prints the median of ``--repeat`` runs and the ratio against polars.
+Prints the median of ``--repeat`` runs and the ratio against polars. With ``--cores``,
+also the tumbling pipeline on each core count (``pipe.operator(cores=N)``) and the
+scaling efficiency against one core, ``rate(N) / (N * rate(1))``.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ def make_batches(n: int) -> list[pa.Table]:
     return out
 
 
-def run_pipeline(window: object, data: list[pa.Table]) -> float:
+def run_pipeline(window: object, data: list[pa.Table], cores: int = 1) -> float:
     pipe = tm.Pipeline(
         key="device",
         event_time="ts",
@@ -51,7 +54,7 @@ def run_pipeline(window: object, data: list[pa.Table]) -> float:
         window=window,  # type: ignore[arg-type]
         aggs={"n": tm.count(), "s": tm.sum("value")},
     )
-    op = pipe.operator()
+    op = pipe.operator(cores=cores)
     t = time.perf_counter()
     for b in data:
         op.process(b)
@@ -74,6 +77,7 @@ def main() -> None:
     )
     ap.add_argument("--batches", type=int, default=30)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--cores", type=int, nargs="*", default=[], help="core counts to compare")
     args = ap.parse_args()
     data = make_batches(args.batches)
     n = ROWS * args.batches
@@ -95,6 +99,15 @@ def main() -> None:
     print(f"{n:,} events, {KEYS:,} keys, {ROWS:,}-row batches; median of {args.repeat} runs")
     for label, eps in results.items():
         print(f"  {label:<48} {eps / 1e6:8.2f} M events/s   ({eps / base:.2f}x polars)")
+    one = None
+    for cores in args.cores:
+        secs = statistics.median(
+            run_pipeline(tm.Tumbling("10s"), data, cores) for _ in range(args.repeat)
+        )
+        eps = n / secs
+        one = one or (eps if cores == 1 else None)
+        eff = f"   scaling efficiency {eps / (cores * one):.0%}" if one else ""
+        print(f"  {f'tidemark tumbling 10s, cores={cores}':<48} {eps / 1e6:8.2f} M events/s{eff}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import tidemark as tm
+import tidemark.metrics as tmm
 import tidemark.spark as tms
 
 OUT = Path(__file__).parent / "api.md"
@@ -40,6 +41,7 @@ SECTIONS: list[tuple[str, object, list[str]]] = [
         ["PartitionedWatermarkTracker", "KeyedWatermarkTracker", "CompactKeyedWatermarkTracker"],
     ),
     ("Routing", tm, ["HashRouter", "Router"]),
+    ("Metrics", tmm, ["prometheus_text", "PrometheusCollector"]),
     ("Timers and clocks", tm, ["TimerService", "SystemClock", "ManualClock"]),
     (
         "Event time",

@@ -74,8 +74,15 @@ def test_batch_aggregate_matches_local(spark: Any) -> None:
     # Whatever the number of partitions, the same windows.
     again = aggregate(df, pipe, num_partitions=5)
     assert rows_of(again.windows, ["device", "window_start", "n", "s"]) == got
+    # Whatever the number of cores per task (thread-per-core runtime), the same windows.
+    threaded = aggregate(df, pipe, num_partitions=2, cores=3)
+    assert rows_of(threaded.windows, ["device", "window_start", "n", "s"]) == got
+    assert [(e.device, e.reason) for e in threaded.errors.collect()] == [
+        ("d1", "event time is null")
+    ]
     res.unpersist()
     again.unpersist()
+    threaded.unpersist()
 
 
 def test_batch_replay_in_arrival_order_reports_late_rows(spark: Any) -> None:

@@ -7,6 +7,7 @@
 //! | `timer/register_then_fire` | < 100 ns per timer (register + fire) |
 //! | `pipeline/tumbling_count_sum_10k_keys` (64K-row batches, per-key watermarks) | >= 10M events/s |
 //! | `pipeline/session_30s_10k_keys` | >= 5M events/s |
+//! | `runtime/tumbling_10k_keys/cores=N` | scaling 1 -> 2 cores >= 90% |
 //!
 //! The Python-level figures (same workload through `tidemark.Pipeline`, compared with
 //! polars `group_by` in the same run) come from `benches/pipeline_vs_polars.py`.
@@ -19,6 +20,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use tidemark_core::agg::{AggKind, AggSpec};
 use tidemark_core::clock::ManualClock;
 use tidemark_core::pipeline::{EmitMode, LatePolicy, Operator, PipelineConfig, Scope, TimeMode};
+use tidemark_core::runtime::ShardedOperator;
 use tidemark_core::time::KeyEvictionPolicy;
 use tidemark_core::timer::{TimeDomain, TimerService};
 use tidemark_core::window::WindowSpec;
@@ -120,6 +122,41 @@ fn bench_pipeline(c: &mut Criterion) {
     g.finish();
 }
 
+/// The thread-per-core runtime on the tumbling workload: 1 and 2 cores (and more when
+/// the machine has them). Scaling efficiency = rate(N) / (N * rate(1)).
+fn bench_runtime(c: &mut Criterion) {
+    let data = batches(8);
+    let mut g = c.benchmark_group("runtime");
+    g.throughput(Throughput::Elements((ROWS * data.len()) as u64));
+    g.sample_size(10);
+    let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let window = WindowSpec::Tumbling {
+        size: 10_000_000,
+        offset: 0,
+    };
+    for cores in [1usize, 2, 4, 8, 16] {
+        if cores > available.max(2) {
+            break;
+        }
+        g.bench_function(format!("tumbling_10k_keys/cores={cores}"), |b| {
+            b.iter_batched(
+                || {
+                    ShardedOperator::new(config(window), Arc::new(ManualClock::new(0)), cores, 4)
+                        .unwrap()
+                },
+                |mut op| {
+                    for batch in &data {
+                        black_box(op.process(batch, None).unwrap());
+                    }
+                    black_box(op.flush().unwrap())
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
+    g.finish();
+}
+
 fn bench_timers(c: &mut Criterion) {
     let mut g = c.benchmark_group("timer");
     const N: u64 = 100_000;
@@ -144,5 +181,5 @@ fn bench_timers(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_timers, bench_pipeline);
+criterion_group!(benches, bench_timers, bench_pipeline, bench_runtime);
 criterion_main!(benches);

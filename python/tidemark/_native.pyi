@@ -14,6 +14,7 @@ __all__ = [
     "Operator",
     "PartitionedWatermarkTracker",
     "Router",
+    "ShardedOperator",
     "SystemClock",
     "TimerService",
     "__version__",
@@ -185,6 +186,28 @@ class Operator:
         """What the last process call saw: max event time, per-partition maxima, key-scope
         global watermark."""
     def key_watermark(self, key: Any) -> int | None: ...
+    def metrics(self) -> dict[str, Any]: ...
+
+@final
+class ShardedOperator:
+    """Native sharded operator (see `tidemark.Operator` with cores > 1)."""
+
+    def __new__(
+        cls,
+        config: dict[str, Any],
+        cores: int,
+        queue_capacity: int = 4,
+        clock: SystemClock | ManualClock | None = None,
+        state: bytes | None = None,
+    ) -> ShardedOperator: ...
+    @property
+    def cores(self) -> int: ...
+    def process(self, data: Any, parsed_times: Any = None) -> tuple[Any, Any, Any]: ...
+    def flush(self) -> tuple[Any, Any, Any]: ...
+    def snapshot(self) -> bytes: ...
+    @property
+    def watermark(self) -> int | None: ...
+    def progress(self) -> dict[str, Any]: ...
     def metrics(self) -> dict[str, Any]: ...
 
 @final

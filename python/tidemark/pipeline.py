@@ -343,9 +343,29 @@ class Pipeline:
         """The ``windows`` schema for an input schema (checks columns and types)."""
         return _native.pipeline_output_schema(self._config, schema)
 
-    def operator(self, state: bytes | None = None, *, clock: Clock | None = None) -> Operator:
-        """A stateful operator; ``state`` (from :meth:`Operator.snapshot`) restores one."""
-        return Operator(self, state, clock=clock if clock is not None else self.clock)
+    def operator(
+        self,
+        state: bytes | None = None,
+        *,
+        clock: Clock | None = None,
+        cores: int = 1,
+        queue_capacity: int = 4,
+    ) -> Operator:
+        """A stateful operator; ``state`` (from :meth:`Operator.snapshot`) restores one.
+
+        ``cores > 1`` shards the keyed state over that many worker threads (started
+        now, stopped when the operator is garbage-collected): each owns the windows,
+        timers and watermarks of its keys, fed by a hash router through bounded queues
+        of ``queue_capacity`` messages. The output is identical to ``cores=1``; the GIL
+        is released while the cores work. A snapshot restores with the same ``cores``.
+        """
+        return Operator(
+            self,
+            state,
+            clock=clock if clock is not None else self.clock,
+            cores=cores,
+            queue_capacity=queue_capacity,
+        )
 
     def __repr__(self) -> str:
         return (
@@ -369,10 +389,34 @@ class Operator:
     __slots__ = ("_inner", "_pipeline")
 
     def __init__(
-        self, pipeline: Pipeline, state: bytes | None = None, *, clock: Clock | None = None
+        self,
+        pipeline: Pipeline,
+        state: bytes | None = None,
+        *,
+        clock: Clock | None = None,
+        cores: int = 1,
+        queue_capacity: int = 4,
     ) -> None:
         self._pipeline = pipeline
-        self._inner = _native.Operator(pipeline._config, native_clock(clock), state)
+        if not isinstance(cores, int) or isinstance(cores, bool) or cores < 1:
+            raise ConfigError(f"cores must be a positive int, got {cores!r}")
+        self._inner: _native.Operator | _native.ShardedOperator
+        if cores == 1:
+            self._inner = _native.Operator(pipeline._config, native_clock(clock), state)
+        else:
+            self._inner = _native.ShardedOperator(
+                pipeline._config, cores, queue_capacity, native_clock(clock), state
+            )
+
+    @property
+    def cores(self) -> int:
+        """Worker threads (1: the calling thread does the work)."""
+        return self._inner.cores if isinstance(self._inner, _native.ShardedOperator) else 1
+
+    def _single(self, what: str) -> _native.Operator:
+        if isinstance(self._inner, _native.ShardedOperator):
+            raise ConfigError(f"{what} needs an operator with cores=1")
+        return self._inner
 
     @property
     def pipeline(self) -> Pipeline:
@@ -422,7 +466,7 @@ class Operator:
         combines every task's :meth:`progress`): it replaces the global / partition
         watermark, or (``per="key"``) the global watermark closing idle keys' windows.
         ``None`` returns to the operator's own watermark."""
-        self._inner.set_external_watermark(watermark)
+        self._single("set_external_watermark").set_external_watermark(watermark)
 
     def progress(self) -> dict[str, Any]:
         """What the last ``process`` call saw: ``max_event_time``, ``partition_max``
@@ -432,12 +476,19 @@ class Operator:
 
     def key_watermark(self, key: Any) -> int | None:
         """The watermark of one key (meaningful with ``per="key"``)."""
-        return self._inner.key_watermark(key)
+        return self._single("key_watermark").key_watermark(key)
 
     def metrics(self) -> dict[str, Any]:
         """Counters: ``rows_in``, ``late_dropped_count``, ``rows_error``,
         ``windows_emitted``, ``updates_emitted``, ``windows_open``,
-        ``sessions_closed_by_timer``, ``sessions_closed_by_watermark``, keys, ..."""
+        ``sessions_closed_by_timer``, ``sessions_closed_by_watermark``, keys, ...
+
+        With ``cores > 1`` the counters are summed over cores and ``cores`` lists each
+        core's ``records_processed``, ``processing_time_us``, ``queue_depth``,
+        ``queue_capacity``, ``channel_utilization``, ``utilization``, ``backpressure``
+        (``healthy`` < 0.7 <= ``warning`` < 0.85 <= ``critical`` < 0.95 <=
+        ``saturated``), ``backpressure_events`` and ``latency_p50_us`` / ``p95`` /
+        ``p99`` (per batch, from an HDR-style histogram)."""
         return self._inner.metrics()
 
 

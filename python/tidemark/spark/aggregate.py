@@ -32,9 +32,24 @@ class AggregateResult:
         self.combined.unpersist()
 
 
-def _task(pipe: Pipeline, plan: Plan, order_by: str | None, batch_rows: int | None) -> Any:
+def task_cores(cores: int | None, pipe: Pipeline) -> int:
+    """Cores for a task's operator: ``cores``, else the task's ``TaskContext.cpus()``
+    (``spark.task.cpus``, 1 by default); a global aggregate runs on one."""
+    if not pipe.key:
+        return 1
+    if cores is not None:
+        return cores
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return max(1, ctx.cpus()) if ctx is not None else 1
+
+
+def _task(
+    pipe: Pipeline, plan: Plan, order_by: str | None, batch_rows: int | None, cores: int | None
+) -> Any:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        op = pipe.operator()
+        op = pipe.operator(cores=task_cores(cores, pipe))
         table = concat_input(batches, plan.input_arrow)
         if order_by is not None and batch_rows is not None:
             # Replay in arrival order, in micro-batches: late rows are judged as a
@@ -56,6 +71,7 @@ def aggregate(
     order_by: str | None = None,
     batch_rows: int | None = None,
     storage_level: Any = None,
+    cores: int | None = None,
 ) -> AggregateResult:
     """Runs a pipeline over a batch DataFrame on Spark.
 
@@ -80,6 +96,9 @@ def aggregate(
         Replay each partition in ``order_by`` order, ``batch_rows`` rows at a time.
     storage_level : pyspark.StorageLevel, optional
         How the combined result is persisted (default: memory and disk).
+    cores : int, optional
+        Worker threads per task's operator (default: ``TaskContext.cpus()``, i.e.
+        ``spark.task.cpus``; same output for any value).
 
     Returns
     -------
@@ -104,7 +123,9 @@ def aggregate(
     parted = df.repartition(n, *pipe.key) if pipe.key else df.repartition(1)
     if order_by is not None:
         parted = parted.sortWithinPartitions(order_by)
-    combined = parted.mapInArrow(_task(pipe, plan, order_by, batch_rows), plan.combined_spark)
+    combined = parted.mapInArrow(
+        _task(pipe, plan, order_by, batch_rows, cores), plan.combined_spark
+    )
     combined = combined.persist(storage_level or StorageLevel.MEMORY_AND_DISK)
     windows, late, errors = plan.split(combined)
     return AggregateResult(windows, late, errors, combined)

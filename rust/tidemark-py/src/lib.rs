@@ -14,6 +14,7 @@ mod parse;
 mod partitioned;
 mod pipeline;
 mod route;
+mod runtime;
 
 use pyo3::prelude::*;
 
@@ -28,6 +29,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pipeline::PyOperator>()?;
     m.add_class::<pipeline::PyTimerService>()?;
     m.add_class::<route::PyRouter>()?;
+    m.add_class::<runtime::PyShardedOperator>()?;
     m.add_function(wrap_pyfunction!(pipeline::validate_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::pipeline_output_schema, m)?)?;
     m.add_function(wrap_pyfunction!(parse::builtin_event_time_types, m)?)?;

@@ -182,7 +182,7 @@ fn batch_to_table(py: Python<'_>, b: RecordBatch) -> PyResult<Py<PyAny>> {
         .unbind())
 }
 
-fn output(py: Python<'_>, o: Output) -> PyResult<(Py<PyAny>, Py<PyAny>, Py<PyAny>)> {
+pub fn output(py: Python<'_>, o: Output) -> PyResult<(Py<PyAny>, Py<PyAny>, Py<PyAny>)> {
     Ok((
         batch_to_table(py, o.windows)?,
         batch_to_table(py, o.late)?,
@@ -288,38 +288,51 @@ impl PyOperator {
     }
 
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let m = self.inner.metrics();
-        let k = self.inner.key_metrics();
-        let d = PyDict::new(py);
-        for (name, v) in [
-            ("batches", m.batches),
-            ("rows_in", m.rows_in),
-            ("late_dropped_count", m.late_dropped_count),
-            ("rows_error", m.rows_error),
-            ("windows_emitted", m.windows_emitted),
-            ("updates_emitted", m.updates_emitted),
-            ("retractions_emitted", m.retractions_emitted),
-            ("windows_open", m.windows_open),
-            ("windows_closed_by_timer", m.windows_closed_by_timer),
-            ("windows_closed_by_watermark", m.windows_closed_by_watermark),
-            ("sessions_closed_by_timer", m.sessions_closed_by_timer),
-            (
-                "sessions_closed_by_watermark",
-                m.sessions_closed_by_watermark,
-            ),
-            ("sessions_merged", m.sessions_merged),
-            ("windows_flushed", m.windows_flushed),
-            ("windows_evicted", m.windows_evicted),
-            ("keys_evicted", m.keys_evicted),
-        ] {
-            d.set_item(name, v)?;
-        }
-        d.set_item("keys", k.total_keys)?;
-        d.set_item("active_keys", k.active_keys)?;
-        d.set_item("idle_keys", k.idle_keys)?;
-        d.set_item("watermark", self.inner.watermark())?;
-        Ok(d)
+        metrics_dict(
+            py,
+            &self.inner.metrics(),
+            self.inner.key_metrics(),
+            self.inner.watermark(),
+        )
     }
+}
+
+/// The metrics dict of an operator (one or sharded).
+pub fn metrics_dict<'py>(
+    py: Python<'py>,
+    m: &tidemark_core::pipeline::PipelineMetrics,
+    k: &tidemark_core::time::KeyedWatermarkMetrics,
+    watermark: Option<i64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (name, v) in [
+        ("batches", m.batches),
+        ("rows_in", m.rows_in),
+        ("late_dropped_count", m.late_dropped_count),
+        ("rows_error", m.rows_error),
+        ("windows_emitted", m.windows_emitted),
+        ("updates_emitted", m.updates_emitted),
+        ("retractions_emitted", m.retractions_emitted),
+        ("windows_open", m.windows_open),
+        ("windows_closed_by_timer", m.windows_closed_by_timer),
+        ("windows_closed_by_watermark", m.windows_closed_by_watermark),
+        ("sessions_closed_by_timer", m.sessions_closed_by_timer),
+        (
+            "sessions_closed_by_watermark",
+            m.sessions_closed_by_watermark,
+        ),
+        ("sessions_merged", m.sessions_merged),
+        ("windows_flushed", m.windows_flushed),
+        ("windows_evicted", m.windows_evicted),
+        ("keys_evicted", m.keys_evicted),
+    ] {
+        d.set_item(name, v)?;
+    }
+    d.set_item("keys", k.total_keys)?;
+    d.set_item("active_keys", k.active_keys)?;
+    d.set_item("idle_keys", k.idle_keys)?;
+    d.set_item("watermark", watermark)?;
+    Ok(d)
 }
 
 /// Native timer service (see `tidemark.TimerService`). Keys are Python keys, stored

@@ -91,6 +91,28 @@ pub struct PipelineMetrics {
     pub windows_evicted: u64,
 }
 
+impl PipelineMetrics {
+    /// Adds another shard's counters (`batches`: the calls, counted once).
+    pub fn add(&mut self, o: &PipelineMetrics) {
+        self.batches = self.batches.max(o.batches);
+        self.rows_in += o.rows_in;
+        self.late_dropped_count += o.late_dropped_count;
+        self.rows_error += o.rows_error;
+        self.windows_emitted += o.windows_emitted;
+        self.updates_emitted += o.updates_emitted;
+        self.retractions_emitted += o.retractions_emitted;
+        self.windows_open += o.windows_open;
+        self.windows_closed_by_timer += o.windows_closed_by_timer;
+        self.windows_closed_by_watermark += o.windows_closed_by_watermark;
+        self.sessions_closed_by_timer += o.sessions_closed_by_timer;
+        self.sessions_closed_by_watermark += o.sessions_closed_by_watermark;
+        self.sessions_merged += o.sessions_merged;
+        self.windows_flushed += o.windows_flushed;
+        self.keys_evicted += o.keys_evicted;
+        self.windows_evicted += o.windows_evicted;
+    }
+}
+
 /// What the last `process` call saw, for combining watermarks across operators (the
 /// Spark driver combines the progress of every task).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -101,6 +123,36 @@ pub struct Progress {
     pub partition_max: Vec<(u32, i64)>,
     /// Key scope: the minimum watermark over this operator's active keys.
     pub key_global: Option<i64>,
+    /// Largest event time of the call's on-time rows (`i64::MIN`: none); what the
+    /// global scope's watermark advances with.
+    pub on_time_max: i64,
+    /// Key scope: the minimum watermark over active keys (`None`: no active key) and
+    /// the highest key watermark seen ([`KeyedWatermarkTracker::global_parts`]).
+    pub key_parts: (Option<i64>, i64),
+}
+
+/// The first half of a [`Operator::process`] call: rows ingested, windows not yet
+/// closed (see [`Operator::ingest`]).
+#[derive(Debug)]
+pub struct Pending {
+    batch: RecordBatch,
+    late_rows: Vec<u32>,
+    errors: Vec<(usize, String)>,
+}
+
+impl Pending {
+    /// Rows (indices into the ingested batch) judged late, ascending.
+    pub fn late_rows(&self) -> &[u32] {
+        &self.late_rows
+    }
+
+    /// Rows (indices into the ingested batch) that became error rows, ascending: the
+    /// order of the `errors` output.
+    pub fn error_rows(&self) -> Vec<u32> {
+        let mut rows: Vec<u32> = self.errors.iter().map(|e| e.0 as u32).collect();
+        rows.sort_unstable();
+        rows
+    }
 }
 
 /// Schema-dependent parts, fixed at the first batch.
@@ -210,6 +262,9 @@ pub struct Operator {
     /// replaces the scope watermark (global, partition) or, per key, the global
     /// watermark that closes idle keys' windows.
     external: Option<i64>,
+    /// The watermark that closes windows (global and partition scope; idle keys'
+    /// windows in key scope), set by a coordinator combining several operators.
+    close_override: Option<i64>,
     progress: Progress,
     metrics: PipelineMetrics,
     // Per-call scratch.
@@ -262,6 +317,7 @@ impl Operator {
             global_max: i64::MIN,
             partitions,
             external: None,
+            close_override: None,
             progress: Progress::default(),
             metrics: PipelineMetrics::default(),
             touched: Vec::new(),
@@ -321,6 +377,13 @@ impl Operator {
     /// to the operator's own watermark.
     pub fn set_external_watermark(&mut self, w: Option<i64>) {
         self.external = w;
+    }
+
+    /// Closes windows at `w` instead of the operator's own watermark from the next
+    /// close on (the runtime's coordinator sets the watermark combined over shards);
+    /// `None` returns to the operator's own.
+    pub fn set_close_watermark(&mut self, w: Option<i64>) {
+        self.close_override = w;
     }
 
     /// What the last `process` call saw.
@@ -509,6 +572,19 @@ impl Operator {
         batch: &RecordBatch,
         parsed_times: Option<&Int64Array>,
     ) -> Result<Output> {
+        let pending = self.ingest(batch, parsed_times)?;
+        self.complete(pending)
+    }
+
+    /// The first half of [`Self::process`]: judges and adds the rows, advances the
+    /// operator's watermarks and records [`Self::progress`], but closes nothing.
+    /// [`Self::complete`] finishes the call; between the two a coordinator may set the
+    /// combined watermark ([`Self::set_close_watermark`]).
+    pub fn ingest(
+        &mut self,
+        batch: &RecordBatch,
+        parsed_times: Option<&Int64Array>,
+    ) -> Result<Pending> {
         self.ensure_bound(batch.schema_ref())?;
         let bound = self.bound.clone().expect("bound");
         let n = batch.num_rows();
@@ -769,8 +845,26 @@ impl Operator {
                 Scope::Key => self.keys.global_watermark().map(|w| w.timestamp()),
                 _ => None,
             },
+            on_time_max: batch_max,
+            key_parts: self.keys.global_parts(),
         };
+        Ok(Pending {
+            batch: batch.clone(),
+            late_rows,
+            errors,
+        })
+    }
 
+    /// The second half of [`Self::process`]: closes what the watermark passed and
+    /// builds the output.
+    pub fn complete(&mut self, pending: Pending) -> Result<Output> {
+        let Pending {
+            batch,
+            late_rows,
+            mut errors,
+        } = pending;
+        let batch = &batch;
+        let bound = self.bound.clone().expect("bound by ingest");
         // 5. Close what the watermark passed; emit.
         self.close_windows();
         self.metrics.late_dropped_count += late_rows.len() as u64;
@@ -1077,6 +1171,7 @@ impl Operator {
             }
         }
         let w = match &self.cfg.scope {
+            _ if self.close_override.is_some() => self.close_override.expect("checked"),
             Scope::Global => self.watermark,
             Scope::Partition { .. } => self
                 .partitions

@@ -37,6 +37,8 @@ pub enum SnapshotKind {
     Reorder = 3,
     /// A per-partition watermark tracker.
     Partitions = 4,
+    /// A pipeline operator sharded over cores (the runtime).
+    Sharded = 5,
 }
 
 impl SnapshotKind {
@@ -46,6 +48,7 @@ impl SnapshotKind {
             SnapshotKind::Timers => "timer service",
             SnapshotKind::Reorder => "reorder operator",
             SnapshotKind::Partitions => "partition watermark tracker",
+            SnapshotKind::Sharded => "sharded pipeline operator",
         }
     }
 
@@ -55,6 +58,7 @@ impl SnapshotKind {
             2 => SnapshotKind::Timers,
             3 => SnapshotKind::Reorder,
             4 => SnapshotKind::Partitions,
+            5 => SnapshotKind::Sharded,
             _ => return None,
         })
     }

@@ -154,6 +154,18 @@ pub struct KeyedWatermarkMetrics {
     pub key_advances: u64,
 }
 
+impl KeyedWatermarkMetrics {
+    /// Adds another shard's counters.
+    pub fn add(&mut self, o: &KeyedWatermarkMetrics) {
+        self.total_keys += o.total_keys;
+        self.active_keys += o.active_keys;
+        self.idle_keys += o.idle_keys;
+        self.evicted_keys += o.evicted_keys;
+        self.global_advances += o.global_advances;
+        self.key_advances += o.key_advances;
+    }
+}
+
 const NIL: u32 = u32::MAX;
 
 /// A key evicted because of `max_keys`.
@@ -822,6 +834,14 @@ impl KeyedWatermarkTracker {
     #[inline]
     pub fn global_watermark(&self) -> Option<Watermark> {
         Watermark::from_raw(self.global)
+    }
+
+    /// The minimum watermark over active keys right now (`None`: no active key), and
+    /// the highest key watermark ever seen: the two inputs of the global watermark,
+    /// for combining trackers that each hold a shard of the keys.
+    pub fn global_parts(&self) -> (Option<i64>, i64) {
+        let m = self.active.min();
+        ((m != MinTree::EMPTY).then_some(m), self.max_seen)
     }
 
     /// The highest global watermark reported so far (monotonic): what a consumer

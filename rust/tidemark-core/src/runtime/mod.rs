@@ -1,0 +1,798 @@
+//! Thread-per-core runtime: a pipeline operator sharded by key over worker threads.
+//!
+//! [`ShardedOperator`] owns `N` worker threads, created with it (never at import) and
+//! joined when it is dropped. Each worker owns one [`Operator`]: the windows, timers and
+//! per-key watermarks of the keys the [`Router`] sends it (xxh3 of the canonical key,
+//! see [`crate::route`]). Workers are fed through bounded queues (a full queue blocks
+//! the caller: nothing is dropped) and share no mutable state, so the hot path takes no
+//! lock.
+//!
+//! Each `process` call runs in two steps so that the output is identical to one
+//! operator's (the [`crate::time::CoreWatermarkState`] pattern of collecting core
+//! watermarks and broadcasting the combined one):
+//!
+//! 1. every shard ingests its rows against the watermark as it stood when the call
+//!    began (the coordinator's combined watermark, set on each shard), and reports its
+//!    progress (on-time maximum, per-partition maxima, its keys' watermark minimum);
+//! 2. the coordinator combines the progress exactly as one operator would (global:
+//!    max event time - delay; partition: a [`PartitionedWatermarkTracker`] with
+//!    idleness; key: minimum over active keys of all shards) and broadcasts the result;
+//!    every shard closes its windows at it.
+//!
+//! The windows of all shards are merged in the single-operator order (window end,
+//! window start, key, retraction first); late and error rows come back in input order.
+
+mod metrics;
+
+pub use metrics::{BackpressureState, CoreMetrics, LatencyHistogram};
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{ArrayRef, Int64Array, RecordBatch, UInt32Array};
+use arrow_schema::{DataType, Schema};
+
+use crate::clock::ClockRef;
+use crate::error::{Result, TidemarkError};
+use crate::key::KeyColumns;
+use crate::pipeline::{
+    Operator, Output, PipelineConfig, PipelineMetrics, Progress, Scope, TimeMode,
+};
+use crate::route::{group_rows, HashAlgo, Router, RowGroups, Strategy};
+use crate::state::{self, Reader, SnapshotKind, Writer};
+use crate::time::{KeyedWatermarkMetrics, PartitionedWatermarkTracker};
+
+/// Starts a wall-clock measurement for the per-core metrics (busy time, latency).
+/// The one place the runtime reads the system clock: metrics only, never a result,
+/// which read time through [`crate::clock::Clock`].
+#[allow(clippy::disallowed_methods)]
+fn stopwatch() -> Instant {
+    Instant::now()
+}
+
+/// Default capacity of each worker's queue (messages).
+pub const DEFAULT_QUEUE_CAPACITY: usize = 4;
+
+enum Job {
+    Ingest {
+        /// The whole input batch; the worker takes its rows (in parallel with the
+        /// other workers).
+        batch: RecordBatch,
+        parsed: Option<Int64Array>,
+        /// This shard's rows (`None`: all of them).
+        rows: Option<(Arc<RowGroups>, usize)>,
+        threshold: Option<i64>,
+    },
+    Complete {
+        close: Option<i64>,
+    },
+    Flush,
+    Snapshot,
+    Metrics,
+}
+
+enum Reply {
+    Ingested(Result<(Progress, Vec<u32>, Vec<u32>)>),
+    /// Output, and (several cores) the merge keys of its window rows.
+    Done(Result<(Output, Vec<MergeKey>)>),
+    Snapshot(Vec<u8>),
+    Metrics(Box<(PipelineMetrics, KeyedWatermarkMetrics)>),
+}
+
+/// Counters a worker shares with the coordinator (atomics: read without a lock).
+#[derive(Debug, Default)]
+struct Shared {
+    records: AtomicU64,
+    busy_ns: AtomicU64,
+    queue_depth: AtomicUsize,
+    backpressure_events: AtomicU64,
+    latency: LatencyHistogram,
+}
+
+struct Worker {
+    tx: Option<SyncSender<Job>>,
+    rx: Receiver<Reply>,
+    handle: Option<JoinHandle<()>>,
+    shared: Arc<Shared>,
+}
+
+impl Worker {
+    fn spawn(index: usize, mut op: Operator, capacity: usize, merge: bool) -> Result<Self> {
+        let (tx, jobs) = sync_channel::<Job>(capacity);
+        let (reply_tx, rx) = sync_channel::<Reply>(1);
+        let shared = Arc::new(Shared::default());
+        let sh = shared.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("tidemark-core-{index}"))
+            .spawn(move || {
+                let mut pending = None;
+                let mut started = None;
+                while let Ok(job) = jobs.recv() {
+                    sh.queue_depth.fetch_sub(1, Ordering::Relaxed);
+                    let t0 = stopwatch();
+                    let reply = match job {
+                        Job::Ingest {
+                            batch,
+                            parsed,
+                            rows,
+                            threshold,
+                        } => {
+                            started = Some(t0);
+                            op.set_external_watermark(threshold);
+                            let r = shard_rows(batch, parsed, rows).and_then(|(b, p)| {
+                                sh.records.fetch_add(b.num_rows() as u64, Ordering::Relaxed);
+                                op.ingest(&b, p.as_ref())
+                            });
+                            Reply::Ingested(r.map(|p| {
+                                let rows = (p.late_rows().to_vec(), p.error_rows());
+                                pending = Some(p);
+                                (op.progress().clone(), rows.0, rows.1)
+                            }))
+                        }
+                        Job::Complete { close } => {
+                            op.set_close_watermark(close);
+                            let out = match pending.take() {
+                                Some(p) => op.complete(p),
+                                None => Err(TidemarkError::config(
+                                    "runtime",
+                                    "complete without ingest (internal error)",
+                                )),
+                            };
+                            if let Some(s) = started.take() {
+                                sh.latency.record(s.elapsed().as_micros() as u64);
+                            }
+                            Reply::Done(with_merge_keys(out, merge, op.config()))
+                        }
+                        Job::Flush => Reply::Done(with_merge_keys(op.flush(), merge, op.config())),
+                        Job::Snapshot => Reply::Snapshot(op.snapshot()),
+                        Job::Metrics => {
+                            Reply::Metrics(Box::new((op.metrics(), op.key_metrics().clone())))
+                        }
+                    };
+                    sh.busy_ns
+                        .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    if reply_tx.send(reply).is_err() {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| {
+                TidemarkError::config("cores", format!("cannot start a worker thread: {e}"))
+            })?;
+        Ok(Worker {
+            tx: Some(tx),
+            rx,
+            handle: Some(handle),
+            shared,
+        })
+    }
+
+    /// Enqueues a job; a full queue blocks (and counts a backpressure event).
+    fn send(&self, job: Job) -> Result<()> {
+        let tx = self.tx.as_ref().expect("worker running");
+        self.shared.queue_depth.fetch_add(1, Ordering::Relaxed);
+        let gone = || TidemarkError::config("runtime", "a worker thread stopped (it panicked)");
+        match tx.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(job)) => {
+                self.shared
+                    .backpressure_events
+                    .fetch_add(1, Ordering::Relaxed);
+                tx.send(job).map_err(|_| gone())
+            }
+            Err(TrySendError::Disconnected(_)) => Err(gone()),
+        }
+    }
+
+    fn recv(&self) -> Result<Reply> {
+        self.rx
+            .recv()
+            .map_err(|_| TidemarkError::config("runtime", "a worker thread stopped (it panicked)"))
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// A pipeline operator whose keyed state is sharded over worker threads.
+///
+/// Same inputs, same outputs as one [`Operator`] (rows, order, late and error rows),
+/// for any number of cores. `max_keys` applies per shard.
+pub struct ShardedOperator {
+    cfg: PipelineConfig,
+    router: Router,
+    workers: Vec<Worker>,
+    capacity: usize,
+    created: Instant,
+    clock: ClockRef,
+    // Coordinator state (the combined watermark).
+    watermark: i64,
+    global_max: i64,
+    partitions: PartitionedWatermarkTracker,
+    key_reported: i64,
+    progress: Progress,
+}
+
+impl std::fmt::Debug for ShardedOperator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardedOperator")
+            .field("cores", &self.workers.len())
+            .field("watermark", &self.watermark())
+            .finish()
+    }
+}
+
+impl ShardedOperator {
+    /// An operator over `cores` worker threads (started now) with queues of
+    /// `queue_capacity` messages.
+    pub fn new(
+        cfg: PipelineConfig,
+        clock: ClockRef,
+        cores: usize,
+        queue_capacity: usize,
+    ) -> Result<Self> {
+        Self::build(cfg, clock, cores, queue_capacity, None)
+    }
+
+    fn build(
+        cfg: PipelineConfig,
+        clock: ClockRef,
+        cores: usize,
+        queue_capacity: usize,
+        shards: Option<Vec<&[u8]>>,
+    ) -> Result<Self> {
+        cfg.validate()?;
+        if cores == 0 || cores > 1024 {
+            return Err(TidemarkError::config(
+                "cores",
+                format!("must be between 1 and 1024, got {cores}"),
+            ));
+        }
+        if queue_capacity == 0 {
+            return Err(TidemarkError::config(
+                "queue_capacity",
+                "must be at least 1",
+            ));
+        }
+        if cfg.keys.is_empty() && cores > 1 {
+            return Err(TidemarkError::config(
+                "cores",
+                "a global aggregate (key=None) runs on one core: two-phase aggregation across cores is not available yet",
+            ));
+        }
+        if cfg.time == TimeMode::Processing && cfg.scope == Scope::Key && cores > 1 {
+            // Processing-time rows read the clock per shard; fine, but keep it explicit.
+        }
+        let router = if cfg.keys.is_empty() {
+            Router::new(1, Strategy::Single, None)?
+        } else {
+            Router::new(
+                cores,
+                Strategy::Hash {
+                    keys: cfg.keys.clone(),
+                    algo: HashAlgo::Xxh3,
+                },
+                None,
+            )?
+        };
+        let mut workers = Vec::with_capacity(cores);
+        for i in 0..cores {
+            let op = match &shards {
+                Some(s) => Operator::restore(cfg.clone(), clock.clone(), s[i])?,
+                None => Operator::new(cfg.clone(), clock.clone())?,
+            };
+            workers.push(Worker::spawn(i, op, queue_capacity, cores > 1)?);
+        }
+        let mut partitions = PartitionedWatermarkTracker::new()
+            .idle_timeout_ticks(cfg.idle_timeout)
+            .with_clock(clock.clone());
+        partitions.register_source(0, 0);
+        Ok(Self {
+            cfg,
+            router,
+            workers,
+            capacity: queue_capacity,
+            created: stopwatch(),
+            clock,
+            watermark: i64::MIN,
+            global_max: i64::MIN,
+            partitions,
+            key_reported: i64::MIN,
+            progress: Progress::default(),
+        })
+    }
+
+    /// Number of worker threads.
+    pub fn cores(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &PipelineConfig {
+        &self.cfg
+    }
+
+    /// The combined watermark (as [`Operator::watermark`]).
+    pub fn watermark(&self) -> Option<i64> {
+        let w = match self.cfg.scope {
+            Scope::Global => self.watermark,
+            Scope::Partition { .. } => self
+                .partitions
+                .current_watermark()
+                .map_or(i64::MIN, |w| w.timestamp()),
+            Scope::Key => self.key_reported,
+        };
+        (w != i64::MIN).then_some(w)
+    }
+
+    /// What the last `process` call saw, combined over shards.
+    pub fn progress(&self) -> &Progress {
+        &self.progress
+    }
+
+    fn threshold(&self) -> Option<i64> {
+        match self.cfg.scope {
+            Scope::Global => Some(self.watermark),
+            Scope::Partition { .. } => Some(
+                self.partitions
+                    .current_watermark()
+                    .map_or(i64::MIN, |w| w.timestamp()),
+            ),
+            Scope::Key => None,
+        }
+    }
+
+    /// Processes one batch (one arrival unit), as [`Operator::process`].
+    pub fn process(
+        &mut self,
+        batch: &RecordBatch,
+        parsed_times: Option<&Int64Array>,
+    ) -> Result<Output> {
+        // Configuration mistakes surface here, before any shard changes state.
+        Operator::output_schema(&self.cfg, batch.schema_ref())?;
+        if let Some(p) = parsed_times {
+            if p.len() != batch.num_rows() {
+                return Err(TidemarkError::config(
+                    "event_time",
+                    format!(
+                        "{} parsed event times for {} rows",
+                        p.len(),
+                        batch.num_rows()
+                    ),
+                ));
+            }
+        }
+        let n = self.workers.len();
+        let ids = if n == 1 {
+            vec![0; batch.num_rows()]
+        } else {
+            self.router.partition_ids(batch)?
+        };
+        let groups = Arc::new(group_rows(&ids, n));
+        let threshold = self.threshold();
+        for (s, w) in self.workers.iter().enumerate() {
+            w.send(Job::Ingest {
+                batch: batch.clone(),
+                parsed: parsed_times.cloned(),
+                rows: (n > 1).then(|| (groups.clone(), s)),
+                threshold,
+            })?;
+        }
+        let mut progress = Vec::with_capacity(n);
+        let mut late_rows = Vec::with_capacity(n);
+        let mut error_rows = Vec::with_capacity(n);
+        let mut first_err = None;
+        for w in &self.workers {
+            match w.recv()? {
+                Reply::Ingested(Ok((p, late, errs))) => {
+                    progress.push(Some(p));
+                    late_rows.push(late);
+                    error_rows.push(errs);
+                }
+                Reply::Ingested(Err(e)) => {
+                    progress.push(None);
+                    late_rows.push(Vec::new());
+                    error_rows.push(Vec::new());
+                    first_err.get_or_insert(e);
+                }
+                _ => unreachable!("ingest replies Ingested"),
+            }
+        }
+        let close = if first_err.is_none() {
+            Some(self.combine(progress.iter().flatten())?)
+        } else {
+            None
+        };
+        for (w, p) in self.workers.iter().zip(&progress) {
+            if p.is_some() {
+                w.send(Job::Complete { close })?;
+            }
+        }
+        let mut outs = Vec::with_capacity(n);
+        for (w, p) in self.workers.iter().zip(&progress) {
+            if p.is_some() {
+                match w.recv()? {
+                    Reply::Done(r) => outs.push(r),
+                    _ => unreachable!("complete replies Done"),
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        let (outs, keys): (Vec<Output>, Vec<Vec<MergeKey>>) = outs
+            .into_iter()
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .unzip();
+        if n == 1 {
+            return Ok(outs.into_iter().next().expect("one shard"));
+        }
+        // Input-order merge of late and error rows: shard rows back to input rows.
+        let to_input = |per_shard: &[Vec<u32>]| -> Vec<(usize, usize)> {
+            let mut all: Vec<(u32, usize, usize)> = Vec::new();
+            for (s, rows) in per_shard.iter().enumerate() {
+                let map = &groups.rows[groups.offsets[s]..groups.offsets[s + 1]];
+                for (pos, &r) in rows.iter().enumerate() {
+                    all.push((map[r as usize], s, pos));
+                }
+            }
+            all.sort_unstable();
+            all.into_iter().map(|(_, s, pos)| (s, pos)).collect()
+        };
+        let late_order = to_input(&late_rows);
+        let error_order = to_input(&error_rows);
+        let windows = merge_windows(outs.iter().map(|o| &o.windows).collect(), &keys)?;
+        let late = interleave(outs.iter().map(|o| &o.late).collect(), &late_order)?;
+        let errors = interleave(outs.iter().map(|o| &o.errors).collect(), &error_order)?;
+        Ok(Output {
+            windows,
+            late,
+            errors,
+        })
+    }
+
+    /// Combines the shards' progress into the watermark that closes windows now.
+    fn combine<'a>(&mut self, progress: impl Iterator<Item = &'a Progress>) -> Result<i64> {
+        let progress: Vec<&Progress> = progress.collect();
+        let max_event_time = progress
+            .iter()
+            .map(|p| p.max_event_time)
+            .max()
+            .unwrap_or(i64::MIN);
+        let on_time_max = progress
+            .iter()
+            .map(|p| p.on_time_max)
+            .max()
+            .unwrap_or(i64::MIN);
+        let mut partition_max: Vec<(u32, i64)> = Vec::new();
+        for p in &progress {
+            partition_max.extend(p.partition_max.iter().copied());
+        }
+        partition_max.sort_unstable();
+        partition_max.dedup_by(|later, earlier| {
+            // Sorted by (partition, time): keep the last (largest) per partition.
+            if later.0 == earlier.0 {
+                earlier.1 = earlier.1.max(later.1);
+                true
+            } else {
+                false
+            }
+        });
+        let close = match self.cfg.scope {
+            Scope::Global => {
+                self.global_max = self.global_max.max(on_time_max);
+                let w = match self.cfg.time {
+                    TimeMode::Processing => self.clock.now().saturating_mul(1_000),
+                    TimeMode::Event => self.global_max.saturating_sub(self.cfg.delay),
+                };
+                self.watermark = self.watermark.max(w);
+                self.watermark
+            }
+            Scope::Partition { .. } => {
+                self.partitions
+                    .observe_max_event_times(0, &partition_max, self.cfg.delay, true)?;
+                self.partitions.check_idle_partitions();
+                self.partitions
+                    .current_watermark()
+                    .map_or(i64::MIN, |w| w.timestamp())
+            }
+            Scope::Key => {
+                let active_min = progress.iter().filter_map(|p| p.key_parts.0).min();
+                let g = active_min.unwrap_or_else(|| {
+                    progress
+                        .iter()
+                        .map(|p| p.key_parts.1)
+                        .max()
+                        .unwrap_or(i64::MIN)
+                });
+                self.key_reported = self.key_reported.max(g);
+                g
+            }
+        };
+        self.progress = Progress {
+            max_event_time,
+            partition_max,
+            key_global: match self.cfg.scope {
+                Scope::Key => (close != i64::MIN).then_some(close),
+                _ => None,
+            },
+            on_time_max,
+            key_parts: (
+                progress.iter().filter_map(|p| p.key_parts.0).min(),
+                progress
+                    .iter()
+                    .map(|p| p.key_parts.1)
+                    .max()
+                    .unwrap_or(i64::MIN),
+            ),
+        };
+        Ok(close)
+    }
+
+    /// End of input: closes every open window of every shard.
+    pub fn flush(&mut self) -> Result<Output> {
+        for w in &self.workers {
+            w.send(Job::Flush)?;
+        }
+        let mut outs = Vec::with_capacity(self.workers.len());
+        for w in &self.workers {
+            match w.recv()? {
+                Reply::Done(r) => outs.push(r),
+                _ => unreachable!("flush replies Done"),
+            }
+        }
+        let (outs, keys): (Vec<Output>, Vec<Vec<MergeKey>>) = outs
+            .into_iter()
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .unzip();
+        if outs.len() == 1 {
+            return Ok(outs.into_iter().next().expect("one shard"));
+        }
+        let windows = merge_windows(outs.iter().map(|o| &o.windows).collect(), &keys)?;
+        let first = outs.into_iter().next().expect("shards");
+        Ok(Output {
+            windows,
+            late: first.late,
+            errors: first.errors,
+        })
+    }
+
+    /// Pipeline metrics summed over shards, and key metrics summed over shards.
+    pub fn metrics(&self) -> Result<(PipelineMetrics, KeyedWatermarkMetrics)> {
+        for w in &self.workers {
+            w.send(Job::Metrics)?;
+        }
+        let mut total = PipelineMetrics::default();
+        let mut keys = KeyedWatermarkMetrics::default();
+        for w in &self.workers {
+            let Reply::Metrics(m) = w.recv()? else {
+                unreachable!("metrics replies Metrics")
+            };
+            let (m, k) = *m;
+            total.add(&m);
+            keys.add(&k);
+        }
+        Ok((total, keys))
+    }
+
+    /// Per-core runtime metrics (records, busy time, queue depth, utilisation,
+    /// backpressure, latency percentiles).
+    pub fn core_metrics(&self) -> Vec<CoreMetrics> {
+        let elapsed = self.created.elapsed().as_nanos().max(1) as f64;
+        self.workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let sh = &w.shared;
+                let depth = sh.queue_depth.load(Ordering::Relaxed);
+                let busy = sh.busy_ns.load(Ordering::Relaxed);
+                CoreMetrics {
+                    core: i,
+                    records_processed: sh.records.load(Ordering::Relaxed),
+                    processing_time_us: busy / 1_000,
+                    queue_depth: depth,
+                    queue_capacity: self.capacity,
+                    channel_utilization: depth as f64 / self.capacity as f64,
+                    utilization: (busy as f64 / elapsed).min(1.0),
+                    backpressure: BackpressureState::of(depth as f64 / self.capacity as f64),
+                    backpressure_events: sh.backpressure_events.load(Ordering::Relaxed),
+                    latency_p50_us: sh.latency.percentile(0.50),
+                    latency_p95_us: sh.latency.percentile(0.95),
+                    latency_p99_us: sh.latency.percentile(0.99),
+                }
+            })
+            .collect()
+    }
+
+    /// The whole state: the coordinator's watermarks and every shard's operator.
+    pub fn snapshot(&self) -> Result<Vec<u8>> {
+        for w in &self.workers {
+            w.send(Job::Snapshot)?;
+        }
+        let mut wr = Writer::new();
+        wr.u32(self.workers.len() as u32);
+        wr.i64(self.watermark);
+        wr.i64(self.global_max);
+        wr.i64(self.key_reported);
+        self.partitions.write_state(&mut wr);
+        for w in &self.workers {
+            let Reply::Snapshot(b) = w.recv()? else {
+                unreachable!("snapshot replies Snapshot")
+            };
+            wr.bytes(&b);
+        }
+        Ok(state::seal(
+            SnapshotKind::Sharded,
+            self.cfg.fingerprint(),
+            &wr.finish(),
+        ))
+    }
+
+    /// Restores a [`Self::snapshot`] taken with the same number of cores.
+    pub fn restore(
+        cfg: PipelineConfig,
+        clock: ClockRef,
+        cores: usize,
+        queue_capacity: usize,
+        bytes: &[u8],
+    ) -> Result<Self> {
+        let payload = state::open(bytes, SnapshotKind::Sharded, Some(cfg.fingerprint()))?;
+        let mut r = Reader::new(payload);
+        let n = r.u32()? as usize;
+        if n != cores {
+            return Err(TidemarkError::config(
+                "cores",
+                format!(
+                    "this snapshot was taken with {n} cores; restore it with cores={n} \
+                     (moving state between core counts is not available yet)"
+                ),
+            ));
+        }
+        let watermark = r.i64()?;
+        let global_max = r.i64()?;
+        let key_reported = r.i64()?;
+        let mut partitions = PartitionedWatermarkTracker::new()
+            .idle_timeout_ticks(cfg.idle_timeout)
+            .with_clock(clock.clone());
+        partitions.read_state(&mut r)?;
+        let mut shards = Vec::with_capacity(n);
+        for _ in 0..n {
+            shards.push(r.bytes()?);
+        }
+        let mut op = Self::build(cfg, clock, cores, queue_capacity, Some(shards))?;
+        r.finish()?;
+        op.watermark = watermark;
+        op.global_max = global_max;
+        op.key_reported = key_reported;
+        op.partitions = partitions;
+        Ok(op)
+    }
+}
+
+/// A shard's rows of the input (and of the parsed event times), taken by the worker.
+fn shard_rows(
+    batch: RecordBatch,
+    parsed: Option<Int64Array>,
+    rows: Option<(Arc<RowGroups>, usize)>,
+) -> Result<(RecordBatch, Option<Int64Array>)> {
+    let Some((groups, s)) = rows else {
+        return Ok((batch, parsed));
+    };
+    let idx = UInt32Array::from(groups.rows[groups.offsets[s]..groups.offsets[s + 1]].to_vec());
+    let sub = arrow_select::take::take_record_batch(&batch, &idx)?;
+    let parsed = match parsed {
+        Some(p) => Some(
+            arrow_select::take::take(&p, &idx, None)?
+                .as_primitive::<Int64Type>()
+                .clone(),
+        ),
+        None => None,
+    };
+    Ok((sub, parsed))
+}
+
+/// Concatenates shard outputs in the order of `order` (`(shard, row)` pairs).
+fn interleave(batches: Vec<&RecordBatch>, order: &[(usize, usize)]) -> Result<RecordBatch> {
+    if order.is_empty() {
+        return Ok(batches[0].slice(0, 0));
+    }
+    Ok(arrow_select::interleave::interleave_record_batch(
+        &batches, order,
+    )?)
+}
+
+/// Where a window row sorts: window end, window start, encoded key.
+type MergeKey = (i64, i64, Vec<u8>);
+
+/// Adds the merge keys of the output's window rows (computed by each worker, in
+/// parallel) when the runtime has several cores.
+fn with_merge_keys(
+    out: Result<Output>,
+    merge: bool,
+    cfg: &PipelineConfig,
+) -> Result<(Output, Vec<MergeKey>)> {
+    let out = out?;
+    let keys = if merge {
+        merge_keys(cfg.keys.len(), &out.windows)?
+    } else {
+        Vec::new()
+    };
+    Ok((out, keys))
+}
+
+fn merge_keys(nk: usize, b: &RecordBatch) -> Result<Vec<MergeKey>> {
+    if b.num_rows() == 0 {
+        return Ok(Vec::new());
+    }
+    let times = |i: usize| -> Result<ArrayRef> {
+        Ok(arrow_cast::cast(
+            &arrow_cast::cast(
+                b.column(i),
+                &DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, None),
+            )?,
+            &DataType::Int64,
+        )?)
+    };
+    let start = times(nk)?;
+    let end = times(nk + 1)?;
+    let (start, end) = (
+        start.as_primitive::<Int64Type>(),
+        end.as_primitive::<Int64Type>(),
+    );
+    let keys = if nk == 0 {
+        None
+    } else {
+        Some(KeyColumns::new(&b.columns()[..nk])?)
+    };
+    Ok((0..b.num_rows())
+        .map(|i| {
+            let k = keys.as_ref().map(|k| k.key(i)).unwrap_or_default();
+            (end.value(i), start.value(i), k)
+        })
+        .collect())
+}
+
+/// Merges shards' window outputs (each already in the single-operator order) into
+/// that order: window end, window start, key (a k-way merge). Rows of one key come
+/// from one shard, so ties keep their shard order (retractions first).
+fn merge_windows(batches: Vec<&RecordBatch>, keys: &[Vec<MergeKey>]) -> Result<RecordBatch> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let total: usize = keys.iter().map(Vec::len).sum();
+    if total == 0 {
+        let schema: Arc<Schema> = batches[0].schema();
+        return Ok(RecordBatch::new_empty(schema));
+    }
+    let mut heap = BinaryHeap::with_capacity(keys.len());
+    for (s, k) in keys.iter().enumerate() {
+        if let Some(first) = k.first() {
+            heap.push(Reverse((first, s, 0usize)));
+        }
+    }
+    let mut order = Vec::with_capacity(total);
+    while let Some(Reverse((_, s, i))) = heap.pop() {
+        order.push((s, i));
+        if let Some(next) = keys[s].get(i + 1) {
+            heap.push(Reverse((next, s, i + 1)));
+        }
+    }
+    Ok(arrow_select::interleave::interleave_record_batch(
+        &batches, &order,
+    )?)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,237 @@
+use super::*;
+use crate::agg::{AggKind, AggSpec};
+use crate::clock::ManualClock;
+use crate::pipeline::{EmitMode, LatePolicy};
+use crate::time::KeyEvictionPolicy;
+use crate::window::WindowSpec;
+use arrow_array::{Float64Array, Int32Array, StringArray, TimestampMicrosecondArray};
+use proptest::prelude::{any, prop, prop_oneof, proptest, Just, ProptestConfig};
+use proptest::strategy::Strategy as _;
+
+fn cfg(window: WindowSpec, scope: Scope, emit: EmitMode, idle: Option<i64>) -> PipelineConfig {
+    PipelineConfig {
+        keys: vec!["k".into()],
+        event_time: "ts".into(),
+        event_time_type: None,
+        parsed_externally: false,
+        delay: 2_000,
+        scope,
+        idle_timeout: idle,
+        window,
+        aggs: vec![
+            AggSpec {
+                name: "n".into(),
+                kind: AggKind::Count,
+                column: None,
+            },
+            AggSpec {
+                name: "s".into(),
+                kind: AggKind::Sum,
+                column: Some("v".into()),
+            },
+            AggSpec {
+                name: "m".into(),
+                kind: AggKind::Mean,
+                column: Some("v".into()),
+            },
+        ],
+        emit,
+        allowed_lateness: 0,
+        late: LatePolicy::SideOutput,
+        max_keys: None,
+        eviction: KeyEvictionPolicy::LeastRecentlyActive,
+        time: TimeMode::Event,
+    }
+}
+
+/// Rows: (key, partition, event time or None for an unparseable row, value).
+fn batch(rows: &[(u8, i32, Option<i64>, f64)]) -> RecordBatch {
+    RecordBatch::try_from_iter(vec![
+        (
+            "k",
+            Arc::new(StringArray::from(
+                rows.iter()
+                    .map(|r| format!("key-{}", r.0))
+                    .collect::<Vec<_>>(),
+            )) as ArrayRef,
+        ),
+        (
+            "p",
+            Arc::new(Int32Array::from(
+                rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+            )) as ArrayRef,
+        ),
+        (
+            "ts",
+            Arc::new(
+                TimestampMicrosecondArray::from(rows.iter().map(|r| r.2).collect::<Vec<_>>())
+                    .with_timezone("UTC"),
+            ) as ArrayRef,
+        ),
+        (
+            "v",
+            Arc::new(Float64Array::from(
+                rows.iter().map(|r| r.3).collect::<Vec<_>>(),
+            )) as ArrayRef,
+        ),
+    ])
+    .unwrap()
+}
+
+fn scopes() -> Vec<Scope> {
+    vec![
+        Scope::Global,
+        Scope::Key,
+        Scope::Partition { column: "p".into() },
+    ]
+}
+
+fn windows() -> Vec<WindowSpec> {
+    vec![
+        WindowSpec::Tumbling {
+            size: 5_000,
+            offset: 0,
+        },
+        WindowSpec::Sliding {
+            size: 6_000,
+            slide: 2_000,
+            offset: 0,
+        },
+        WindowSpec::Session { gap: 3_000 },
+    ]
+}
+
+type Stream = Vec<(Vec<(u8, i32, Option<i64>, f64)>, i64)>;
+
+fn stream() -> impl proptest::strategy::Strategy<Value = Stream> {
+    let row = (
+        0u8..12,
+        0i32..3,
+        prop_oneof![20 => (0i64..60_000).prop_map(Some), 1 => Just(None)],
+        (-50i32..50).prop_map(|v| v as f64 / 4.0),
+    );
+    // Each batch: rows, then the clock advance (ms) after it (drives idleness).
+    prop::collection::vec((prop::collection::vec(row, 0..40), 0i64..4_000), 1..8)
+}
+
+/// Runs a stream through one operator and through a sharded one, batch by batch.
+fn check_same(c: PipelineConfig, cores: usize, s: &Stream, snapshot_at: Option<usize>) {
+    let single_clock = ManualClock::new(0);
+    let sharded_clock = ManualClock::new(0);
+    let mut single = Operator::new(c.clone(), Arc::new(single_clock.clone())).unwrap();
+    let mut sharded =
+        ShardedOperator::new(c.clone(), Arc::new(sharded_clock.clone()), cores, 2).unwrap();
+    for (i, (rows, advance)) in s.iter().enumerate() {
+        if snapshot_at == Some(i) {
+            let bytes = sharded.snapshot().unwrap();
+            sharded = ShardedOperator::restore(
+                c.clone(),
+                Arc::new(sharded_clock.clone()),
+                cores,
+                2,
+                &bytes,
+            )
+            .unwrap();
+        }
+        let b = batch(rows);
+        let a = single.process(&b, None).unwrap();
+        let z = sharded.process(&b, None).unwrap();
+        assert_eq!(a.windows, z.windows, "windows, batch {i}");
+        assert_eq!(a.late, z.late, "late rows, batch {i}");
+        assert_eq!(a.errors, z.errors, "error rows, batch {i}");
+        assert_eq!(
+            single.watermark(),
+            sharded.watermark(),
+            "watermark, batch {i}"
+        );
+        single_clock.advance(*advance);
+        sharded_clock.advance(*advance);
+    }
+    let a = single.flush().unwrap();
+    let z = sharded.flush().unwrap();
+    assert_eq!(a.windows, z.windows, "flush");
+    let (m, _) = sharded.metrics().unwrap();
+    let sm = single.metrics();
+    assert_eq!(m.rows_in, sm.rows_in);
+    assert_eq!(m.late_dropped_count, sm.late_dropped_count);
+    assert_eq!(m.windows_emitted, sm.windows_emitted);
+    assert_eq!(m.batches, sm.batches);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn sharded_output_equals_one_operator(
+        s in stream(),
+        cores in 2usize..5,
+        on_update in any::<bool>(),
+        idle in prop_oneof![Just(None), (1_000i64..6_000).prop_map(Some)],
+        snapshot_at in prop::option::of(0usize..8),
+    ) {
+        let emit = if on_update { EmitMode::OnUpdate } else { EmitMode::OnWindowClose };
+        for scope in scopes() {
+            for window in windows() {
+                check_same(cfg(window, scope.clone(), emit, idle), cores, &s, snapshot_at);
+            }
+        }
+    }
+}
+
+#[test]
+fn one_core_is_the_plain_operator() {
+    let s: Stream = vec![
+        (vec![(1, 0, Some(1_000), 1.0), (2, 1, Some(7_000), 2.0)], 10),
+        (vec![(1, 0, Some(12_000), 1.0), (3, 2, Some(500), 2.0)], 10),
+    ];
+    for scope in scopes() {
+        check_same(
+            cfg(windows()[0], scope, EmitMode::OnWindowClose, None),
+            1,
+            &s,
+            Some(1),
+        );
+    }
+}
+
+#[test]
+fn workers_spread_keys_and_report_metrics() {
+    let c = cfg(windows()[0], Scope::Key, EmitMode::OnWindowClose, None);
+    let mut op = ShardedOperator::new(c, Arc::new(ManualClock::new(0)), 3, 4).unwrap();
+    let rows: Vec<_> = (0..300)
+        .map(|i| ((i % 12) as u8, 0, Some(i as i64 * 100), 1.0))
+        .collect();
+    op.process(&batch(&rows), None).unwrap();
+    let m = op.core_metrics();
+    assert_eq!(m.len(), 3);
+    assert_eq!(m.iter().map(|c| c.records_processed).sum::<u64>(), 300);
+    assert!(m.iter().filter(|c| c.records_processed > 0).count() >= 2);
+    for c in &m {
+        assert_eq!(c.queue_depth, 0);
+        assert_eq!(c.backpressure, BackpressureState::Healthy);
+        assert!(c.latency_p50_us <= c.latency_p99_us);
+    }
+}
+
+#[test]
+fn configuration_errors_are_clear_and_change_nothing() {
+    let c = cfg(windows()[0], Scope::Key, EmitMode::OnWindowClose, None);
+    let clock: ClockRef = Arc::new(ManualClock::new(0));
+    assert!(ShardedOperator::new(c.clone(), clock.clone(), 0, 4).is_err());
+    assert!(ShardedOperator::new(c.clone(), clock.clone(), 2, 0).is_err());
+    let mut global = c.clone();
+    global.keys.clear();
+    global.scope = Scope::Global;
+    let e = ShardedOperator::new(global, clock.clone(), 2, 4).unwrap_err();
+    assert!(e.to_string().contains("one core"), "{e}");
+    let mut op = ShardedOperator::new(c.clone(), clock.clone(), 2, 4).unwrap();
+    let wrong =
+        RecordBatch::try_from_iter(vec![("x", Arc::new(Int32Array::from(vec![1])) as ArrayRef)])
+            .unwrap();
+    assert!(op.process(&wrong, None).is_err());
+    // Still usable after the error.
+    op.process(&batch(&[(1, 0, Some(1), 1.0)]), None).unwrap();
+    let snap = op.snapshot().unwrap();
+    let e = ShardedOperator::restore(c, clock, 3, 4, &snap).unwrap_err();
+    assert!(e.to_string().contains("cores=2"), "{e}");
+}

@@ -1,0 +1,156 @@
+//! `tidemark._native.ShardedOperator`: a pipeline operator over worker threads
+//! (see `tidemark.Operator` with `cores > 1`). Threads start with the operator, never
+//! at import, and stop when it is garbage-collected.
+
+use std::sync::Mutex;
+
+use arrow_array::{Array, Int64Array};
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
+use tidemark_core::runtime::ShardedOperator;
+
+use crate::arrow_io::read_batches;
+use crate::clock::clock_ref;
+use crate::error::{check, detach};
+use crate::keys::single_array;
+use crate::pipeline::{config_from_dict, metrics_dict, output};
+
+type Tables = (Py<PyAny>, Py<PyAny>, Py<PyAny>);
+
+/// Native sharded operator.
+#[pyclass(name = "ShardedOperator", module = "tidemark._native")]
+pub struct PyShardedOperator {
+    inner: Mutex<ShardedOperator>,
+}
+
+impl PyShardedOperator {
+    fn with<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut ShardedOperator) -> Result<T, tidemark_core::TidemarkError> + Send,
+    ) -> PyResult<T> {
+        let inner = &self.inner;
+        detach(py, move || {
+            let mut op = inner.lock().unwrap_or_else(|e| e.into_inner());
+            f(&mut op)
+        })
+    }
+}
+
+#[pymethods]
+impl PyShardedOperator {
+    #[new]
+    #[pyo3(signature = (config, cores, queue_capacity = 4, clock = None, state = None))]
+    fn new(
+        py: Python<'_>,
+        config: &Bound<'_, PyDict>,
+        cores: usize,
+        queue_capacity: usize,
+        clock: Option<&Bound<'_, PyAny>>,
+        state: Option<&[u8]>,
+    ) -> PyResult<Self> {
+        let cfg = config_from_dict(py, config)?;
+        let clock = clock_ref(clock)?;
+        let inner = match state {
+            None => check(py, ShardedOperator::new(cfg, clock, cores, queue_capacity))?,
+            Some(bytes) => check(
+                py,
+                ShardedOperator::restore(cfg, clock, cores, queue_capacity, bytes),
+            )?,
+        };
+        Ok(Self {
+            inner: Mutex::new(inner),
+        })
+    }
+
+    #[getter]
+    fn cores(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).cores()
+    }
+
+    #[pyo3(signature = (data, parsed_times = None))]
+    fn process(
+        &self,
+        py: Python<'_>,
+        data: AnyRecordBatch,
+        parsed_times: Option<AnyArray>,
+    ) -> PyResult<Tables> {
+        let (schema, batches) = read_batches(py, data)?;
+        let parsed: Option<Int64Array> = match parsed_times {
+            Some(p) => Some(
+                single_array(py, p)?
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .cloned()
+                    .ok_or_else(|| PyTypeError::new_err("parsed_times must be int64"))?,
+            ),
+            None => None,
+        };
+        let out = self.with(py, move |op| {
+            let batch = match batches.len() {
+                1 => batches.into_iter().next().expect("one"),
+                _ => arrow_select::concat::concat_batches(&schema, &batches)?,
+            };
+            op.process(&batch, parsed.as_ref())
+        })?;
+        output(py, out)
+    }
+
+    fn flush(&self, py: Python<'_>) -> PyResult<Tables> {
+        let out = self.with(py, |op| op.flush())?;
+        output(py, out)
+    }
+
+    fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = self.with(py, |op| op.snapshot())?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    #[getter]
+    fn watermark(&self) -> Option<i64> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .watermark()
+    }
+
+    fn progress<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let op = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let p = op.progress();
+        let d = PyDict::new(py);
+        d.set_item(
+            "max_event_time",
+            (p.max_event_time != i64::MIN).then_some(p.max_event_time),
+        )?;
+        d.set_item("partition_max", p.partition_max.clone())?;
+        d.set_item("key_global", p.key_global)?;
+        Ok(d)
+    }
+
+    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (m, k) = self.with(py, |op| op.metrics())?;
+        let op = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let d = metrics_dict(py, &m, &k, op.watermark())?;
+        let cores = PyList::empty(py);
+        for c in op.core_metrics() {
+            let cd = PyDict::new(py);
+            cd.set_item("core", c.core)?;
+            cd.set_item("records_processed", c.records_processed)?;
+            cd.set_item("processing_time_us", c.processing_time_us)?;
+            cd.set_item("queue_depth", c.queue_depth)?;
+            cd.set_item("queue_capacity", c.queue_capacity)?;
+            cd.set_item("channel_utilization", c.channel_utilization)?;
+            cd.set_item("utilization", c.utilization)?;
+            cd.set_item("backpressure", c.backpressure.name())?;
+            cd.set_item("backpressure_events", c.backpressure_events)?;
+            cd.set_item("latency_p50_us", c.latency_p50_us)?;
+            cd.set_item("latency_p95_us", c.latency_p95_us)?;
+            cd.set_item("latency_p99_us", c.latency_p99_us)?;
+            cores.append(cd)?;
+        }
+        d.set_item("cores", cores)?;
+        Ok(d)
+    }
+}
