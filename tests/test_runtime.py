@@ -86,6 +86,75 @@ def test_any_core_count_gives_the_single_core_output(
         assert m1[k] == mn[k], k
 
 
+@settings(max_examples=20, deadline=None)
+@given(
+    batches=st.lists(st.lists(rows, max_size=40), min_size=1, max_size=5),
+    cores=st.integers(2, 4),
+    per=st.sampled_from(["global", "partition"]),
+    window=st.sampled_from([tm.Tumbling("5s"), tm.Sliding("6s", every="2s")]),
+    hot=st.sampled_from([None, 0.1, 0.3]),
+    global_aggregate=st.booleans(),
+)
+def test_two_phase_and_hot_keys_give_the_single_core_output(
+    batches: list[list[Any]],
+    cores: int,
+    per: str,
+    window: Any,
+    hot: float | None,
+    global_aggregate: bool,
+) -> None:
+    pipe = tm.Pipeline(
+        key=None if global_aggregate else ["tenant", "device"],
+        event_time="ts",
+        event_time_type="unixtimestamp_ms",
+        watermark=tm.BoundedOutOfOrderness(
+            "2s", per=per, **({"partition_column": "p"} if per == "partition" else {})
+        ),
+        window=window,
+        aggs={
+            "n": tm.count(),
+            "s": tm.sum("v"),
+            "m": tm.mean("v"),
+            "sd": tm.stddev("v"),
+            "lo": tm.min("v"),
+        },
+    )
+    hot = None if global_aggregate else hot
+    one = pipe.operator()
+    many = pipe.operator(cores=cores, hot_keys=hot)
+    for b in batches:
+        # Skew: most rows belong to one tenant/device.
+        t = _table([("acme", 0, *r[2:]) if i % 3 else r for i, r in enumerate(b)])
+        a, z = one.process(t), many.process(t)
+        assert a.windows.equals(z.windows)
+        assert a.late.equals(z.late)
+    assert one.flush().windows.equals(many.flush().windows)
+    assert one.metrics()["windows_emitted"] == many.metrics()["windows_emitted"]
+
+
+def test_hot_keys_spread_one_dominant_key() -> None:
+    pipe = tm.Pipeline(
+        key="device",
+        event_time="ts",
+        event_time_type="unixtimestamp_ms",
+        watermark=tm.BoundedOutOfOrderness("2s"),
+        window=tm.Tumbling("5s"),
+        aggs={"n": tm.count()},
+    )
+    t = pa.table({"device": [0 if i % 2 else i for i in range(1000)], "ts": list(range(1000))})
+    plain = pipe.operator(cores=2)
+    spread = pipe.operator(cores=2, hot_keys=0.2)
+    assert plain.process(t).windows.equals(spread.process(t).windows)
+    m = spread.metrics()
+    assert m["hot_keys"] == 1 and m["hot_rows_spread"] == 501
+    busiest = max(c["records_processed"] for c in m["cores"])
+    assert busiest < max(c["records_processed"] for c in plain.metrics()["cores"])
+    with pytest.raises(tm.ConfigError, match="per-key watermark"):
+        _pipe("key", tm.Tumbling("5s")).operator(cores=2, hot_keys=0.2)
+    with pytest.raises(tm.ConfigError, match="cores > 1"):
+        pipe.operator(hot_keys=0.2)
+
+
 def test_snapshot_restores_with_the_same_core_count() -> None:
     pipe = _pipe("key", tm.Tumbling("5s"))
     op = pipe.operator(cores=3)
@@ -110,10 +179,10 @@ def test_configuration_errors() -> None:
         key=None,
         event_time="ts",
         event_time_type="unixtimestamp_ms",
-        window=tm.Tumbling("5s"),
+        window=tm.Session(gap="5s"),
         aggs={"n": tm.count()},
     )
-    with pytest.raises(tm.ConfigError, match="one core"):
+    with pytest.raises(tm.ConfigError, match="sessions"):
         glob.operator(cores=2)
     op = pipe.operator(cores=2)
     with pytest.raises(tm.ConfigError, match="cores=1"):

@@ -8,6 +8,7 @@
 //! | `pipeline/tumbling_count_sum_10k_keys` (64K-row batches, per-key watermarks) | >= 10M events/s |
 //! | `pipeline/session_30s_10k_keys` | >= 5M events/s |
 //! | `runtime/tumbling_10k_keys/cores=N` | scaling 1 -> 2 cores >= 90% |
+//! | `runtime/skewed_half_one_key/*` | hot-key spreading vs plain hash routing (global watermark) |
 //!
 //! The Python-level figures (same workload through `tidemark.Pipeline`, compared with
 //! polars `group_by` in the same run) come from `benches/pipeline_vs_polars.py`.
@@ -146,6 +147,48 @@ fn bench_runtime(c: &mut Criterion) {
                 },
                 |mut op| {
                     for batch in &data {
+                        black_box(op.process(batch, None).unwrap());
+                    }
+                    black_box(op.flush().unwrap())
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
+    // Skew (Nexmark's hot auction): one key carries half of the rows. Global
+    // watermark, 2 cores, with and without hot-key spreading.
+    let skewed: Vec<RecordBatch> = data
+        .iter()
+        .map(|b| {
+            let k = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+            let keys: Int64Array = k
+                .iter()
+                .enumerate()
+                .map(|(i, v)| if i % 2 == 0 { Some(0) } else { v })
+                .collect();
+            let mut cols = b.columns().to_vec();
+            cols[0] = Arc::new(keys);
+            RecordBatch::try_new(b.schema(), cols).unwrap()
+        })
+        .collect();
+    let mut global = config(window);
+    global.scope = Scope::Global;
+    for (name, hot) in [("cores=2", None), ("cores=2,hot_keys=0.1", Some(0.1))] {
+        let global = global.clone();
+        g.bench_function(format!("skewed_half_one_key/{name}"), |b| {
+            b.iter_batched(
+                || {
+                    let clock = Arc::new(ManualClock::new(0));
+                    match hot {
+                        None => ShardedOperator::new(global.clone(), clock, 2, 4),
+                        Some(share) => {
+                            ShardedOperator::with_hot_keys(global.clone(), clock, 2, 4, share)
+                        }
+                    }
+                    .unwrap()
+                },
+                |mut op| {
+                    for batch in &skewed {
                         black_box(op.process(batch, None).unwrap());
                     }
                     black_box(op.flush().unwrap())

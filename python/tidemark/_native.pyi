@@ -199,6 +199,7 @@ class ShardedOperator:
         queue_capacity: int = 4,
         clock: SystemClock | ManualClock | None = None,
         state: bytes | None = None,
+        hot_keys: float | None = None,
     ) -> ShardedOperator: ...
     @property
     def cores(self) -> int: ...

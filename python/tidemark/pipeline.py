@@ -350,6 +350,7 @@ class Pipeline:
         clock: Clock | None = None,
         cores: int = 1,
         queue_capacity: int = 4,
+        hot_keys: float | None = None,
     ) -> Operator:
         """A stateful operator; ``state`` (from :meth:`Operator.snapshot`) restores one.
 
@@ -358,6 +359,13 @@ class Pipeline:
         timers and watermarks of its keys, fed by a hash router through bounded queues
         of ``queue_capacity`` messages. The output is identical to ``cores=1``; the GIL
         is released while the cores work. A snapshot restores with the same ``cores``.
+
+        A global aggregate (``key=None``) on several cores is two-phase: rows go to the
+        cores in turn, each keeps partial aggregates, and the partials of each window
+        merge when it closes. ``hot_keys=share`` spreads any key carrying at least that
+        share of a batch's rows over all cores the same way (exact results, for skewed
+        input such as one key with half of the rows). Both need a global or partition
+        watermark, tumbling or sliding windows and ``emit="on_window_close"``.
         """
         return Operator(
             self,
@@ -365,6 +373,7 @@ class Pipeline:
             clock=clock if clock is not None else self.clock,
             cores=cores,
             queue_capacity=queue_capacity,
+            hot_keys=hot_keys,
         )
 
     def __repr__(self) -> str:
@@ -396,16 +405,19 @@ class Operator:
         clock: Clock | None = None,
         cores: int = 1,
         queue_capacity: int = 4,
+        hot_keys: float | None = None,
     ) -> None:
         self._pipeline = pipeline
         if not isinstance(cores, int) or isinstance(cores, bool) or cores < 1:
             raise ConfigError(f"cores must be a positive int, got {cores!r}")
         self._inner: _native.Operator | _native.ShardedOperator
+        if cores == 1 and hot_keys is not None:
+            raise ConfigError("hot_keys spreads keys over cores: it needs cores > 1")
         if cores == 1:
             self._inner = _native.Operator(pipeline._config, native_clock(clock), state)
         else:
             self._inner = _native.ShardedOperator(
-                pipeline._config, cores, queue_capacity, native_clock(clock), state
+                pipeline._config, cores, queue_capacity, native_clock(clock), state, hot_keys
             )
 
     @property
@@ -488,7 +500,8 @@ class Operator:
         ``queue_capacity``, ``channel_utilization``, ``utilization``, ``backpressure``
         (``healthy`` < 0.7 <= ``warning`` < 0.85 <= ``critical`` < 0.95 <=
         ``saturated``), ``backpressure_events`` and ``latency_p50_us`` / ``p95`` /
-        ``p99`` (per batch, from an HDR-style histogram)."""
+        ``p99`` (per batch, from an HDR-style histogram); ``hot_rows_spread`` and
+        ``hot_keys`` (in the last batch) count hot-key spreading."""
         return self._inner.metrics()
 
 

@@ -265,6 +265,29 @@ impl Router {
         }
     }
 
+    /// The 64-bit xxh3 hash of every row's key ([`HashAlgo::Xxh3`] hash strategies
+    /// only): `partition = reduce(hash, n)`.
+    pub fn key_hashes(&self, batch: &RecordBatch) -> Result<Vec<u64>> {
+        match &self.strategy {
+            Strategy::Hash {
+                algo: HashAlgo::Xxh3,
+                ..
+            } => {
+                self.validate(batch.schema_ref())?;
+                let cols: Vec<ArrayRef> = self
+                    .columns
+                    .iter()
+                    .map(|c| batch.column_by_name(c).expect("validated").clone())
+                    .collect();
+                xxh3_map(&cols, |h| h)
+            }
+            _ => Err(TidemarkError::config(
+                "strategy",
+                "key hashes need hash routing with hash=\"xxh3\"",
+            )),
+        }
+    }
+
     /// Cuts `batch` into one sub-batch per partition (index = partition id; empty
     /// batches for partitions with no rows). Rows keep their order inside a shard.
     /// Broadcast returns `n` references to the same batch (no copy).
@@ -339,6 +362,11 @@ pub fn xxh3_partition(encoded_key: &[u8], n: u32) -> u32 {
 }
 
 fn xxh3_partitions(cols: &[ArrayRef], n: u32) -> Result<Vec<u32>> {
+    xxh3_map(cols, |h| reduce(h, n))
+}
+
+/// `f(xxh3 hash of the row's key)` for every row, in one vectorised pass.
+fn xxh3_map<T>(cols: &[ArrayRef], f: impl Fn(u64) -> T) -> Result<Vec<T>> {
     let rows = cols.first().map_or(0, |c| c.len());
     // Fast path: one non-null 64-bit-or-narrower integer column (the encoding is
     // the tag byte and 8 little-endian bytes).
@@ -352,28 +380,24 @@ fn xxh3_partitions(cols: &[ArrayRef], n: u32) -> Result<Vec<u32>> {
                 _ => arrow_cast::cast(c, &DataType::Int64)?,
             };
             let v = v.as_primitive::<Int64Type>();
-            return Ok(v
-                .values()
-                .iter()
-                .map(|x| reduce(xxh3_int_key(*x), n))
-                .collect());
+            return Ok(v.values().iter().map(|x| f(xxh3_int_key(*x))).collect());
         }
         if c.null_count() == 0 {
             match c.data_type() {
                 DataType::Utf8 => {
                     let a = c.as_string::<i32>();
-                    return Ok(string_partitions(
-                        a.iter().map(|v| v.unwrap_or_default().as_bytes()),
+                    return Ok(string_hashes(
+                        (0..a.len()).map(|i| a.value(i).as_bytes()),
                         crate::key::tag::STR,
-                        n,
+                        f,
                     ));
                 }
                 DataType::LargeUtf8 => {
                     let a = c.as_string::<i64>();
-                    return Ok(string_partitions(
-                        a.iter().map(|v| v.unwrap_or_default().as_bytes()),
+                    return Ok(string_hashes(
+                        (0..a.len()).map(|i| a.value(i).as_bytes()),
                         crate::key::tag::STR,
-                        n,
+                        f,
                     ));
                 }
                 _ => {}
@@ -386,7 +410,7 @@ fn xxh3_partitions(cols: &[ArrayRef], n: u32) -> Result<Vec<u32>> {
         .map(|i| {
             scratch.clear();
             keys.encode(i, &mut scratch);
-            xxh3_partition(&scratch, n)
+            f(xxh3_encoded(&scratch))
         })
         .collect())
 }
@@ -430,9 +454,13 @@ fn xxh3_encoded(k: &[u8]) -> u64 {
     }
 }
 
-/// Partitions of non-null string (or binary) keys: encodes tag, length and bytes
-/// into one reused buffer per row.
-fn string_partitions<'a>(values: impl Iterator<Item = &'a [u8]>, tag: u8, n: u32) -> Vec<u32> {
+/// `f(hash)` of non-null string (or binary) keys: encodes tag, length and bytes into
+/// one reused buffer per row.
+fn string_hashes<'a, T>(
+    values: impl Iterator<Item = &'a [u8]>,
+    tag: u8,
+    f: impl Fn(u64) -> T,
+) -> Vec<T> {
     let mut buf = Vec::with_capacity(64);
     values
         .map(|v| {
@@ -440,7 +468,7 @@ fn string_partitions<'a>(values: impl Iterator<Item = &'a [u8]>, tag: u8, n: u32
             buf.push(tag);
             buf.extend_from_slice(&(v.len() as u32).to_le_bytes());
             buf.extend_from_slice(v);
-            xxh3_partition(&buf, n)
+            f(xxh3_encoded(&buf))
         })
         .collect()
 }

@@ -42,7 +42,7 @@ impl PyShardedOperator {
 #[pymethods]
 impl PyShardedOperator {
     #[new]
-    #[pyo3(signature = (config, cores, queue_capacity = 4, clock = None, state = None))]
+    #[pyo3(signature = (config, cores, queue_capacity = 4, clock = None, state = None, hot_keys = None))]
     fn new(
         py: Python<'_>,
         config: &Bound<'_, PyDict>,
@@ -50,12 +50,17 @@ impl PyShardedOperator {
         queue_capacity: usize,
         clock: Option<&Bound<'_, PyAny>>,
         state: Option<&[u8]>,
+        hot_keys: Option<f64>,
     ) -> PyResult<Self> {
         let cfg = config_from_dict(py, config)?;
         let clock = clock_ref(clock)?;
-        let inner = match state {
-            None => check(py, ShardedOperator::new(cfg, clock, cores, queue_capacity))?,
-            Some(bytes) => check(
+        let inner = match (state, hot_keys) {
+            (None, None) => check(py, ShardedOperator::new(cfg, clock, cores, queue_capacity))?,
+            (None, Some(share)) => check(
+                py,
+                ShardedOperator::with_hot_keys(cfg, clock, cores, queue_capacity, share),
+            )?,
+            (Some(bytes), _) => check(
                 py,
                 ShardedOperator::restore(cfg, clock, cores, queue_capacity, bytes),
             )?,
@@ -151,6 +156,9 @@ impl PyShardedOperator {
             cores.append(cd)?;
         }
         d.set_item("cores", cores)?;
+        let (hot_rows, hot_keys) = op.hot_key_metrics();
+        d.set_item("hot_rows_spread", hot_rows)?;
+        d.set_item("hot_keys", hot_keys)?;
         Ok(d)
     }
 }

@@ -43,6 +43,9 @@ use crate::time::{
 };
 use crate::window::{add_to_sessions, Session, SessionChange, WindowSpec};
 
+/// The binary column of partial aggregates (see [`Operator::set_partial_output`]).
+pub const PARTIALS_COLUMN: &str = "__tidemark_partials";
+
 /// What one `process` / `flush` call produced.
 #[derive(Debug, Clone)]
 pub struct Output {
@@ -265,6 +268,9 @@ pub struct Operator {
     /// The watermark that closes windows (global and partition scope; idle keys'
     /// windows in key scope), set by a coordinator combining several operators.
     close_override: Option<i64>,
+    /// Emit mergeable partial aggregates instead of final values (two-phase
+    /// aggregation across cores; see [`Self::set_partial_output`]).
+    partials: bool,
     progress: Progress,
     metrics: PipelineMetrics,
     // Per-call scratch.
@@ -318,6 +324,7 @@ impl Operator {
             partitions,
             external: None,
             close_override: None,
+            partials: false,
             progress: Progress::default(),
             metrics: PipelineMetrics::default(),
             touched: Vec::new(),
@@ -384,6 +391,64 @@ impl Operator {
     /// `None` returns to the operator's own.
     pub fn set_close_watermark(&mut self, w: Option<i64>) {
         self.close_override = w;
+    }
+
+    /// With `on`, the windows output carries the partial aggregates of each window in
+    /// one binary column [`PARTIALS_COLUMN`] (after `window_end`) instead of one column
+    /// per aggregate: the first phase of a two-phase aggregation. Rows of the same
+    /// window from several operators merge with [`Self::finish_partials`].
+    pub fn set_partial_output(&mut self, on: bool) {
+        self.partials = on;
+    }
+
+    /// The second phase of a two-phase aggregation: each group of partial window rows
+    /// (`(batch, row)` pairs into `parts`, all of one window and key) merges into one
+    /// final window row; the result has the pipeline's windows schema for `input`.
+    pub fn finish_partials(
+        &mut self,
+        input: &Schema,
+        parts: &[&RecordBatch],
+        groups: &[Vec<(usize, usize)>],
+    ) -> Result<RecordBatch> {
+        self.ensure_bound(input)?;
+        let bound = self.bound.clone().expect("bound");
+        let nk = bound.key_types.len();
+        let firsts: Vec<(usize, usize)> = groups.iter().map(|g| g[0]).collect();
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(bound.out_schema.fields().len());
+        for c in 0..nk + 2 {
+            let arrays: Vec<&dyn Array> = parts.iter().map(|b| b.column(c).as_ref()).collect();
+            columns.push(arrow_select::interleave::interleave(&arrays, &firsts)?);
+        }
+        let empties: Vec<Acc> = bound.aggs.iter().map(|a| a.new_acc()).collect();
+        let blobs: Vec<&arrow_array::BinaryArray> = parts
+            .iter()
+            .map(|b| b.column(nk + 2).as_binary::<i32>())
+            .collect();
+        let mut merged: Vec<Vec<Acc>> = Vec::with_capacity(groups.len());
+        for g in groups {
+            let mut accs = empties.clone();
+            for &(b, r) in g {
+                let mut rd = Reader::new(blobs[b].value(r));
+                for acc in accs.iter_mut() {
+                    acc.merge(&read_acc(&mut rd)?);
+                }
+                rd.finish()?;
+            }
+            merged.push(accs);
+        }
+        for (j, agg) in bound.aggs.iter().enumerate() {
+            columns.push(agg.finish(merged.iter().map(|a| &a[j]))?);
+        }
+        let schema = bound.out_schema.clone();
+        if self.cfg.emit == EmitMode::OnUpdate {
+            // Partial output is for on_window_close: nothing is retracted.
+            columns.push(Arc::new(BooleanArray::from(vec![false; groups.len()])));
+        }
+        Ok(RecordBatch::try_new_with_options(
+            schema,
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(groups.len())),
+        )?)
     }
 
     /// What the last `process` call saw.
@@ -1270,6 +1335,41 @@ impl Operator {
         let n = bound.aggs.len();
         let empties: Vec<Acc> = bound.aggs.iter().map(|a| a.new_acc()).collect();
         let retracted = BooleanArray::from(rows.iter().map(|e| e.retract).collect::<Vec<_>>());
+        if self.partials {
+            let mut blobs = arrow_array::builder::BinaryBuilder::new();
+            for e in &rows {
+                let mut w = Writer::new();
+                for (j, empty) in empties.iter().enumerate() {
+                    write_acc(
+                        &mut w,
+                        if e.state == NO_STATE {
+                            empty
+                        } else {
+                            &self.accs[e.state as usize * n + j]
+                        },
+                    );
+                }
+                blobs.append_value(w.finish());
+            }
+            columns.push(Arc::new(blobs.finish()));
+            let mut fields: Vec<Field> = bound.out_schema.fields()[..columns.len() - 1]
+                .iter()
+                .map(|f| f.as_ref().clone())
+                .collect();
+            fields.push(Field::new(PARTIALS_COLUMN, DataType::Binary, false));
+            let n_rows = rows.len();
+            drop(rows);
+            self.metrics.retractions_emitted += retractions;
+            self.free_states.append(&mut self.release);
+            let mut emits = emits;
+            emits.clear();
+            self.emits = emits;
+            return Ok(RecordBatch::try_new_with_options(
+                Arc::new(Schema::new(fields)),
+                columns,
+                &RecordBatchOptions::new().with_row_count(Some(n_rows)),
+            )?);
+        }
         for (j, agg) in bound.aggs.iter().enumerate() {
             let accs = rows.iter().map(|e| {
                 if e.state == NO_STATE {

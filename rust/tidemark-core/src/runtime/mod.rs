@@ -35,7 +35,7 @@ use std::time::Instant;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, UInt32Array};
-use arrow_schema::{DataType, Schema};
+use arrow_schema::DataType;
 
 use crate::clock::ClockRef;
 use crate::error::{Result, TidemarkError};
@@ -222,6 +222,16 @@ pub struct ShardedOperator {
     partitions: PartitionedWatermarkTracker,
     key_reported: i64,
     progress: Progress,
+    /// Two-phase mode: shards emit partial aggregates, merged here per window.
+    partial: bool,
+    /// Spread keys carrying at least this share of a batch's rows over all cores.
+    hot_share: Option<f64>,
+    /// Binds the schema and finishes merged partials (never processes rows).
+    finisher: Option<Operator>,
+    last_schema: Option<arrow_schema::SchemaRef>,
+    windows_out: u64,
+    hot_rows: u64,
+    hot_keys: usize,
 }
 
 impl std::fmt::Debug for ShardedOperator {
@@ -242,7 +252,22 @@ impl ShardedOperator {
         cores: usize,
         queue_capacity: usize,
     ) -> Result<Self> {
-        Self::build(cfg, clock, cores, queue_capacity, None)
+        Self::build(cfg, clock, cores, queue_capacity, None, None)
+    }
+
+    /// As [`Self::new`], spreading hot keys: a key carrying at least `share` of a
+    /// batch's rows has its rows spread over all cores, and the partial aggregates
+    /// of its windows merge when they close, so results stay exact. Needs a global
+    /// or partition watermark (a per-key watermark must see all of its key's rows),
+    /// tumbling or sliding windows, and `on_window_close`.
+    pub fn with_hot_keys(
+        cfg: PipelineConfig,
+        clock: ClockRef,
+        cores: usize,
+        queue_capacity: usize,
+        share: f64,
+    ) -> Result<Self> {
+        Self::build(cfg, clock, cores, queue_capacity, None, Some(share))
     }
 
     fn build(
@@ -251,6 +276,7 @@ impl ShardedOperator {
         cores: usize,
         queue_capacity: usize,
         shards: Option<Vec<&[u8]>>,
+        hot_share: Option<f64>,
     ) -> Result<Self> {
         cfg.validate()?;
         if cores == 0 || cores > 1024 {
@@ -265,17 +291,49 @@ impl ShardedOperator {
                 "must be at least 1",
             ));
         }
-        if cfg.keys.is_empty() && cores > 1 {
-            return Err(TidemarkError::config(
-                "cores",
-                "a global aggregate (key=None) runs on one core: two-phase aggregation across cores is not available yet",
-            ));
+        if let Some(share) = hot_share {
+            if !(share > 0.0 && share <= 1.0) {
+                return Err(TidemarkError::config(
+                    "hot_keys",
+                    format!("the share of a batch's rows that makes a key hot must be in (0, 1], got {share}"),
+                ));
+            }
+            if cfg.keys.is_empty() {
+                return Err(TidemarkError::config(
+                    "hot_keys",
+                    "a global aggregate (key=None) has no keys to spread; it is spread over cores already",
+                ));
+            }
         }
-        if cfg.time == TimeMode::Processing && cfg.scope == Scope::Key && cores > 1 {
-            // Processing-time rows read the clock per shard; fine, but keep it explicit.
+        let partial = cores > 1 && (cfg.keys.is_empty() || hot_share.is_some());
+        if partial {
+            let what = if cfg.keys.is_empty() {
+                "a global aggregate (key=None) on several cores"
+            } else {
+                "spreading hot keys"
+            };
+            if cfg.scope == Scope::Key {
+                return Err(TidemarkError::config(
+                    "hot_keys",
+                    format!("{what} needs a global or partition watermark: a per-key watermark must see every row of its key"),
+                ));
+            }
+            if matches!(cfg.window, crate::window::WindowSpec::Session { .. }) {
+                return Err(TidemarkError::config(
+                    "window",
+                    format!("{what} merges partial windows; sessions cannot merge that way (use cores=1)"),
+                ));
+            }
+            if cfg.emit != crate::pipeline::EmitMode::OnWindowClose {
+                return Err(TidemarkError::config(
+                    "emit",
+                    format!("{what} needs emit=\"on_window_close\" (use cores=1 for on_update)"),
+                ));
+            }
         }
         let router = if cfg.keys.is_empty() {
-            Router::new(1, Strategy::Single, None)?
+            // A global aggregate: rows spread in turn; partials merge per window.
+            Router::new(cores, Strategy::RoundRobin, None)?
         } else {
             Router::new(
                 cores,
@@ -292,6 +350,8 @@ impl ShardedOperator {
                 Some(s) => Operator::restore(cfg.clone(), clock.clone(), s[i])?,
                 None => Operator::new(cfg.clone(), clock.clone())?,
             };
+            let mut op = op;
+            op.set_partial_output(partial);
             workers.push(Worker::spawn(i, op, queue_capacity, cores > 1)?);
         }
         let mut partitions = PartitionedWatermarkTracker::new()
@@ -310,6 +370,13 @@ impl ShardedOperator {
             partitions,
             key_reported: i64::MIN,
             progress: Progress::default(),
+            partial,
+            hot_share,
+            finisher: None,
+            last_schema: None,
+            windows_out: 0,
+            hot_rows: 0,
+            hot_keys: 0,
         })
     }
 
@@ -374,8 +441,11 @@ impl ShardedOperator {
             }
         }
         let n = self.workers.len();
+        self.last_schema = Some(batch.schema());
         let ids = if n == 1 {
             vec![0; batch.num_rows()]
+        } else if let Some(share) = self.hot_share {
+            self.hot_partition_ids(batch, share)?
         } else {
             self.router.partition_ids(batch)?
         };
@@ -453,7 +523,7 @@ impl ShardedOperator {
         };
         let late_order = to_input(&late_rows);
         let error_order = to_input(&error_rows);
-        let windows = merge_windows(outs.iter().map(|o| &o.windows).collect(), &keys)?;
+        let windows = self.merge_windows(outs.iter().map(|o| &o.windows).collect(), &keys)?;
         let late = interleave(outs.iter().map(|o| &o.late).collect(), &late_order)?;
         let errors = interleave(outs.iter().map(|o| &o.errors).collect(), &error_order)?;
         Ok(Output {
@@ -461,6 +531,90 @@ impl ShardedOperator {
             late,
             errors,
         })
+    }
+
+    /// Partition ids with hot keys spread: keys with at least `share` of a sample of
+    /// the batch's rows go round-robin over all cores, the others by hash.
+    fn hot_partition_ids(&mut self, batch: &RecordBatch, share: f64) -> Result<Vec<u32>> {
+        let n = self.workers.len() as u32;
+        let hashes = self.router.key_hashes(batch)?;
+        let step = (hashes.len() / 8192).max(1);
+        let mut counts: hashbrown::HashMap<u64, u32> = hashbrown::HashMap::new();
+        let mut sampled = 0u32;
+        for h in hashes.iter().step_by(step) {
+            *counts.entry(*h).or_insert(0) += 1;
+            sampled += 1;
+        }
+        let need = ((share * sampled as f64).ceil() as u32).max(1);
+        let hot: Vec<u64> = counts
+            .into_iter()
+            .filter(|&(_, c)| c >= need)
+            .map(|(h, _)| h)
+            .collect();
+        self.hot_keys = hot.len();
+        if hot.is_empty() {
+            return Ok(hashes
+                .into_iter()
+                .map(|h| crate::route::reduce(h, n))
+                .collect());
+        }
+        // Hot rows take turns over the cores (the turn continues across batches).
+        let mut next = self.hot_rows;
+        let ids = hashes
+            .iter()
+            .map(|&h| {
+                if hot.contains(&h) {
+                    next += 1;
+                    (next % n as u64) as u32
+                } else {
+                    crate::route::reduce(h, n)
+                }
+            })
+            .collect();
+        self.hot_rows = next;
+        Ok(ids)
+    }
+
+    /// Merges the shards' window outputs into the single-operator order; in two-phase
+    /// mode, rows of the same window and key merge their partial aggregates.
+    fn merge_windows(
+        &mut self,
+        batches: Vec<&RecordBatch>,
+        keys: &[Vec<MergeKey>],
+    ) -> Result<RecordBatch> {
+        let order = merge_order(keys);
+        let out = if !self.partial {
+            if order.is_empty() {
+                RecordBatch::new_empty(batches[0].schema())
+            } else {
+                arrow_select::interleave::interleave_record_batch(&batches, &order)?
+            }
+        } else {
+            let mut groups: Vec<Vec<(usize, usize)>> = Vec::new();
+            let mut last: Option<&MergeKey> = None;
+            for &(s, i) in &order {
+                let k = &keys[s][i];
+                if last == Some(k) {
+                    groups.last_mut().expect("a group").push((s, i));
+                } else {
+                    groups.push(vec![(s, i)]);
+                }
+                last = Some(k);
+            }
+            let schema = self
+                .last_schema
+                .clone()
+                .ok_or_else(|| TidemarkError::config("runtime", "no input seen yet"))?;
+            let finisher = match &mut self.finisher {
+                Some(f) => f,
+                None => self
+                    .finisher
+                    .insert(Operator::new(self.cfg.clone(), self.clock.clone())?),
+            };
+            finisher.finish_partials(&schema, &batches, &groups)?
+        };
+        self.windows_out += out.num_rows() as u64;
+        Ok(out)
     }
 
     /// Combines the shards' progress into the watermark that closes windows now.
@@ -561,7 +715,7 @@ impl ShardedOperator {
         if outs.len() == 1 {
             return Ok(outs.into_iter().next().expect("one shard"));
         }
-        let windows = merge_windows(outs.iter().map(|o| &o.windows).collect(), &keys)?;
+        let windows = self.merge_windows(outs.iter().map(|o| &o.windows).collect(), &keys)?;
         let first = outs.into_iter().next().expect("shards");
         Ok(Output {
             windows,
@@ -585,7 +739,16 @@ impl ShardedOperator {
             total.add(&m);
             keys.add(&k);
         }
+        if self.partial {
+            // Shards emit partials; the merged windows are what was emitted.
+            total.windows_emitted = self.windows_out;
+        }
         Ok((total, keys))
+    }
+
+    /// Hot-key spreading: rows spread so far, and hot keys in the last batch.
+    pub fn hot_key_metrics(&self) -> (u64, usize) {
+        (self.hot_rows, self.hot_keys)
     }
 
     /// Per-core runtime metrics (records, busy time, queue depth, utilisation,
@@ -627,6 +790,9 @@ impl ShardedOperator {
         wr.i64(self.watermark);
         wr.i64(self.global_max);
         wr.i64(self.key_reported);
+        wr.f64(self.hot_share.unwrap_or(f64::NAN));
+        wr.u64(self.windows_out);
+        wr.u64(self.hot_rows);
         self.partitions.write_state(&mut wr);
         for w in &self.workers {
             let Reply::Snapshot(b) = w.recv()? else {
@@ -641,7 +807,8 @@ impl ShardedOperator {
         ))
     }
 
-    /// Restores a [`Self::snapshot`] taken with the same number of cores.
+    /// Restores a [`Self::snapshot`] taken with the same number of cores (and its
+    /// hot-key setting).
     pub fn restore(
         cfg: PipelineConfig,
         clock: ClockRef,
@@ -664,6 +831,10 @@ impl ShardedOperator {
         let watermark = r.i64()?;
         let global_max = r.i64()?;
         let key_reported = r.i64()?;
+        let hot = r.f64()?;
+        let hot = (!hot.is_nan()).then_some(hot);
+        let windows_out = r.u64()?;
+        let hot_rows = r.u64()?;
         let mut partitions = PartitionedWatermarkTracker::new()
             .idle_timeout_ticks(cfg.idle_timeout)
             .with_clock(clock.clone());
@@ -672,11 +843,13 @@ impl ShardedOperator {
         for _ in 0..n {
             shards.push(r.bytes()?);
         }
-        let mut op = Self::build(cfg, clock, cores, queue_capacity, Some(shards))?;
+        let mut op = Self::build(cfg, clock, cores, queue_capacity, Some(shards), hot)?;
         r.finish()?;
         op.watermark = watermark;
         op.global_max = global_max;
         op.key_reported = key_reported;
+        op.windows_out = windows_out;
+        op.hot_rows = hot_rows;
         op.partitions = partitions;
         Ok(op)
     }
@@ -765,17 +938,13 @@ fn merge_keys(nk: usize, b: &RecordBatch) -> Result<Vec<MergeKey>> {
         .collect())
 }
 
-/// Merges shards' window outputs (each already in the single-operator order) into
-/// that order: window end, window start, key (a k-way merge). Rows of one key come
-/// from one shard, so ties keep their shard order (retractions first).
-fn merge_windows(batches: Vec<&RecordBatch>, keys: &[Vec<MergeKey>]) -> Result<RecordBatch> {
+/// The k-way merge of shards' window rows (each shard already in the single-operator
+/// order) into that order: window end, window start, key. Rows of one key of one
+/// shard keep their order (retractions first).
+fn merge_order(keys: &[Vec<MergeKey>]) -> Vec<(usize, usize)> {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
     let total: usize = keys.iter().map(Vec::len).sum();
-    if total == 0 {
-        let schema: Arc<Schema> = batches[0].schema();
-        return Ok(RecordBatch::new_empty(schema));
-    }
     let mut heap = BinaryHeap::with_capacity(keys.len());
     for (s, k) in keys.iter().enumerate() {
         if let Some(first) = k.first() {
@@ -789,9 +958,7 @@ fn merge_windows(batches: Vec<&RecordBatch>, keys: &[Vec<MergeKey>]) -> Result<R
             heap.push(Reverse((next, s, i + 1)));
         }
     }
-    Ok(arrow_select::interleave::interleave_record_batch(
-        &batches, &order,
-    )?)
+    order
 }
 
 #[cfg(test)]

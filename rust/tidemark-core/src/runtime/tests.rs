@@ -116,11 +116,30 @@ fn stream() -> impl proptest::strategy::Strategy<Value = Stream> {
 
 /// Runs a stream through one operator and through a sharded one, batch by batch.
 fn check_same(c: PipelineConfig, cores: usize, s: &Stream, snapshot_at: Option<usize>) {
+    check_same_hot(c, cores, s, snapshot_at, None)
+}
+
+fn check_same_hot(
+    c: PipelineConfig,
+    cores: usize,
+    s: &Stream,
+    snapshot_at: Option<usize>,
+    hot: Option<f64>,
+) {
     let single_clock = ManualClock::new(0);
     let sharded_clock = ManualClock::new(0);
     let mut single = Operator::new(c.clone(), Arc::new(single_clock.clone())).unwrap();
-    let mut sharded =
-        ShardedOperator::new(c.clone(), Arc::new(sharded_clock.clone()), cores, 2).unwrap();
+    let mut sharded = match hot {
+        None => ShardedOperator::new(c.clone(), Arc::new(sharded_clock.clone()), cores, 2),
+        Some(share) => ShardedOperator::with_hot_keys(
+            c.clone(),
+            Arc::new(sharded_clock.clone()),
+            cores,
+            2,
+            share,
+        ),
+    }
+    .unwrap();
     for (i, (rows, advance)) in s.iter().enumerate() {
         if snapshot_at == Some(i) {
             let bytes = sharded.snapshot().unwrap();
@@ -178,6 +197,86 @@ proptest! {
     }
 }
 
+fn two_phase_scopes() -> Vec<Scope> {
+    vec![Scope::Global, Scope::Partition { column: "p".into() }]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    /// key=None on several cores: rows go round-robin, partial aggregates merge.
+    #[test]
+    fn two_phase_global_aggregate_equals_one_operator(
+        s in stream(),
+        cores in 2usize..5,
+        idle in prop_oneof![Just(None), (1_000i64..6_000).prop_map(Some)],
+        snapshot_at in prop::option::of(0usize..8),
+    ) {
+        for scope in two_phase_scopes() {
+            for window in &windows()[..2] {
+                let mut c = cfg(*window, scope.clone(), EmitMode::OnWindowClose, idle);
+                c.keys.clear();
+                check_same(c, cores, &s, snapshot_at);
+            }
+        }
+    }
+
+    /// Hot keys spread over cores (a skewed stream: key 0 carries most rows).
+    #[test]
+    fn spreading_hot_keys_keeps_results_exact(
+        s in stream(),
+        cores in 2usize..5,
+        share in 0.05f64..0.6,
+        snapshot_at in prop::option::of(0usize..8),
+    ) {
+        let skewed: Stream = s
+            .iter()
+            .map(|(rows, adv)| {
+                let rows = rows
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| if i % 4 != 0 { (0, r.1, r.2, r.3) } else { *r })
+                    .collect();
+                (rows, *adv)
+            })
+            .collect();
+        for scope in two_phase_scopes() {
+            for window in &windows()[..2] {
+                let c = cfg(*window, scope.clone(), EmitMode::OnWindowClose, None);
+                check_same_hot(c, cores, &skewed, snapshot_at, Some(share));
+            }
+        }
+    }
+}
+
+#[test]
+fn hot_keys_are_detected_and_spread() {
+    let c = cfg(windows()[0], Scope::Global, EmitMode::OnWindowClose, None);
+    let mut op =
+        ShardedOperator::with_hot_keys(c, Arc::new(ManualClock::new(0)), 2, 4, 0.25).unwrap();
+    let rows: Vec<_> = (0..1000)
+        .map(|i| {
+            (
+                if i % 2 == 0 { 0 } else { (i % 50) as u8 },
+                0,
+                Some(i as i64 * 10),
+                1.0,
+            )
+        })
+        .collect();
+    op.process(&batch(&rows), None).unwrap();
+    let (spread, hot) = op.hot_key_metrics();
+    assert_eq!(hot, 1);
+    assert_eq!(spread, 500);
+    let per_core: Vec<u64> = op
+        .core_metrics()
+        .iter()
+        .map(|c| c.records_processed)
+        .collect();
+    // Without spreading one core would get the hot key's 500 rows plus its share.
+    assert!(per_core.iter().all(|&r| r < 700), "{per_core:?}");
+}
+
 #[test]
 fn one_core_is_the_plain_operator() {
     let s: Stream = vec![
@@ -222,8 +321,19 @@ fn configuration_errors_are_clear_and_change_nothing() {
     let mut global = c.clone();
     global.keys.clear();
     global.scope = Scope::Global;
-    let e = ShardedOperator::new(global, clock.clone(), 2, 4).unwrap_err();
-    assert!(e.to_string().contains("one core"), "{e}");
+    assert!(ShardedOperator::new(global.clone(), clock.clone(), 2, 4).is_ok());
+    let mut sessions = global.clone();
+    sessions.window = WindowSpec::Session { gap: 5 };
+    let e = ShardedOperator::new(sessions, clock.clone(), 2, 4).unwrap_err();
+    assert!(e.to_string().contains("sessions"), "{e}");
+    let mut updates = global.clone();
+    updates.emit = EmitMode::OnUpdate;
+    let e = ShardedOperator::new(updates, clock.clone(), 2, 4).unwrap_err();
+    assert!(e.to_string().contains("on_window_close"), "{e}");
+    let e = ShardedOperator::with_hot_keys(c.clone(), clock.clone(), 2, 4, 0.3).unwrap_err();
+    assert!(e.to_string().contains("per-key watermark"), "{e}");
+    let e = ShardedOperator::with_hot_keys(c.clone(), clock.clone(), 2, 4, 1.5).unwrap_err();
+    assert!(e.to_string().contains("(0, 1]"), "{e}");
     let mut op = ShardedOperator::new(c.clone(), clock.clone(), 2, 4).unwrap();
     let wrong =
         RecordBatch::try_from_iter(vec![("x", Arc::new(Int32Array::from(vec![1])) as ArrayRef)])
