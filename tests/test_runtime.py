@@ -155,18 +155,21 @@ def test_hot_keys_spread_one_dominant_key() -> None:
         pipe.operator(hot_keys=0.2)
 
 
-def test_snapshot_restores_with_the_same_core_count() -> None:
+@pytest.mark.parametrize(("before", "after"), [(3, 3), (3, 2), (2, 5), (4, 1), (1, 3)])
+def test_snapshots_restore_on_any_core_count(before: int, after: int) -> None:
+    # Rescaling: keyed state is redistributed by key hash.
     pipe = _pipe("key", tm.Tumbling("5s"))
-    op = pipe.operator(cores=3)
-    op.process(_table([("acme", 1, 0, 1_000, 1.0), ("globex", 2, 0, 2_000, 2.0)]))
-    state = op.snapshot()
-    restored = pipe.operator(state, cores=3)
+    first = _table([("acme", d, 0, 1_000 + d, float(d)) for d in range(40)])
+    later = _table([("acme", d, 0, 30_000, 1.0) for d in range(0, 40, 3)])
+    op = pipe.operator(cores=before)
+    op.process(first)
+    restored = pipe.operator(op.snapshot(), cores=after)
+    assert restored.cores == after
     single = pipe.operator()
-    single.process(_table([("acme", 1, 0, 1_000, 1.0), ("globex", 2, 0, 2_000, 2.0)]))
-    later = _table([("acme", 1, 0, 30_000, 1.0), ("globex", 2, 0, 30_000, 1.0)])
+    single.process(first)
     assert restored.process(later).windows.equals(single.process(later).windows)
-    with pytest.raises(tm.ConfigError, match="cores=3"):
-        pipe.operator(state, cores=2)
+    assert restored.flush().windows.equals(single.flush().windows)
+    assert restored.metrics()["rows_in"] == single.metrics()["rows_in"]
 
 
 def test_configuration_errors() -> None:
@@ -189,6 +192,8 @@ def test_configuration_errors() -> None:
         op.set_external_watermark(5)
     with pytest.raises(tm.MissingColumnError):
         op.process(pa.table({"x": [1]}))
+    with pytest.raises(tm.StateCorruptedError):
+        pipe.operator(b"not a snapshot", cores=2)
     op.process(_table([("acme", 1, 0, 1_000, 1.0)]))  # still usable
 
 

@@ -207,6 +207,52 @@ def test_streaming_matches_local_operator_and_replays_exactly(
     assert got[last] == before
 
 
+def test_streaming_rescales_state_partitions_between_runs(spark: Any, tmp_path: Path) -> None:
+    batches = stream_batches()
+    inp = tmp_path / "in"
+    write_stream_files(inp, batches[:3])
+    schema = spark.read.parquet(str(inp)).schema
+    pipe = pipeline("key")
+    streamed: list[tuple] = []
+
+    def sink(df: Any, batch_id: int) -> None:
+        streamed.extend(rows_of(df, ["device", "window_start", "n", "s"]))
+
+    def run(num_partitions: int) -> StreamProcessor:
+        proc = StreamProcessor(pipe, str(tmp_path / "state"), num_partitions, sink=sink)
+        q = (
+            spark.readStream.schema(schema)
+            .option("maxFilesPerTrigger", 1)
+            .parquet(str(inp))
+            .writeStream.foreachBatch(proc)
+            .option("checkpointLocation", str(tmp_path / "chk"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        q.awaitTermination()
+        return proc
+
+    run(3)
+    for i, t in enumerate(batches[3:], start=3):
+        f = inp / f"part-{i:05d}.parquet"
+        pq.write_table(t, f)
+        os.utime(f, (1_700_000_000 + i, 1_700_000_000 + i))
+    proc = run(2)  # the same query and state, now on 2 state partitions
+    proc.flush(spark, schema)  # runs as the next batch: its windows go to the sink
+    want_windows, _ = local_spark_like(pipe, batches)
+    assert sorted(streamed) == sorted(want_windows)
+    # State partition 2 of the old layout kept nothing newer than the rescaled version.
+    assert list((tmp_path / "state/partitions/2").glob("*.snap")) == []
+
+
+def test_global_aggregate_streams_on_one_state_partition(tmp_path: Path) -> None:
+    glob = tm.Pipeline(key=None, event_time="ts", window=tm.Tumbling("1m"), aggs={"n": tm.count()})
+    assert StreamProcessor(glob, str(tmp_path / "a")).num_partitions == 1
+    assert StreamProcessor(pipeline(), str(tmp_path / "b")).num_partitions == 8
+    with pytest.raises(tm.ConfigError, match="num_partitions=1"):
+        StreamProcessor(glob, str(tmp_path / "c"), num_partitions=3)
+
+
 def local_spark_like(pipe: tm.Pipeline, batches: list[pa.Table]) -> tuple[list[tuple], list[float]]:
     """Operators per state partition are equivalent to one operator when the
     watermark is external (global) or per key; replicate the one-batch delay of the
@@ -242,8 +288,8 @@ def test_streaming_state_errors(spark: Any, tmp_path: Path) -> None:
     schema = spark.createDataFrame(batches[0].to_pandas()).schema
     for i, t in enumerate(batches):
         proc(spark.createDataFrame(t.to_pandas(), schema), i)
-    with pytest.raises(tm.StateCorruptedError, match="num_partitions=2"):
-        StreamProcessor(pipe, str(tmp_path / "state"), num_partitions=3)(
+    with pytest.raises(tm.StateCorruptedError, match="different pipeline configuration"):
+        StreamProcessor(pipeline("global"), str(tmp_path / "state"), num_partitions=2)(
             spark.createDataFrame(batches[0].to_pandas(), schema), 2
         )
     snap = tmp_path / "state" / "partitions" / "1" / "1.snap"

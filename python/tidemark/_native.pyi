@@ -23,6 +23,7 @@ __all__ = [
     "parse_duration",
     "parse_event_time",
     "pipeline_output_schema",
+    "reshard_snapshots",
     "validate_pipeline",
 ]
 
@@ -234,6 +235,11 @@ def validate_pipeline(config: dict[str, Any]) -> int:
 
 def pipeline_output_schema(config: dict[str, Any], schema: Any) -> Any:
     """The output schema of a pipeline for an input schema."""
+
+def reshard_snapshots(
+    config: dict[str, Any], snapshots: list[bytes], n: int, hash: str = "spark"
+) -> list[bytes]:
+    """Operator snapshots redistributed over `n` state partitions by key."""
 
 def builtin_event_time_types() -> list[str]:
     """Names of the built-in event-time types."""

@@ -99,6 +99,12 @@ class StateStore:
             if v < keep_from:
                 self.fs.delete_file(self.path(rel_dir, f"{v}{suffix}"))
 
+    def prune_after(self, rel_dir: str, suffix: str, keep_until: int) -> None:
+        """Deletes versions newer than ``keep_until``."""
+        for v in self.versions(rel_dir, suffix):
+            if v > keep_until:
+                self.fs.delete_file(self.path(rel_dir, f"{v}{suffix}"))
+
     def clean_temp(self) -> None:
         """Deletes temporary files left by writers that died mid-write (call when no
         task is running)."""

@@ -38,6 +38,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from tidemark import _native
 from tidemark.clock import ManualClock
 from tidemark.errors import ConfigError, StateCorruptedError
 from tidemark.pipeline import Pipeline
@@ -129,8 +130,12 @@ class StreamProcessor:
     state_location : str
         Directory for operator state: a local path (shared by all executors) or any
         pyarrow filesystem URI (``s3://``, ``gs://``, ``hdfs://``, ...).
-    num_partitions : int
-        State partitions (keys are hashed to them). Fixed for the life of the state.
+    num_partitions : int, optional
+        State partitions (keys are hashed to them as ``df.repartition(n, *keys)``
+        does); default 8, and 1 for a global aggregate (``key=None``), whose state
+        cannot be split. Changing it between runs rescales the state: at the first
+        batch the driver redistributes the last committed version's keyed state over
+        the new partitions (by Spark's hash of each key).
     sink : callable
         ``sink(windows_df, batch_id)`` for every micro-batch.
     late_sink, error_sink : callable, optional
@@ -150,7 +155,7 @@ class StreamProcessor:
         self,
         pipe: Pipeline,
         state_location: str,
-        num_partitions: int = 8,
+        num_partitions: int | None = None,
         sink: Sink | None = None,
         late_sink: Sink | None = None,
         error_sink: Sink | None = None,
@@ -159,8 +164,15 @@ class StreamProcessor:
         start_fresh: bool = False,
         clock: Callable[[], int] | None = None,
     ) -> None:
+        if num_partitions is None:
+            num_partitions = 8 if pipe.key else 1
         if num_partitions < 1:
             raise ConfigError(f"num_partitions must be >= 1, got {num_partitions}")
+        if not pipe.key and num_partitions != 1:
+            raise ConfigError(
+                "a global aggregate (key=None) keeps its windows in one state partition: "
+                f"use num_partitions=1 (got {num_partitions})"
+            )
         if retention < 2:
             raise ConfigError("retention must be at least 2 (the last batch must be replayable)")
         if pipe.time != "event":
@@ -189,16 +201,55 @@ class StreamProcessor:
         if meta is None:
             self.store.write_json("meta.json", want)
         elif meta != want:
-            if meta.get("num_partitions") != self.num_partitions:
-                why = (
-                    f"it was written with num_partitions={meta.get('num_partitions')}, this "
-                    f"processor has {self.num_partitions}"
-                )
+            same = {k: v for k, v in meta.items() if k != "num_partitions"}
+            if same == {k: v for k, v in want.items() if k != "num_partitions"}:
+                self._rescale(int(meta["num_partitions"]))
+                self.store.write_json("meta.json", want)
             else:
                 why = "it was written by a different pipeline configuration"
-            raise StateCorruptedError(f"{self.store.path('meta.json')}: {why}")
+                raise StateCorruptedError(f"{self.store.path('meta.json')}: {why}")
         self.store.clean_temp()
         self._checked = True
+
+    def _rescale(self, old: int) -> None:
+        """Redistributes the last committed state version from ``old`` state partitions
+        to ``num_partitions`` (keys routed by Spark's hash, as the next batch's
+        ``repartition`` routes their rows)."""
+        committed = [
+            v
+            for v in self.store.versions("driver", _JSON)
+            if "state_after" in (self.store.read_json(f"driver/{v}{_JSON}") or {})
+        ]
+        if not committed:
+            return
+        b = committed[-1]
+        snaps = []
+        for p in range(old):
+            data = self.store.read(f"partitions/{p}/{b}{_SNAP}")
+            if data is None:
+                raise StateCorruptedError(
+                    f"{self.store.path(f'partitions/{p}/{b}{_SNAP}')}: missing; cannot "
+                    f"rescale from {old} to {self.num_partitions} state partitions"
+                )
+            snaps.append(data)
+        new = _native.reshard_snapshots(self.pipe._config, snaps, self.num_partitions, "spark")
+        for p, data in enumerate(new):
+            # Later versions (an uncommitted batch) belong to the old layout.
+            self.store.prune_after(f"partitions/{p}", _SNAP, b)
+            self.store.write(f"partitions/{p}/{b}{_SNAP}", data)
+        for p in range(self.num_partitions, old):
+            self.store.prune(f"partitions/{p}", _SNAP, b + 1)
+            self.store.prune_after(f"partitions/{p}", _SNAP, b)
+        # Per-partition key-scope minima were keyed by the old partitions; a batch
+        # started after b (not committed) keeps its recorded inputs otherwise.
+        for v in self.store.versions("driver", _JSON):
+            if v < b:
+                continue
+            rec = self.store.read_json(f"driver/{v}{_JSON}")
+            for part in ("state", "state_after"):
+                if part in rec:
+                    rec[part]["key_globals"] = {}
+            self.store.write_json(f"driver/{v}{_JSON}", rec)
 
     def _prepare(self, batch_id: int) -> dict[str, Any]:
         """The batch's recorded inputs (reused when the batch is replayed)."""

@@ -30,6 +30,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pipeline::PyTimerService>()?;
     m.add_class::<route::PyRouter>()?;
     m.add_class::<runtime::PyShardedOperator>()?;
+    m.add_function(wrap_pyfunction!(runtime::reshard_snapshots, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::validate_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::pipeline_output_schema, m)?)?;
     m.add_function(wrap_pyfunction!(parse::builtin_event_time_types, m)?)?;

@@ -210,7 +210,10 @@ impl PyOperator {
         let clock = clock_ref(clock)?;
         let inner = match state {
             None => check(py, Operator::new(cfg, clock))?,
-            Some(bytes) => check(py, Operator::restore(cfg, clock, bytes))?,
+            Some(bytes) => check(
+                py,
+                tidemark_core::runtime::restore_operator(cfg, clock, bytes),
+            )?,
         };
         Ok(Self { inner })
     }

@@ -162,3 +162,27 @@ impl PyShardedOperator {
         Ok(d)
     }
 }
+
+/// Operator snapshots redistributed over `n` state partitions by key
+/// (`hash="spark"`: as `df.repartition(n, *keys)`; `"xxh3"`: as the runtime).
+#[pyfunction]
+#[pyo3(signature = (config, snapshots, n, hash = "spark"))]
+pub fn reshard_snapshots<'py>(
+    py: Python<'py>,
+    config: &Bound<'_, PyDict>,
+    snapshots: Vec<Vec<u8>>,
+    n: usize,
+    hash: &str,
+) -> PyResult<Bound<'py, PyList>> {
+    let cfg = config_from_dict(py, config)?;
+    let algo = check(py, tidemark_core::route::HashAlgo::parse(hash))?;
+    let out = detach(py, move || {
+        let refs: Vec<&[u8]> = snapshots.iter().map(Vec::as_slice).collect();
+        tidemark_core::pipeline::reshard::reshard_snapshots(&cfg, &refs, n, algo)
+    })?;
+    let list = PyList::empty(py);
+    for b in out {
+        list.append(PyBytes::new(py, &b))?;
+    }
+    Ok(list)
+}

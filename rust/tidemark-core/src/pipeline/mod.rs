@@ -1759,6 +1759,8 @@ fn read_acc(r: &mut Reader<'_>) -> Result<Acc> {
     })
 }
 
+pub mod reshard;
+
 #[cfg(test)]
 #[path = "tests.rs"]
 mod tests;

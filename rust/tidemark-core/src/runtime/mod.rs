@@ -40,6 +40,7 @@ use arrow_schema::DataType;
 use crate::clock::ClockRef;
 use crate::error::{Result, TidemarkError};
 use crate::key::KeyColumns;
+use crate::pipeline::reshard;
 use crate::pipeline::{
     Operator, Output, PipelineConfig, PipelineMetrics, Progress, Scope, TimeMode,
 };
@@ -807,8 +808,9 @@ impl ShardedOperator {
         ))
     }
 
-    /// Restores a [`Self::snapshot`] taken with the same number of cores (and its
-    /// hot-key setting).
+    /// Restores a snapshot: of a sharded operator with any number of cores, or of a
+    /// one-core [`Operator`]. When the core count differs, the keyed state is
+    /// redistributed by key hash (rescaling); the hot-key setting is the snapshot's.
     pub fn restore(
         cfg: PipelineConfig,
         clock: ClockRef,
@@ -816,18 +818,61 @@ impl ShardedOperator {
         queue_capacity: usize,
         bytes: &[u8],
     ) -> Result<Self> {
+        let s = SavedState::read(&cfg, bytes)?;
+        let shards = if s.shards.len() == cores {
+            s.shards
+        } else {
+            s.reshard(&cfg, cores)?
+        };
+        let refs: Vec<&[u8]> = shards.iter().map(Vec::as_slice).collect();
+        let hot = if cores > 1 { s.hot } else { None };
+        let mut op = Self::build(cfg, clock.clone(), cores, queue_capacity, Some(refs), hot)?;
+        op.watermark = s.watermark;
+        op.global_max = s.global_max;
+        op.key_reported = s.key_reported;
+        op.windows_out = s.windows_out;
+        op.hot_rows = s.hot_rows;
+        op.partitions = PartitionedWatermarkTracker::new()
+            .idle_timeout_ticks(op.cfg.idle_timeout)
+            .with_clock(clock);
+        op.partitions.read_state(&mut Reader::new(&s.partitions))?;
+        Ok(op)
+    }
+}
+
+/// A sharded (or one-operator) snapshot, read.
+struct SavedState {
+    watermark: i64,
+    global_max: i64,
+    key_reported: i64,
+    hot: Option<f64>,
+    windows_out: u64,
+    hot_rows: u64,
+    /// The coordinator's partition tracker ([`PartitionedWatermarkTracker::write_state`]).
+    partitions: Vec<u8>,
+    shards: Vec<Vec<u8>>,
+}
+
+impl SavedState {
+    fn read(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Self> {
+        if state::peek_kind(bytes) == Some(SnapshotKind::Pipeline) {
+            // A one-core operator: it is its own coordinator.
+            let p = reshard::parse(cfg, bytes)?;
+            let shared = reshard::shared_of(&p);
+            return Ok(Self {
+                watermark: p.watermark.0,
+                global_max: p.watermark.1,
+                key_reported: shared.key_reported,
+                hot: None,
+                windows_out: p.metrics[4],
+                hot_rows: 0,
+                partitions: shared.partitions,
+                shards: vec![bytes.to_vec()],
+            });
+        }
         let payload = state::open(bytes, SnapshotKind::Sharded, Some(cfg.fingerprint()))?;
         let mut r = Reader::new(payload);
         let n = r.u32()? as usize;
-        if n != cores {
-            return Err(TidemarkError::config(
-                "cores",
-                format!(
-                    "this snapshot was taken with {n} cores; restore it with cores={n} \
-                     (moving state between core counts is not available yet)"
-                ),
-            ));
-        }
         let watermark = r.i64()?;
         let global_max = r.i64()?;
         let key_reported = r.i64()?;
@@ -835,24 +880,71 @@ impl ShardedOperator {
         let hot = (!hot.is_nan()).then_some(hot);
         let windows_out = r.u64()?;
         let hot_rows = r.u64()?;
-        let mut partitions = PartitionedWatermarkTracker::new()
-            .idle_timeout_ticks(cfg.idle_timeout)
-            .with_clock(clock.clone());
-        partitions.read_state(&mut r)?;
+        let mut pt = PartitionedWatermarkTracker::new();
+        pt.read_state(&mut r)?;
+        let mut pw = Writer::new();
+        pt.write_state(&mut pw);
         let mut shards = Vec::with_capacity(n);
         for _ in 0..n {
-            shards.push(r.bytes()?);
+            shards.push(r.bytes()?.to_vec());
         }
-        let mut op = Self::build(cfg, clock, cores, queue_capacity, Some(shards), hot)?;
         r.finish()?;
-        op.watermark = watermark;
-        op.global_max = global_max;
-        op.key_reported = key_reported;
-        op.windows_out = windows_out;
-        op.hot_rows = hot_rows;
-        op.partitions = partitions;
-        Ok(op)
+        Ok(Self {
+            watermark,
+            global_max,
+            key_reported,
+            hot,
+            windows_out,
+            hot_rows,
+            partitions: pw.finish(),
+            shards,
+        })
     }
+
+    /// The shards' keyed state redistributed over `cores` by the runtime's routing.
+    fn reshard(&self, cfg: &PipelineConfig, cores: usize) -> Result<Vec<Vec<u8>>> {
+        let parsed = self
+            .shards
+            .iter()
+            .map(|b| reshard::parse(cfg, b))
+            .collect::<Result<Vec<_>>>()?;
+        let shared = reshard::Shared {
+            watermark: (self.watermark, self.global_max),
+            partitions: self.partitions.clone(),
+            key_reported: self.key_reported,
+            // Two-phase shards count partial windows: the coordinator counted the
+            // merged ones.
+            windows_emitted: (self.shards.len() > 1 && (cfg.keys.is_empty() || self.hot.is_some()))
+                .then_some(self.windows_out),
+        };
+        let keyed = !cfg.keys.is_empty();
+        let out = reshard::redistribute(cfg, parsed, cores, &shared, |keys| {
+            Ok(keys
+                .iter()
+                .map(|k| {
+                    if keyed {
+                        crate::route::xxh3_partition(k, cores as u32)
+                    } else {
+                        0
+                    }
+                })
+                .collect())
+        })?;
+        Ok(out)
+    }
+}
+
+/// Restores a one-core [`Operator`] from a snapshot of a one-core or a sharded
+/// operator (the keyed state of all cores merged).
+pub fn restore_operator(cfg: PipelineConfig, clock: ClockRef, bytes: &[u8]) -> Result<Operator> {
+    let s = SavedState::read(&cfg, bytes)?;
+    if state::peek_kind(bytes) == Some(SnapshotKind::Pipeline) {
+        return Operator::restore(cfg, clock, bytes);
+    }
+    let shards = s.reshard(&cfg, 1)?;
+    let mut op = Operator::restore(cfg, clock, &shards[0])?;
+    op.recalculate_key_global();
+    Ok(op)
 }
 
 /// A shard's rows of the input (and of the parsed event times), taken by the worker.

@@ -5,7 +5,7 @@ use crate::pipeline::{EmitMode, LatePolicy};
 use crate::time::KeyEvictionPolicy;
 use crate::window::WindowSpec;
 use arrow_array::{Float64Array, Int32Array, StringArray, TimestampMicrosecondArray};
-use proptest::prelude::{any, prop, prop_oneof, proptest, Just, ProptestConfig};
+use proptest::prelude::{any, prop, prop_assert_eq, prop_oneof, proptest, Just, ProptestConfig};
 use proptest::strategy::Strategy as _;
 
 fn cfg(window: WindowSpec, scope: Scope, emit: EmitMode, idle: Option<i64>) -> PipelineConfig {
@@ -116,7 +116,7 @@ fn stream() -> impl proptest::strategy::Strategy<Value = Stream> {
 
 /// Runs a stream through one operator and through a sharded one, batch by batch.
 fn check_same(c: PipelineConfig, cores: usize, s: &Stream, snapshot_at: Option<usize>) {
-    check_same_hot(c, cores, s, snapshot_at, None)
+    check_same_hot(c, cores, s, snapshot_at, None, cores)
 }
 
 fn check_same_hot(
@@ -125,6 +125,7 @@ fn check_same_hot(
     s: &Stream,
     snapshot_at: Option<usize>,
     hot: Option<f64>,
+    restore_cores: usize,
 ) {
     let single_clock = ManualClock::new(0);
     let sharded_clock = ManualClock::new(0);
@@ -146,11 +147,24 @@ fn check_same_hot(
             sharded = ShardedOperator::restore(
                 c.clone(),
                 Arc::new(sharded_clock.clone()),
-                cores,
+                restore_cores,
                 2,
                 &bytes,
             )
             .unwrap();
+            if restore_cores == 1 {
+                // Through a plain operator too: its snapshot restores on `cores` cores.
+                let one =
+                    restore_operator(c.clone(), Arc::new(sharded_clock.clone()), &bytes).unwrap();
+                sharded = ShardedOperator::restore(
+                    c.clone(),
+                    Arc::new(sharded_clock.clone()),
+                    cores,
+                    2,
+                    &one.snapshot(),
+                )
+                .unwrap();
+            }
         }
         let b = batch(rows);
         let a = single.process(&b, None).unwrap();
@@ -187,11 +201,12 @@ proptest! {
         on_update in any::<bool>(),
         idle in prop_oneof![Just(None), (1_000i64..6_000).prop_map(Some)],
         snapshot_at in prop::option::of(0usize..8),
+        restore_cores in 1usize..5,
     ) {
         let emit = if on_update { EmitMode::OnUpdate } else { EmitMode::OnWindowClose };
         for scope in scopes() {
             for window in windows() {
-                check_same(cfg(window, scope.clone(), emit, idle), cores, &s, snapshot_at);
+                check_same_hot(cfg(window, scope.clone(), emit, idle), cores, &s, snapshot_at, None, restore_cores);
             }
         }
     }
@@ -211,12 +226,13 @@ proptest! {
         cores in 2usize..5,
         idle in prop_oneof![Just(None), (1_000i64..6_000).prop_map(Some)],
         snapshot_at in prop::option::of(0usize..8),
+        restore_cores in 1usize..5,
     ) {
         for scope in two_phase_scopes() {
             for window in &windows()[..2] {
                 let mut c = cfg(*window, scope.clone(), EmitMode::OnWindowClose, idle);
                 c.keys.clear();
-                check_same(c, cores, &s, snapshot_at);
+                check_same_hot(c, cores, &s, snapshot_at, None, restore_cores);
             }
         }
     }
@@ -228,6 +244,7 @@ proptest! {
         cores in 2usize..5,
         share in 0.05f64..0.6,
         snapshot_at in prop::option::of(0usize..8),
+        restore_cores in 1usize..5,
     ) {
         let skewed: Stream = s
             .iter()
@@ -243,7 +260,7 @@ proptest! {
         for scope in two_phase_scopes() {
             for window in &windows()[..2] {
                 let c = cfg(*window, scope.clone(), EmitMode::OnWindowClose, None);
-                check_same_hot(c, cores, &skewed, snapshot_at, Some(share));
+                check_same_hot(c, cores, &skewed, snapshot_at, Some(share), restore_cores);
             }
         }
     }
@@ -342,6 +359,72 @@ fn configuration_errors_are_clear_and_change_nothing() {
     // Still usable after the error.
     op.process(&batch(&[(1, 0, Some(1), 1.0)]), None).unwrap();
     let snap = op.snapshot().unwrap();
-    let e = ShardedOperator::restore(c, clock, 3, 4, &snap).unwrap_err();
-    assert!(e.to_string().contains("cores=2"), "{e}");
+    let mut damaged = snap.clone();
+    let last = damaged.len() - 1;
+    damaged[last] ^= 1;
+    let e = ShardedOperator::restore(c.clone(), clock.clone(), 3, 4, &damaged).unwrap_err();
+    assert!(e.to_string().contains("checksum"), "{e}");
+    let mut other = c.clone();
+    other.delay += 1;
+    assert!(ShardedOperator::restore(other, clock, 3, 4, &snap).is_err());
+}
+
+/// Rows of window outputs, for comparing sets of windows.
+fn window_rows(outs: &[RecordBatch]) -> Vec<String> {
+    let mut rows = Vec::new();
+    for b in outs {
+        for i in 0..b.num_rows() {
+            rows.push(
+                b.columns()
+                    .iter()
+                    .map(|c| format!("{:?}", c.slice(i, 1)))
+                    .collect::<Vec<_>>()
+                    .join("|"),
+            );
+        }
+    }
+    rows.sort();
+    rows
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    /// Spark state partitions rescaled from `before` to `after` between batches:
+    /// the union of the partitions' windows is the single operator's.
+    #[test]
+    fn spark_state_partitions_rescale(
+        s in stream(),
+        before in 1usize..5,
+        after in 1usize..5,
+        at in 0usize..8,
+        window in 0usize..3,
+    ) {
+        use crate::route::{hash_router, HashAlgo};
+        let c = cfg(windows()[window], Scope::Key, EmitMode::OnWindowClose, None);
+        let clock: ClockRef = Arc::new(ManualClock::new(0));
+        let mut single = Operator::new(c.clone(), clock.clone()).unwrap();
+        let mut parts: Vec<Operator> =
+            (0..before).map(|_| Operator::new(c.clone(), clock.clone()).unwrap()).collect();
+        let (mut expected, mut got) = (Vec::new(), Vec::new());
+        for (i, (rows, _)) in s.iter().enumerate() {
+            if i == at {
+                let snaps: Vec<Vec<u8>> = parts.iter().map(|p| p.snapshot()).collect();
+                let refs: Vec<&[u8]> = snaps.iter().map(Vec::as_slice).collect();
+                let new = crate::pipeline::reshard::reshard_snapshots(&c, &refs, after, HashAlgo::Spark).unwrap();
+                parts = new.iter().map(|b| Operator::restore(c.clone(), clock.clone(), b).unwrap()).collect();
+            }
+            let b = batch(rows);
+            expected.push(single.process(&b, None).unwrap().windows);
+            let mut router = hash_router(parts.len(), &["k"], HashAlgo::Spark).unwrap();
+            for (p, sub) in router.route(&b).unwrap().iter().enumerate() {
+                got.push(parts[p].process(sub, None).unwrap().windows);
+            }
+        }
+        expected.push(single.flush().unwrap().windows);
+        for p in parts.iter_mut() {
+            got.push(p.flush().unwrap().windows);
+        }
+        prop_assert_eq!(window_rows(&expected), window_rows(&got));
+    }
 }

@@ -78,6 +78,14 @@ pub fn seal(kind: SnapshotKind, fingerprint: u64, payload: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The kind of a snapshot, from its header (`None`: not a tidemark snapshot).
+pub fn peek_kind(bytes: &[u8]) -> Option<SnapshotKind> {
+    if bytes.len() < HEADER || &bytes[..4] != MAGIC {
+        return None;
+    }
+    SnapshotKind::from_u8(bytes[6])
+}
+
 /// Checks the envelope and returns the payload.
 ///
 /// `fingerprint: None` accepts any configuration.
@@ -182,7 +190,12 @@ impl Writer {
     pub fn len(&mut self, n: usize) {
         self.u64(n as u64);
     }
-    /// Writes length-prefixed bytes.
+    /// Appends bytes as they are (an already encoded part).
+    pub fn raw(&mut self, v: &[u8]) {
+        self.buf.extend_from_slice(v);
+    }
+
+    /// Appends length-prefixed bytes.
     pub fn bytes(&mut self, v: &[u8]) {
         self.len(v.len());
         self.buf.extend_from_slice(v);

@@ -1,0 +1,358 @@
+//! Rescaling: the keyed state of operator snapshots redistributed over another number
+//! of shards (cores or Spark state partitions), by key.
+//!
+//! Works on the snapshot payload ([`Operator::snapshot`]): every key's tracker entry
+//! and open windows move to the shard `route` assigns; a key found in several
+//! snapshots (two-phase mode spreads keys) merges: its windows' partial aggregates
+//! merge, its watermark is the largest. Scope-wide values (the global watermark, the
+//! per-partition tracker, metrics) come from `Shared`.
+
+use arrow_schema::DataType;
+
+use super::{read_acc, write_acc, Operator, PipelineConfig};
+use crate::agg::Acc;
+use crate::error::{Result, TidemarkError};
+use crate::state::{self, Reader, SnapshotKind, Writer};
+use crate::time::PartitionedWatermarkTracker;
+
+/// One window of a key: start, end, flags, partial aggregates.
+type Window = (i64, i64, u8, Vec<Acc>);
+
+/// One key's state in a snapshot.
+#[derive(Debug, Clone)]
+pub struct KeyState {
+    /// Canonical key encoding.
+    pub key: Vec<u8>,
+    max_event: i64,
+    last_activity: i64,
+    idle: bool,
+    windows: Vec<Window>,
+}
+
+/// A parsed operator snapshot.
+#[derive(Debug, Clone)]
+pub struct Parsed {
+    /// Stored input fields (name, type), if the operator saw a schema.
+    pub fields: Option<Vec<(String, String)>>,
+    /// Keys in activity order (least recent first).
+    pub keys: Vec<KeyState>,
+    tracker_tail: (i64, i64, i64, u64, u64, u64),
+    /// Global-scope watermark and maximum event time.
+    pub watermark: (i64, i64),
+    /// The per-partition tracker, re-serialised.
+    pub partitions: Vec<u8>,
+    /// Pipeline metrics, in snapshot order.
+    pub metrics: [u64; 14],
+}
+
+/// Scope-wide values for the new shards.
+#[derive(Debug, Clone)]
+pub struct Shared {
+    /// Global-scope watermark and maximum event time.
+    pub watermark: (i64, i64),
+    /// The per-partition tracker state ([`PartitionedWatermarkTracker::write_state`]).
+    pub partitions: Vec<u8>,
+    /// The highest key-scope global watermark reported.
+    pub key_reported: i64,
+    /// Windows emitted so far (`None`: the sum over the snapshots).
+    pub windows_emitted: Option<u64>,
+}
+
+/// Parses an operator snapshot of this configuration.
+pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
+    let payload = state::open(bytes, SnapshotKind::Pipeline, Some(cfg.fingerprint()))?;
+    let mut r = Reader::new(payload);
+    let fields = if r.bool()? {
+        let nf = r.len(2)?;
+        let mut f = Vec::with_capacity(nf);
+        for _ in 0..nf {
+            f.push((r.str()?.to_string(), r.str()?.to_string()));
+        }
+        Some(f)
+    } else {
+        None
+    };
+    let nk = r.len(8 + 8 + 8 + 1)?;
+    let mut keys = Vec::with_capacity(nk);
+    for _ in 0..nk {
+        keys.push(KeyState {
+            key: r.bytes()?.to_vec(),
+            max_event: r.i64()?,
+            last_activity: r.i64()?,
+            idle: r.bool()?,
+            windows: Vec::new(),
+        });
+    }
+    let _cursor = r.len(0)?;
+    let tracker_tail = (r.i64()?, r.i64()?, r.i64()?, r.u64()?, r.u64()?, r.u64()?);
+    let na = cfg.aggs.len();
+    for k in keys.iter_mut() {
+        let count = r.len(17)?;
+        for _ in 0..count {
+            let (start, end, flags) = (r.i64()?, r.i64()?, r.u8()?);
+            let mut accs = Vec::with_capacity(na);
+            for _ in 0..na {
+                accs.push(read_acc(&mut r)?);
+            }
+            k.windows.push((start, end, flags, accs));
+        }
+    }
+    let watermark = (r.i64()?, r.i64()?);
+    let mut pt = PartitionedWatermarkTracker::new();
+    pt.read_state(&mut r)?;
+    let mut pw = Writer::new();
+    pt.write_state(&mut pw);
+    let mut metrics = [0u64; 14];
+    for m in metrics.iter_mut() {
+        *m = r.u64()?;
+    }
+    r.finish()?;
+    Ok(Parsed {
+        fields,
+        keys,
+        tracker_tail,
+        watermark,
+        partitions: pw.finish(),
+        metrics,
+    })
+}
+
+/// The key types of a parsed snapshot's pipeline (for routing decoded keys), if it
+/// saw a schema.
+pub fn key_types(cfg: &PipelineConfig, parsed: &[Parsed]) -> Result<Option<Vec<DataType>>> {
+    let Some(fields) = parsed.iter().find_map(|p| p.fields.as_ref()) else {
+        return Ok(None);
+    };
+    let mut types = Vec::with_capacity(cfg.keys.len());
+    for k in &cfg.keys {
+        let (_, t) = fields.iter().find(|(n, _)| n == k).ok_or_else(|| {
+            TidemarkError::StateCorrupted(format!("key column {k:?} missing from the snapshot"))
+        })?;
+        types.push(
+            t.parse()
+                .map_err(|_| TidemarkError::StateCorrupted("unreadable column type".into()))?,
+        );
+    }
+    Ok(Some(types))
+}
+
+/// Redistributes the keys of `parsed` snapshots over `n` shards: `route` gives the
+/// shard of every key (in the order given). Returns one snapshot per shard.
+pub fn redistribute(
+    cfg: &PipelineConfig,
+    parsed: Vec<Parsed>,
+    n: usize,
+    shared: &Shared,
+    route: impl FnOnce(&[Vec<u8>]) -> Result<Vec<u32>>,
+) -> Result<Vec<Vec<u8>>> {
+    let fields = parsed.iter().find_map(|p| p.fields.clone());
+    let mut metrics = [0u64; 14];
+    let (mut evicted, mut gadv, mut kadv) = (0, 0, 0);
+    let mut max_seen = i64::MIN;
+    for p in &parsed {
+        for (i, m) in p.metrics.iter().enumerate() {
+            // [0] is the batch count: every shard saw every call.
+            metrics[i] = if i == 0 {
+                metrics[i].max(*m)
+            } else {
+                metrics[i] + m
+            };
+        }
+        evicted += p.tracker_tail.3;
+        gadv += p.tracker_tail.4;
+        kadv += p.tracker_tail.5;
+        max_seen = max_seen.max(p.tracker_tail.2);
+    }
+    // Merge keys present in several snapshots; keep activity order (oldest first).
+    let mut all: Vec<KeyState> = parsed.into_iter().flat_map(|p| p.keys).collect();
+    all.sort_by_key(|k| k.last_activity);
+    let mut index: hashbrown::HashMap<Vec<u8>, usize> = hashbrown::HashMap::new();
+    let mut keys: Vec<KeyState> = Vec::with_capacity(all.len());
+    for k in all {
+        match index.get(&k.key) {
+            None => {
+                index.insert(k.key.clone(), keys.len());
+                keys.push(k);
+            }
+            Some(&i) => merge_key(&mut keys[i], k),
+        }
+    }
+    if let Some(w) = shared.windows_emitted {
+        metrics[4] = w;
+    }
+    let encoded: Vec<Vec<u8>> = keys.iter().map(|k| k.key.clone()).collect();
+    let shard_of = route(&encoded)?;
+    if shard_of.len() != keys.len() || shard_of.iter().any(|&s| s as usize >= n) {
+        return Err(TidemarkError::config(
+            "reshard",
+            "routing gave an invalid shard",
+        ));
+    }
+    let mut per: Vec<Vec<KeyState>> = vec![Vec::new(); n];
+    for (k, s) in keys.into_iter().zip(shard_of) {
+        per[s as usize].push(k);
+    }
+    let na = cfg.aggs.len();
+    let mut out = Vec::with_capacity(n);
+    for (s, keys) in per.into_iter().enumerate() {
+        let mut w = Writer::new();
+        match &fields {
+            None => w.bool(false),
+            Some(f) => {
+                w.bool(true);
+                w.len(f.len());
+                for (name, ty) in f {
+                    w.str(name);
+                    w.str(ty);
+                }
+            }
+        }
+        w.len(keys.len());
+        for k in &keys {
+            w.bytes(&k.key);
+            w.i64(k.max_event);
+            w.i64(k.last_activity);
+            w.bool(k.idle);
+        }
+        // The idle-scan cursor: the first key that is not idle (all before it are).
+        w.len(keys.iter().position(|k| !k.idle).unwrap_or(keys.len()));
+        // The tracker's global watermark is recomputed from its keys on restore.
+        w.i64(i64::MIN);
+        w.i64(shared.key_reported);
+        w.i64(max_seen);
+        let first = s == 0;
+        for v in [evicted, gadv, kadv] {
+            w.u64(if first { v } else { 0 });
+        }
+        for k in &keys {
+            w.len(k.windows.len());
+            for (start, end, flags, accs) in &k.windows {
+                w.i64(*start);
+                w.i64(*end);
+                w.u8(*flags);
+                debug_assert_eq!(accs.len(), na);
+                for a in accs {
+                    write_acc(&mut w, a);
+                }
+            }
+        }
+        w.i64(shared.watermark.0);
+        w.i64(shared.watermark.1);
+        w.raw(&shared.partitions);
+        for (i, m) in metrics.iter().enumerate() {
+            w.u64(if first || i == 0 { *m } else { 0 });
+        }
+        out.push(state::seal(
+            SnapshotKind::Pipeline,
+            cfg.fingerprint(),
+            &w.finish(),
+        ));
+    }
+    Ok(out)
+}
+
+fn merge_key(into: &mut KeyState, k: KeyState) {
+    into.max_event = into.max_event.max(k.max_event);
+    into.last_activity = into.last_activity.max(k.last_activity);
+    into.idle = into.idle && k.idle;
+    for (start, end, flags, accs) in k.windows {
+        match into.windows.iter_mut().find(|w| w.0 == start && w.1 == end) {
+            Some(w) => {
+                w.2 |= flags;
+                for (a, b) in w.3.iter_mut().zip(&accs) {
+                    a.merge(b);
+                }
+            }
+            None => into.windows.push((start, end, flags, accs)),
+        }
+    }
+    into.windows.sort_by_key(|w| (w.0, w.1));
+}
+
+/// The scope-wide values of one operator snapshot (for resharding a `cores=1`
+/// operator's state).
+pub fn shared_of(p: &Parsed) -> Shared {
+    Shared {
+        watermark: p.watermark,
+        partitions: p.partitions.clone(),
+        key_reported: p.tracker_tail.1,
+        windows_emitted: None,
+    }
+}
+
+impl Operator {
+    /// Recomputes the key tracker's global watermark from its keys (after a reshard).
+    pub(crate) fn recalculate_key_global(&mut self) {
+        self.keys.recalculate_global();
+    }
+}
+
+/// Operator snapshots (one per old shard or Spark state partition) redistributed over
+/// `n` new ones, keys routed by `algo`: [`HashAlgo::Xxh3`] as the runtime routes, or
+/// [`HashAlgo::Spark`] as `df.repartition(n, *keys)` does (keys decoded to the
+/// input's Arrow types first). A global aggregate's state (no keys) goes to shard 0.
+/// Scope-wide watermarks take the largest of the snapshots'.
+pub fn reshard_snapshots(
+    cfg: &PipelineConfig,
+    snapshots: &[&[u8]],
+    n: usize,
+    algo: crate::route::HashAlgo,
+) -> Result<Vec<Vec<u8>>> {
+    if n == 0 {
+        return Err(TidemarkError::config(
+            "num_partitions",
+            "must be at least 1",
+        ));
+    }
+    let parsed = snapshots
+        .iter()
+        .map(|b| parse(cfg, b))
+        .collect::<Result<Vec<_>>>()?;
+    let types = key_types(cfg, &parsed)?;
+    let shared = Shared {
+        watermark: parsed.iter().fold((i64::MIN, i64::MIN), |a, p| {
+            (a.0.max(p.watermark.0), a.1.max(p.watermark.1))
+        }),
+        partitions: parsed
+            .first()
+            .map(|p| p.partitions.clone())
+            .unwrap_or_else(|| {
+                let mut w = Writer::new();
+                PartitionedWatermarkTracker::new().write_state(&mut w);
+                w.finish()
+            }),
+        key_reported: parsed
+            .iter()
+            .map(|p| p.tracker_tail.1)
+            .max()
+            .unwrap_or(i64::MIN),
+        windows_emitted: None,
+    };
+    let keys = cfg.keys.clone();
+    redistribute(cfg, parsed, n, &shared, |encoded| {
+        if keys.is_empty() || encoded.is_empty() {
+            return Ok(vec![0; encoded.len()]);
+        }
+        match algo {
+            crate::route::HashAlgo::Xxh3 => Ok(encoded
+                .iter()
+                .map(|k| crate::route::xxh3_partition(k, n as u32))
+                .collect()),
+            crate::route::HashAlgo::Spark => {
+                let types = types.ok_or_else(|| {
+                    TidemarkError::StateCorrupted("keys without a stored schema".into())
+                })?;
+                let refs: Vec<&[u8]> = encoded.iter().map(Vec::as_slice).collect();
+                let cols = crate::key::decode_key_columns(&refs, &types)?;
+                let batch =
+                    arrow_array::RecordBatch::try_from_iter(keys.iter().cloned().zip(cols))?;
+                let mut router = crate::route::hash_router(
+                    n,
+                    &keys.iter().map(String::as_str).collect::<Vec<_>>(),
+                    crate::route::HashAlgo::Spark,
+                )?;
+                router.partition_ids(&batch)
+            }
+        }
+    })
+}
