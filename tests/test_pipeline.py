@@ -420,3 +420,35 @@ def test_timer_service() -> None:
     assert len(restored) == 0
     with pytest.raises(tm.StateCorruptedError):
         tm.TimerService.restore(b"garbage")
+
+
+def test_state_ttl_bounds_state_of_keys_that_stop_reporting() -> None:
+    clock = tm.ManualClock(0)
+    pipe = tm.Pipeline(
+        key="device",
+        event_time="ts",
+        event_time_type="unixtimestamp_ms",
+        watermark=tm.BoundedOutOfOrderness("1s", per="key"),
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count()},
+        state_ttl="1m",
+        clock=clock,
+    )
+    op = pipe.operator()
+    op.process(pa.table({"device": ["gone", "alive"], "ts": [1_000, 1_000]}))
+    for minute in range(1, 3):
+        clock.advance(40_000)
+        out = op.process(pa.table({"device": ["alive"], "ts": [1_000 + minute * 40_000]}))
+    # "gone" had no rows for 80 s > 1 min: dropped, its open window emitted early.
+    assert [r["device"] for r in out.windows.to_pylist()].count("gone") == 1
+    m = op.metrics()
+    assert (m["keys_expired"], m["windows_expired"], m["keys"]) == (1, 1, 1)
+    with pytest.raises(tm.ConfigError, match="state_ttl"):
+        tm.Pipeline(
+            key="device",
+            event_time="ts",
+            event_time_type="unixtimestamp_ms",
+            window=tm.Tumbling("10s"),
+            aggs={"n": tm.count()},
+            state_ttl="0s",
+        )

@@ -86,6 +86,7 @@ fn config(window: WindowSpec) -> PipelineConfig {
         max_keys: None,
         eviction: KeyEvictionPolicy::LeastRecentlyActive,
         time: TimeMode::Event,
+        state_ttl: None,
     }
 }
 

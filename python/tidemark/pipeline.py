@@ -252,6 +252,11 @@ class Pipeline:
     time : str
         ``"event"`` (default) or ``"processing"``: rows are stamped with the clock at
         ingest and windows close in wall time.
+    state_ttl : str, timedelta or int, optional
+        Drop a key's state (watermark, activity, open windows) once it has had no rows
+        for this long on the pipeline's clock. Windows still open are emitted early,
+        so nothing is lost; ``metrics()`` counts ``keys_expired`` and
+        ``windows_expired``. Bounds state for keys that stop reporting.
     schema : pyarrow.Schema, optional
         The input schema, to check columns and types now rather than at the first batch.
 
@@ -279,6 +284,7 @@ class Pipeline:
         eviction: str = "least_recently_active",
         time: str = "event",
         schema: pa.Schema | None = None,
+        state_ttl: Duration | None = None,
     ) -> None:
         keys = [] if key is None else [key] if isinstance(key, str) else list(key)
         if not all(isinstance(k, str) for k in keys):
@@ -309,6 +315,7 @@ class Pipeline:
         self.max_keys = max_keys
         self.eviction = eviction
         self.time = time
+        self.state_ttl = state_ttl
         self._config = {
             "keys": keys,
             "event_time": event_time,
@@ -329,6 +336,7 @@ class Pipeline:
             "max_keys": max_keys,
             "eviction": eviction,
             "time": time,
+            "state_ttl": None if state_ttl is None else to_millis(state_ttl, "state_ttl"),
         }
         self.fingerprint: int = _native.validate_pipeline(self._config)
         if schema is not None:

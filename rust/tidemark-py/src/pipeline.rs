@@ -152,6 +152,7 @@ pub fn config_from_dict(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<Pipel
         max_keys: get(d, "max_keys")?,
         eviction: check(py, KeyEvictionPolicy::from_name(&eviction))?,
         time,
+        state_ttl: get(d, "state_ttl")?,
     };
     check(py, cfg.validate())?;
     Ok(cfg)
@@ -328,6 +329,8 @@ pub fn metrics_dict<'py>(
         ("windows_flushed", m.windows_flushed),
         ("windows_evicted", m.windows_evicted),
         ("keys_evicted", m.keys_evicted),
+        ("keys_expired", m.keys_expired),
+        ("windows_expired", m.windows_expired),
     ] {
         d.set_item(name, v)?;
     }

@@ -87,6 +87,9 @@ pub struct PipelineConfig {
     pub eviction: KeyEvictionPolicy,
     /// Event or processing time.
     pub time: TimeMode,
+    /// Keyed state untouched for longer than this (clock ticks, milliseconds) is
+    /// dropped; its open windows are emitted early (`None`: kept until closed).
+    pub state_ttl: Option<i64>,
 }
 
 impl PipelineConfig {
@@ -107,6 +110,9 @@ impl PipelineConfig {
         }
         if self.aggs.is_empty() {
             return Err(TidemarkError::config("aggs", "give at least one aggregate"));
+        }
+        if self.state_ttl.is_some_and(|t| t <= 0) {
+            return Err(TidemarkError::config("state_ttl", "must be positive"));
         }
         for a in &self.aggs {
             if a.column.is_none() && a.kind != AggKind::Count {
@@ -186,6 +192,11 @@ impl PipelineConfig {
             Scope::Key => w.u8(2),
         }
         w.i64(self.idle_timeout.unwrap_or(-1));
+        if let Some(ttl) = self.state_ttl {
+            // Only when set: configurations without a TTL keep their fingerprints.
+            w.str("state_ttl");
+            w.i64(ttl);
+        }
         match self.window {
             WindowSpec::Tumbling { size, offset } => {
                 w.u8(0);

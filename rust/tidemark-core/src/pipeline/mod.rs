@@ -92,6 +92,10 @@ pub struct PipelineMetrics {
     pub keys_evicted: u64,
     /// Windows closed early because their key was evicted.
     pub windows_evicted: u64,
+    /// Keys dropped because their state outlived `state_ttl`.
+    pub keys_expired: u64,
+    /// Windows closed early because their key expired.
+    pub windows_expired: u64,
 }
 
 impl PipelineMetrics {
@@ -113,6 +117,8 @@ impl PipelineMetrics {
         self.windows_flushed += o.windows_flushed;
         self.keys_evicted += o.keys_evicted;
         self.windows_evicted += o.windows_evicted;
+        self.keys_expired += o.keys_expired;
+        self.windows_expired += o.windows_expired;
     }
 }
 
@@ -871,6 +877,9 @@ impl Operator {
         if self.keys.has_evictions() {
             self.evict_keys();
         }
+        if let Some(ttl) = self.cfg.state_ttl {
+            self.expire_keys(ttl);
+        }
 
         // 4. Advance the watermarks with this batch's rows.
         match &self.cfg.scope {
@@ -1118,8 +1127,26 @@ impl Operator {
     }
 
     /// Closes the windows of keys evicted because of `max_keys` (emitting them).
+    /// Drops keys untouched for longer than `state_ttl`; their open windows close
+    /// early (emitted in `on_window_close` mode), as for eviction.
+    fn expire_keys(&mut self, ttl: i64) {
+        let expired = self.keys.expire_older_than(ttl);
+        self.metrics.keys_expired += expired.len() as u64;
+        let before = self.metrics.windows_evicted;
+        self.close_dropped(expired);
+        let n = self.metrics.windows_evicted - before;
+        self.metrics.windows_evicted = before;
+        self.metrics.windows_expired += n;
+    }
+
     fn evict_keys(&mut self) {
-        for e in self.keys.drain_evictions() {
+        let evicted = self.keys.drain_evictions();
+        self.close_dropped(evicted);
+    }
+
+    /// Closes the windows of keys dropped from the tracker.
+    fn close_dropped(&mut self, dropped: Vec<crate::time::Eviction>) {
+        for e in dropped {
             let slot = e.slot as usize;
             if slot >= self.wins.len() {
                 continue;
@@ -1454,6 +1481,8 @@ impl Operator {
             m.sessions_merged,
             m.windows_flushed,
             m.windows_evicted,
+            m.keys_expired,
+            m.windows_expired,
         ] {
             w.u64(v);
         }
@@ -1533,6 +1562,8 @@ impl Operator {
             &mut m.sessions_merged,
             &mut m.windows_flushed,
             &mut m.windows_evicted,
+            &mut m.keys_expired,
+            &mut m.windows_expired,
         ] {
             *v = r.u64()?;
         }

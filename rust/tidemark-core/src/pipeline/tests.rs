@@ -32,6 +32,7 @@ fn cfg(window: WindowSpec, scope: Scope) -> PipelineConfig {
         max_keys: None,
         eviction: KeyEvictionPolicy::LeastRecentlyActive,
         time: TimeMode::Event,
+        state_ttl: None,
     }
 }
 
@@ -535,4 +536,44 @@ fn test_timer_survives_restore() {
         vec![("k".into(), 500, 1500, 1, Some(1))]
     );
     assert_eq!(o2.metrics().sessions_closed_by_timer, 1);
+}
+
+#[test]
+fn state_ttl_drops_untouched_keys_and_emits_their_open_windows() {
+    let mut c = cfg(
+        WindowSpec::Tumbling {
+            size: 10,
+            offset: 0,
+        },
+        Scope::Key,
+    );
+    c.state_ttl = Some(1_000);
+    let (mut o, clock) = op(c);
+    o.process(&batch(&[("a", 1, 1), ("b", 2, 2)]), None)
+        .unwrap();
+    clock.advance(600);
+    // "b" stays active; "a" has no rows for 1.2 s.
+    o.process(&batch(&[("b", 3, 3)]), None).unwrap();
+    clock.advance(600);
+    let out = o.process(&batch(&[("b", 4, 4)]), None).unwrap();
+    // a's window [0, 10) was open (its watermark never passed 10): emitted early.
+    assert_eq!(
+        rows(&out.windows),
+        vec![("a".to_string(), 0, 10, 1, Some(1))]
+    );
+    let m = o.metrics();
+    assert_eq!((m.keys_expired, m.windows_expired), (1, 1));
+    assert_eq!(o.key_metrics().total_keys, 1);
+    let mut a = Vec::new();
+    crate::key::AsKey::encode_key(&"a", &mut a);
+    assert_eq!(o.key_watermark(&a), None);
+    // The key comes back as a new key.
+    o.process(&batch(&[("a", 5, 5)]), None).unwrap();
+    assert_eq!(o.key_metrics().total_keys, 2);
+    // Counters survive a snapshot.
+    let r = Operator::restore(o.config().clone(), Arc::new(clock.clone()), &o.snapshot()).unwrap();
+    assert_eq!(r.metrics().keys_expired, 1);
+    let mut bad = o.config().clone();
+    bad.state_ttl = Some(0);
+    assert!(bad.validate().is_err());
 }

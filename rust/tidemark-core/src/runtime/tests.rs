@@ -41,6 +41,7 @@ fn cfg(window: WindowSpec, scope: Scope, emit: EmitMode, idle: Option<i64>) -> P
         max_keys: None,
         eviction: KeyEvictionPolicy::LeastRecentlyActive,
         time: TimeMode::Event,
+        state_ttl: None,
     }
 }
 

@@ -489,6 +489,34 @@ impl KeyedWatermarkTracker {
         }
     }
 
+    /// Drops every key whose last activity is more than `ttl` ticks before now (on the
+    /// tracker's clock), oldest first, and returns them (slot and key). Keys touched by
+    /// a batch being applied are kept.
+    pub fn expire_older_than(&mut self, ttl: i64) -> Vec<Eviction> {
+        let now = self.clock.now();
+        let mut out = Vec::new();
+        let mut s = self.head;
+        while s != NIL {
+            let next = self.cold[s as usize].next;
+            if now.saturating_sub(self.cold[s as usize].last_activity) <= ttl {
+                break;
+            }
+            if !self.in_batch(s) {
+                out.push(Eviction {
+                    slot: s,
+                    key: self.keys.key(s).to_vec(),
+                    watermark: self.wm_of(s as usize),
+                });
+                self.drop_slot(s);
+            }
+            s = next;
+        }
+        if !out.is_empty() {
+            self.recalc();
+        }
+        out
+    }
+
     /// The least recently active key not touched by the batch being applied (if every
     /// key was touched, the least recently active of all).
     fn least_recently_active_slot(&self) -> Option<u32> {
