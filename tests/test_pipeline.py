@@ -452,3 +452,81 @@ def test_state_ttl_bounds_state_of_keys_that_stop_reporting() -> None:
             aggs={"n": tm.count()},
             state_ttl="0s",
         )
+
+
+LOOKUP = pa.table(
+    {"device": pa.array([1, 2, 3], pa.int64()), "site": ["n", "s", "n"], "w": [1.0, 2.0, 3.0]}
+)
+
+
+def _enrich_pipe(how: str = "left") -> tm.Pipeline:
+    return tm.Pipeline(
+        key="lk_site",
+        event_time="ts",
+        event_time_type="unixtimestamp_ms",
+        watermark=tm.BoundedOutOfOrderness("1s"),
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count(), "w": tm.sum("lk_w")},
+    ).enrich(LOOKUP, on="device", how=how, prefix="lk_")
+
+
+def _events() -> pa.Table:
+    return pa.table(
+        {
+            "device": pa.array([1, 2, 3, 4, 1], pa.int32()),  # 4: no lookup row
+            "ts": [1_000, 2_000, 3_000, 4_000, 5_000],
+        }
+    )
+
+
+@pytest.mark.parametrize("cores", [1, 3])
+def test_enrich_joins_each_row_with_the_lookup_table(cores: int) -> None:
+    left = _enrich_pipe("left").operator(cores=cores)
+    left.process(_events())
+    rows = {(r["lk_site"], r["n"], r["w"]) for r in left.flush().windows.to_pylist()}
+    assert rows == {("n", 3, 5.0), ("s", 1, 2.0), (None, 1, None)}
+    inner = _enrich_pipe("inner").operator(cores=cores)
+    inner.process(_events())
+    rows = {(r["lk_site"], r["n"], r["w"]) for r in inner.flush().windows.to_pylist()}
+    assert rows == {("n", 3, 5.0), ("s", 1, 2.0)}
+    m = inner.metrics()
+    assert (m["rows_unmatched"], m["rows_in"]) == (1, 5)
+
+
+def test_update_lookup_swaps_the_table_between_batches() -> None:
+    op = _enrich_pipe("inner").operator()
+    op.process(_events())
+    op.update_lookup(pa.table({"device": pa.array([4], pa.int64()), "site": ["e"], "w": [10.0]}))
+    op.process(pa.table({"device": pa.array([4, 1], pa.int32()), "ts": [6_000, 7_000]}))
+    rows = {(r["lk_site"], r["n"], r["w"]) for r in op.flush().windows.to_pylist()}
+    assert rows == {("n", 3, 5.0), ("s", 1, 2.0), ("e", 1, 10.0)}
+    assert op.metrics()["rows_unmatched"] == 2
+    assert _enrich_pipe().output_schema(_events().schema).names == [
+        "lk_site",
+        "window_start",
+        "window_end",
+        "n",
+        "w",
+    ]
+
+
+def test_enrich_errors_are_clear() -> None:
+    base = tm.Pipeline(
+        key="device",
+        event_time="ts",
+        event_time_type="unixtimestamp_ms",
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count()},
+    )
+    dup = pa.table({"device": [1, 1], "site": ["a", "b"]})
+    with pytest.raises(tm.ConfigError, match="unique"):
+        base.enrich(dup, on="device")
+    with pytest.raises(tm.MissingColumnError, match="nope"):
+        base.enrich(LOOKUP, on="nope")
+    with pytest.raises(tm.ConfigError, match="how"):
+        base.enrich(LOOKUP, on="device", how="outer")
+    clash = base.enrich(pa.table({"device": [1], "ts": [5]}), on="device")
+    with pytest.raises(tm.ConfigError, match="prefix"):
+        clash.operator().process(_events())
+    with pytest.raises(tm.ConfigError, match="no lookup"):
+        base.operator().update_lookup(LOOKUP)

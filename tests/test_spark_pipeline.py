@@ -85,6 +85,45 @@ def test_batch_aggregate_matches_local(spark: Any) -> None:
     threaded.unpersist()
 
 
+def test_batch_aggregate_with_a_broadcast_lookup(spark: Any) -> None:
+    rows = make_events()
+    df = spark.createDataFrame(rows, "device string, ts timestamp, value double")
+    weights = pa.table({"device": [f"d{i}" for i in range(6)], "w": [1.0, 2.0] * 3})
+    pipe = tm.Pipeline(
+        key="device",
+        event_time="ts",
+        watermark=tm.BoundedOutOfOrderness("5s"),
+        window=tm.Tumbling("1m"),
+        aggs={"n": tm.count(), "s": tm.sum("w")},
+    ).enrich(weights, on="device", how="inner")
+    res = aggregate(df, pipe, num_partitions=2)
+    got = rows_of(res.windows, ["device", "window_start", "n", "s"])
+    op = pipe.operator()
+    table = pa.table(
+        {
+            "device": [r[0] for r in rows],
+            "ts": pa.array([r[1] for r in rows], pa.timestamp("us", tz="UTC")),
+            "value": [r[2] for r in rows],
+        }
+    )
+    out = op.process(table).windows.to_pylist() + op.flush().windows.to_pylist()
+    want = sorted(
+        (r["device"], r["window_start"].replace(tzinfo=None), r["n"], r["s"]) for r in out
+    )
+    assert got == want
+    assert "d6" not in {g[0] for g in got}  # no lookup row: dropped by the inner join
+    res.unpersist()
+    by_site = pipe.without_lookup().enrich(pa.table({"device": ["d0"], "site": ["n"]}), on="device")
+    site_key = tm.Pipeline(
+        key="site",
+        event_time="ts",
+        window=tm.Tumbling("1m"),
+        aggs={"n": tm.count()},
+    ).enrich(by_site.lookup.table, on="device")  # type: ignore[union-attr]
+    with pytest.raises(tm.ConfigError, match="keys must be input columns"):
+        aggregate(df, site_key)
+
+
 def test_batch_replay_in_arrival_order_reports_late_rows(spark: Any) -> None:
     rows = [("a", 0, 10.0, 1.0), ("a", 1, 100.0, 1.0), ("a", 2, 12.0, 1.0), ("a", 3, 200.0, 1.0)]
     df = spark.createDataFrame(

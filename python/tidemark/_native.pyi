@@ -181,6 +181,10 @@ class Operator:
     def snapshot(self) -> bytes: ...
     @property
     def watermark(self) -> int | None: ...
+    def set_lookup(
+        self, table: Any, on: list[str], how: str = "left", prefix: str | None = None
+    ) -> None:
+        """Joins every input row with `table` on `on` first (`None`: no lookup)."""
     def set_external_watermark(self, watermark: int | None) -> None:
         """Uses an externally combined watermark (see the Rust docs); None to stop."""
     def progress(self) -> dict[str, Any]:
@@ -202,6 +206,10 @@ class ShardedOperator:
         state: bytes | None = None,
         hot_keys: float | None = None,
     ) -> ShardedOperator: ...
+    def set_lookup(
+        self, table: Any, on: list[str], how: str = "left", prefix: str | None = None
+    ) -> None:
+        """Joins every input row with `table` on `on` first (`None`: no lookup)."""
     @property
     def cores(self) -> int: ...
     def process(self, data: Any, parsed_times: Any = None) -> tuple[Any, Any, Any]: ...

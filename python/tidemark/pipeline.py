@@ -31,6 +31,7 @@ window with ``end + allowed_lateness <= W`` closes.
 
 from __future__ import annotations
 
+import copy as _copy
 import datetime as _dt
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -316,6 +317,7 @@ class Pipeline:
         self.eviction = eviction
         self.time = time
         self.state_ttl = state_ttl
+        self.lookup: Lookup | None = None
         self._config = {
             "keys": keys,
             "event_time": event_time,
@@ -349,7 +351,49 @@ class Pipeline:
 
     def output_schema(self, schema: pa.Schema) -> pa.Schema:
         """The ``windows`` schema for an input schema (checks columns and types)."""
+        if self.lookup is not None:
+            schema = self.lookup.enriched_schema(schema)
         return _native.pipeline_output_schema(self._config, schema)
+
+    def without_lookup(self) -> Pipeline:
+        """This pipeline without its lookup (:meth:`enrich`)."""
+        out = _copy.copy(self)
+        out.lookup = None
+        return out
+
+    def enrich(
+        self, table: ArrowData, on: str | list[str], how: str = "left", prefix: str | None = None
+    ) -> Pipeline:
+        """This pipeline with a broadcast lookup: every input row is joined with the
+        small ``table`` on the ``on`` column(s) before it is aggregated, so ``aggs``
+        (and keys) may use the table's columns (named ``prefix + name``).
+
+        ``how="left"`` keeps rows without a match (lookup columns null);
+        ``how="inner"`` drops them (counted as ``rows_unmatched``). Keys match by value
+        (an ``int32`` input column finds ``int64`` table keys); table keys must be
+        unique. One copy of the table serves all cores of an operator (its Arrow
+        buffers are shared, not copied); :meth:`Operator.update_lookup` swaps in a new
+        version. In Spark the table travels as a broadcast variable.
+
+        >>> import pyarrow as pa, tidemark as tm
+        >>> sites = pa.table({"device": [1, 2], "site": ["north", "south"]})
+        >>> pipe = tm.Pipeline(key="site", event_time="ts", event_time_type="unixtimestamp_ms",
+        ...                    window=tm.Tumbling("10s"), aggs={"n": tm.count()})
+        >>> op = pipe.enrich(sites, on="device").operator()
+        >>> out = op.process(pa.table({"device": [1, 2, 1], "ts": [1_000, 2_000, 3_000]}))
+        >>> sorted((r["site"], r["n"]) for r in op.flush().windows.to_pylist())
+        [('north', 2), ('south', 1)]
+        """
+        on_list = [on] if isinstance(on, str) else list(on)
+        table = as_tabular(table, "the lookup table")
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        lookup = Lookup(table, on_list, how, prefix)
+        # Validate now (unique keys, columns): the core indexes the table.
+        _native.Operator(self._config).set_lookup(table, on_list, how, prefix)
+        out = _copy.copy(self)
+        out.lookup = lookup
+        return out
 
     def operator(
         self,
@@ -400,6 +444,36 @@ class Pipeline:
         return state
 
 
+@dataclass(frozen=True)
+class Lookup:
+    """A broadcast lookup attached by :meth:`Pipeline.enrich`."""
+
+    table: pa.Table
+    on: list[str]
+    how: str
+    prefix: str | None
+
+    def enriched_schema(self, schema: pa.Schema) -> pa.Schema:
+        """The input schema with the table's non-key columns appended (nullable)."""
+        for k in self.on:
+            if k not in schema.names:
+                from tidemark.errors import MissingColumnError
+
+                raise MissingColumnError(
+                    f"lookup key column {k!r} not found; available columns: "
+                    f"{', '.join(schema.names)}"
+                )
+        fields = list(schema)
+        for f in self.table.schema:
+            if f.name in self.on:
+                continue
+            name = (self.prefix or "") + f.name
+            if name in schema.names:
+                raise ConfigError(f"lookup column {name!r} is also an input column: pass a prefix")
+            fields.append(pa.field(name, f.type, True))
+        return pa.schema(fields)
+
+
 class Operator:
     """The stateful operator of a :class:`Pipeline` (see ``Pipeline.operator()``)."""
 
@@ -427,6 +501,19 @@ class Operator:
             self._inner = _native.ShardedOperator(
                 pipeline._config, cores, queue_capacity, native_clock(clock), state, hot_keys
             )
+        if pipeline.lookup is not None:
+            lk = pipeline.lookup
+            self._inner.set_lookup(lk.table, lk.on, lk.how, lk.prefix)
+
+    def update_lookup(self, table: ArrowData) -> None:
+        """Swaps in a new version of the pipeline's lookup table (same ``on``, ``how``
+        and ``prefix``); the next ``process`` call joins with it."""
+        lookup = self._pipeline.lookup
+        if lookup is None:
+            raise ConfigError("this pipeline has no lookup: use Pipeline.enrich(...)")
+        self._inner.set_lookup(
+            as_tabular(table, "the lookup table"), lookup.on, lookup.how, lookup.prefix
+        )
 
     @property
     def cores(self) -> int:

@@ -62,6 +62,15 @@ class Plan:
     def build(pipe: Pipeline, df_schema: Any, tz: str, large: bool) -> Plan:
         from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
+        missing = [k for k in pipe.key if k not in df_schema.fieldNames()]
+        if missing:
+            from tidemark.errors import ConfigError
+
+            raise ConfigError(
+                f"key column(s) {missing} are not columns of the DataFrame: Spark routes "
+                "rows by the pipeline's keys before the lookup join, so keys must be input "
+                "columns (aggregates may use lookup columns)"
+            )
         input_arrow = arrow_schema_of(df_schema, tz, large)
         windows_arrow = pipe.output_schema(input_arrow)
         windows_spark = spark_schema_of(windows_arrow)
@@ -149,6 +158,25 @@ class Plan:
 
         rows = combined.filter(F.col(_KIND) == KIND_PROGRESS).select(*_PROGRESS).collect()
         return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+
+class ShippedPipeline:
+    """A pipeline as executors receive it: a lookup table (``Pipeline.enrich``)
+    travels as a Spark broadcast variable (once per executor), not inside every
+    task's closure."""
+
+    def __init__(self, pipe: Pipeline, spark: Any) -> None:
+        lk = pipe.lookup
+        self.bare = pipe.without_lookup()
+        self.spec = None if lk is None else (lk.on, lk.how, lk.prefix)
+        self.table = None if lk is None else spark.sparkContext.broadcast(lk.table)
+
+    def get(self) -> Pipeline:
+        """The pipeline, with its lookup table read from the broadcast variable."""
+        if self.spec is None or self.table is None:
+            return self.bare
+        on, how, prefix = self.spec
+        return self.bare.enrich(self.table.value, on, how, prefix)
 
 
 def concat_input(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> pa.Table:

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from tidemark.pipeline import Pipeline
-from tidemark.spark._plan import Plan, concat_input, session_arrow_settings
+from tidemark.spark._plan import Plan, ShippedPipeline, concat_input, session_arrow_settings
 
 __all__ = ["AggregateResult", "aggregate"]
 
@@ -46,9 +46,14 @@ def task_cores(cores: int | None, pipe: Pipeline) -> int:
 
 
 def _task(
-    pipe: Pipeline, plan: Plan, order_by: str | None, batch_rows: int | None, cores: int | None
+    shipped: ShippedPipeline,
+    plan: Plan,
+    order_by: str | None,
+    batch_rows: int | None,
+    cores: int | None,
 ) -> Any:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        pipe = shipped.get()
         op = pipe.operator(cores=task_cores(cores, pipe))
         table = concat_input(batches, plan.input_arrow)
         if order_by is not None and batch_rows is not None:
@@ -124,7 +129,7 @@ def aggregate(
     if order_by is not None:
         parted = parted.sortWithinPartitions(order_by)
     combined = parted.mapInArrow(
-        _task(pipe, plan, order_by, batch_rows, cores), plan.combined_spark
+        _task(ShippedPipeline(pipe, spark), plan, order_by, batch_rows, cores), plan.combined_spark
     )
     combined = combined.persist(storage_level or StorageLevel.MEMORY_AND_DISK)
     windows, late, errors = plan.split(combined)

@@ -42,7 +42,7 @@ from tidemark import _native
 from tidemark.clock import ManualClock
 from tidemark.errors import ConfigError, StateCorruptedError
 from tidemark.pipeline import Pipeline
-from tidemark.spark._plan import Plan, concat_input, session_arrow_settings
+from tidemark.spark._plan import Plan, ShippedPipeline, concat_input, session_arrow_settings
 from tidemark.spark.state import StateStore
 from tidemark.watermarks import PartitionedWatermarkTracker
 
@@ -54,7 +54,7 @@ _JSON = ".json"
 
 
 def _task(
-    pipe: Pipeline,
+    shipped: ShippedPipeline,
     plan: Plan,
     store: StateStore,
     batch_id: int,
@@ -67,6 +67,7 @@ def _task(
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
+        pipe = shipped.get()
         ctx = TaskContext.get()
         p = ctx.partitionId() if ctx is not None else 0
         state = None
@@ -185,6 +186,7 @@ class StreamProcessor:
         self.start_fresh = start_fresh
         self._clock = clock or (lambda: int(time.time() * 1000))
         self._checked = False
+        self._shipped: ShippedPipeline | None = None
         self.last_batch_id: int | None = None
 
     # --- driver-side state ---------------------------------------------------------
@@ -343,8 +345,10 @@ class StreamProcessor:
         spark = df.sparkSession
         tz, large = session_arrow_settings(spark)
         plan = Plan.build(self.pipe, df.schema, tz, large)
+        if self._shipped is None:
+            self._shipped = ShippedPipeline(self.pipe, spark)  # one broadcast per query
         task = _task(
-            self.pipe,
+            self._shipped,
             plan,
             self.store,
             batch_id,

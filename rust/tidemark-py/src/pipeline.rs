@@ -268,6 +268,24 @@ impl PyOperator {
         self.inner.watermark()
     }
 
+    /// Joins every input row with `table` on `on` first (`None`: no lookup).
+    #[pyo3(signature = (table, on, how = "left", prefix = None))]
+    fn set_lookup(
+        &mut self,
+        py: Python<'_>,
+        table: Option<AnyRecordBatch>,
+        on: Vec<String>,
+        how: &str,
+        prefix: Option<String>,
+    ) -> PyResult<()> {
+        let l = match table {
+            Some(t) => Some(crate::runtime::lookup_from(py, t, on, how, prefix)?),
+            None => None,
+        };
+        self.inner.set_lookup(l);
+        Ok(())
+    }
+
     /// Uses an externally combined watermark (see the Rust docs); None to stop.
     fn set_external_watermark(&mut self, watermark: Option<i64>) {
         self.inner.set_external_watermark(watermark)
@@ -331,6 +349,7 @@ pub fn metrics_dict<'py>(
         ("keys_evicted", m.keys_evicted),
         ("keys_expired", m.keys_expired),
         ("windows_expired", m.windows_expired),
+        ("rows_unmatched", m.rows_unmatched),
     ] {
         d.set_item(name, v)?;
     }

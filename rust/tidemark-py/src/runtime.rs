@@ -70,6 +70,27 @@ impl PyShardedOperator {
         })
     }
 
+    /// Joins every input row with `table` on `on` first (`None`: no lookup).
+    #[pyo3(signature = (table, on, how = "left", prefix = None))]
+    fn set_lookup(
+        &self,
+        py: Python<'_>,
+        table: Option<AnyRecordBatch>,
+        on: Vec<String>,
+        how: &str,
+        prefix: Option<String>,
+    ) -> PyResult<()> {
+        let l = match table {
+            Some(t) => Some(lookup_from(py, t, on, how, prefix)?),
+            None => None,
+        };
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .set_lookup(l);
+        Ok(())
+    }
+
     #[getter]
     fn cores(&self) -> usize {
         self.inner.lock().unwrap_or_else(|e| e.into_inner()).cores()
@@ -185,4 +206,24 @@ pub fn reshard_snapshots<'py>(
         list.append(PyBytes::new(py, &b))?;
     }
     Ok(list)
+}
+
+/// Builds a lookup from Arrow data (the table's buffers are shared, not copied).
+pub fn lookup_from(
+    py: Python<'_>,
+    table: AnyRecordBatch,
+    on: Vec<String>,
+    how: &str,
+    prefix: Option<String>,
+) -> PyResult<std::sync::Arc<tidemark_core::pipeline::lookup::Lookup>> {
+    use tidemark_core::pipeline::lookup::{JoinHow, Lookup};
+    let (schema, batches) = read_batches(py, table)?;
+    let how = check(py, JoinHow::parse(how))?;
+    detach(py, move || {
+        let batch = match batches.len() {
+            1 => batches.into_iter().next().expect("one"),
+            _ => arrow_select::concat::concat_batches(&schema, &batches)?,
+        };
+        Lookup::new(&batch, &on, how, prefix.as_deref())
+    })
 }

@@ -96,6 +96,8 @@ pub struct PipelineMetrics {
     pub keys_expired: u64,
     /// Windows closed early because their key expired.
     pub windows_expired: u64,
+    /// Input rows dropped by an inner lookup join (no matching lookup row).
+    pub rows_unmatched: u64,
 }
 
 impl PipelineMetrics {
@@ -119,6 +121,7 @@ impl PipelineMetrics {
         self.windows_evicted += o.windows_evicted;
         self.keys_expired += o.keys_expired;
         self.windows_expired += o.windows_expired;
+        self.rows_unmatched += o.rows_unmatched;
     }
 }
 
@@ -277,6 +280,8 @@ pub struct Operator {
     /// Emit mergeable partial aggregates instead of final values (two-phase
     /// aggregation across cores; see [`Self::set_partial_output`]).
     partials: bool,
+    /// A broadcast lookup joined to every input row first (see [`Self::set_lookup`]).
+    lookup: Option<Arc<lookup::Lookup>>,
     progress: Progress,
     metrics: PipelineMetrics,
     // Per-call scratch.
@@ -331,6 +336,7 @@ impl Operator {
             external: None,
             close_override: None,
             partials: false,
+            lookup: None,
             progress: Progress::default(),
             metrics: PipelineMetrics::default(),
             touched: Vec::new(),
@@ -397,6 +403,13 @@ impl Operator {
     /// `None` returns to the operator's own.
     pub fn set_close_watermark(&mut self, w: Option<i64>) {
         self.close_override = w;
+    }
+
+    /// Joins every input row with `lookup` before it is aggregated (the aggregates may
+    /// use its columns); `None` removes it. Swapping tables between calls is atomic:
+    /// a call sees one table.
+    pub fn set_lookup(&mut self, lookup: Option<Arc<lookup::Lookup>>) {
+        self.lookup = lookup;
     }
 
     /// With `on`, the windows output carries the partial aggregates of each window in
@@ -652,6 +665,28 @@ impl Operator {
     /// [`Self::complete`] finishes the call; between the two a coordinator may set the
     /// combined watermark ([`Self::set_close_watermark`]).
     pub fn ingest(
+        &mut self,
+        batch: &RecordBatch,
+        parsed_times: Option<&Int64Array>,
+    ) -> Result<Pending> {
+        let Some(l) = self.lookup.clone() else {
+            return self.ingest_rows(batch, parsed_times);
+        };
+        let (enriched, keep, dropped) = l.enrich_with_mask(batch)?;
+        let parsed = match (parsed_times, &keep) {
+            (Some(p), Some(k)) => Some(
+                arrow_select::filter::filter(p, k)?
+                    .as_primitive::<Int64Type>()
+                    .clone(),
+            ),
+            (p, _) => p.cloned(),
+        };
+        self.metrics.rows_unmatched += dropped as u64;
+        self.metrics.rows_in += dropped as u64;
+        self.ingest_rows(&enriched, parsed.as_ref())
+    }
+
+    fn ingest_rows(
         &mut self,
         batch: &RecordBatch,
         parsed_times: Option<&Int64Array>,
@@ -1483,6 +1518,7 @@ impl Operator {
             m.windows_evicted,
             m.keys_expired,
             m.windows_expired,
+            m.rows_unmatched,
         ] {
             w.u64(v);
         }
@@ -1564,6 +1600,7 @@ impl Operator {
             &mut m.windows_evicted,
             &mut m.keys_expired,
             &mut m.windows_expired,
+            &mut m.rows_unmatched,
         ] {
             *v = r.u64()?;
         }
@@ -1790,6 +1827,7 @@ fn read_acc(r: &mut Reader<'_>) -> Result<Acc> {
     })
 }
 
+pub mod lookup;
 pub mod reshard;
 
 #[cfg(test)]

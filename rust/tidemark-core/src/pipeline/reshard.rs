@@ -42,7 +42,7 @@ pub struct Parsed {
     /// The per-partition tracker, re-serialised.
     pub partitions: Vec<u8>,
     /// Pipeline metrics, in snapshot order.
-    pub metrics: [u64; 16],
+    pub metrics: [u64; 17],
 }
 
 /// Scope-wide values for the new shards.
@@ -102,7 +102,7 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
     pt.read_state(&mut r)?;
     let mut pw = Writer::new();
     pt.write_state(&mut pw);
-    let mut metrics = [0u64; 16];
+    let mut metrics = [0u64; 17];
     for m in metrics.iter_mut() {
         *m = r.u64()?;
     }
@@ -146,7 +146,7 @@ pub fn redistribute(
     route: impl FnOnce(&[Vec<u8>]) -> Result<Vec<u32>>,
 ) -> Result<Vec<Vec<u8>>> {
     let fields = parsed.iter().find_map(|p| p.fields.clone());
-    let mut metrics = [0u64; 16];
+    let mut metrics = [0u64; 17];
     let (mut evicted, mut gadv, mut kadv) = (0, 0, 0);
     let mut max_seen = i64::MIN;
     for p in &parsed {

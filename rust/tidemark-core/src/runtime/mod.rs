@@ -233,6 +233,11 @@ pub struct ShardedOperator {
     windows_out: u64,
     hot_rows: u64,
     hot_keys: usize,
+    /// The broadcast lookup, joined here once per batch before routing: one copy
+    /// serves every core.
+    lookup: Option<Arc<crate::pipeline::lookup::Lookup>>,
+    /// Input rows an inner lookup join dropped.
+    rows_unmatched: u64,
 }
 
 impl std::fmt::Debug for ShardedOperator {
@@ -378,6 +383,8 @@ impl ShardedOperator {
             windows_out: 0,
             hot_rows: 0,
             hot_keys: 0,
+            lookup: None,
+            rows_unmatched: 0,
         })
     }
 
@@ -421,8 +428,35 @@ impl ShardedOperator {
         }
     }
 
+    /// As [`Operator::set_lookup`]: every input row is joined with `lookup` (once,
+    /// before routing) and the cores see the enriched rows.
+    pub fn set_lookup(&mut self, lookup: Option<Arc<crate::pipeline::lookup::Lookup>>) {
+        self.lookup = lookup;
+    }
+
     /// Processes one batch (one arrival unit), as [`Operator::process`].
     pub fn process(
+        &mut self,
+        batch: &RecordBatch,
+        parsed_times: Option<&Int64Array>,
+    ) -> Result<Output> {
+        let Some(l) = self.lookup.clone() else {
+            return self.process_rows(batch, parsed_times);
+        };
+        let (enriched, keep, dropped) = l.enrich_with_mask(batch)?;
+        let parsed = match (parsed_times, &keep) {
+            (Some(p), Some(k)) => Some(
+                arrow_select::filter::filter(p, k)?
+                    .as_primitive::<Int64Type>()
+                    .clone(),
+            ),
+            (p, _) => p.cloned(),
+        };
+        self.rows_unmatched += dropped as u64;
+        self.process_rows(&enriched, parsed.as_ref())
+    }
+
+    fn process_rows(
         &mut self,
         batch: &RecordBatch,
         parsed_times: Option<&Int64Array>,
@@ -744,6 +778,8 @@ impl ShardedOperator {
             // Shards emit partials; the merged windows are what was emitted.
             total.windows_emitted = self.windows_out;
         }
+        total.rows_unmatched += self.rows_unmatched;
+        total.rows_in += self.rows_unmatched;
         Ok((total, keys))
     }
 
@@ -794,6 +830,7 @@ impl ShardedOperator {
         wr.f64(self.hot_share.unwrap_or(f64::NAN));
         wr.u64(self.windows_out);
         wr.u64(self.hot_rows);
+        wr.u64(self.rows_unmatched);
         self.partitions.write_state(&mut wr);
         for w in &self.workers {
             let Reply::Snapshot(b) = w.recv()? else {
@@ -832,6 +869,7 @@ impl ShardedOperator {
         op.key_reported = s.key_reported;
         op.windows_out = s.windows_out;
         op.hot_rows = s.hot_rows;
+        op.rows_unmatched = s.rows_unmatched;
         op.partitions = PartitionedWatermarkTracker::new()
             .idle_timeout_ticks(op.cfg.idle_timeout)
             .with_clock(clock);
@@ -848,6 +886,7 @@ struct SavedState {
     hot: Option<f64>,
     windows_out: u64,
     hot_rows: u64,
+    rows_unmatched: u64,
     /// The coordinator's partition tracker ([`PartitionedWatermarkTracker::write_state`]).
     partitions: Vec<u8>,
     shards: Vec<Vec<u8>>,
@@ -866,6 +905,7 @@ impl SavedState {
                 hot: None,
                 windows_out: p.metrics[4],
                 hot_rows: 0,
+                rows_unmatched: 0,
                 partitions: shared.partitions,
                 shards: vec![bytes.to_vec()],
             });
@@ -880,6 +920,7 @@ impl SavedState {
         let hot = (!hot.is_nan()).then_some(hot);
         let windows_out = r.u64()?;
         let hot_rows = r.u64()?;
+        let rows_unmatched = r.u64()?;
         let mut pt = PartitionedWatermarkTracker::new();
         pt.read_state(&mut r)?;
         let mut pw = Writer::new();
@@ -896,6 +937,7 @@ impl SavedState {
             hot,
             windows_out,
             hot_rows,
+            rows_unmatched,
             partitions: pw.finish(),
             shards,
         })

@@ -429,3 +429,69 @@ proptest! {
         prop_assert_eq!(window_rows(&expected), window_rows(&got));
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    /// A broadcast lookup joined before aggregation: same output on any core count,
+    /// also when the table is swapped mid-stream.
+    #[test]
+    fn enriched_pipelines_match_across_cores(
+        s in stream(),
+        cores in 2usize..4,
+        inner in any::<bool>(),
+        swap_at in 0usize..8,
+    ) {
+        use crate::pipeline::lookup::{JoinHow, Lookup};
+        let table = |scale: f64| {
+            RecordBatch::try_from_iter(vec![
+                (
+                    "k",
+                    Arc::new(StringArray::from(
+                        (0..6).map(|i| format!("key-{i}")).collect::<Vec<_>>(),
+                    )) as ArrayRef,
+                ),
+                (
+                    "w",
+                    Arc::new(Float64Array::from(
+                        (0..6).map(|i| i as f64 * scale).collect::<Vec<_>>(),
+                    )) as ArrayRef,
+                ),
+            ])
+            .unwrap()
+        };
+        let how = if inner { JoinHow::Inner } else { JoinHow::Left };
+        let mut c = cfg(windows()[0], Scope::Key, EmitMode::OnWindowClose, None);
+        c.aggs.push(AggSpec {
+            name: "weight".into(),
+            kind: AggKind::Sum,
+            column: Some("lk_w".into()),
+        });
+        let clock: ClockRef = Arc::new(ManualClock::new(0));
+        let mut single = Operator::new(c.clone(), clock.clone()).unwrap();
+        let mut sharded = ShardedOperator::new(c.clone(), clock.clone(), cores, 2).unwrap();
+        let l = Lookup::new(&table(1.0), &["k".into()], how, Some("lk_")).unwrap();
+        single.set_lookup(Some(l.clone()));
+        sharded.set_lookup(Some(l));
+        for (i, (rows, _)) in s.iter().enumerate() {
+            if i == swap_at {
+                let l = Lookup::new(&table(2.0), &["k".into()], how, Some("lk_")).unwrap();
+                single.set_lookup(Some(l.clone()));
+                sharded.set_lookup(Some(l));
+            }
+            let b = batch(rows);
+            let a = single.process(&b, None).unwrap();
+            let z = sharded.process(&b, None).unwrap();
+            prop_assert_eq!(a.windows, z.windows);
+            prop_assert_eq!(a.late, z.late);
+            prop_assert_eq!(a.errors, z.errors);
+        }
+        prop_assert_eq!(single.flush().unwrap().windows, sharded.flush().unwrap().windows);
+        let (m, _) = sharded.metrics().unwrap();
+        prop_assert_eq!(m.rows_unmatched, single.metrics().rows_unmatched);
+        prop_assert_eq!(m.rows_in, single.metrics().rows_in);
+        if !inner {
+            prop_assert_eq!(m.rows_unmatched, 0);
+        }
+    }
+}
