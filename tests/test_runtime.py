@@ -254,3 +254,13 @@ def test_work_is_spread_over_threads() -> None:
     op.process(_table([("acme", d, 0, 1_000, 1.0) for d in range(100)]))
     busy = [c for c in op.metrics()["cores"] if c["records_processed"] > 0]
     assert len(busy) == 2
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux affinity")
+def test_pin_cores_pins_each_worker() -> None:
+    pipe = _pipe("key", tm.Tumbling("5s"))
+    op = pipe.operator(cores=2, pin_cores=True)
+    assert op.pinned == 2
+    t = _table([("acme", d, 0, 1_000, 1.0) for d in range(10)])
+    assert op.process(t).windows.equals(pipe.operator().process(t).windows)
+    assert pipe.operator(cores=2).pinned == 0

@@ -210,6 +210,8 @@ class ShardedOperator:
         self, table: Any, on: list[str], how: str = "left", prefix: str | None = None
     ) -> None:
         """Joins every input row with `table` on `on` first (`None`: no lookup)."""
+    def pin_cores(self) -> int:
+        """Pins worker i to CPU core i; returns how many were pinned."""
     @property
     def cores(self) -> int: ...
     def process(self, data: Any, parsed_times: Any = None) -> tuple[Any, Any, Any]: ...

@@ -403,6 +403,7 @@ class Pipeline:
         cores: int = 1,
         queue_capacity: int = 4,
         hot_keys: float | None = None,
+        pin_cores: bool = False,
     ) -> Operator:
         """A stateful operator; ``state`` (from :meth:`Operator.snapshot`) restores one.
 
@@ -418,6 +419,9 @@ class Pipeline:
         share of a batch's rows over all cores the same way (exact results, for skewed
         input such as one key with half of the rows). Both need a global or partition
         watermark, tumbling or sliding windows and ``emit="on_window_close"``.
+
+        ``pin_cores=True`` pins worker ``i`` to CPU core ``i`` (a dedicated machine;
+        leave it off where cores are shared, as in Spark executors).
         """
         return Operator(
             self,
@@ -426,6 +430,7 @@ class Pipeline:
             cores=cores,
             queue_capacity=queue_capacity,
             hot_keys=hot_keys,
+            pin_cores=pin_cores,
         )
 
     def __repr__(self) -> str:
@@ -477,7 +482,7 @@ class Lookup:
 class Operator:
     """The stateful operator of a :class:`Pipeline` (see ``Pipeline.operator()``)."""
 
-    __slots__ = ("_inner", "_pipeline")
+    __slots__ = ("_inner", "_pipeline", "pinned")
 
     def __init__(
         self,
@@ -488,6 +493,7 @@ class Operator:
         cores: int = 1,
         queue_capacity: int = 4,
         hot_keys: float | None = None,
+        pin_cores: bool = False,
     ) -> None:
         self._pipeline = pipeline
         if not isinstance(cores, int) or isinstance(cores, bool) or cores < 1:
@@ -504,6 +510,10 @@ class Operator:
         if pipeline.lookup is not None:
             lk = pipeline.lookup
             self._inner.set_lookup(lk.table, lk.on, lk.how, lk.prefix)
+        # Workers pinned to a CPU core (pin_cores=True).
+        self.pinned = 0
+        if pin_cores and isinstance(self._inner, _native.ShardedOperator):
+            self.pinned = self._inner.pin_cores()
 
     def update_lookup(self, table: ArrowData) -> None:
         """Swaps in a new version of the pipeline's lookup table (same ``on``, ``how``

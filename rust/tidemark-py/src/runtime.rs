@@ -91,6 +91,11 @@ impl PyShardedOperator {
         Ok(())
     }
 
+    /// Pins worker i to CPU core i; returns how many were pinned.
+    fn pin_cores(&self, py: Python<'_>) -> PyResult<usize> {
+        self.with(py, |op| op.pin_cores())
+    }
+
     #[getter]
     fn cores(&self) -> usize {
         self.inner.lock().unwrap_or_else(|e| e.into_inner()).cores()

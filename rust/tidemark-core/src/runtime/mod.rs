@@ -75,6 +75,8 @@ enum Job {
     Flush,
     Snapshot,
     Metrics,
+    /// Pin the worker thread to this CPU core.
+    Pin(core_affinity::CoreId),
 }
 
 enum Reply {
@@ -82,6 +84,7 @@ enum Reply {
     /// Output, and (several cores) the merge keys of its window rows.
     Done(Result<(Output, Vec<MergeKey>)>),
     Snapshot(Vec<u8>),
+    Pinned(bool),
     Metrics(Box<(PipelineMetrics, KeyedWatermarkMetrics)>),
 }
 
@@ -149,6 +152,7 @@ impl Worker {
                             }
                             Reply::Done(with_merge_keys(out, merge, op.config()))
                         }
+                        Job::Pin(id) => Reply::Pinned(core_affinity::set_for_current(id)),
                         Job::Flush => Reply::Done(with_merge_keys(op.flush(), merge, op.config())),
                         Job::Snapshot => Reply::Snapshot(op.snapshot()),
                         Job::Metrics => {
@@ -781,6 +785,25 @@ impl ShardedOperator {
         total.rows_unmatched += self.rows_unmatched;
         total.rows_in += self.rows_unmatched;
         Ok((total, keys))
+    }
+
+    /// Pins worker `i` to CPU core `i` (modulo the cores the process may use).
+    /// Returns how many workers were pinned (0 where the platform does not allow it).
+    pub fn pin_cores(&self) -> Result<usize> {
+        let ids = core_affinity::get_core_ids().unwrap_or_default();
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        for (i, w) in self.workers.iter().enumerate() {
+            w.send(Job::Pin(ids[i % ids.len()]))?;
+        }
+        let mut pinned = 0;
+        for w in &self.workers {
+            if let Reply::Pinned(true) = w.recv()? {
+                pinned += 1;
+            }
+        }
+        Ok(pinned)
     }
 
     /// Hot-key spreading: rows spread so far, and hot keys in the last batch.
