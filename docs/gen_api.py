@@ -28,6 +28,7 @@ SECTIONS: list[tuple[str, object, list[str]]] = [
             "Tumbling",
             "Sliding",
             "Session",
+            "Rows",
         ],
     ),
     (

@@ -5,12 +5,15 @@ from __future__ import annotations
 import datetime as dt
 import math
 import pickle
+from typing import Any
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tidemark as tm
 from tidemark.datagen import StreamSpec, batches, multi_tenant_stream
@@ -530,3 +533,80 @@ def test_enrich_errors_are_clear() -> None:
         clash.operator().process(_events())
     with pytest.raises(tm.ConfigError, match="no lookup"):
         base.operator().update_lookup(LOOKUP)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    batches=st.lists(
+        st.lists(
+            st.tuples(st.sampled_from("abc"), st.integers(0, 50), st.integers(-5, 5)),
+            max_size=12,
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    n=st.integers(1, 4),
+    snapshot_at=st.integers(0, 4),
+)
+def test_rows_windows_aggregate_the_last_n_rows_of_each_key(
+    batches: list[list[tuple[str, int, int]]], n: int, snapshot_at: int
+) -> None:
+    pipe = tm.Pipeline(
+        key="k",
+        event_time="ts",
+        event_time_type="unixtimestamp_ms",
+        window=tm.Rows(n),
+        aggs={"n": tm.count(), "lo": tm.min("v"), "s": tm.sum("v")},
+        emit="on_update",
+    )
+    op = pipe.operator()
+    history: dict[str, list[tuple[int, int]]] = {}
+    for i, rows in enumerate(batches):
+        if i == snapshot_at:
+            op = pipe.operator(op.snapshot())
+        got = op.process(
+            pa.table(
+                {
+                    "k": pa.array([r[0] for r in rows], pa.string()),
+                    "ts": pa.array([r[1] for r in rows], pa.int64()),
+                    "v": pa.array([r[2] for r in rows], pa.int64()),
+                }
+            )
+        ).windows.to_pylist()
+        want = []
+        for k, ts, v in sorted(rows, key=lambda r: r[1]):  # stable: ties in input order
+            h = history.setdefault(k, [])
+            h.append((ts, v))
+            last = h[-n:]
+            want.append(
+                (k, last[0][0], ts, len(last), min(x[1] for x in last), sum(x[1] for x in last))
+            )
+        assert [
+            (
+                r["k"],
+                r["window_start"].timestamp() * 1000,
+                r["window_end"].timestamp() * 1000,
+                r["n"],
+                r["lo"],
+                r["s"],
+            )
+            for r in got
+        ] == [(k, float(s), float(e), c, lo, sm) for k, s, e, c, lo, sm in want]
+        assert all(r["retract"] is False for r in got)
+    assert op.flush().windows.num_rows == 0
+
+
+def test_rows_windows_configuration_errors() -> None:
+    kw: dict[str, Any] = {
+        "key": "k",
+        "event_time": "ts",
+        "event_time_type": "unixtimestamp_ms",
+        "aggs": {"n": tm.count()},
+    }
+    with pytest.raises(tm.ConfigError, match="on_update"):
+        tm.Pipeline(window=tm.Rows(3), **kw)
+    with pytest.raises(tm.ConfigError, match="ROWS"):
+        tm.Pipeline(window=tm.Rows(0), emit="on_update", **kw)
+    pipe = tm.Pipeline(window=tm.Rows(3), emit="on_update", **kw)
+    with pytest.raises(tm.ConfigError, match="one core"):
+        pipe.operator(cores=2)

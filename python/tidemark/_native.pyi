@@ -14,6 +14,7 @@ __all__ = [
     "Operator",
     "PartitionedWatermarkTracker",
     "Router",
+    "RowsOperator",
     "ShardedOperator",
     "SystemClock",
     "TimerService",
@@ -191,6 +192,20 @@ class Operator:
         """What the last process call saw: max event time, per-partition maxima, key-scope
         global watermark."""
     def key_watermark(self, key: Any) -> int | None: ...
+    def metrics(self) -> dict[str, Any]: ...
+
+@final
+class RowsOperator:
+    """Native ROWS-window operator (see `tidemark.Rows`)."""
+
+    def __new__(cls, config: dict[str, Any], state: bytes | None = None) -> RowsOperator: ...
+    def process(self, data: Any, parsed_times: Any = None) -> tuple[Any, Any, Any]: ...
+    def flush(self) -> tuple[Any, Any, Any]: ...
+    def snapshot(self) -> bytes: ...
+    @property
+    def watermark(self) -> int | None:
+        """ROWS windows have no watermark."""
+    def progress(self) -> dict[str, Any]: ...
     def metrics(self) -> dict[str, Any]: ...
 
 @final

@@ -127,6 +127,28 @@ class Session:
 
 
 @dataclass(frozen=True)
+class Rows:
+    """The last ``n`` rows of each key: a moving aggregate (e.g. a moving average),
+    one output row per input row, with ``emit="on_update"``.
+
+    Rows of a key are taken in arrival order across calls and in event-time order
+    within a call. Each output row has ``window_start`` (event time of the oldest of
+    the key's last ``n`` rows) and ``window_end`` (the row's own event time,
+    inclusive). Count-based: no watermark, no late rows; state is ``n`` rows per key.
+
+    >>> import pyarrow as pa, tidemark as tm
+    >>> pipe = tm.Pipeline(key="k", event_time="ts", event_time_type="unixtimestamp_ms",
+    ...                    window=tm.Rows(2), aggs={"avg": tm.mean("v")}, emit="on_update")
+    >>> out = pipe.operator().process(pa.table({"k": ["a", "a", "a"], "ts": [1, 2, 3],
+    ...                                         "v": [1.0, 3.0, 5.0]}))
+    >>> out.windows.column("avg").to_pylist()
+    [1.0, 2.0, 4.0]
+    """
+
+    n: int
+
+
+@dataclass(frozen=True)
 class Agg:
     """An aggregate: build with :func:`count`, :func:`sum`, :func:`mean`, ..."""
 
@@ -208,8 +230,13 @@ def _window_dict(window: Any) -> dict[str, Any]:
         }
     if isinstance(window, Session):
         return {"kind": "session", "gap": to_micros(window.gap, "window.gap")}
+    if isinstance(window, Rows):
+        if not isinstance(window.n, int) or isinstance(window.n, bool):
+            raise ConfigError(f"tm.Rows(n) needs an int, got {window.n!r}")
+        return {"kind": "rows", "n": window.n}
     raise ConfigError(
-        f"window must be tm.Tumbling, tm.Sliding or tm.Session, got {type(window).__name__}"
+        "window must be tm.Tumbling, tm.Sliding, tm.Session or tm.Rows, "
+        f"got {type(window).__name__}"
     )
 
 
@@ -274,7 +301,7 @@ class Pipeline:
         event_time: str,
         *,
         aggs: Mapping[str, Agg],
-        window: Tumbling | Sliding | Session,
+        window: Tumbling | Sliding | Session | Rows,
         watermark: BoundedOutOfOrderness | None = None,
         event_time_type: str | None = None,
         emit: str = "on_window_close",
@@ -498,16 +525,20 @@ class Operator:
         self._pipeline = pipeline
         if not isinstance(cores, int) or isinstance(cores, bool) or cores < 1:
             raise ConfigError(f"cores must be a positive int, got {cores!r}")
-        self._inner: _native.Operator | _native.ShardedOperator
+        self._inner: _native.Operator | _native.ShardedOperator | _native.RowsOperator
         if cores == 1 and hot_keys is not None:
             raise ConfigError("hot_keys spreads keys over cores: it needs cores > 1")
-        if cores == 1:
+        if isinstance(pipeline.window, Rows):
+            if cores != 1 or pipeline.lookup is not None:
+                raise ConfigError("ROWS windows run on one core, without a lookup")
+            self._inner = _native.RowsOperator(pipeline._config, state)
+        elif cores == 1:
             self._inner = _native.Operator(pipeline._config, native_clock(clock), state)
         else:
             self._inner = _native.ShardedOperator(
                 pipeline._config, cores, queue_capacity, native_clock(clock), state, hot_keys
             )
-        if pipeline.lookup is not None:
+        if pipeline.lookup is not None and not isinstance(self._inner, _native.RowsOperator):
             lk = pipeline.lookup
             self._inner.set_lookup(lk.table, lk.on, lk.how, lk.prefix)
         # Workers pinned to a CPU core (pin_cores=True).
@@ -519,7 +550,7 @@ class Operator:
         """Swaps in a new version of the pipeline's lookup table (same ``on``, ``how``
         and ``prefix``); the next ``process`` call joins with it."""
         lookup = self._pipeline.lookup
-        if lookup is None:
+        if lookup is None or isinstance(self._inner, _native.RowsOperator):
             raise ConfigError("this pipeline has no lookup: use Pipeline.enrich(...)")
         self._inner.set_lookup(
             as_tabular(table, "the lookup table"), lookup.on, lookup.how, lookup.prefix
@@ -531,8 +562,8 @@ class Operator:
         return self._inner.cores if isinstance(self._inner, _native.ShardedOperator) else 1
 
     def _single(self, what: str) -> _native.Operator:
-        if isinstance(self._inner, _native.ShardedOperator):
-            raise ConfigError(f"{what} needs an operator with cores=1")
+        if not isinstance(self._inner, _native.Operator):
+            raise ConfigError(f"{what} needs an operator with cores=1 and time windows")
         return self._inner
 
     @property

@@ -32,6 +32,12 @@ pub enum WindowSpec {
         /// Inactivity gap.
         gap: i64,
     },
+    /// The last `n` rows of each key (a moving aggregate; see
+    /// [`crate::pipeline::rows::RowsOperator`]).
+    Rows {
+        /// Rows per window.
+        n: i64,
+    },
 }
 
 impl WindowSpec {
@@ -53,6 +59,9 @@ impl WindowSpec {
                 bad("a sliding window may overlap at most 1000 windows (size / slide)")
             }
             WindowSpec::Session { gap } if gap <= 0 => bad("session gap must be positive"),
+            WindowSpec::Rows { n } if !(1..=100_000).contains(&n) => {
+                bad("a ROWS window holds between 1 and 100000 rows")
+            }
             _ => Ok(()),
         }
     }
@@ -122,6 +131,7 @@ impl WindowSpec {
                 f(ts, end);
                 Ok(())
             }
+            WindowSpec::Rows { .. } => Err("ROWS windows are count-based, not assigned by time"),
         }
     }
 }

@@ -28,6 +28,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<keyed::PyCompactKeyedWatermarkTracker>()?;
     m.add_class::<pipeline::PyOperator>()?;
     m.add_class::<pipeline::PyTimerService>()?;
+    m.add_class::<pipeline::PyRowsOperator>()?;
     m.add_class::<route::PyRouter>()?;
     m.add_class::<runtime::PyShardedOperator>()?;
     m.add_function(wrap_pyfunction!(runtime::reshard_snapshots, m)?)?;

@@ -77,6 +77,9 @@ pub fn config_from_dict(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<Pipel
         "session" => WindowSpec::Session {
             gap: get(&window, "gap")?,
         },
+        "rows" => WindowSpec::Rows {
+            n: get(&window, "n")?,
+        },
         other => {
             return Err(to_py(
                 py,
@@ -358,6 +361,90 @@ pub fn metrics_dict<'py>(
     d.set_item("idle_keys", k.idle_keys)?;
     d.set_item("watermark", watermark)?;
     Ok(d)
+}
+
+/// Native ROWS-window operator (see `tidemark.Rows`).
+#[pyclass(name = "RowsOperator", module = "tidemark._native")]
+pub struct PyRowsOperator {
+    inner: tidemark_core::pipeline::rows::RowsOperator,
+}
+
+#[pymethods]
+impl PyRowsOperator {
+    #[new]
+    #[pyo3(signature = (config, state = None))]
+    fn new(py: Python<'_>, config: &Bound<'_, PyDict>, state: Option<&[u8]>) -> PyResult<Self> {
+        use tidemark_core::pipeline::rows::RowsOperator;
+        let cfg = config_from_dict(py, config)?;
+        let inner = match state {
+            None => check(py, RowsOperator::new(cfg))?,
+            Some(bytes) => check(py, RowsOperator::restore(cfg, bytes))?,
+        };
+        Ok(Self { inner })
+    }
+
+    #[pyo3(signature = (data, parsed_times = None))]
+    fn process(
+        &mut self,
+        py: Python<'_>,
+        data: AnyRecordBatch,
+        parsed_times: Option<AnyArray>,
+    ) -> PyResult<(Py<PyAny>, Py<PyAny>, Py<PyAny>)> {
+        let (schema, batches) = read_batches(py, data)?;
+        let parsed: Option<Int64Array> = match parsed_times {
+            Some(p) => Some(
+                single_array(py, p)?
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .cloned()
+                    .ok_or_else(|| PyTypeError::new_err("parsed_times must be int64"))?,
+            ),
+            None => None,
+        };
+        let op = &mut self.inner;
+        let out = detach(py, move || {
+            let batch = match batches.len() {
+                1 => batches.into_iter().next().expect("one"),
+                _ => arrow_select::concat::concat_batches(&schema, &batches)?,
+            };
+            op.process(&batch, parsed.as_ref())
+        })?;
+        output(py, out)
+    }
+
+    fn flush(&mut self, py: Python<'_>) -> PyResult<(Py<PyAny>, Py<PyAny>, Py<PyAny>)> {
+        let op = &mut self.inner;
+        let out = detach(py, move || op.flush())?;
+        output(py, out)
+    }
+
+    fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let op = &self.inner;
+        let bytes = detach(py, move || Ok(op.snapshot()))?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// ROWS windows have no watermark.
+    #[getter]
+    fn watermark(&self) -> Option<i64> {
+        None
+    }
+
+    fn progress<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("max_event_time", py.None())?;
+        d.set_item("partition_max", PyList::empty(py))?;
+        d.set_item("key_global", py.None())?;
+        Ok(d)
+    }
+
+    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let k = tidemark_core::time::KeyedWatermarkMetrics {
+            total_keys: self.inner.key_count(),
+            ..Default::default()
+        };
+        metrics_dict(py, &self.inner.metrics(), &k, None)
+    }
 }
 
 /// Native timer service (see `tidemark.TimerService`). Keys are Python keys, stored

@@ -111,6 +111,12 @@ impl PipelineConfig {
         if self.aggs.is_empty() {
             return Err(TidemarkError::config("aggs", "give at least one aggregate"));
         }
+        if matches!(self.window, WindowSpec::Rows { .. }) && self.emit != EmitMode::OnUpdate {
+            return Err(TidemarkError::config(
+                "emit",
+                "ROWS windows emit one row per input row: use emit=\"on_update\"",
+            ));
+        }
         if self.state_ttl.is_some_and(|t| t <= 0) {
             return Err(TidemarkError::config("state_ttl", "must be positive"));
         }
@@ -198,6 +204,10 @@ impl PipelineConfig {
             w.i64(ttl);
         }
         match self.window {
+            WindowSpec::Rows { n } => {
+                w.u8(3);
+                w.i64(n);
+            }
             WindowSpec::Tumbling { size, offset } => {
                 w.u8(0);
                 w.i64(size);

@@ -304,6 +304,12 @@ impl Operator {
     /// A fresh operator. The configuration is validated here.
     pub fn new(cfg: PipelineConfig, clock: ClockRef) -> Result<Self> {
         cfg.validate()?;
+        if matches!(cfg.window, WindowSpec::Rows { .. }) {
+            return Err(TidemarkError::config(
+                "window",
+                "ROWS windows run in rows::RowsOperator",
+            ));
+        }
         let key_scope = cfg.scope == Scope::Key;
         let keys = KeyedWatermarkTracker::with_ticks(
             KeyedTicks {
@@ -1829,6 +1835,7 @@ fn read_acc(r: &mut Reader<'_>) -> Result<Acc> {
 
 pub mod lookup;
 pub mod reshard;
+pub mod rows;
 
 #[cfg(test)]
 #[path = "tests.rs"]
