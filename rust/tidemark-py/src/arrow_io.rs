@@ -64,3 +64,31 @@ pub fn chunks_to_py(
     let chunked = PyChunkedArray::try_new(chunks, field)?;
     Ok(chunked.into_pyarrow(py)?.unbind())
 }
+
+/// Batches of one arrival unit as one batch (concatenated if there are several).
+pub fn one_batch(
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> Result<RecordBatch, TidemarkError> {
+    Ok(match batches.len() {
+        1 => batches.into_iter().next().expect("one"),
+        _ => arrow_select::concat::concat_batches(&schema, &batches)?,
+    })
+}
+
+/// Optional externally parsed event times (int64 epoch microseconds).
+pub fn parsed_times(
+    py: Python<'_>,
+    data: Option<AnyArray>,
+) -> PyResult<Option<arrow_array::Int64Array>> {
+    use arrow_array::Array;
+    match data {
+        None => Ok(None),
+        Some(p) => crate::keys::single_array(py, p)?
+            .as_any()
+            .downcast_ref::<arrow_array::Int64Array>()
+            .cloned()
+            .map(Some)
+            .ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("parsed_times must be int64")),
+    }
+}

@@ -1,6 +1,6 @@
 //! Pipeline operator and timer-service bindings.
 
-use arrow_array::{Array, Int64Array, RecordBatch};
+use arrow_array::RecordBatch;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -8,7 +8,7 @@ use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
 use pyo3_arrow::{PySchema, PyTable};
 use tidemark_core::agg::{AggKind, AggSpec};
 use tidemark_core::pipeline::{
-    EmitMode, LatePolicy, Operator, Output, PipelineConfig, Scope, TimeMode,
+    ArrivalOperator, EmitMode, LatePolicy, Operator, Output, PipelineConfig, Scope, TimeMode,
 };
 use tidemark_core::state::{self, Reader, SnapshotKind, Writer};
 use tidemark_core::time::KeyEvictionPolicy;
@@ -16,10 +16,10 @@ use tidemark_core::timer::{TimeDomain, TimerService};
 use tidemark_core::window::WindowSpec;
 use tidemark_core::TidemarkError;
 
-use crate::arrow_io::read_batches;
+use crate::arrow_io::{one_batch, parsed_times as parsed_times_of, read_batches};
 use crate::clock::clock_ref;
 use crate::error::{check, detach, to_py};
-use crate::keys::{decode_py_key, py_key, single_array};
+use crate::keys::{decode_py_key, py_key};
 
 fn get<'py, T>(d: &Bound<'py, PyDict>, k: &str) -> PyResult<T>
 where
@@ -229,41 +229,16 @@ impl PyOperator {
         py: Python<'_>,
         data: AnyRecordBatch,
         parsed_times: Option<AnyArray>,
-    ) -> PyResult<(Py<PyAny>, Py<PyAny>, Py<PyAny>)> {
-        let (schema, batches) = read_batches(py, data)?;
-        let parsed: Option<Int64Array> = match parsed_times {
-            Some(p) => {
-                let a = single_array(py, p)?;
-                let a = a
-                    .as_any()
-                    .downcast_ref::<Int64Array>()
-                    .cloned()
-                    .ok_or_else(|| PyTypeError::new_err("parsed_times must be int64"))?;
-                Some(a)
-            }
-            None => None,
-        };
-        let op = &mut self.inner;
-        let out = detach(py, move || {
-            let batch = match batches.len() {
-                1 => batches.into_iter().next().expect("one"),
-                _ => arrow_select::concat::concat_batches(&schema, &batches)?,
-            };
-            op.process(&batch, parsed.as_ref())
-        })?;
-        output(py, out)
+    ) -> PyResult<Tables> {
+        process_with(py, &mut self.inner, data, parsed_times)
     }
 
-    fn flush(&mut self, py: Python<'_>) -> PyResult<(Py<PyAny>, Py<PyAny>, Py<PyAny>)> {
-        let op = &mut self.inner;
-        let out = detach(py, move || op.flush())?;
-        output(py, out)
+    fn flush(&mut self, py: Python<'_>) -> PyResult<Tables> {
+        flush_with(py, &mut self.inner)
     }
 
     fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        let op = &self.inner;
-        let bytes = detach(py, move || Ok(op.snapshot()))?;
-        Ok(PyBytes::new(py, &bytes))
+        snapshot_with(py, &self.inner)
     }
 
     #[getter]
@@ -297,15 +272,7 @@ impl PyOperator {
     /// What the last process call saw: max event time, per-partition maxima, key-scope
     /// global watermark.
     fn progress<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let p = self.inner.progress();
-        let d = PyDict::new(py);
-        d.set_item(
-            "max_event_time",
-            (p.max_event_time != i64::MIN).then_some(p.max_event_time),
-        )?;
-        d.set_item("partition_max", p.partition_max.clone())?;
-        d.set_item("key_global", p.key_global)?;
-        Ok(d)
+        progress_dict(py, self.inner.progress())
     }
 
     fn key_watermark(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
@@ -320,6 +287,54 @@ impl PyOperator {
             self.inner.watermark(),
         )
     }
+}
+
+type Tables = (Py<PyAny>, Py<PyAny>, Py<PyAny>);
+
+/// `process` of any operator kind: one arrival unit, GIL released.
+pub fn process_with<T: ArrivalOperator>(
+    py: Python<'_>,
+    op: &mut T,
+    data: AnyRecordBatch,
+    parsed_times: Option<AnyArray>,
+) -> PyResult<Tables> {
+    let (schema, batches) = read_batches(py, data)?;
+    let parsed = parsed_times_of(py, parsed_times)?;
+    let out = detach(py, move || {
+        let batch = one_batch(schema, batches)?;
+        op.process_unit(&batch, parsed.as_ref())
+    })?;
+    output(py, out)
+}
+
+/// `flush` of any operator kind.
+pub fn flush_with<T: ArrivalOperator>(py: Python<'_>, op: &mut T) -> PyResult<Tables> {
+    let out = detach(py, move || op.flush_all())?;
+    output(py, out)
+}
+
+/// `snapshot` of any operator kind.
+pub fn snapshot_with<'py, T: ArrivalOperator + Sync>(
+    py: Python<'py>,
+    op: &T,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let bytes = detach(py, move || op.snapshot_bytes())?;
+    Ok(PyBytes::new(py, &bytes))
+}
+
+/// The progress dict of an operator (one or sharded).
+pub fn progress_dict<'py>(
+    py: Python<'py>,
+    p: &tidemark_core::pipeline::Progress,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item(
+        "max_event_time",
+        (p.max_event_time != i64::MIN).then_some(p.max_event_time),
+    )?;
+    d.set_item("partition_max", p.partition_max.clone())?;
+    d.set_item("key_global", p.key_global)?;
+    Ok(d)
 }
 
 /// The metrics dict of an operator (one or sharded).
@@ -389,39 +404,16 @@ impl PyRowsOperator {
         py: Python<'_>,
         data: AnyRecordBatch,
         parsed_times: Option<AnyArray>,
-    ) -> PyResult<(Py<PyAny>, Py<PyAny>, Py<PyAny>)> {
-        let (schema, batches) = read_batches(py, data)?;
-        let parsed: Option<Int64Array> = match parsed_times {
-            Some(p) => Some(
-                single_array(py, p)?
-                    .as_any()
-                    .downcast_ref::<Int64Array>()
-                    .cloned()
-                    .ok_or_else(|| PyTypeError::new_err("parsed_times must be int64"))?,
-            ),
-            None => None,
-        };
-        let op = &mut self.inner;
-        let out = detach(py, move || {
-            let batch = match batches.len() {
-                1 => batches.into_iter().next().expect("one"),
-                _ => arrow_select::concat::concat_batches(&schema, &batches)?,
-            };
-            op.process(&batch, parsed.as_ref())
-        })?;
-        output(py, out)
+    ) -> PyResult<Tables> {
+        process_with(py, &mut self.inner, data, parsed_times)
     }
 
-    fn flush(&mut self, py: Python<'_>) -> PyResult<(Py<PyAny>, Py<PyAny>, Py<PyAny>)> {
-        let op = &mut self.inner;
-        let out = detach(py, move || op.flush())?;
-        output(py, out)
+    fn flush(&mut self, py: Python<'_>) -> PyResult<Tables> {
+        flush_with(py, &mut self.inner)
     }
 
     fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        let op = &self.inner;
-        let bytes = detach(py, move || Ok(op.snapshot()))?;
-        Ok(PyBytes::new(py, &bytes))
+        snapshot_with(py, &self.inner)
     }
 
     /// ROWS windows have no watermark.
@@ -431,11 +423,12 @@ impl PyRowsOperator {
     }
 
     fn progress<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        d.set_item("max_event_time", py.None())?;
-        d.set_item("partition_max", PyList::empty(py))?;
-        d.set_item("key_global", py.None())?;
-        Ok(d)
+        // ROWS windows track no event-time progress.
+        let none = tidemark_core::pipeline::Progress {
+            max_event_time: i64::MIN,
+            ..Default::default()
+        };
+        progress_dict(py, &none)
     }
 
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

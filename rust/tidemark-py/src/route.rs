@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use arrow_array::{Int32Array, RecordBatch};
+use arrow_array::Int32Array;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use pyo3_arrow::input::AnyRecordBatch;
@@ -10,7 +10,7 @@ use pyo3_arrow::PyRecordBatch;
 use tidemark_core::route::{self, HashAlgo, Router, Strategy};
 use tidemark_core::TidemarkError;
 
-use crate::arrow_io::{array_to_py, read_batches};
+use crate::arrow_io::{array_to_py, one_batch, read_batches};
 use crate::error::{check, detach};
 use crate::keys::py_key;
 
@@ -18,16 +18,6 @@ use crate::keys::py_key;
 #[pyclass(name = "Router", module = "tidemark._native")]
 pub struct PyRouter {
     inner: Router,
-}
-
-fn one_batch(
-    schema: arrow_schema::SchemaRef,
-    batches: Vec<RecordBatch>,
-) -> Result<RecordBatch, TidemarkError> {
-    Ok(match batches.len() {
-        1 => batches.into_iter().next().expect("one"),
-        _ => arrow_select::concat::concat_batches(&schema, &batches)?,
-    })
 }
 
 #[pymethods]

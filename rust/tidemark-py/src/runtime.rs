@@ -4,18 +4,15 @@
 
 use std::sync::Mutex;
 
-use arrow_array::{Array, Int64Array};
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
 use tidemark_core::runtime::ShardedOperator;
 
-use crate::arrow_io::read_batches;
+use crate::arrow_io::{one_batch, parsed_times as parsed_times_of, read_batches};
 use crate::clock::clock_ref;
 use crate::error::{check, detach};
-use crate::keys::single_array;
-use crate::pipeline::{config_from_dict, metrics_dict, output};
+use crate::pipeline::{config_from_dict, metrics_dict, output, progress_dict};
 
 type Tables = (Py<PyAny>, Py<PyAny>, Py<PyAny>);
 
@@ -109,21 +106,9 @@ impl PyShardedOperator {
         parsed_times: Option<AnyArray>,
     ) -> PyResult<Tables> {
         let (schema, batches) = read_batches(py, data)?;
-        let parsed: Option<Int64Array> = match parsed_times {
-            Some(p) => Some(
-                single_array(py, p)?
-                    .as_any()
-                    .downcast_ref::<Int64Array>()
-                    .cloned()
-                    .ok_or_else(|| PyTypeError::new_err("parsed_times must be int64"))?,
-            ),
-            None => None,
-        };
+        let parsed = parsed_times_of(py, parsed_times)?;
         let out = self.with(py, move |op| {
-            let batch = match batches.len() {
-                1 => batches.into_iter().next().expect("one"),
-                _ => arrow_select::concat::concat_batches(&schema, &batches)?,
-            };
+            let batch = one_batch(schema, batches)?;
             op.process(&batch, parsed.as_ref())
         })?;
         output(py, out)
@@ -149,15 +134,7 @@ impl PyShardedOperator {
 
     fn progress<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let op = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let p = op.progress();
-        let d = PyDict::new(py);
-        d.set_item(
-            "max_event_time",
-            (p.max_event_time != i64::MIN).then_some(p.max_event_time),
-        )?;
-        d.set_item("partition_max", p.partition_max.clone())?;
-        d.set_item("key_global", p.key_global)?;
-        Ok(d)
+        progress_dict(py, op.progress())
     }
 
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -225,10 +202,7 @@ pub fn lookup_from(
     let (schema, batches) = read_batches(py, table)?;
     let how = check(py, JoinHow::parse(how))?;
     detach(py, move || {
-        let batch = match batches.len() {
-            1 => batches.into_iter().next().expect("one"),
-            _ => arrow_select::concat::concat_batches(&schema, &batches)?,
-        };
+        let batch = one_batch(schema, batches)?;
         Lookup::new(&batch, &on, how, prefix.as_deref())
     })
 }

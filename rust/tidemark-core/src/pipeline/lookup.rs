@@ -131,6 +131,27 @@ impl Lookup {
         Ok((b, dropped))
     }
 
+    /// Joins one arrival unit and its externally parsed event times (filtered alike
+    /// for `inner`). Returns the enriched batch, the parsed times, and the number of
+    /// rows dropped.
+    pub fn enrich_input(
+        &self,
+        batch: &RecordBatch,
+        parsed: Option<&arrow_array::Int64Array>,
+    ) -> Result<(RecordBatch, Option<arrow_array::Int64Array>, usize)> {
+        use arrow_array::cast::AsArray;
+        let (enriched, keep, dropped) = self.enrich_with_mask(batch)?;
+        let parsed = match (parsed, &keep) {
+            (Some(p), Some(k)) => Some(
+                arrow_select::filter::filter(p, k)?
+                    .as_primitive::<arrow_array::types::Int64Type>()
+                    .clone(),
+            ),
+            (p, _) => p.cloned(),
+        };
+        Ok((enriched, parsed, dropped))
+    }
+
     /// As [`Self::enrich`], also returning which input rows were kept (`inner`).
     pub fn enrich_with_mask(
         &self,

@@ -43,6 +43,29 @@ use crate::time::{
 };
 use crate::window::{add_to_sessions, Session, SessionChange, WindowSpec};
 
+/// What every operator kind (one core, sharded, ROWS) does with arrival units: the
+/// surface the bindings drive.
+pub trait ArrivalOperator: Send {
+    /// Processes one arrival unit.
+    fn process_unit(&mut self, batch: &RecordBatch, parsed: Option<&Int64Array>) -> Result<Output>;
+    /// End of input.
+    fn flush_all(&mut self) -> Result<Output>;
+    /// The whole state as bytes.
+    fn snapshot_bytes(&self) -> Result<Vec<u8>>;
+}
+
+impl ArrivalOperator for Operator {
+    fn process_unit(&mut self, batch: &RecordBatch, parsed: Option<&Int64Array>) -> Result<Output> {
+        self.process(batch, parsed)
+    }
+    fn flush_all(&mut self) -> Result<Output> {
+        self.flush()
+    }
+    fn snapshot_bytes(&self) -> Result<Vec<u8>> {
+        Ok(self.snapshot())
+    }
+}
+
 /// The binary column of partial aggregates (see [`Operator::set_partial_output`]).
 pub const PARTIALS_COLUMN: &str = "__tidemark_partials";
 
@@ -181,6 +204,30 @@ struct Bound {
     out_schema: SchemaRef,
     /// The input fields the pipeline reads (stored in snapshots to re-bind).
     used_fields: Vec<Field>,
+}
+
+impl Bound {
+    /// The aggregates' inputs and the key columns of `batch` (no key columns: every
+    /// row has the null key, one global group).
+    fn inputs_and_keys(&self, batch: &RecordBatch) -> Result<(Vec<crate::agg::Input>, KeyColumns)> {
+        let inputs = self
+            .aggs
+            .iter()
+            .map(|a| a.input(batch.columns()))
+            .collect::<Result<Vec<_>>>()?;
+        let key_cols: Vec<ArrayRef> = self
+            .key_idx
+            .iter()
+            .map(|&i| batch.column(i).clone())
+            .collect();
+        let keys = if key_cols.is_empty() {
+            let nulls = arrow_array::NullArray::new(batch.num_rows());
+            KeyColumns::new(&[Arc::new(nulls) as ArrayRef])?
+        } else {
+            KeyColumns::new(&key_cols)?
+        };
+        Ok((inputs, keys))
+    }
 }
 
 /// Open windows by close time (`end + allowed_lateness`), so a watermark closes them
@@ -678,15 +725,7 @@ impl Operator {
         let Some(l) = self.lookup.clone() else {
             return self.ingest_rows(batch, parsed_times);
         };
-        let (enriched, keep, dropped) = l.enrich_with_mask(batch)?;
-        let parsed = match (parsed_times, &keep) {
-            (Some(p), Some(k)) => Some(
-                arrow_select::filter::filter(p, k)?
-                    .as_primitive::<Int64Type>()
-                    .clone(),
-            ),
-            (p, _) => p.cloned(),
-        };
+        let (enriched, parsed, dropped) = l.enrich_input(batch, parsed_times)?;
         self.metrics.rows_unmatched += dropped as u64;
         self.metrics.rows_in += dropped as u64;
         self.ingest_rows(&enriched, parsed.as_ref())
@@ -742,21 +781,7 @@ impl Operator {
         };
 
         // 2. Inputs of the aggregates, keys, partitions.
-        let inputs = bound
-            .aggs
-            .iter()
-            .map(|a| a.input(batch.columns()))
-            .collect::<Result<Vec<_>>>()?;
-        let key_cols: Vec<ArrayRef> = bound
-            .key_idx
-            .iter()
-            .map(|&i| batch.column(i).clone())
-            .collect();
-        let keys = if key_cols.is_empty() {
-            KeyColumns::new(&[Arc::new(arrow_array::NullArray::new(n)) as ArrayRef])?
-        } else {
-            KeyColumns::new(&key_cols)?
-        };
+        let (inputs, keys) = bound.inputs_and_keys(batch)?;
         let parts = match bound.part_idx {
             Some(i) => Some(arrow_cast::cast(batch.column(i), &DataType::Int64)?),
             None => None,

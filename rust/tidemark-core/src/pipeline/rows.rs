@@ -20,7 +20,7 @@ use super::{
 };
 use crate::agg::Acc;
 use crate::error::{Result, TidemarkError};
-use crate::key::{decode_key_columns, KeyColumns, KeyTable};
+use crate::key::{decode_key_columns, KeyTable};
 use crate::state::{self, Reader, SnapshotKind, Writer};
 use crate::time::parse_event_time;
 use crate::window::WindowSpec;
@@ -121,21 +121,7 @@ impl RowsOperator {
         for &(r, _) in &errors {
             bad[r] = true;
         }
-        let inputs = bound
-            .aggs
-            .iter()
-            .map(|a| a.input(batch.columns()))
-            .collect::<Result<Vec<_>>>()?;
-        let key_cols: Vec<ArrayRef> = bound
-            .key_idx
-            .iter()
-            .map(|&i| batch.column(i).clone())
-            .collect();
-        let keys = if key_cols.is_empty() {
-            KeyColumns::new(&[Arc::new(arrow_array::NullArray::new(n)) as ArrayRef])?
-        } else {
-            KeyColumns::new(&key_cols)?
-        };
+        let (inputs, keys) = bound.inputs_and_keys(batch)?;
         // Event-time order within the call; ties keep input order.
         let mut order: Vec<u32> = (0..n as u32).filter(|&r| !bad[r as usize]).collect();
         let tv = times.values();
@@ -305,6 +291,18 @@ impl RowsOperator {
         }
         r.finish()?;
         Ok(op)
+    }
+}
+
+impl super::ArrivalOperator for RowsOperator {
+    fn process_unit(&mut self, batch: &RecordBatch, parsed: Option<&Int64Array>) -> Result<Output> {
+        self.process(batch, parsed)
+    }
+    fn flush_all(&mut self) -> Result<Output> {
+        self.flush()
+    }
+    fn snapshot_bytes(&self) -> Result<Vec<u8>> {
+        Ok(self.snapshot())
     }
 }
 

@@ -447,15 +447,7 @@ impl ShardedOperator {
         let Some(l) = self.lookup.clone() else {
             return self.process_rows(batch, parsed_times);
         };
-        let (enriched, keep, dropped) = l.enrich_with_mask(batch)?;
-        let parsed = match (parsed_times, &keep) {
-            (Some(p), Some(k)) => Some(
-                arrow_select::filter::filter(p, k)?
-                    .as_primitive::<Int64Type>()
-                    .clone(),
-            ),
-            (p, _) => p.cloned(),
-        };
+        let (enriched, parsed, dropped) = l.enrich_input(batch, parsed_times)?;
         self.rows_unmatched += dropped as u64;
         self.process_rows(&enriched, parsed.as_ref())
     }
@@ -898,6 +890,18 @@ impl ShardedOperator {
             .with_clock(clock);
         op.partitions.read_state(&mut Reader::new(&s.partitions))?;
         Ok(op)
+    }
+}
+
+impl crate::pipeline::ArrivalOperator for ShardedOperator {
+    fn process_unit(&mut self, batch: &RecordBatch, parsed: Option<&Int64Array>) -> Result<Output> {
+        self.process(batch, parsed)
+    }
+    fn flush_all(&mut self) -> Result<Output> {
+        self.flush()
+    }
+    fn snapshot_bytes(&self) -> Result<Vec<u8>> {
+        self.snapshot()
     }
 }
 
