@@ -321,6 +321,23 @@ def test_user_registered_event_time_type() -> None:
         pa.table({"device_id": ["a", "a"], "event_time": [5, 250], "value": [1.0, 2.0]})
     )
     assert out.windows.to_pylist()[0]["count"] == 1
+    # The parsed times travel with the rows to the cores (and through an inner lookup).
+    rows = pa.table(
+        {
+            "device_id": [f"d{i % 7}" for i in range(60)],
+            "event_time": [(i * 37) % 400 for i in range(60)],
+            "value": [float(i) for i in range(60)],
+        }
+    )
+    for p in (
+        pipe,
+        pipe.enrich(
+            pa.table({"device_id": ["d1", "d2", "d3"], "w": [1, 2, 3]}), "device_id", "inner"
+        ),
+    ):
+        one, many = p.operator(), p.operator(cores=3)
+        assert one.process(rows).windows.equals(many.process(rows).windows)
+        assert one.flush().windows.equals(many.flush().windows)
     assert pipe.output_schema(
         pa.schema([("device_id", pa.string()), ("event_time", pa.int64()), ("value", pa.float64())])
     ).field("window_start").type == pa.timestamp("us", tz="UTC")

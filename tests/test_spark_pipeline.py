@@ -284,6 +284,28 @@ def test_streaming_rescales_state_partitions_between_runs(spark: Any, tmp_path: 
     assert list((tmp_path / "state/partitions/2").glob("*.snap")) == []
 
 
+def test_rows_windows_on_spark_batch_and_streaming(spark: Any, tmp_path: Path) -> None:
+    pipe = tm.Pipeline(
+        key="device",
+        event_time="ts",
+        window=tm.Rows(2),
+        aggs={"n": tm.count(), "s": tm.sum("value")},
+        emit="on_update",
+    )
+    rows = [("a", T0 + dt.timedelta(seconds=i), float(i)) for i in range(4)]
+    schema = "device string, ts timestamp, value double"
+    res = aggregate(spark.createDataFrame(rows, schema), pipe, num_partitions=2)
+    assert sorted(r.s for r in res.windows.collect()) == [0.0, 1.0, 3.0, 5.0]
+    res.unpersist()
+    got: list[float] = []
+    proc = StreamProcessor(
+        pipe, str(tmp_path / "state"), 2, sink=lambda df, b: got.extend(r.s for r in df.collect())
+    )
+    proc(spark.createDataFrame(rows[:2], schema), 0)
+    proc(spark.createDataFrame(rows[2:], schema), 1)  # state carries over between batches
+    assert sorted(got) == [0.0, 1.0, 3.0, 5.0]
+
+
 def test_global_aggregate_streams_on_one_state_partition(tmp_path: Path) -> None:
     glob = tm.Pipeline(key=None, event_time="ts", window=tm.Tumbling("1m"), aggs={"n": tm.count()})
     assert StreamProcessor(glob, str(tmp_path / "a")).num_partitions == 1

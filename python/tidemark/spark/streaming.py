@@ -41,7 +41,7 @@ import pyarrow as pa
 from tidemark import _native
 from tidemark.clock import ManualClock
 from tidemark.errors import ConfigError, StateCorruptedError
-from tidemark.pipeline import Pipeline
+from tidemark.pipeline import Pipeline, Rows
 from tidemark.spark._plan import Plan, ShippedPipeline, concat_input, session_arrow_settings
 from tidemark.spark.state import StateStore
 from tidemark.watermarks import PartitionedWatermarkTracker
@@ -85,7 +85,8 @@ def _task(
             raise StateCorruptedError(
                 f"{store.path(f'partitions/{p}/{prev_batch}{_SNAP}')}: {e}"
             ) from None
-        op.set_external_watermark(watermark)
+        if not isinstance(pipe.window, Rows):  # ROWS windows have no watermark
+            op.set_external_watermark(watermark)
         table = concat_input(batches, plan.input_arrow)
         out = op.flush() if flush else op.process(table)
         yield from plan.encode(out)
