@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import subprocess
 import sys
@@ -220,10 +219,6 @@ def test_per_core_metrics_and_prometheus() -> None:
     assert "tidemark_rows_in_total 10.0" in exposed
 
 
-def _threads() -> int:
-    return len(os.listdir("/proc/self/task"))
-
-
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc")
 def test_threads_start_with_the_operator_not_at_import() -> None:
     code = (
@@ -248,9 +243,7 @@ def test_threads_start_with_the_operator_not_at_import() -> None:
 
 
 def test_work_is_spread_over_threads() -> None:
-    gc.collect()
     op = _pipe("key", tm.Tumbling("5s")).operator(cores=2)
-    assert _threads() >= 3
     op.process(_table([("acme", d, 0, 1_000, 1.0) for d in range(100)]))
     busy = [c for c in op.metrics()["cores"] if c["records_processed"] > 0]
     assert len(busy) == 2

@@ -39,6 +39,25 @@ fn cfg_err(setting: &str, m: String) -> TidemarkError {
     TidemarkError::config(setting, m)
 }
 
+/// One of a fixed set of names from the config dict, or a `ConfigError` listing them.
+fn choice<T: Copy>(
+    py: Python<'_>,
+    d: &Bound<'_, PyDict>,
+    key: &str,
+    options: &[(&str, T)],
+) -> PyResult<T> {
+    let name: String = get(d, key)?;
+    if let Some((_, v)) = options.iter().find(|(n, _)| *n == name) {
+        return Ok(*v);
+    }
+    let names: Vec<String> = options.iter().map(|(n, _)| format!("{n:?}")).collect();
+    let (last, rest) = names.split_last().expect("options");
+    Err(to_py(
+        py,
+        cfg_err(key, format!("{name:?}: use {} or {last}", rest.join(", "))),
+    ))
+}
+
 /// Builds the core configuration from the dict `tidemark.Pipeline` prepares.
 pub fn config_from_dict(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<PipelineConfig> {
     let scope: String = get(d, "scope")?;
@@ -96,48 +115,33 @@ pub fn config_from_dict(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<Pipel
             column,
         });
     }
-    let emit: String = get(d, "emit")?;
-    let emit = match emit.as_str() {
-        "on_window_close" => EmitMode::OnWindowClose,
-        "on_update" => EmitMode::OnUpdate,
-        other => {
-            return Err(to_py(
-                py,
-                cfg_err(
-                    "emit",
-                    format!("{other:?}: use \"on_window_close\" or \"on_update\""),
-                ),
-            ))
-        }
-    };
-    let late: String = get(d, "late")?;
-    let late = match late.as_str() {
-        "side_output" => LatePolicy::SideOutput,
-        "drop" => LatePolicy::Drop,
-        other => {
-            return Err(to_py(
-                py,
-                cfg_err(
-                    "late",
-                    format!("{other:?}: use \"side_output\" or \"drop\""),
-                ),
-            ))
-        }
-    };
-    let time: String = get(d, "time")?;
-    let time = match time.as_str() {
-        "event" => TimeMode::Event,
-        "processing" => TimeMode::Processing,
-        other => {
-            return Err(to_py(
-                py,
-                cfg_err(
-                    "time",
-                    format!("{other:?}: use \"event\" or \"processing\""),
-                ),
-            ))
-        }
-    };
+    let emit = choice(
+        py,
+        d,
+        "emit",
+        &[
+            ("on_window_close", EmitMode::OnWindowClose),
+            ("on_update", EmitMode::OnUpdate),
+        ],
+    )?;
+    let late = choice(
+        py,
+        d,
+        "late",
+        &[
+            ("side_output", LatePolicy::SideOutput),
+            ("drop", LatePolicy::Drop),
+        ],
+    )?;
+    let time = choice(
+        py,
+        d,
+        "time",
+        &[
+            ("event", TimeMode::Event),
+            ("processing", TimeMode::Processing),
+        ],
+    )?;
     let eviction: String = get(d, "eviction")?;
     let cfg = PipelineConfig {
         keys: get(d, "keys")?,

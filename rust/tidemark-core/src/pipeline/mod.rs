@@ -1499,17 +1499,10 @@ impl Operator {
     /// The operator's whole state as bytes (versioned, checksummed).
     pub fn snapshot(&self) -> Vec<u8> {
         let mut w = Writer::new();
-        match &self.bound {
-            None => w.bool(false),
-            Some(b) => {
-                w.bool(true);
-                w.len(b.used_fields.len());
-                for f in &b.used_fields {
-                    w.str(f.name());
-                    w.str(&f.data_type().to_string());
-                }
-            }
-        }
+        write_fields(
+            &mut w,
+            self.bound.as_ref().map(|b| b.used_fields.as_slice()),
+        );
         self.keys.write_state(&mut w);
         let n = n_aggs(&self.cfg);
         for slot in self.keys.activity_order() {
@@ -1563,17 +1556,7 @@ impl Operator {
         let mut op = Operator::new(cfg, clock)?;
         let payload = state::open(bytes, SnapshotKind::Pipeline, Some(op.fingerprint))?;
         let mut r = Reader::new(payload);
-        if r.bool()? {
-            let nf = r.len(2)?;
-            let mut fields = Vec::with_capacity(nf);
-            for _ in 0..nf {
-                let name = r.str()?.to_string();
-                let dt: DataType = r
-                    .str()?
-                    .parse()
-                    .map_err(|_| TidemarkError::StateCorrupted("unreadable column type".into()))?;
-                fields.push(Field::new(name, dt, true));
-            }
+        if let Some(fields) = read_fields(&mut r)? {
             // Re-bind on the stored input fields, so flush works before the next batch.
             op.bound = Some(Self::bind(&op.cfg, &Schema::new(fields))?);
         }
@@ -1639,6 +1622,40 @@ impl Operator {
         r.finish()?;
         Ok(op)
     }
+}
+
+/// Writes the input fields an operator is bound to (`None`: it saw no batch yet), so a
+/// restored operator re-binds before its next batch.
+fn write_fields(w: &mut Writer, fields: Option<&[Field]>) {
+    match fields {
+        None => w.bool(false),
+        Some(fields) => {
+            w.bool(true);
+            w.len(fields.len());
+            for f in fields {
+                w.str(f.name());
+                w.str(&f.data_type().to_string());
+            }
+        }
+    }
+}
+
+/// Reads what [`write_fields`] wrote.
+fn read_fields(r: &mut Reader<'_>) -> Result<Option<Vec<Field>>> {
+    if !r.bool()? {
+        return Ok(None);
+    }
+    let nf = r.len(2)?;
+    let mut fields = Vec::with_capacity(nf);
+    for _ in 0..nf {
+        let name = r.str()?.to_string();
+        let dt: DataType = r
+            .str()?
+            .parse()
+            .map_err(|_| TidemarkError::StateCorrupted("unreadable column type".into()))?;
+        fields.push(Field::new(name, dt, true));
+    }
+    Ok(Some(fields))
 }
 
 /// Converts window bounds (epoch microseconds) to the output's timestamp type.

@@ -7,9 +7,9 @@
 //! merge, its watermark is the largest. Scope-wide values (the global watermark, the
 //! per-partition tracker, metrics) come from `Shared`.
 
-use arrow_schema::DataType;
+use arrow_schema::{DataType, Field};
 
-use super::{read_acc, write_acc, Operator, PipelineConfig};
+use super::{read_acc, read_fields, write_acc, write_fields, Operator, PipelineConfig};
 use crate::agg::Acc;
 use crate::error::{Result, TidemarkError};
 use crate::state::{self, Reader, SnapshotKind, Writer};
@@ -32,8 +32,8 @@ pub struct KeyState {
 /// A parsed operator snapshot.
 #[derive(Debug, Clone)]
 pub struct Parsed {
-    /// Stored input fields (name, type), if the operator saw a schema.
-    pub fields: Option<Vec<(String, String)>>,
+    /// Stored input fields, if the operator saw a schema.
+    pub fields: Option<Vec<Field>>,
     /// Keys in activity order (least recent first).
     pub keys: Vec<KeyState>,
     tracker_tail: (i64, i64, i64, u64, u64, u64),
@@ -62,16 +62,7 @@ pub struct Shared {
 pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
     let payload = state::open(bytes, SnapshotKind::Pipeline, Some(cfg.fingerprint()))?;
     let mut r = Reader::new(payload);
-    let fields = if r.bool()? {
-        let nf = r.len(2)?;
-        let mut f = Vec::with_capacity(nf);
-        for _ in 0..nf {
-            f.push((r.str()?.to_string(), r.str()?.to_string()));
-        }
-        Some(f)
-    } else {
-        None
-    };
+    let fields = read_fields(&mut r)?;
     let nk = r.len(8 + 8 + 8 + 1)?;
     let mut keys = Vec::with_capacity(nk);
     for _ in 0..nk {
@@ -125,13 +116,10 @@ pub fn key_types(cfg: &PipelineConfig, parsed: &[Parsed]) -> Result<Option<Vec<D
     };
     let mut types = Vec::with_capacity(cfg.keys.len());
     for k in &cfg.keys {
-        let (_, t) = fields.iter().find(|(n, _)| n == k).ok_or_else(|| {
+        let f = fields.iter().find(|f| f.name() == k).ok_or_else(|| {
             TidemarkError::StateCorrupted(format!("key column {k:?} missing from the snapshot"))
         })?;
-        types.push(
-            t.parse()
-                .map_err(|_| TidemarkError::StateCorrupted("unreadable column type".into()))?,
-        );
+        types.push(f.data_type().clone());
     }
     Ok(Some(types))
 }
@@ -196,17 +184,7 @@ pub fn redistribute(
     let mut out = Vec::with_capacity(n);
     for (s, keys) in per.into_iter().enumerate() {
         let mut w = Writer::new();
-        match &fields {
-            None => w.bool(false),
-            Some(f) => {
-                w.bool(true);
-                w.len(f.len());
-                for (name, ty) in f {
-                    w.str(name);
-                    w.str(ty);
-                }
-            }
-        }
+        write_fields(&mut w, fields.as_deref());
         w.len(keys.len());
         for k in &keys {
             w.bytes(&k.key);

@@ -13,10 +13,11 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions};
-use arrow_schema::{DataType, Field, Schema};
+use arrow_schema::Schema;
 
 use super::{
-    error_batch, read_acc, write_acc, Bound, Operator, Output, PipelineConfig, PipelineMetrics,
+    error_batch, read_acc, read_fields, write_acc, write_fields, Bound, Operator, Output,
+    PipelineConfig, PipelineMetrics,
 };
 use crate::agg::Acc;
 use crate::error::{Result, TidemarkError};
@@ -208,17 +209,10 @@ impl RowsOperator {
     /// The state (each key's last `n` rows) as bytes.
     pub fn snapshot(&self) -> Vec<u8> {
         let mut w = Writer::new();
-        match &self.bound {
-            None => w.bool(false),
-            Some(b) => {
-                w.bool(true);
-                w.len(b.used_fields.len());
-                for f in &b.used_fields {
-                    w.str(f.name());
-                    w.str(&f.data_type().to_string());
-                }
-            }
-        }
+        write_fields(
+            &mut w,
+            self.bound.as_ref().map(|b| b.used_fields.as_slice()),
+        );
         let slots: Vec<u32> = self.keys.slots().collect();
         w.len(slots.len());
         for s in slots {
@@ -244,17 +238,7 @@ impl RowsOperator {
         let mut op = Self::new(cfg)?;
         let payload = state::open(bytes, SnapshotKind::Pipeline, Some(op.cfg.fingerprint()))?;
         let mut r = Reader::new(payload);
-        if r.bool()? {
-            let nf = r.len(2)?;
-            let mut fields = Vec::with_capacity(nf);
-            for _ in 0..nf {
-                let name = r.str()?.to_string();
-                let dt: DataType = r
-                    .str()?
-                    .parse()
-                    .map_err(|_| TidemarkError::StateCorrupted("unreadable column type".into()))?;
-                fields.push(Field::new(name, dt, true));
-            }
+        if let Some(fields) = read_fields(&mut r)? {
             op.bind(&Schema::new(fields))?;
         }
         let na = op.cfg.aggs.len();

@@ -569,7 +569,7 @@ impl ShardedOperator {
     fn hot_partition_ids(&mut self, batch: &RecordBatch, share: f64) -> Result<Vec<u32>> {
         let n = self.workers.len() as u32;
         let hashes = self.router.key_hashes(batch)?;
-        let step = (hashes.len() / 8192).max(1);
+        let step = hashes.len().div_ceil(8192).max(1); // a sample of at most 8192 rows
         let mut counts: hashbrown::HashMap<u64, u32> = hashbrown::HashMap::new();
         let mut sampled = 0u32;
         for h in hashes.iter().step_by(step) {
@@ -1006,10 +1006,10 @@ impl SavedState {
 /// Restores a one-core [`Operator`] from a snapshot of a one-core or a sharded
 /// operator (the keyed state of all cores merged).
 pub fn restore_operator(cfg: PipelineConfig, clock: ClockRef, bytes: &[u8]) -> Result<Operator> {
-    let s = SavedState::read(&cfg, bytes)?;
     if state::peek_kind(bytes) == Some(SnapshotKind::Pipeline) {
         return Operator::restore(cfg, clock, bytes);
     }
+    let s = SavedState::read(&cfg, bytes)?;
     let shards = s.reshard(&cfg, 1)?;
     let mut op = Operator::restore(cfg, clock, &shards[0])?;
     op.recalculate_key_global();
