@@ -30,3 +30,20 @@ pub mod timer;
 pub mod window;
 
 pub use error::{Result, TidemarkError};
+
+/// Asks the CPU to bring `value` into cache ahead of its use (a hint; no effect on
+/// targets other than x86-64).
+#[inline(always)]
+pub(crate) fn prefetch<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code, unused_unsafe)]
+    // SAFETY: a prefetch is only a hint to the cache: it never faults and reads nothing
+    // the program observes; the address comes from a live reference.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            (value as *const T).cast::<i8>(),
+        )
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
+}

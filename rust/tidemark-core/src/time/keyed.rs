@@ -280,11 +280,15 @@ pub struct KeyedWatermarkTracker {
     max_seen: i64,
     metrics: KeyedWatermarkMetrics,
     scratch: Vec<u8>,
-    /// The batch being applied: `(slot, watermark before, max event time)` per key
+    /// The batch being applied: `(slot, max event time before the batch)` per key
     /// touched, in order of first touch (`slot == NIL`: evicted during the batch).
-    /// `hot[s].pending` points into it.
-    pending: Vec<(u32, i64, i64)>,
+    /// `hot[s].pending` points into it. During a batch `hot[s].max_event` already
+    /// holds the batch's events (one cache line per row); watermarks and activity
+    /// change only in [`Self::end_batch`], from the saved value.
+    pending: Vec<(u32, i64)>,
     batch_now: i64,
+    /// Slots of a batch's rows (reused between batches).
+    slot_scratch: Vec<u32>,
     /// When enabled, evicted keys (slot, key, watermark), for the caller to drain.
     eviction_log: Option<Vec<Eviction>>,
     /// When enabled, slots that went idle, for the caller to drain.
@@ -321,6 +325,7 @@ impl KeyedWatermarkTracker {
             scratch: Vec::new(),
             pending: Vec::new(),
             batch_now: 0,
+            slot_scratch: Vec::new(),
             eviction_log: None,
             idle_log: None,
         }
@@ -707,17 +712,49 @@ impl KeyedWatermarkTracker {
         }
         self.begin_batch();
         let mut err = None;
-        rows.for_each_key(|i, key| {
-            if err.is_some() || nulls.is_some_and(|nb| nb.is_null(i)) {
-                return;
-            }
-            match self.batch_slot(key) {
-                Ok(slot) => {
+        if self.cfg.max_keys.is_some_and(|max| self.keys.len() + n > max) {
+            // Keys may be evicted while the batch runs: fold each row as it is found,
+            // so a key found earlier in the batch is never evicted before its fold.
+            rows.for_each_key(|i, key| {
+                if err.is_some() || nulls.is_some_and(|nb| nb.is_null(i)) {
+                    return;
+                }
+                match self.batch_slot(key) {
+                    Ok(slot) => {
+                        self.batch_fold(slot, times[i]);
+                    }
+                    Err(e) => err = Some(e),
+                }
+            });
+        } else {
+            // No eviction possible: find every row's slot first (independent lookups
+            // the CPU overlaps), then fold with the per-key state prefetched ahead.
+            let mut slots = std::mem::take(&mut self.slot_scratch);
+            slots.clear();
+            rows.for_each_key(|i, key| {
+                let slot = if err.is_some() || nulls.is_some_and(|nb| nb.is_null(i)) {
+                    NIL
+                } else {
+                    self.batch_slot(key).unwrap_or_else(|e| {
+                        err = Some(e);
+                        NIL
+                    })
+                };
+                slots.push(slot);
+            });
+            const AHEAD: usize = 16;
+            for (i, &slot) in slots.iter().enumerate() {
+                if let Some(&next) = slots.get(i + AHEAD) {
+                    if next != NIL {
+                        crate::prefetch(&self.hot[next as usize]);
+                    }
+                }
+                if slot != NIL {
                     self.batch_fold(slot, times[i]);
                 }
-                Err(e) => err = Some(e),
             }
-        });
+            self.slot_scratch = slots;
+        }
         // Finish what was folded even if a row failed: the state stays consistent.
         let advanced = self.end_batch();
         err.map_or(Ok(advanced), Err)
@@ -725,14 +762,17 @@ impl KeyedWatermarkTracker {
 
     // --- batches at slot level (used by the pipeline) ----------------------------
 
-    /// Starts applying a batch: reads the clock once. Until [`Self::end_batch`],
-    /// watermarks do not change; [`Self::batch_fold`] only records event times.
+    /// Starts applying a batch: reads the clock once. Until [`Self::end_batch`], the
+    /// global watermark, activity and idleness do not change; [`Self::batch_fold`]
+    /// records event times ([`Self::batch_key`] gives a key's watermark as it stood
+    /// before the batch).
     pub fn begin_batch(&mut self) -> i64 {
         // A batch left unfinished (a caller's error) is discarded.
         for i in 0..self.pending.len() {
-            let slot = self.pending[i].0;
+            let (slot, before) = self.pending[i];
             if slot != NIL {
                 self.hot[slot as usize].pending = NIL;
+                self.hot[slot as usize].max_event = before;
                 let wm = self.wm_of(slot as usize);
                 if !self.hot[slot as usize].idle {
                     self.active.set(slot as usize, wm);
@@ -760,16 +800,16 @@ impl KeyedWatermarkTracker {
     /// index in the batch (its order of first touch), stable until the batch ends.
     #[inline]
     pub fn batch_fold(&mut self, slot: u32, event_time: i64) -> u32 {
-        if self.in_batch(slot) {
-            let i = self.hot[slot as usize].pending;
-            let p = &mut self.pending[i as usize];
-            p.2 = p.2.max(event_time);
-            i
+        let s = slot as usize;
+        let h = &mut self.hot[s];
+        let before = h.max_event;
+        h.max_event = before.max(event_time);
+        if h.pending != NIL {
+            h.pending
         } else {
-            let s = slot as usize;
             let i = self.pending.len() as u32;
-            self.hot[s].pending = i;
-            self.pending.push((slot, self.wm_of(s), event_time));
+            h.pending = i;
+            self.pending.push((slot, before));
             // Out of eviction candidacy until the batch ends (finish() puts it back).
             self.active.set(s, MinTree::EMPTY);
             i
@@ -793,8 +833,8 @@ impl KeyedWatermarkTracker {
     /// batch began, or `None` if that key was evicted during the batch.
     #[inline]
     pub fn batch_key(&self, index: u32) -> Option<(u32, i64)> {
-        let (slot, before, _) = self.pending[index as usize];
-        (slot != NIL).then_some((slot, before))
+        let (slot, before) = self.pending[index as usize];
+        (slot != NIL).then_some((slot, before.saturating_sub(self.cfg.bounded_delay)))
     }
 
     /// Applies the batch: per touched key (in order of first touch) the new max event
@@ -803,13 +843,12 @@ impl KeyedWatermarkTracker {
     pub fn end_batch(&mut self) -> Option<Watermark> {
         let now = self.batch_now;
         let pending = std::mem::take(&mut self.pending);
-        for &(slot, before, max) in &pending {
+        for &(slot, before) in &pending {
             if slot == NIL {
                 continue;
             }
-            let s = slot as usize;
-            self.hot[s].pending = NIL;
-            self.hot[s].max_event = self.hot[s].max_event.max(max);
+            self.hot[slot as usize].pending = NIL;
+            let before = before.saturating_sub(self.cfg.bounded_delay);
             self.finish(slot, before, now);
         }
         self.pending = pending;
@@ -817,7 +856,8 @@ impl KeyedWatermarkTracker {
         self.recalc()
     }
 
-    /// The watermark of `slot` (`i64::MIN`: none yet). Unchanged during a batch.
+    /// The watermark of `slot` (`i64::MIN`: none yet). During a batch it already
+    /// counts the batch's events; see [`Self::batch_key`] for the value before it.
     #[inline]
     pub fn slot_watermark(&self, slot: u32) -> i64 {
         self.wm_of(slot as usize)
