@@ -7,6 +7,7 @@
 //! * [`key`]: one key encoding for Python values and Arrow columns; key interning.
 //! * [`route`]: hash (xxh3 or Spark-exact), round-robin, single and broadcast routing
 //!   of Arrow batches to shards.
+//! * [`reorder`]: releases out-of-order input in event-time order behind a watermark.
 //! * [`runtime`]: a pipeline operator sharded by key over worker threads.
 //! * [`clock`]: the injected clocks every time-dependent decision reads.
 //! * [`error`]: the crate's one error enum.
@@ -22,6 +23,7 @@ pub mod duration;
 pub mod error;
 pub mod key;
 pub mod pipeline;
+pub mod reorder;
 pub mod route;
 pub mod runtime;
 pub mod state;

@@ -1676,7 +1676,8 @@ fn time_column(values: impl Iterator<Item = i64>, dt: &DataType) -> Result<Array
     Ok(arrow_cast::cast(&arr, dt)?)
 }
 
-fn take_rows(batch: &RecordBatch, rows: &[u32]) -> Result<RecordBatch> {
+/// The given rows of `batch` (an empty batch of its schema for none).
+pub(crate) fn take_rows(batch: &RecordBatch, rows: &[u32]) -> Result<RecordBatch> {
     if rows.is_empty() {
         return Ok(RecordBatch::new_empty(batch.schema()));
     }
@@ -1684,7 +1685,9 @@ fn take_rows(batch: &RecordBatch, rows: &[u32]) -> Result<RecordBatch> {
     Ok(arrow_select::take::take_record_batch(batch, &idx)?)
 }
 
-fn error_batch(batch: &RecordBatch, errors: &[(usize, String)]) -> Result<RecordBatch> {
+/// The error rows of `batch` with a `reason` column (`_tidemark_reason` if the input
+/// has a `reason` column already).
+pub(crate) fn error_batch(batch: &RecordBatch, errors: &[(usize, String)]) -> Result<RecordBatch> {
     let schema = batch.schema();
     let reason = if schema.index_of("reason").is_ok() {
         "_tidemark_reason"

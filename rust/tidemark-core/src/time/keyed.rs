@@ -712,7 +712,11 @@ impl KeyedWatermarkTracker {
         }
         self.begin_batch();
         let mut err = None;
-        if self.cfg.max_keys.is_some_and(|max| self.keys.len() + n > max) {
+        if self
+            .cfg
+            .max_keys
+            .is_some_and(|max| self.keys.len() + n > max)
+        {
             // Keys may be evicted while the batch runs: fold each row as it is found,
             // so a key found earlier in the batch is never evicted before its fold.
             rows.for_each_key(|i, key| {
