@@ -57,7 +57,9 @@ from tidemark.pipeline import (
     sum,
     variance,
 )
+from tidemark.reorder import ProcessingTimeWatermark, Reorder, ReorderOutput
 from tidemark.route import HashRouter, Router
+from tidemark.stream import EventTimeColumn, EventTimeOptions, StreamDefinition, plan
 from tidemark.watermarks import (
     CompactKeyedWatermarkTracker,
     KeyedWatermarkTracker,
@@ -73,6 +75,8 @@ __all__ = [
     "Clock",
     "CompactKeyedWatermarkTracker",
     "ConfigError",
+    "EventTimeColumn",
+    "EventTimeOptions",
     "HashRouter",
     "InternalError",
     "InvalidPartitionError",
@@ -85,12 +89,16 @@ __all__ = [
     "ParsedEventTime",
     "PartitionedWatermarkTracker",
     "Pipeline",
+    "ProcessingTimeWatermark",
+    "Reorder",
+    "ReorderOutput",
     "Router",
     "Rows",
     "Session",
     "Sliding",
     "SourceNotFoundError",
     "StateCorruptedError",
+    "StreamDefinition",
     "SystemClock",
     "TidemarkError",
     "TimerService",
@@ -107,6 +115,7 @@ __all__ = [
     "mean",
     "min",
     "parse_event_time",
+    "plan",
     "register_event_time_type",
     "stddev",
     "sum",

@@ -13,6 +13,7 @@ __all__ = [
     "ManualClock",
     "Operator",
     "PartitionedWatermarkTracker",
+    "ReorderOperator",
     "Router",
     "RowsOperator",
     "ShardedOperator",
@@ -206,6 +207,20 @@ class RowsOperator:
     def watermark(self) -> int | None:
         """ROWS windows have no watermark."""
     def progress(self) -> dict[str, Any]: ...
+    def metrics(self) -> dict[str, Any]: ...
+
+@final
+class ReorderOperator:
+    """Native reorder operator."""
+
+    def __new__(cls, config: dict[str, Any], state: bytes | None = None) -> ReorderOperator: ...
+    def process(
+        self, data: Any, parsed_times: Any = None
+    ) -> tuple[Any, int | None, Any, Any]: ...
+    def flush(self) -> tuple[Any, int | None, Any, Any]: ...
+    def snapshot(self) -> bytes: ...
+    @property
+    def watermark(self) -> int | None: ...
     def metrics(self) -> dict[str, Any]: ...
 
 @final

@@ -422,6 +422,63 @@ class Pipeline:
         out.lookup = lookup
         return out
 
+    @classmethod
+    def from_stream(
+        cls,
+        definition: Any,
+        options: Mapping[str, Any] | None = None,
+        *,
+        key: str | list[str] | None,
+        aggs: Mapping[str, Agg],
+        window: Tumbling | Sliding | Session | Rows,
+        watermark: BoundedOutOfOrderness | None = None,
+        schema: pa.Schema | None = None,
+        **kwargs: Any,
+    ) -> Pipeline:
+        """A pipeline from a :class:`tidemark.StreamDefinition` (or its dict) and the
+        seed's options ``eventtime.enabled`` / ``eventtime.lateTolerance``.
+
+        Event time on: the definition's column and type, and (unless ``watermark`` is
+        given) a global watermark ``max event time - lateTolerance``. Event time off:
+        ``time="processing"`` (rows stamped by the clock at ingest). Other keyword
+        arguments go to :class:`Pipeline`.
+
+        >>> import tidemark as tm
+        >>> pipe = tm.Pipeline.from_stream(
+        ...     {"name": "orders", "eventtime": {"column": "ts", "type": "unixtimestamp_ms"}},
+        ...     {"eventtime.enabled": True, "eventtime.lateTolerance": "2s"},
+        ...     key="shop", window=tm.Tumbling("1m"), aggs={"n": tm.count()})
+        >>> pipe.event_time, pipe.config["delay"]
+        ('ts', 2000000)
+        """
+        from tidemark.stream import resolve_stream
+
+        if "time" in kwargs:
+            raise ConfigError("time comes from eventtime.enabled in from_stream")
+        opts, et = resolve_stream(definition, options, schema)
+        if opts.enabled:
+            assert et is not None
+            return cls(
+                key,
+                et.column,
+                event_time_type=et.type,
+                aggs=aggs,
+                window=window,
+                watermark=watermark or BoundedOutOfOrderness(opts.late_tolerance),
+                schema=schema,
+                **kwargs,
+            )
+        return cls(
+            key,
+            et.column if et is not None else "processing_time",
+            aggs=aggs,
+            window=window,
+            watermark=watermark,
+            time="processing",
+            schema=schema,
+            **kwargs,
+        )
+
     def operator(
         self,
         state: bytes | None = None,
@@ -509,7 +566,7 @@ class Lookup:
 class Operator:
     """The stateful operator of a :class:`Pipeline` (see ``Pipeline.operator()``)."""
 
-    __slots__ = ("_inner", "_pipeline", "pinned")
+    __slots__ = ("_inner", "_pipeline", "_schema", "pinned")
 
     def __init__(
         self,
@@ -523,6 +580,7 @@ class Operator:
         pin_cores: bool = False,
     ) -> None:
         self._pipeline = pipeline
+        self._schema: pa.Schema | None = None
         if not isinstance(cores, int) or isinstance(cores, bool) or cores < 1:
             raise ConfigError(f"cores must be a positive int, got {cores!r}")
         self._inner: _native.Operator | _native.ShardedOperator | _native.RowsOperator
@@ -579,14 +637,27 @@ class Operator:
         """
         parsed = None
         p = self._pipeline
+        table = as_tabular(data)
+        self._schema = table.schema
         if p._parser is not None and p.time == "event":
-            table = as_tabular(data)
             assert p.event_time_type is not None
             parsed = apply_user_parser(p.event_time_type, p._parser, column(table, p.event_time))[0]
             if isinstance(parsed, pa.ChunkedArray):
                 parsed = parsed.combine_chunks()
-            data = table
-        return Output(*self._inner.process(data, parsed))
+        return Output(*self._inner.process(table, parsed))
+
+    def tick(self) -> Output:
+        """A call without rows: time moves on by itself.
+
+        With ``time="processing"`` the watermark follows the clock, so windows close
+        in wall time even when no rows arrive (the seed's processing-time ticker);
+        with event time, keys and partitions that went idle on the clock release
+        their windows. Before the first batch there is nothing to close.
+        """
+        if self._schema is None:
+            empty = pa.table({})
+            return Output(empty, empty, empty)
+        return self.process(self._schema.empty_table())
 
     def flush(self) -> Output:
         """End of input: closes every open window and returns them."""

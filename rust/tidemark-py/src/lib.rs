@@ -13,6 +13,7 @@ mod keys;
 mod parse;
 mod partitioned;
 mod pipeline;
+mod reorder;
 mod route;
 mod runtime;
 
@@ -30,6 +31,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pipeline::PyTimerService>()?;
     m.add_class::<pipeline::PyRowsOperator>()?;
     m.add_class::<route::PyRouter>()?;
+    m.add_class::<reorder::PyReorderOperator>()?;
     m.add_class::<runtime::PyShardedOperator>()?;
     m.add_function(wrap_pyfunction!(runtime::reshard_snapshots, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::validate_pipeline, m)?)?;

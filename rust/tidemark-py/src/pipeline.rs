@@ -21,7 +21,7 @@ use crate::clock::clock_ref;
 use crate::error::{check, detach, to_py};
 use crate::keys::{decode_py_key, py_key};
 
-fn get<'py, T>(d: &Bound<'py, PyDict>, k: &str) -> PyResult<T>
+pub fn get<'py, T>(d: &Bound<'py, PyDict>, k: &str) -> PyResult<T>
 where
     T: for<'a> FromPyObject<'a, 'py, Error = PyErr>,
 {
@@ -40,7 +40,7 @@ fn cfg_err(setting: &str, m: String) -> TidemarkError {
 }
 
 /// One of a fixed set of names from the config dict, or a `ConfigError` listing them.
-fn choice<T: Copy>(
+pub fn choice<T: Copy>(
     py: Python<'_>,
     d: &Bound<'_, PyDict>,
     key: &str,
@@ -183,7 +183,7 @@ pub fn pipeline_output_schema(
     Ok(PySchema::new(out).into_pyarrow(py)?.unbind())
 }
 
-fn batch_to_table(py: Python<'_>, b: RecordBatch) -> PyResult<Py<PyAny>> {
+pub fn batch_to_table(py: Python<'_>, b: RecordBatch) -> PyResult<Py<PyAny>> {
     let schema = b.schema();
     Ok(PyTable::try_new(vec![b], schema)?
         .into_pyarrow(py)?

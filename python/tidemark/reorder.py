@@ -1,0 +1,259 @@
+"""Event-time reordering (seed 004's ``PhysicalEventtimeWatermark``).
+
+:class:`Reorder` takes batches out of order by event time and releases their rows in
+non-decreasing event-time order (ties in arrival order), each release followed by a
+watermark ``W = max event time seen - late_tolerance``:
+
+* rows with ``ts < W`` are released, then ``W`` is emitted; it never moves back;
+* after ``W`` is emitted no row with ``ts < W`` is ever released: a row arriving
+  with ``ts < W`` is **late** (dropped and counted, or returned in ``late``);
+* rows whose event time cannot be parsed come back in ``errors`` with a ``reason``;
+* no artificial "end of time" watermark: :meth:`Reorder.flush` releases what is
+  buffered when you end the stream.
+
+Every input row is released exactly once, or reported late or as an error.
+
+>>> import pyarrow as pa, tidemark as tm
+>>> r = tm.Reorder(event_time="ts", event_time_type="unixtimestamp_ms", late_tolerance="2s")
+>>> out = r.process(pa.table({"ts": [5_000, 1_000, 3_000], "v": ["c", "a", "b"]}))
+>>> out.rows.column("v").to_pylist(), out.watermark    # W = 5 s - 2 s, in microseconds
+(['a'], 3000000)
+>>> out = r.process(pa.table({"ts": [2_000, 9_000], "v": ["late", "d"]}))
+>>> out.rows.column("v").to_pylist(), out.watermark, r.metrics()["late_dropped_count"]
+(['b', 'c'], 7000000, 1)
+>>> r.flush().rows.column("v").to_pylist()
+['d']
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+
+from tidemark import _native
+from tidemark._arrow import ArrowData, as_tabular, column
+from tidemark._duration import Duration, to_micros
+from tidemark.clock import Clock, SystemClock
+from tidemark.errors import ConfigError
+from tidemark.event_time import apply_user_parser, resolve_event_time_type
+
+__all__ = ["ProcessingTimeWatermark", "Reorder", "ReorderOutput"]
+
+_LATE = ("drop", "side_output")
+
+
+class ReorderOutput(NamedTuple):
+    """What one :meth:`Reorder.process` / :meth:`Reorder.flush` call released."""
+
+    rows: pa.Table
+    """Released rows in event-time order, with the input schema unchanged."""
+    watermark: int | None
+    """The watermark emitted after ``rows`` (epoch microseconds), if it rose."""
+    late: pa.Table
+    """Late rows (input schema; empty with ``late="drop"``)."""
+    errors: pa.Table
+    """Rows whose event time could not be parsed, with a ``reason`` column."""
+
+
+class Reorder:
+    """Buffers out-of-order rows and releases them in event-time order.
+
+    Parameters
+    ----------
+    event_time : str
+        The event-time column: an Arrow timestamp or date, or any column with an
+        ``event_time_type``.
+    event_time_type : str, optional
+        A registered event-time type (see :func:`tidemark.event_time_types`).
+    late_tolerance : str, timedelta or int
+        Tolerated disorder (ints are microseconds): the watermark trails the largest
+        event time seen by this much, and rows arriving later than that are late.
+    late : str
+        ``"drop"`` (count late rows) or ``"side_output"`` (return them in ``late``).
+    state : bytes, optional
+        A :meth:`snapshot` to restore (written with the same configuration).
+    schema : pyarrow.Schema, optional
+        Checks the event-time column now rather than at the first batch.
+
+    Raises
+    ------
+    ConfigError
+        For a bad duration or policy; :class:`UnknownEventTimeTypeError` (listing the
+        registered types) and :class:`MissingColumnError` (listing the columns).
+    """
+
+    __slots__ = ("_config", "_inner", "_parser", "_tolerance", "event_time", "event_time_type")
+
+    def __init__(
+        self,
+        event_time: str,
+        event_time_type: str | None = None,
+        late_tolerance: Duration = "0s",
+        late: str = "drop",
+        *,
+        state: bytes | None = None,
+        schema: pa.Schema | None = None,
+    ) -> None:
+        if not isinstance(event_time, str) or not event_time:
+            raise ConfigError(f"event_time must be a column name, got {event_time!r}")
+        if late not in _LATE:
+            raise ConfigError(f"late={late!r}: use 'drop' or 'side_output'")
+        self._parser = resolve_event_time_type(event_time_type)
+        self.event_time = event_time
+        self.event_time_type = event_time_type
+        self._tolerance = to_micros(late_tolerance, "late_tolerance")
+        self._config: dict[str, Any] = {
+            "event_time": event_time,
+            "event_time_type": event_time_type if self._parser is None else None,
+            "parsed_externally": self._parser is not None,
+            "late_tolerance": self._tolerance,
+            "late": late,
+        }
+        self._inner = _native.ReorderOperator(self._config, state)
+        if schema is not None:
+            if event_time not in schema.names:
+                column(schema.empty_table(), event_time)  # raises, listing the columns
+            if self._parser is None:
+                _native.check_event_time_type(
+                    event_time, pa.array([], schema.field(event_time).type), event_time_type
+                )
+
+    @property
+    def late_tolerance(self) -> int:
+        """The tolerance in microseconds."""
+        return self._tolerance
+
+    def process(self, data: ArrowData) -> ReorderOutput:
+        """Takes one batch (pyarrow, polars, any Arrow tabular data) and returns the
+        rows it made safe to release, followed by the watermark."""
+        parsed = None
+        if self._parser is not None:
+            table = as_tabular(data)
+            assert self.event_time_type is not None
+            parsed = apply_user_parser(
+                self.event_time_type, self._parser, column(table, self.event_time)
+            )[0]
+            if isinstance(parsed, pa.ChunkedArray):
+                parsed = parsed.combine_chunks()
+            data = table
+        return ReorderOutput(*self._inner.process(data, parsed))
+
+    def flush(self) -> ReorderOutput:
+        """End of the stream: releases every buffered row, in order (no watermark)."""
+        return ReorderOutput(*self._inner.flush())
+
+    def snapshot(self) -> bytes:
+        """The watermark, counters and buffered rows as bytes (versioned, checksummed,
+        tied to this configuration)."""
+        return bytes(self._inner.snapshot())
+
+    def restore(self, state: bytes) -> Reorder:
+        """A new operator with this configuration restored from ``state``."""
+        out = object.__new__(Reorder)
+        for name in self.__slots__:
+            if name != "_inner":
+                setattr(out, name, getattr(self, name))
+        out._inner = _native.ReorderOperator(self._config, state)
+        return out
+
+    @property
+    def watermark(self) -> int | None:
+        """The last emitted watermark (epoch microseconds)."""
+        w: int | None = self._inner.watermark
+        return w
+
+    def metrics(self) -> dict[str, Any]:
+        """``buffer_size``, ``late_dropped_count``, ``watermark_emitted_count``,
+        ``max_timestamp_seen`` (the seed's metrics), plus ``rows_in``,
+        ``rows_released``, ``rows_error``, ``batches``, ``buffer_bytes``, ``watermark``."""
+        return dict(self._inner.metrics())
+
+    def __repr__(self) -> str:
+        return (
+            f"Reorder(event_time={self.event_time!r}, event_time_type={self.event_time_type!r}, "
+            f"late_tolerance={self.late_tolerance}us, late={self._config['late']!r})"
+        )
+
+
+class ProcessingTimeWatermark:
+    """Seed 004's ``PhysicalProcessTimeWatermark``: rows pass through in arrival order
+    and the watermark follows the clock (epoch microseconds), as a ticker would.
+
+    The same ``process`` / ``flush`` / ``metrics`` surface as :class:`Reorder`, so a
+    planned stream (:func:`tidemark.plan`) runs either. Deterministic under
+    :class:`tidemark.ManualClock` (whose ticks are milliseconds).
+
+    >>> import pyarrow as pa, tidemark as tm
+    >>> clock = tm.ManualClock(1_000)
+    >>> p = tm.ProcessingTimeWatermark(clock=clock)
+    >>> p.process(pa.table({"v": [2, 1]})).watermark
+    1000000
+    >>> _ = clock.advance(500)
+    >>> p.tick().watermark
+    1500000
+    """
+
+    __slots__ = ("_clock", "_metrics", "_watermark")
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._clock = clock if clock is not None else SystemClock()
+        self._watermark: int | None = None
+        self._metrics = {
+            "batches": 0,
+            "rows_in": 0,
+            "rows_released": 0,
+            "watermark_emitted_count": 0,
+        }
+
+    def _advance(self) -> int | None:
+        now = int(self._clock.now()) * 1000
+        if self._watermark is not None and now <= self._watermark:
+            return None
+        self._watermark = now
+        self._metrics["watermark_emitted_count"] += 1
+        return now
+
+    def process(self, data: ArrowData) -> ReorderOutput:
+        """Passes the batch through and emits the clock's time as the watermark."""
+        table = as_tabular(data)
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        self._metrics["batches"] += 1
+        self._metrics["rows_in"] += table.num_rows
+        self._metrics["rows_released"] += table.num_rows
+        empty = table.schema.empty_table()
+        errors = empty.append_column("reason", pa.array([], pa.string()))
+        return ReorderOutput(table, self._advance(), empty, errors)
+
+    def tick(self) -> ReorderOutput:
+        """No rows: emits the clock's time if it moved (the ticker)."""
+        empty = pa.table({})
+        return ReorderOutput(
+            empty, self._advance(), empty, pa.table({"reason": pa.array([], pa.string())})
+        )
+
+    def flush(self) -> ReorderOutput:
+        """Nothing is buffered in processing time."""
+        empty = pa.table({})
+        return ReorderOutput(empty, None, empty, pa.table({"reason": pa.array([], pa.string())}))
+
+    @property
+    def watermark(self) -> int | None:
+        """The last emitted watermark (epoch microseconds)."""
+        return self._watermark
+
+    def watermark_datetime(self) -> _dt.datetime | None:
+        """The watermark as a UTC datetime."""
+        w = self._watermark
+        return None if w is None else _dt.datetime.fromtimestamp(w / 1e6, _dt.timezone.utc)
+
+    def metrics(self) -> dict[str, Any]:
+        """Counters (``buffer_size`` is always 0: nothing waits in processing time)."""
+        return {
+            **self._metrics,
+            "buffer_size": 0,
+            "late_dropped_count": 0,
+            "watermark": self._watermark,
+        }
