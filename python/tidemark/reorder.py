@@ -149,14 +149,26 @@ class Reorder:
         tied to this configuration)."""
         return bytes(self._inner.snapshot())
 
-    def restore(self, state: bytes) -> Reorder:
-        """A new operator with this configuration restored from ``state``."""
+    def restore(self, state: bytes | None) -> Reorder:
+        """A new operator with this configuration, restored from ``state`` (``None``:
+        empty)."""
         out = object.__new__(Reorder)
         for name in self.__slots__:
             if name != "_inner":
                 setattr(out, name, getattr(self, name))
         out._inner = _native.ReorderOperator(self._config, state)
         return out
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickles (e.g. to Spark executors) with its parser and its buffered rows.
+        attrs = {n: getattr(self, n) for n in self.__slots__ if n != "_inner"}
+        return (_rebuild, (attrs, self.snapshot()))
+
+    @property
+    def fingerprint(self) -> str:
+        """Identifies the configuration (state written by another one is rejected)."""
+        c = self._config
+        return f"reorder:{c['event_time']}:{self.event_time_type}:{c['late_tolerance']}:{c['late']}"
 
     @property
     def watermark(self) -> int | None:
@@ -175,6 +187,13 @@ class Reorder:
             f"Reorder(event_time={self.event_time!r}, event_time_type={self.event_time_type!r}, "
             f"late_tolerance={self.late_tolerance}us, late={self._config['late']!r})"
         )
+
+
+def _rebuild(attrs: dict[str, Any], state: bytes) -> Reorder:
+    out = object.__new__(Reorder)
+    for k, v in attrs.items():
+        setattr(out, k, v)
+    return out.restore(state)
 
 
 class ProcessingTimeWatermark:

@@ -12,14 +12,18 @@ from __future__ import annotations
 
 from tidemark.spark._session import local_session
 from tidemark.spark.aggregate import AggregateResult, aggregate
+from tidemark.spark.reorder import ReorderResult, ReorderStream, reorder
 from tidemark.spark.streaming import StreamProcessor
 from tidemark.spark.watermarks import PARTITION_PROGRESS_SCHEMA, observe_partitions
 
 __all__ = [
     "PARTITION_PROGRESS_SCHEMA",
     "AggregateResult",
+    "ReorderResult",
+    "ReorderStream",
     "StreamProcessor",
     "aggregate",
     "local_session",
     "observe_partitions",
+    "reorder",
 ]

@@ -1,0 +1,423 @@
+"""Event-time reordering on Spark: ``reorder`` (batch) and ``ReorderStream``
+(Structured Streaming, buffer kept across micro-batches).
+
+Both run a :class:`tidemark.Reorder` per Spark partition through ``mapInArrow``: rows
+come out in event-time order within each partition (``partition_by`` routes rows,
+e.g. by device, so that each device's rows are ordered together). Like
+``aggregate``, one Spark job computes released, late and error rows; the driver
+persists that result once and splits it with projections.
+
+>>> res = tidemark.spark.reorder(df, tm.Reorder("ts", late_tolerance="2s"),  # doctest: +SKIP
+...                              partition_by=["device"])
+>>> res.rows.show()                                                         # doctest: +SKIP
+
+Streaming (exactly-once buffer state, the same state store as ``StreamProcessor``):
+
+>>> rs = tidemark.spark.ReorderStream(tm.Reorder("ts", late_tolerance="2s"),  # doctest: +SKIP
+...     state_location="/chk/reorder", num_partitions=4,
+...     sink=lambda rows_df, batch_id: rows_df.write.mode("overwrite").parquet(
+...         f"/out/ordered/batch={batch_id}"))
+>>> stream_df.writeStream.foreachBatch(rs).start()                         # doctest: +SKIP
+
+Each micro-batch: the task of state partition ``p`` restores its reorder buffer from
+version ``b-1``, takes its rows as one arrival unit, writes version ``b``, and emits
+what the watermark released. A replayed batch restores ``b-1`` again and produces the
+same rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from tidemark.errors import ConfigError, StateCorruptedError
+from tidemark.reorder import Reorder, ReorderOutput
+from tidemark.spark._plan import arrow_schema_of, concat_input, session_arrow_settings
+from tidemark.spark.state import StateStore
+
+__all__ = ["ReorderPlan", "ReorderResult", "ReorderStream", "reorder"]
+
+ROWS, LATE, ERROR, PROGRESS = 0, 1, 2, 3
+_KIND = "__tm_kind"
+_REASON = "__tm_reason"
+_PART = "__tm_partition"
+_WM = "__tm_watermark"
+_SNAP = ".snap"
+_JSON = ".json"
+
+Sink = Callable[[Any, int], None]
+
+
+@dataclass(frozen=True)
+class ReorderPlan:
+    """Schemas of a reorder over one input schema: the input columns plus a kind code,
+    the error reason, and the partition / watermark of progress rows."""
+
+    input_names: list[str]
+    combined_arrow: pa.Schema
+    combined_spark: Any
+    reason_name: str
+
+    @staticmethod
+    def build(df_schema: Any, tz: str, large: bool) -> ReorderPlan:
+        from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+        fields = [StructField(f.name, f.dataType, True) for f in df_schema.fields]
+        fields += [
+            StructField(_KIND, IntegerType(), False),
+            StructField(_REASON, StringType(), True),
+            StructField(_PART, IntegerType(), True),
+            StructField(_WM, LongType(), True),
+        ]
+        combined = StructType(fields)
+        names = list(df_schema.fieldNames())
+        return ReorderPlan(
+            input_names=names,
+            combined_arrow=arrow_schema_of(combined, tz, large),
+            combined_spark=combined,
+            reason_name="reason" if "reason" not in names else "_tidemark_reason",
+        )
+
+    def _block(self, n: int, kind: int, cols: dict[str, Any]) -> pa.RecordBatch:
+        arrays = []
+        for f in self.combined_arrow:
+            if f.name == _KIND:
+                arrays.append(pa.array([kind] * n, f.type))
+            elif f.name in cols:
+                arrays.append(cols[f.name].cast(f.type))
+            else:
+                arrays.append(pa.nulls(n, f.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.combined_arrow)
+
+    def encode(self, out: ReorderOutput) -> Iterator[pa.RecordBatch]:
+        """Combined batches of one reorder output."""
+        for table, kind in [(out.rows, ROWS), (out.late, LATE), (out.errors, ERROR)]:
+            if table.num_rows == 0:
+                continue
+            cols: dict[str, Any] = {
+                n: table.column(n).combine_chunks()
+                for n in self.input_names
+                if n in table.column_names
+            }
+            if kind == ERROR:
+                cols[_REASON] = table.column(table.num_columns - 1).combine_chunks()
+            yield self._block(table.num_rows, kind, cols)
+
+    def progress(self, partition: int, watermark: int | None) -> pa.RecordBatch:
+        """One progress row: the partition's watermark after the task."""
+        return self._block(
+            1,
+            PROGRESS,
+            {_PART: pa.array([partition], pa.int32()), _WM: pa.array([watermark], pa.int64())},
+        )
+
+    def split(self, combined: Any) -> tuple[Any, Any, Any]:
+        """Released, late and error DataFrames of a (persisted) combined result."""
+        from pyspark.sql import functions as F
+
+        kind = F.col(_KIND)
+        cols = [F.col(n) for n in self.input_names]
+        return (
+            combined.filter(kind == ROWS).select(*cols),
+            combined.filter(kind == LATE).select(*cols),
+            combined.filter(kind == ERROR).select(*cols, F.col(_REASON).alias(self.reason_name)),
+        )
+
+    @staticmethod
+    def progress_of(combined: Any) -> dict[int, int | None]:
+        """Each state partition's watermark (collected to the driver)."""
+        from pyspark.sql import functions as F
+
+        rows = combined.filter(F.col(_KIND) == PROGRESS).select(_PART, _WM).collect()
+        return {int(r[0]): r[1] for r in rows}
+
+
+@dataclass
+class ReorderResult:
+    """Released rows (in event-time order within each partition), late rows and
+    error rows, computed by one Spark job. Call :meth:`unpersist` when done."""
+
+    rows: Any
+    late: Any
+    errors: Any
+    combined: Any
+
+    def unpersist(self) -> None:
+        """Frees the cached result."""
+        self.combined.unpersist()
+
+
+def _partitioned(df: Any, n: int, partition_by: list[str] | None) -> Any:
+    return df.repartition(n, *partition_by) if partition_by else df.repartition(n)
+
+
+def _check_columns(r: Reorder, df: Any, partition_by: list[str] | None) -> None:
+    names = df.schema.fieldNames()
+    if r.event_time not in names:
+        from tidemark.errors import MissingColumnError
+
+        raise MissingColumnError(
+            f"column {r.event_time!r} not found; available columns: {', '.join(names)}"
+        )
+    missing = [c for c in partition_by or [] if c not in names]
+    if missing:
+        raise ConfigError(f"partition_by column(s) {missing} are not columns of the DataFrame")
+
+
+def reorder(
+    df: Any,
+    r: Reorder,
+    *,
+    partition_by: list[str] | None = None,
+    num_partitions: int | None = None,
+    sort_within: str | None = None,
+    batch_rows: int | None = None,
+    storage_level: Any = None,
+) -> ReorderResult:
+    """Reorders a batch DataFrame per Spark partition.
+
+    Each partition runs a fresh copy of ``r``: its Arrow batches arrive in the order
+    Spark delivers them (``sort_within``: sort each partition by this arrival column
+    first), rows are released in event-time order behind the watermark, rows that
+    arrive behind it are late, and the rest is released by a final flush.
+
+    Parameters
+    ----------
+    df : pyspark.sql.DataFrame
+        The input.
+    r : Reorder
+        The operator configuration (its buffered rows, if any, are not used).
+    partition_by : list of str, optional
+        Route rows by these columns (all rows of a key in one partition, in order);
+        default: keep Spark's partitioning.
+    num_partitions : int, optional
+        With ``partition_by``: the number of partitions (default
+        ``spark.sql.shuffle.partitions``).
+    sort_within : str, optional
+        An arrival-order column to sort each partition by before reordering.
+    batch_rows : int, optional
+        Feed each partition to the operator ``batch_rows`` rows at a time (arrival
+        units, as micro-batches would be); default: the Arrow batches Spark sends
+        (``spark.sql.execution.arrow.maxRecordsPerBatch`` rows).
+    storage_level : pyspark.StorageLevel, optional
+        How the combined result is persisted (default: memory and disk).
+    """
+    from pyspark import StorageLevel
+
+    _check_columns(r, df, partition_by)
+    spark = df.sparkSession
+    tz, large = session_arrow_settings(spark)
+    plan = ReorderPlan.build(df.schema, tz, large)
+    input_arrow = arrow_schema_of(df.schema, tz, large)
+    template = r.restore(None)
+
+    if batch_rows is not None and batch_rows < 1:
+        raise ConfigError(f"batch_rows must be positive, got {batch_rows}")
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        op = template.restore(None)
+        units: Iterator[Any] = iter(batches)
+        if batch_rows is not None:
+            table = concat_input(batches, input_arrow)
+            units = (table.slice(i, batch_rows) for i in range(0, table.num_rows, batch_rows))
+        for unit in units:
+            if unit.num_rows:
+                yield from plan.encode(op.process(unit))
+        yield from plan.encode(op.flush())
+
+    parted = df
+    if partition_by:
+        n = num_partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
+        parted = _partitioned(df, n, partition_by)
+    if sort_within is not None:
+        parted = parted.sortWithinPartitions(sort_within)
+    combined = parted.mapInArrow(run, plan.combined_spark).persist(
+        storage_level or StorageLevel.MEMORY_AND_DISK
+    )
+    rows, late, errors = plan.split(combined)
+    return ReorderResult(rows, late, errors, combined)
+
+
+class ReorderStream:
+    """A ``foreachBatch`` function that reorders a stream with exactly-once buffers.
+
+    Parameters
+    ----------
+    r : Reorder
+        The operator configuration.
+    state_location : str
+        Directory (or pyarrow filesystem URI) for the buffers, one file per state
+        partition and batch.
+    num_partitions : int
+        State partitions (fixed for the life of the state location).
+    sink, late_sink, error_sink : callable, optional
+        ``f(df, batch_id)`` for released, late and error rows of every micro-batch.
+    partition_by : list of str, optional
+        Route rows to state partitions by these columns (default: round-robin).
+    retention : int
+        Versions kept per partition (at least 2, so the last batch can be replayed).
+    start_fresh : bool
+        Start empty if the state location has no version for the previous batch.
+    """
+
+    def __init__(
+        self,
+        r: Reorder,
+        state_location: str,
+        num_partitions: int = 4,
+        sink: Sink | None = None,
+        late_sink: Sink | None = None,
+        error_sink: Sink | None = None,
+        *,
+        partition_by: list[str] | None = None,
+        retention: int = 3,
+        start_fresh: bool = False,
+    ) -> None:
+        if num_partitions < 1:
+            raise ConfigError(f"num_partitions must be >= 1, got {num_partitions}")
+        if retention < 2:
+            raise ConfigError("retention must be at least 2 (the last batch must be replayable)")
+        self.template = r.restore(None)
+        self.store = StateStore(state_location)
+        self.num_partitions = num_partitions
+        self.partition_by = partition_by
+        self.sink, self.late_sink, self.error_sink = sink, late_sink, error_sink
+        self.retention = retention
+        self.start_fresh = start_fresh
+        self._checked = False
+
+    def _check_meta(self) -> None:
+        if self._checked:
+            return
+        want = {
+            "fingerprint": self.template.fingerprint,
+            "num_partitions": self.num_partitions,
+            "format": 1,
+        }
+        meta = self.store.read_json("meta.json")
+        if meta is None:
+            self.store.write_json("meta.json", want)
+        elif meta != want:
+            raise StateCorruptedError(
+                f"{self.store.path('meta.json')}: written with {meta}, this stream is {want} "
+                "(a reorder buffer keeps its configuration and partition count)"
+            )
+        self.store.clean_temp()
+        self._checked = True
+
+    def _prev_batch(self, batch_id: int) -> int | None:
+        rec = self.store.read_json(f"driver/{batch_id}{_JSON}")
+        if rec is not None:
+            prev_of_replay: int | None = rec["prev_batch"]  # same inputs as the first run
+            return prev_of_replay
+        done = [
+            v
+            for v in self.store.versions("driver", _JSON)
+            if v < batch_id and "watermark" in (self.store.read_json(f"driver/{v}{_JSON}") or {})
+        ]
+        if not done and not self.start_fresh and self.store.versions("partitions/0", _SNAP):
+            raise StateCorruptedError(
+                f"{self.store.path('driver')}: no committed batch before {batch_id} but "
+                "buffers exist (pass start_fresh=True to discard them)"
+            )
+        prev = done[-1] if done else None
+        self.store.write_json(
+            f"driver/{batch_id}{_JSON}", {"batch_id": batch_id, "prev_batch": prev}
+        )
+        return prev
+
+    def _run(self, df: Any, batch_id: int, flush: bool) -> tuple[Any, Any, Any]:
+        from pyspark import StorageLevel
+
+        self._check_meta()
+        _check_columns(self.template, df, self.partition_by)
+        prev = self._prev_batch(batch_id)
+        spark = df.sparkSession
+        tz, large = session_arrow_settings(spark)
+        plan = ReorderPlan.build(df.schema, tz, large)
+        input_arrow = arrow_schema_of(df.schema, tz, large)
+        template, store, retention = self.template, self.store, self.retention
+
+        def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            from pyspark import TaskContext
+
+            ctx = TaskContext.get()
+            p = ctx.partitionId() if ctx is not None else 0
+            state = None
+            if prev is not None:
+                rel = f"partitions/{p}/{prev}{_SNAP}"
+                state = store.read(rel)
+                if state is None:
+                    raise StateCorruptedError(
+                        f"{store.path(rel)}: missing; state partition {p} has no version {prev}"
+                    )
+            try:
+                op = template.restore(state)
+            except StateCorruptedError as e:
+                rel = f"partitions/{p}/{prev}{_SNAP}"
+                raise StateCorruptedError(f"{store.path(rel)}: {e}") from None
+            table = concat_input(batches, input_arrow)
+            out = op.flush() if flush else op.process(table)
+            yield from plan.encode(out)
+            store.write(f"partitions/{p}/{batch_id}{_SNAP}", op.snapshot())
+            store.prune(f"partitions/{p}", _SNAP, batch_id - retention + 1)
+            yield plan.progress(p, op.watermark)
+
+        from tidemark.spark.streaming import _exact_partitions
+
+        combined = (
+            _partitioned(df, self.num_partitions, self.partition_by)
+            .mapInArrow(run, plan.combined_spark)
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        try:
+            with _exact_partitions(spark):
+                progress = ReorderPlan.progress_of(combined)  # the one job of this batch
+            if len(progress) != self.num_partitions:
+                raise StateCorruptedError(
+                    f"batch {batch_id}: expected {self.num_partitions} state partitions, "
+                    f"got {len(progress)}"
+                )
+            rows, late, errors = plan.split(combined)
+            for sink, out in [(self.sink, rows), (self.late_sink, late), (self.error_sink, errors)]:
+                if sink is not None:
+                    sink(out, batch_id)
+        except BaseException:
+            combined.unpersist()
+            raise
+        marks = [w for w in progress.values() if w is not None]
+        self.store.write_json(
+            f"driver/{batch_id}{_JSON}",
+            {
+                "batch_id": batch_id,
+                "prev_batch": prev,
+                # The stream's watermark: every partition has released up to it.
+                "watermark": min(marks) if len(marks) == len(progress) else None,
+            },
+        )
+        self.store.prune("driver", _JSON, batch_id - self.retention + 1)
+        self._last = combined
+        return rows, late, errors
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        """Processes micro-batch ``batch_id`` (Spark's foreachBatch contract)."""
+        self._run(df, batch_id, flush=False)
+        self._last.unpersist()
+
+    def flush(self, spark: Any, schema: Any, batch_id: int | None = None) -> Any:
+        """End of input: releases every buffered row, as batch ``batch_id`` (default:
+        one after the last), sends them to the sink and returns them (persisted)."""
+        if batch_id is None:
+            done = self.store.versions("driver", _JSON)
+            batch_id = (done[-1] + 1) if done else 0
+        rows, _, _ = self._run(spark.createDataFrame([], schema), batch_id, flush=True)
+        return rows
+
+    def watermark(self) -> int | None:
+        """The stream's watermark after the last batch (minimum over partitions)."""
+        done = self.store.versions("driver", _JSON)
+        rec = self.store.read_json(f"driver/{done[-1]}{_JSON}") if done else None
+        return None if rec is None else rec.get("watermark")
