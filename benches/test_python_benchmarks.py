@@ -59,3 +59,36 @@ def test_partitioned_observe_64k_rows(benchmark: Any) -> None:
     tracker.register_source(0, 16)
     benchmark(tracker.observe, batch, 0, "partition", "event_time", "5s")
     benchmark.extra_info["events_per_s_median"] = ROWS / benchmark.stats.stats.median
+
+
+def _reorder_stream(out_of_order: float, batches: int = 16) -> list[pa.Table]:
+    """64K-row batches, one event per 10 µs; a share of rows delayed by up to 2 s."""
+    rng = np.random.default_rng(11)
+    out = []
+    for b in range(batches):
+        ts = 10_000_000 + (np.arange(ROWS, dtype=np.int64) + b * ROWS) * 10
+        late = rng.random(ROWS) < out_of_order
+        ts[late] -= rng.integers(0, 2_000_000, int(late.sum()))
+        out.append(
+            pa.table(
+                {
+                    "ts": pa.array(ts, pa.timestamp("us", tz="UTC")),
+                    "key": pa.array(rng.integers(0, KEYS, ROWS)),
+                    "value": pa.array(rng.random(ROWS)),
+                }
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("pct", [1, 10, 50])
+def test_reorder_64k_row_batches(benchmark: Any, pct: int) -> None:
+    stream = _reorder_stream(pct / 100)
+
+    def run() -> int:
+        r = tm.Reorder("ts", late_tolerance="2s")
+        n = sum(r.process(t).rows.num_rows for t in stream)
+        return n + r.flush().rows.num_rows
+
+    assert benchmark(run) == ROWS * len(stream)
+    benchmark.extra_info["rows_per_s_median"] = ROWS * len(stream) / benchmark.stats.stats.median
