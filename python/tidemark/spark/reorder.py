@@ -308,7 +308,7 @@ class ReorderStream:
         self.store.clean_temp()
         self._checked = True
 
-    def _prev_batch(self, batch_id: int) -> int | None:
+    def _prev_batch(self, batch_id: int, flush: bool = False) -> int | None:
         rec = self.store.read_json(f"driver/{batch_id}{_JSON}")
         if rec is not None:
             prev_of_replay: int | None = rec["prev_batch"]  # same inputs as the first run
@@ -324,9 +324,10 @@ class ReorderStream:
                 "buffers exist (pass start_fresh=True to discard them)"
             )
         prev = done[-1] if done else None
-        self.store.write_json(
-            f"driver/{batch_id}{_JSON}", {"batch_id": batch_id, "prev_batch": prev}
-        )
+        started: dict[str, Any] = {"batch_id": batch_id, "prev_batch": prev}
+        if flush:
+            started["flush"] = True
+        self.store.write_json(f"driver/{batch_id}{_JSON}", started)
         return prev
 
     def _run(self, df: Any, batch_id: int, flush: bool) -> tuple[Any, Any, Any]:
@@ -334,7 +335,7 @@ class ReorderStream:
 
         self._check_meta()
         _check_columns(self.template, df, self.partition_by)
-        prev = self._prev_batch(batch_id)
+        prev = self._prev_batch(batch_id, flush)
         spark = df.sparkSession
         tz, large = session_arrow_settings(spark)
         plan = ReorderPlan.build(df.schema, tz, large)
@@ -389,15 +390,15 @@ class ReorderStream:
             combined.unpersist()
             raise
         marks = [w for w in progress.values() if w is not None]
-        self.store.write_json(
-            f"driver/{batch_id}{_JSON}",
-            {
-                "batch_id": batch_id,
-                "prev_batch": prev,
-                # The stream's watermark: every partition has released up to it.
-                "watermark": min(marks) if len(marks) == len(progress) else None,
-            },
-        )
+        done: dict[str, Any] = {
+            "batch_id": batch_id,
+            "prev_batch": prev,
+            # The stream's watermark: every partition has released up to it.
+            "watermark": min(marks) if len(marks) == len(progress) else None,
+        }
+        if flush:
+            done["flush"] = True
+        self.store.write_json(f"driver/{batch_id}{_JSON}", done)
         self.store.prune("driver", _JSON, batch_id - self.retention + 1)
         self._last = combined
         return rows, late, errors
@@ -409,10 +410,12 @@ class ReorderStream:
 
     def flush(self, spark: Any, schema: Any, batch_id: int | None = None) -> Any:
         """End of input: releases every buffered row, as batch ``batch_id`` (default:
-        one after the last), sends them to the sink and returns them (persisted)."""
+        one after the last, or the last again if it was a flush or did not finish),
+        sends them to the sink and returns them (persisted)."""
+        from tidemark.spark.streaming import next_flush_batch
+
         if batch_id is None:
-            done = self.store.versions("driver", _JSON)
-            batch_id = (done[-1] + 1) if done else 0
+            batch_id = next_flush_batch(self.store)
         rows, _, _ = self._run(spark.createDataFrame([], schema), batch_id, flush=True)
         return rows
 

@@ -102,6 +102,16 @@ def _task(
     return run
 
 
+def next_flush_batch(store: StateStore) -> int:
+    """The batch id a flush runs as (see :meth:`StreamProcessor.flush`)."""
+    done = store.versions("driver", _JSON)
+    if not done:
+        return 0
+    last = store.read_json(f"driver/{done[-1]}{_JSON}") or {}
+    finished = "state_after" in last or "watermark" in last
+    return done[-1] if last.get("flush") or not finished else done[-1] + 1
+
+
 class _exact_partitions:
     """Turns off adaptive partition coalescing for one job, restoring the setting."""
 
@@ -254,7 +264,7 @@ class StreamProcessor:
                     rec[part]["key_globals"] = {}
             self.store.write_json(f"driver/{v}{_JSON}", rec)
 
-    def _prepare(self, batch_id: int) -> dict[str, Any]:
+    def _prepare(self, batch_id: int, flush: bool = False) -> dict[str, Any]:
         """The batch's recorded inputs (reused when the batch is replayed)."""
         rec = self.store.read_json(f"driver/{batch_id}{_JSON}")
         if rec is not None:
@@ -286,6 +296,8 @@ class StreamProcessor:
             if prev
             else {"global_max": None, "partitions": None, "key_globals": {}},
         }
+        if flush:
+            rec["flush"] = True
         self.store.write_json(f"driver/{batch_id}{_JSON}", rec)
         return rec
 
@@ -342,7 +354,7 @@ class StreamProcessor:
         from pyspark import StorageLevel
 
         self._check_meta()
-        rec = self._prepare(batch_id)
+        rec = self._prepare(batch_id, flush)
         spark = df.sparkSession
         tz, large = session_arrow_settings(spark)
         plan = Plan.build(self.pipe, df.schema, tz, large)
@@ -402,13 +414,14 @@ class StreamProcessor:
     def flush(self, spark: Any, schema: Any, batch_id: int | None = None) -> Any:
         """End of input: closes every open window of every state partition.
 
-        Runs as batch ``batch_id`` (default: one after the last processed batch) over
-        an empty DataFrame of the stream's ``schema``, sends the windows to the sink and
-        returns them (a persisted DataFrame).
+        Runs as batch ``batch_id`` over an empty DataFrame of the stream's ``schema``,
+        sends the windows to the sink and returns them (a persisted DataFrame). The
+        default batch id is one after the last processed batch, or the last batch again
+        when that was a flush or did not finish (a driver that died mid-flush): a
+        restarted job that flushes again replays the same flush, not a new one.
         """
         if batch_id is None:
-            done = self.store.versions("driver", _JSON)
-            batch_id = (done[-1] + 1) if done else 0
+            batch_id = next_flush_batch(self.store)
         empty = spark.createDataFrame([], schema)
         windows, _, _ = self._run(empty, batch_id, flush=True)
         return windows

@@ -523,15 +523,16 @@ impl KeyedWatermarkTracker {
     }
 
     /// The least recently active key not touched by the batch being applied (if every
-    /// key was touched, the least recently active of all).
+    /// key was touched, the one the batch touched first): the head of the activity
+    /// list, because [`Self::batch_fold`] moves a key behind every untouched key when
+    /// the batch first touches it. O(1), however many keys the batch touched.
     fn least_recently_active_slot(&self) -> Option<u32> {
-        let mut s = self.head;
-        while s != NIL {
-            if !self.in_batch(s) {
-                return Some(s);
-            }
-            s = self.cold[s as usize].next;
-        }
+        debug_assert!(
+            self.head == NIL
+                || !self.in_batch(self.head)
+                || self.keys.slots().all(|s| self.in_batch(s)),
+            "batch keys are behind untouched keys"
+        );
         (self.head != NIL).then_some(self.head)
     }
 
@@ -602,7 +603,13 @@ impl KeyedWatermarkTracker {
     /// Activity bookkeeping after `max_event[slot]` was raised from watermark `before`.
     #[inline]
     fn finish(&mut self, slot: u32, before: i64, now: i64) {
-        let s = slot as usize;
+        self.move_to_back(slot);
+        self.settle(slot, before, now);
+    }
+
+    /// Moves `slot` to the most recently active end of the activity list.
+    #[inline]
+    fn move_to_back(&mut self, slot: u32) {
         if self.tail != slot {
             self.unlink(slot);
             self.push_back(slot);
@@ -610,6 +617,12 @@ impl KeyedWatermarkTracker {
             // Already last, but past the idle scan: it must be scanned again.
             self.cursor = slot;
         }
+    }
+
+    /// [`Self::finish`] for a slot already moved to the back.
+    #[inline]
+    fn settle(&mut self, slot: u32, before: i64, now: i64) {
+        let s = slot as usize;
         self.cold[s].last_activity = now;
         if self.hot[s].idle {
             self.hot[s].idle = false;
@@ -814,8 +827,13 @@ impl KeyedWatermarkTracker {
             let i = self.pending.len() as u32;
             h.pending = i;
             self.pending.push((slot, before));
-            // Out of eviction candidacy until the batch ends (finish() puts it back).
+            // Out of eviction candidacy until the batch ends (settle() puts it back):
+            // out of the minimum, and behind every key the batch has not touched in the
+            // activity list, so least-recently-active eviction finds an untouched key
+            // at the head without walking past the batch's keys.
             self.active.set(s, MinTree::EMPTY);
+            self.cold[s].last_activity = self.batch_now;
+            self.move_to_back(slot);
             i
         }
     }
@@ -853,7 +871,7 @@ impl KeyedWatermarkTracker {
             }
             self.hot[slot as usize].pending = NIL;
             let before = before.saturating_sub(self.cfg.bounded_delay);
-            self.finish(slot, before, now);
+            self.settle(slot, before, now);
         }
         self.pending = pending;
         self.pending.clear();

@@ -530,7 +530,12 @@ mod model {
                                 m.order.push(k);
                             }
                             if !busy.contains(&k) {
+                                // A key joins the most recent end of the activity order
+                                // when the batch first touches it, so evictions find
+                                // untouched keys first; if every key is touched, the
+                                // batch's first-touched key goes.
                                 busy.push(k);
+                                m.touch(k);
                             }
                             let e = pending.entry(k).or_insert(ts);
                             *e = (*e).max(ts);

@@ -1,0 +1,237 @@
+"""Crash and restart: a Structured Streaming query killed with SIGKILL, restarted from
+its checkpoints, must produce exactly the output of an uninterrupted run.
+
+The job (``python -m tidemark.crashtest job WORKDIR``) is a real driver process: a
+local Spark session reading one Parquet file per micro-batch, a :class:`StreamProcessor`
+with per-key watermarks over two state partitions, and sinks that write each batch's
+windows and late rows to ``out/<kind>/batch=<id>`` (overwrite: idempotent, as an
+exactly-once sink must be). At the end of input it flushes (as one more batch) and
+writes a ``done`` marker.
+
+:func:`run` starts the job again and again and kills its whole process group (Python
+driver and JVM) with SIGKILL at a random moment after the query started: while a
+batch is computed, while state snapshots and driver records are written, while sinks
+write, or during the final flush. After ``kills`` kills it lets the job finish, then
+compares every batch's output with a reference run.
+
+Long version (documented in the README)::
+
+    tidemark crash-test --kills 40 --batches 120 --rows 2000
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+__all__ = ["CrashReport", "outputs", "pipeline", "run", "run_job", "write_input"]
+
+STARTED = "TIDEMARK_QUERY_STARTED"
+
+
+def pipeline() -> Any:
+    """The pipeline under test: per-key watermarks, 10 s tumbling windows."""
+    import tidemark as tm
+
+    return tm.Pipeline(
+        key="tenant",
+        event_time="ts",
+        event_time_type="unixtimestamp_ms",
+        watermark=tm.BoundedOutOfOrderness("2s", per="key"),
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count(), "total": tm.sum("value")},
+    )
+
+
+def write_input(inp: Path, batches: int, rows: int, seed: int = 7) -> None:
+    """One Parquet file per micro-batch: 20 tenants, a quarter of them 30 s behind, a
+    few rows far behind every watermark (late). File times give the order."""
+    rng = random.Random(seed)
+    inp.mkdir(parents=True, exist_ok=True)
+    for b in range(batches):
+        tenants, ts, values = [], [], []
+        for i in range(rows):
+            t = rng.randrange(20)
+            base = (b * rows + i) * 20  # 20 ms per row
+            lag = 30_000 if t < 5 else 0
+            late = rng.random() < 0.01
+            tenants.append(f"t{t:02d}")
+            ts.append(max(0, base - lag - rng.randrange(1_500) - (60_000 if late else 0)))
+            values.append(rng.randrange(100))
+        f = inp / f"part-{b:05d}.parquet"
+        pq.write_table(
+            pa.table({"tenant": tenants, "ts": pa.array(ts, pa.int64()), "value": values}), f
+        )
+        os.utime(f, (1_700_000_000 + b, 1_700_000_000 + b))
+
+
+def run_job(work: Path, spark: Any = None) -> None:
+    """The streaming job over ``work/in``; resumes from ``work/chk`` and ``work/state``."""
+    from tidemark.spark import StreamProcessor, local_session
+
+    own = spark is None
+    if spark is None:
+        spark = local_session("local[1]", app_name="tidemark-crash", shuffle_partitions=2)
+    out = work / "out"
+
+    def sink(kind: str) -> Any:
+        def write(df: Any, batch_id: int) -> None:
+            df.write.mode("overwrite").parquet(str(out / kind / f"batch={batch_id}"))
+
+        return write
+
+    proc = StreamProcessor(
+        pipeline(),
+        str(work / "state"),
+        num_partitions=2,
+        sink=sink("windows"),
+        late_sink=sink("late"),
+    )
+    schema = spark.read.parquet(str(work / "in")).schema
+    q = (
+        spark.readStream.schema(schema)
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(work / "in"))
+        .writeStream.foreachBatch(proc)
+        .option("checkpointLocation", str(work / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    print(STARTED, flush=True)
+    q.awaitTermination()
+    proc.flush(spark, schema)
+    (work / "done").write_text("ok")
+    if own:
+        spark.stop()
+
+
+def outputs(work: Path) -> dict[str, dict[int, list[tuple[Any, ...]]]]:
+    """Every batch's rows per output kind, sorted (what the sinks wrote)."""
+    result: dict[str, dict[int, list[tuple[Any, ...]]]] = {}
+    for kind in ("windows", "late"):
+        per: dict[int, list[tuple[Any, ...]]] = {}
+        root = work / "out" / kind
+        for d in sorted(root.glob("batch=*")) if root.exists() else []:
+            files = sorted(d.glob("*.parquet"))
+            t = pa.concat_tables([pq.read_table(f) for f in files]) if files else None
+            rows = [] if t is None else [tuple(r.values()) for r in t.to_pylist()]
+            per[int(d.name.split("=")[1])] = sorted(rows)
+        result[kind] = per
+    return result
+
+
+@dataclass
+class CrashReport:
+    """What :func:`run` did and found."""
+
+    kills: int = 0
+    restarts: int = 0
+    kill_after_start_s: list[float] = field(default_factory=list)
+    batches: int = 0
+    identical: bool = False
+    seconds: float = 0.0
+
+
+def _start(work: Path, log: Any) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tidemark.crashtest", "job", str(work)],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        start_new_session=True,  # its own process group: the JVM dies with it
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+
+
+def _wait_started(p: subprocess.Popen[str], timeout: float) -> bool:
+    assert p.stdout is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = p.stdout.readline()
+        if not line:
+            return False  # exited
+        if STARTED in line:
+            return True
+    return False
+
+
+def run(
+    work: Path,
+    kills: int = 10,
+    batches: int | None = None,
+    rows: int = 300,
+    seed: int = 1,
+    max_delay_s: float = 2.5,
+    reference: Path | None = None,
+) -> CrashReport:
+    """Kills the job ``kills`` times at random moments, then lets it finish, and checks
+    its output against a reference run (``reference``: an already finished run's
+    directory; default: run one here, uninterrupted)."""
+    rng = random.Random(seed)
+    begin = time.monotonic()
+    batches = batches if batches is not None else 3 * kills
+    report = CrashReport(batches=batches)
+    crash = work / "crash"
+    shutil.rmtree(crash, ignore_errors=True)
+    write_input(crash / "in", batches, rows)
+    log = open(work / "crash.log", "a")  # noqa: SIM115 - one log for every restart
+    try:
+        while report.kills < kills and not (crash / "done").exists():
+            p = _start(crash, log)
+            report.restarts += 1
+            if not _wait_started(p, 180):
+                code = p.wait()
+                if code != 0 and not (crash / "done").exists():
+                    raise RuntimeError(f"the job failed with exit code {code}; see {log.name}")
+                continue
+            delay = rng.uniform(0, max_delay_s)
+            try:
+                p.wait(timeout=delay)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+                report.kills += 1
+                report.kill_after_start_s.append(round(delay, 2))
+        # Run to completion.
+        while not (crash / "done").exists():
+            p = _start(crash, log)
+            report.restarts += 1
+            _wait_started(p, 180)
+            if p.wait() != 0:
+                raise RuntimeError(f"the job failed after restarting; see {log.name}")
+    finally:
+        log.close()
+    if reference is None:
+        reference = work / "reference"
+        shutil.rmtree(reference, ignore_errors=True)
+        write_input(reference / "in", batches, rows)
+        p = _start(reference, open(work / "reference.log", "w"))  # noqa: SIM115
+        _wait_started(p, 180)
+        if p.wait() != 0:
+            raise RuntimeError("the reference job failed; see reference.log")
+    report.identical = outputs(crash) == outputs(reference)
+    report.seconds = time.monotonic() - begin
+    return report
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "job":
+        run_job(Path(argv[1]))
+        return 0
+    print("usage: python -m tidemark.crashtest job WORKDIR", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
