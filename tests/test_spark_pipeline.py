@@ -353,10 +353,23 @@ def test_streaming_state_errors(spark: Any, tmp_path: Path) -> None:
         StreamProcessor(pipeline("global"), str(tmp_path / "state"), num_partitions=2)(
             spark.createDataFrame(batches[0].to_pandas(), schema), 2
         )
+    df = spark.createDataFrame(batches[0].to_pandas(), schema)
     snap = tmp_path / "state" / "partitions" / "1" / "1.snap"
-    snap.write_bytes(snap.read_bytes()[:-10])
-    with pytest.raises(Exception, match=r"StateCorruptedError|checksum|truncated"):
-        proc(spark.createDataFrame(batches[0].to_pandas(), schema), 2)
+    good = snap.read_bytes()
+    # Each damaged state file is reported on the driver as tm.StateCorruptedError
+    # naming the file and what is wrong; the batch never runs on a fresh state.
+    for damaged, why in [
+        (good[:-10], "truncated"),
+        (good[:40] + bytes([good[40] ^ 0xFF]) + good[41:], "checksum"),
+        (good[:4] + b"\x09\x00" + good[6:], "format version 9"),
+        (b"", "not a tidemark snapshot"),
+    ]:
+        snap.write_bytes(damaged)
+        with pytest.raises(tm.StateCorruptedError, match=f"{snap}.*{why}"):
+            proc(df, 2)
+    snap.unlink()
+    with pytest.raises(tm.StateCorruptedError, match=f"{snap}: missing"):
+        proc(df, 2)
 
 
 @pytest.mark.slow

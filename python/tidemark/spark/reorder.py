@@ -36,7 +36,7 @@ import pyarrow as pa
 from tidemark.errors import ConfigError, StateCorruptedError
 from tidemark.reorder import Reorder, ReorderOutput
 from tidemark.spark._plan import arrow_schema_of, concat_input, session_arrow_settings
-from tidemark.spark.state import StateStore
+from tidemark.spark.state import StateStore, state_errors_surface
 
 __all__ = ["ReorderPlan", "ReorderResult", "ReorderStream", "reorder"]
 
@@ -375,7 +375,7 @@ class ReorderStream:
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
         try:
-            with _exact_partitions(spark):
+            with _exact_partitions(spark), state_errors_surface():
                 progress = ReorderPlan.progress_of(combined)  # the one job of this batch
             if len(progress) != self.num_partitions:
                 raise StateCorruptedError(

@@ -15,9 +15,12 @@ Old versions are pruned after ``retention`` batches.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow.fs as pafs
@@ -112,3 +115,19 @@ class StateStore:
         for info in self.fs.get_file_info(sel):
             if info.type == pafs.FileType.File and info.base_name.startswith(".tmp-"):
                 self.fs.delete_file(info.path)
+
+
+@contextlib.contextmanager
+def state_errors_surface() -> Iterator[None]:
+    """Re-raises a :class:`StateCorruptedError` that a Spark task raised (Spark wraps
+    it in its own exception) as ``tidemark.StateCorruptedError`` on the driver, with
+    the task's message: the file and what is wrong with it."""
+    try:
+        yield
+    except StateCorruptedError:
+        raise
+    except Exception as e:
+        m = re.search(r"StateCorruptedError: (.+)", str(e))
+        if m is None:
+            raise
+        raise StateCorruptedError(m.group(1).strip()) from e

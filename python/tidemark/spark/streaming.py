@@ -43,7 +43,7 @@ from tidemark.clock import ManualClock
 from tidemark.errors import ConfigError, StateCorruptedError
 from tidemark.pipeline import Pipeline, Rows
 from tidemark.spark._plan import Plan, ShippedPipeline, concat_input, session_arrow_settings
-from tidemark.spark.state import StateStore
+from tidemark.spark.state import StateStore, state_errors_surface
 from tidemark.watermarks import PartitionedWatermarkTracker
 
 __all__ = ["StreamProcessor"]
@@ -382,7 +382,7 @@ class StreamProcessor:
         )
         try:
             # State partition p is Spark partition p: adaptive execution must not merge them.
-            with _exact_partitions(spark):
+            with _exact_partitions(spark), state_errors_surface():
                 progress = Plan.progress_of(combined)  # the one job of this batch
             if len({p for p, *_ in progress}) != self.num_partitions:
                 raise StateCorruptedError(
