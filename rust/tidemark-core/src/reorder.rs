@@ -727,16 +727,26 @@ fn ipc_bytes(batch: &RecordBatch) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// The one batch of [`ipc_bytes`].
+/// The one batch of [`ipc_bytes`]. The push decoder grows its buffers with the bytes
+/// it is given, so a corrupted length in the file cannot make it allocate more than
+/// the file holds.
 fn from_ipc_bytes(bytes: &[u8]) -> Result<RecordBatch> {
     let corrupt = |e: arrow_schema::ArrowError| {
         TidemarkError::StateCorrupted(format!("reorder buffer rows: {e}"))
     };
-    let reader = arrow_ipc::reader::StreamReader::try_new(bytes, None).map_err(corrupt)?;
-    let schema = reader.schema();
-    let batches = reader
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(corrupt)?;
+    let mut decoder = arrow_ipc::reader::StreamDecoder::new();
+    let mut buffer = arrow_buffer::Buffer::from(bytes.to_vec());
+    let mut batches = Vec::new();
+    while !buffer.is_empty() {
+        match decoder.decode(&mut buffer).map_err(corrupt)? {
+            Some(b) => batches.push(b),
+            None => break,
+        }
+    }
+    decoder.finish().map_err(corrupt)?;
+    let schema = decoder.schema().ok_or_else(|| {
+        TidemarkError::StateCorrupted("reorder buffer rows: no schema".into())
+    })?;
     Ok(arrow_select::concat::concat_batches(&schema, &batches)?)
 }
 

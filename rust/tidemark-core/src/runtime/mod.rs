@@ -952,7 +952,8 @@ impl SavedState {
         pt.read_state(&mut r)?;
         let mut pw = Writer::new();
         pt.write_state(&mut pw);
-        let mut shards = Vec::with_capacity(n);
+        // `n` comes from the file: no allocation sized by it before its shards are read.
+        let mut shards = Vec::new();
         for _ in 0..n {
             shards.push(r.bytes()?.to_vec());
         }
