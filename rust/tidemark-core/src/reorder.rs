@@ -744,9 +744,9 @@ fn from_ipc_bytes(bytes: &[u8]) -> Result<RecordBatch> {
         }
     }
     decoder.finish().map_err(corrupt)?;
-    let schema = decoder.schema().ok_or_else(|| {
-        TidemarkError::StateCorrupted("reorder buffer rows: no schema".into())
-    })?;
+    let schema = decoder
+        .schema()
+        .ok_or_else(|| TidemarkError::StateCorrupted("reorder buffer rows: no schema".into()))?;
     Ok(arrow_select::concat::concat_batches(&schema, &batches)?)
 }
 

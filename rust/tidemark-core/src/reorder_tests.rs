@@ -182,7 +182,10 @@ fn snapshot_restores_the_buffer_and_rejects_other_configurations() {
     let snap = r.snapshot().unwrap();
     let mut back = ReorderOperator::restore(r.config().clone(), &snap).unwrap();
     // Same counters and buffer (its memory layout after decoding may differ).
-    let counters = |m: ReorderMetrics| ReorderMetrics { buffer_bytes: 0, ..m };
+    let counters = |m: ReorderMetrics| ReorderMetrics {
+        buffer_bytes: 0,
+        ..m
+    };
     assert_eq!(counters(back.metrics()), counters(r.metrics()));
     let a = r.process(&batch(&[(Some(20_000), 4)]), None).unwrap();
     let b = back.process(&batch(&[(Some(20_000), 4)]), None).unwrap();
