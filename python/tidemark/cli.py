@@ -131,6 +131,12 @@ def _crash_test(args: argparse.Namespace) -> int:
     return 0 if r.identical else 1
 
 
+def _soak(args: argparse.Namespace) -> int:
+    from tidemark.soak import main_args
+
+    return main_args(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (every command and flag is documented in ``--help``)."""
     parser = argparse.ArgumentParser(
@@ -223,6 +229,24 @@ def build_parser() -> argparse.ArgumentParser:
     crash.add_argument("--seed", type=int, default=1, help="seed of the kill times")
     crash.add_argument("--workdir", default=None, help="directory to use (default: a temp dir)")
     crash.set_defaults(func=_crash_test)
+
+    soak = sub.add_parser(
+        "soak",
+        help="keys churning for a while: report RSS over time (must level off)",
+        description=(
+            "Feeds a pipeline operator a stream where new keys appear every (simulated) "
+            "second and old ones go silent, at a fixed event rate, and prints the process "
+            "RSS and the keys held in state over time. With max_keys and/or state_ttl the "
+            "RSS must level off (exit code 1 if it does not)."
+        ),
+    )
+    soak.add_argument("--seconds", type=int, default=300, help="simulated seconds (300)")
+    soak.add_argument("--rate", type=int, default=100_000, help="events per second (100000)")
+    soak.add_argument("--new-keys", type=int, default=2_000, help="new keys per second (2000)")
+    soak.add_argument("--lifetime", type=int, default=5, help="seconds a key reports (5)")
+    soak.add_argument("--max-keys", type=int, default=20_000, help="max_keys (20000; 0: unbounded)")
+    soak.add_argument("--state-ttl", default="30s", help="state_ttl (30s; empty: none)")
+    soak.set_defaults(func=_soak)
     return parser
 
 

@@ -1,0 +1,24 @@
+"""Soak: with keys churning, bounded state keeps memory flat; unbounded state grows."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidemark.soak import soak
+
+
+@pytest.mark.parametrize(
+    ("max_keys", "ttl"), [(10_000, None), (None, "20s"), (10_000, "20s")], ids=str
+)
+def test_bounded_state_levels_off(max_keys: int | None, ttl: str | None) -> None:
+    r = soak(seconds=60, rate=20_000, new_keys_per_s=2_000, max_keys=max_keys, state_ttl=ttl)
+    keys = [k for _, _, k in r.samples]
+    assert max(keys) <= (max_keys or 2_000 * 30), keys
+    assert keys[-1] <= keys[len(keys) // 2] * 1.05, "keys in state stop growing"
+    assert r.leveled_off, r.table()
+
+
+def test_unbounded_state_grows_with_every_key() -> None:
+    r = soak(seconds=30, rate=20_000, new_keys_per_s=2_000, max_keys=None, state_ttl=None)
+    keys = [k for _, _, k in r.samples]
+    assert keys[-1] > 50_000 and keys[-1] > 2 * keys[len(keys) // 3]
