@@ -151,7 +151,9 @@ class OperatorMachine(RuleBasedStateMachine):
         if w.num_rows == 0:
             return []
         starts = [int(s.timestamp() * 1_000_000) for s in w.column("window_start").to_pylist()]
-        return sorted(zip(w.column("k").to_pylist(), starts, w.column("n").to_pylist()))
+        return sorted(
+            zip(w.column("k").to_pylist(), starts, w.column("n").to_pylist(), strict=True)
+        )
 
     @rule(rows=st.lists(st.tuples(KEYS, st.integers(0, 60_000)), max_size=12))
     def process(self, rows: list[tuple[str, int]]) -> None:
