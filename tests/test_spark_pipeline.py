@@ -80,9 +80,16 @@ def test_batch_aggregate_matches_local(spark: Any) -> None:
     assert [(e.device, e.reason) for e in threaded.errors.collect()] == [
         ("d1", "event time is null")
     ]
+    # One key over six partitions: five zero-row partitions, each flushed empty.
+    sparse = aggregate(df.filter("device = 'd3'"), pipe, num_partitions=6)
+    assert rows_of(sparse.windows, ["device", "window_start", "n", "s"]) == [
+        r for r in got if r[0] == "d3"
+    ]
+    assert sparse.errors.count() == 0 and sparse.late.count() == 0
     res.unpersist()
     again.unpersist()
     threaded.unpersist()
+    sparse.unpersist()
 
 
 def test_batch_aggregate_with_a_broadcast_lookup(spark: Any) -> None:
