@@ -25,6 +25,22 @@ _REASON = "__tm_reason"
 _PROGRESS = ["__tm_p_task", "__tm_p_a", "__tm_p_b", "__tm_p_c"]
 
 
+def combined_block(
+    schema: pa.Schema, kind_name: str, n: int, kind: int, columns: dict[str, Any]
+) -> pa.RecordBatch:
+    """``n`` rows of a combined output: the kind code, the given columns cast to the
+    exact types Spark expects, nulls elsewhere."""
+    arrays = []
+    for f in schema:
+        if f.name == kind_name:
+            arrays.append(pa.array([kind] * n, f.type))
+        elif f.name in columns:
+            arrays.append(columns[f.name].cast(f.type))
+        else:
+            arrays.append(pa.nulls(n, f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
 def session_arrow_settings(spark: Any) -> tuple[str, bool]:
     """The session time zone and whether strings travel as large_string."""
     tz = spark.conf.get("spark.sql.session.timeZone", "UTC")
@@ -98,15 +114,7 @@ class Plan:
     # --- task side ---------------------------------------------------------------
 
     def _block(self, n: int, kind: int, columns: dict[str, pa.Array]) -> pa.RecordBatch:
-        arrays = []
-        for f in self.combined_arrow:
-            if f.name == _KIND:
-                arrays.append(pa.array([kind] * n, f.type))
-            elif f.name in columns:
-                arrays.append(columns[f.name].cast(f.type))
-            else:
-                arrays.append(pa.nulls(n, f.type))
-        return pa.RecordBatch.from_arrays(arrays, schema=self.combined_arrow)
+        return combined_block(self.combined_arrow, _KIND, n, kind, columns)
 
     def encode(self, out: Output) -> Iterator[pa.RecordBatch]:
         """The combined batches of one operator output."""

@@ -35,7 +35,12 @@ import pyarrow as pa
 
 from tidemark.errors import ConfigError, StateCorruptedError
 from tidemark.reorder import Reorder, ReorderOutput
-from tidemark.spark._plan import arrow_schema_of, concat_input, session_arrow_settings
+from tidemark.spark._plan import (
+    arrow_schema_of,
+    combined_block,
+    concat_input,
+    session_arrow_settings,
+)
 from tidemark.spark.state import StateStore, state_errors_surface
 
 __all__ = ["ReorderPlan", "ReorderResult", "ReorderStream", "reorder"]
@@ -82,15 +87,7 @@ class ReorderPlan:
         )
 
     def _block(self, n: int, kind: int, cols: dict[str, Any]) -> pa.RecordBatch:
-        arrays = []
-        for f in self.combined_arrow:
-            if f.name == _KIND:
-                arrays.append(pa.array([kind] * n, f.type))
-            elif f.name in cols:
-                arrays.append(cols[f.name].cast(f.type))
-            else:
-                arrays.append(pa.nulls(n, f.type))
-        return pa.RecordBatch.from_arrays(arrays, schema=self.combined_arrow)
+        return combined_block(self.combined_arrow, _KIND, n, kind, cols)
 
     def encode(self, out: ReorderOutput) -> Iterator[pa.RecordBatch]:
         """Combined batches of one reorder output."""
