@@ -831,7 +831,11 @@ impl KeyedWatermarkTracker {
             // out of the minimum, and behind every key the batch has not touched in the
             // activity list, so least-recently-active eviction finds an untouched key
             // at the head without walking past the batch's keys.
-            self.active.set(s, MinTree::EMPTY);
+            // (Only a bounded tracker evicts: without max_keys the leaf keeps its value
+            // until settle() writes the new one, one tree update instead of two.)
+            if self.cfg.max_keys.is_some() {
+                self.active.set(s, MinTree::EMPTY);
+            }
             self.cold[s].last_activity = self.batch_now;
             self.move_to_back(slot);
             i
