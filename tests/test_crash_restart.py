@@ -51,9 +51,10 @@ def test_operator_restored_from_any_snapshot_continues_identically(cut: int) -> 
         return [(o.windows.to_pylist(), o.late.to_pylist()) for o in outs]
 
     whole = pipe.operator()
-    first = [whole.process(b) for b in batches[:cut]]
+    for b in batches[:cut]:
+        whole.process(b)
     snap = whole.snapshot()
     rest = drive(whole, batches[cut:])
+    assert any(windows for windows, _ in rest), "the continuation emits windows"
     restored = pipe.operator(state=snap)
     assert drive(restored, batches[cut:]) == rest
-    assert len(first) == cut

@@ -20,9 +20,8 @@ use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, TimestampMicr
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use tidemark_core::agg::{AggKind, AggSpec};
 use tidemark_core::clock::ManualClock;
-use tidemark_core::pipeline::{EmitMode, LatePolicy, Operator, PipelineConfig, Scope, TimeMode};
+use tidemark_core::pipeline::{LatePolicy, Operator, PipelineConfig, Scope};
 use tidemark_core::runtime::ShardedOperator;
-use tidemark_core::time::KeyEvictionPolicy;
 use tidemark_core::timer::{TimeDomain, TimerService};
 use tidemark_core::window::WindowSpec;
 
@@ -59,34 +58,15 @@ fn batches(n: usize) -> Vec<RecordBatch> {
 }
 
 fn config(window: WindowSpec) -> PipelineConfig {
+    let aggs = vec![
+        AggSpec::new("n", AggKind::Count, None),
+        AggSpec::new("s", AggKind::Sum, Some("v")),
+    ];
     PipelineConfig {
-        keys: vec!["k".into()],
-        event_time: "ts".into(),
-        event_time_type: None,
-        parsed_externally: false,
         delay: 5_000_000,
         scope: Scope::Key,
-        idle_timeout: None,
-        window,
-        aggs: vec![
-            AggSpec {
-                name: "n".into(),
-                kind: AggKind::Count,
-                column: None,
-            },
-            AggSpec {
-                name: "s".into(),
-                kind: AggKind::Sum,
-                column: Some("v".into()),
-            },
-        ],
-        emit: EmitMode::OnWindowClose,
-        allowed_lateness: 0,
         late: LatePolicy::Drop,
-        max_keys: None,
-        eviction: KeyEvictionPolicy::LeastRecentlyActive,
-        time: TimeMode::Event,
-        state_ttl: None,
+        ..PipelineConfig::new(&["k"], "ts", window, aggs)
     }
 }
 

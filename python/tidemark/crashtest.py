@@ -185,8 +185,7 @@ def run(
     crash = work / "crash"
     shutil.rmtree(crash, ignore_errors=True)
     write_input(crash / "in", batches, rows)
-    log = open(work / "crash.log", "a")  # noqa: SIM115 - one log for every restart
-    try:
+    with open(work / "crash.log", "a") as log:  # one log for every restart
         while report.kills < kills and not (crash / "done").exists():
             p = _start(crash, log)
             report.restarts += 1
@@ -210,16 +209,15 @@ def run(
             _wait_started(p, 180)
             if p.wait() != 0:
                 raise RuntimeError(f"the job failed after restarting; see {log.name}")
-    finally:
-        log.close()
     if reference is None:
         reference = work / "reference"
         shutil.rmtree(reference, ignore_errors=True)
         write_input(reference / "in", batches, rows)
-        p = _start(reference, open(work / "reference.log", "w"))  # noqa: SIM115
-        _wait_started(p, 180)
-        if p.wait() != 0:
-            raise RuntimeError("the reference job failed; see reference.log")
+        with open(work / "reference.log", "w") as ref_log:
+            p = _start(reference, ref_log)
+            _wait_started(p, 180)
+            if p.wait() != 0:
+                raise RuntimeError("the reference job failed; see reference.log")
     report.identical = outputs(crash) == outputs(reference)
     report.seconds = time.monotonic() - begin
     return report

@@ -36,7 +36,7 @@ from tidemark import _native
 from tidemark._arrow import ArrowData, as_tabular, column
 from tidemark._duration import Duration, to_micros
 from tidemark.clock import Clock, SystemClock
-from tidemark.errors import ConfigError
+from tidemark.errors import ConfigError, MissingColumnError
 from tidemark.event_time import apply_user_parser, resolve_event_time_type
 
 __all__ = ["ProcessingTimeWatermark", "Reorder", "ReorderOutput"]
@@ -114,7 +114,10 @@ class Reorder:
         self._inner = _native.ReorderOperator(self._config, state)
         if schema is not None:
             if event_time not in schema.names:
-                column(schema.empty_table(), event_time)  # raises, listing the columns
+                raise MissingColumnError(
+                    f"column {event_time!r} not found; available columns: "
+                    + ", ".join(schema.names)
+                )
             if self._parser is None:
                 _native.check_event_time_type(
                     event_time, pa.array([], schema.field(event_time).type), event_time_type
@@ -152,17 +155,15 @@ class Reorder:
     def restore(self, state: bytes | None) -> Reorder:
         """A new operator with this configuration, restored from ``state`` (``None``:
         empty)."""
-        out = object.__new__(Reorder)
-        for name in self.__slots__:
-            if name != "_inner":
-                setattr(out, name, getattr(self, name))
-        out._inner = _native.ReorderOperator(self._config, state)
-        return out
+        return _build(self._attrs(), state)
+
+    def _attrs(self) -> dict[str, Any]:
+        """The configuration attributes (everything but the native operator)."""
+        return {n: getattr(self, n) for n in self.__slots__ if n != "_inner"}
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickles (e.g. to Spark executors) with its parser and its buffered rows.
-        attrs = {n: getattr(self, n) for n in self.__slots__ if n != "_inner"}
-        return (_rebuild, (attrs, self.snapshot()))
+        return (_build, (self._attrs(), self.snapshot()))
 
     @property
     def fingerprint(self) -> str:
@@ -189,11 +190,13 @@ class Reorder:
         )
 
 
-def _rebuild(attrs: dict[str, Any], state: bytes) -> Reorder:
+def _build(attrs: dict[str, Any], state: bytes | None) -> Reorder:
+    """A Reorder with these attributes and a native operator restored from ``state``."""
     out = object.__new__(Reorder)
     for k, v in attrs.items():
         setattr(out, k, v)
-    return out.restore(state)
+    out._inner = _native.ReorderOperator(out._config, state)
+    return out
 
 
 class ProcessingTimeWatermark:
@@ -242,21 +245,15 @@ class ProcessingTimeWatermark:
         self._metrics["batches"] += 1
         self._metrics["rows_in"] += table.num_rows
         self._metrics["rows_released"] += table.num_rows
-        empty = table.schema.empty_table()
-        errors = empty.append_column("reason", pa.array([], pa.string()))
-        return ReorderOutput(table, self._advance(), empty, errors)
+        return _passed(table, self._advance())
 
     def tick(self) -> ReorderOutput:
         """No rows: emits the clock's time if it moved (the ticker)."""
-        empty = pa.table({})
-        return ReorderOutput(
-            empty, self._advance(), empty, pa.table({"reason": pa.array([], pa.string())})
-        )
+        return _passed(pa.table({}), self._advance())
 
     def flush(self) -> ReorderOutput:
         """Nothing is buffered in processing time."""
-        empty = pa.table({})
-        return ReorderOutput(empty, None, empty, pa.table({"reason": pa.array([], pa.string())}))
+        return _passed(pa.table({}), None)
 
     @property
     def watermark(self) -> int | None:
@@ -276,3 +273,10 @@ class ProcessingTimeWatermark:
             "late_dropped_count": 0,
             "watermark": self._watermark,
         }
+
+
+def _passed(rows: pa.Table, watermark: int | None) -> ReorderOutput:
+    """Processing-time output: ``rows`` as they came, no late rows, no error rows."""
+    empty = rows.schema.empty_table()
+    errors = empty.append_column("reason", pa.array([], pa.string()))
+    return ReorderOutput(rows, watermark, empty, errors)

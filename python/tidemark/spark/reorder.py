@@ -412,7 +412,7 @@ class ReorderStream:
         from tidemark.spark.streaming import next_flush_batch
 
         if batch_id is None:
-            batch_id = next_flush_batch(self.store)
+            batch_id = next_flush_batch(self.store, "watermark")
         rows, _, _ = self._run(spark.createDataFrame([], schema), batch_id, flush=True)
         return rows
 

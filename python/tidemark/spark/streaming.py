@@ -102,14 +102,16 @@ def _task(
     return run
 
 
-def next_flush_batch(store: StateStore) -> int:
-    """The batch id a flush runs as (see :meth:`StreamProcessor.flush`)."""
+def next_flush_batch(store: StateStore, finished_key: str) -> int:
+    """The batch id a flush runs as (see :meth:`StreamProcessor.flush`): the last
+    batch again if it was a flush or never finished (its driver record lacks
+    ``finished_key``), else the one after it."""
     done = store.versions("driver", _JSON)
     if not done:
         return 0
     last = store.read_json(f"driver/{done[-1]}{_JSON}") or {}
-    finished = "state_after" in last or "watermark" in last
-    return done[-1] if last.get("flush") or not finished else done[-1] + 1
+    replay = last.get("flush") or finished_key not in last
+    return done[-1] if replay else done[-1] + 1
 
 
 class _exact_partitions:
@@ -421,7 +423,7 @@ class StreamProcessor:
         restarted job that flushes again replays the same flush, not a new one.
         """
         if batch_id is None:
-            batch_id = next_flush_batch(self.store)
+            batch_id = next_flush_batch(self.store, "state_after")
         empty = spark.createDataFrame([], schema)
         windows, _, _ = self._run(empty, batch_id, flush=True)
         return windows

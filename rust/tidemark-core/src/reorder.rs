@@ -35,6 +35,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::{
     downcast_primitive_array, Array, ArrayRef, Int64Array, RecordBatch, UInt32Array,
 };
+use arrow_buffer::ScalarBuffer;
 use arrow_schema::SchemaRef;
 
 use crate::error::{Result, TidemarkError};
@@ -160,7 +161,7 @@ pub struct ReorderMetrics {
 struct Run {
     batch: RecordBatch,
     order: Option<Vec<u32>>,
-    ts: Vec<i64>,
+    ts: ScalarBuffer<i64>,
     start: usize,
 }
 
@@ -254,7 +255,7 @@ impl ReorderOperator {
         m.buffer_bytes = self
             .runs
             .iter()
-            .map(|r| (r.batch.get_array_memory_size() + r.ts.capacity() * 8) as u64)
+            .map(|r| (r.batch.get_array_memory_size() + r.ts.inner().capacity()) as u64)
             .sum();
         m
     }
@@ -334,7 +335,7 @@ impl ReorderOperator {
         self.metrics.rows_error += errors.len() as u64;
 
         if !keep.is_empty() {
-            self.push_run(batch, tv, keep, sorted)?;
+            self.push_run(batch, times.values(), keep, sorted)?;
             self.max_seen = self.max_seen.max(batch_max);
         }
 
@@ -418,18 +419,19 @@ impl ReorderOperator {
     fn push_run(
         &mut self,
         batch: &RecordBatch,
-        tv: &[i64],
+        tv: &ScalarBuffer<i64>,
         keep: Vec<u32>,
         sorted: bool,
     ) -> Result<()> {
         let (order, ts) = if sorted && keep.len() == batch.num_rows() {
-            (None, tv.to_vec())
+            // In order and complete: the run shares the batch and its event times.
+            (None, tv.clone())
         } else if sorted {
-            let ts = keep.iter().map(|&i| tv[i as usize]).collect();
-            (Some(keep), ts)
+            let ts: Vec<i64> = keep.iter().map(|&i| tv[i as usize]).collect();
+            (Some(keep), ts.into())
         } else {
             let (order, ts) = sort_rows(tv, &keep);
-            (Some(order), ts)
+            (Some(order), ts.into())
         };
         self.runs.push(Run {
             batch: batch.clone(),
@@ -458,7 +460,7 @@ impl ReorderOperator {
             self.runs.push(Run {
                 batch,
                 order: None,
-                ts,
+                ts: ts.into(),
                 start: 0,
             });
         }
@@ -612,7 +614,7 @@ impl ReorderOperator {
                 op.runs.push(Run {
                     batch,
                     order: None,
-                    ts,
+                    ts: ts.into(),
                     start: 0,
                 });
             }

@@ -212,21 +212,9 @@ fn config(b: &mut Bytes) -> PipelineConfig {
         idle_timeout: Some(5),
         window,
         aggs: vec![
-            AggSpec {
-                name: "n".into(),
-                kind: AggKind::Count,
-                column: None,
-            },
-            AggSpec {
-                name: "s".into(),
-                kind: AggKind::Sum,
-                column: Some("v".into()),
-            },
-            AggSpec {
-                name: "l".into(),
-                kind: AggKind::Last,
-                column: Some("v".into()),
-            },
+            AggSpec::new("n", AggKind::Count, None),
+            AggSpec::new("s", AggKind::Sum, Some("v")),
+            AggSpec::new("l", AggKind::Last, Some("v")),
         ],
         emit: if rows || b.u8() % 2 == 0 {
             EmitMode::OnUpdate

@@ -8,49 +8,24 @@ use std::sync::Arc;
 use libfuzzer_sys::fuzz_target;
 use tidemark_core::agg::{AggKind, AggSpec};
 use tidemark_core::clock::ManualClock;
-use tidemark_core::pipeline::{
-    reshard, rows::RowsOperator, EmitMode, LatePolicy, Operator, PipelineConfig, Scope, TimeMode,
-};
+use tidemark_core::pipeline::{reshard, rows::RowsOperator, Operator, PipelineConfig, Scope};
 use tidemark_core::reorder::{ReorderConfig, ReorderOperator};
 use tidemark_core::runtime::restore_operator;
 use tidemark_core::state::{seal, SnapshotKind};
-use tidemark_core::time::KeyEvictionPolicy;
 use tidemark_core::window::WindowSpec;
 
 fn config(window: WindowSpec, scope: Scope) -> PipelineConfig {
+    let aggs = vec![
+        AggSpec::new("n", AggKind::Count, None),
+        AggSpec::new("s", AggKind::Sum, Some("v")),
+        AggSpec::new("m", AggKind::Mean, Some("v")),
+    ];
     PipelineConfig {
-        keys: vec!["k".into()],
-        event_time: "ts".into(),
-        event_time_type: None,
-        parsed_externally: false,
         delay: 1_000,
         scope,
         idle_timeout: Some(10),
-        window,
-        aggs: vec![
-            AggSpec {
-                name: "n".into(),
-                kind: AggKind::Count,
-                column: None,
-            },
-            AggSpec {
-                name: "s".into(),
-                kind: AggKind::Sum,
-                column: Some("v".into()),
-            },
-            AggSpec {
-                name: "m".into(),
-                kind: AggKind::Mean,
-                column: Some("v".into()),
-            },
-        ],
-        emit: EmitMode::OnWindowClose,
-        allowed_lateness: 0,
-        late: LatePolicy::SideOutput,
         max_keys: Some(100),
-        eviction: KeyEvictionPolicy::LeastRecentlyActive,
-        time: TimeMode::Event,
-        state_ttl: None,
+        ..PipelineConfig::new(&["k"], "ts", window, aggs)
     }
 }
 

@@ -117,6 +117,17 @@ pub struct AggSpec {
     pub column: Option<String>,
 }
 
+impl AggSpec {
+    /// An aggregate named `name` of `kind` over `column` (`None`: count rows).
+    pub fn new(name: &str, kind: AggKind, column: Option<&str>) -> Self {
+        Self {
+            name: name.to_string(),
+            kind,
+            column: column.map(str::to_string),
+        }
+    }
+}
+
 /// How an input column is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Class {

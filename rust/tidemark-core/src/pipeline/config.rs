@@ -93,6 +93,31 @@ pub struct PipelineConfig {
 }
 
 impl PipelineConfig {
+    /// A configuration with the defaults of `tidemark.Pipeline`: no delay, one global
+    /// watermark, no idle timeout, `on_window_close`, no allowed lateness, late rows
+    /// to the side output, no key bound, event time, no state TTL. Change fields with
+    /// struct update syntax: `PipelineConfig { delay: 5_000, ..PipelineConfig::new(...) }`.
+    pub fn new(keys: &[&str], event_time: &str, window: WindowSpec, aggs: Vec<AggSpec>) -> Self {
+        Self {
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+            event_time: event_time.to_string(),
+            event_time_type: None,
+            parsed_externally: false,
+            delay: 0,
+            scope: Scope::Global,
+            idle_timeout: None,
+            window,
+            aggs,
+            emit: EmitMode::OnWindowClose,
+            allowed_lateness: 0,
+            late: LatePolicy::SideOutput,
+            max_keys: None,
+            eviction: KeyEvictionPolicy::LeastRecentlyActive,
+            time: TimeMode::Event,
+            state_ttl: None,
+        }
+    }
+
     /// Checks everything that can be checked without data.
     pub fn validate(&self) -> Result<()> {
         self.window.validate()?;

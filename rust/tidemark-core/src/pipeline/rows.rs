@@ -294,41 +294,19 @@ impl super::ArrivalOperator for RowsOperator {
 mod tests {
     use super::*;
     use crate::agg::{AggKind, AggSpec};
-    use crate::pipeline::{EmitMode, LatePolicy, Scope, TimeMode};
-    use crate::time::KeyEvictionPolicy;
+    use crate::pipeline::EmitMode;
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Float64Type, Int64Type, TimestampMicrosecondType};
     use arrow_array::{Float64Array, StringArray, TimestampMicrosecondArray};
 
     fn cfg(n: i64) -> PipelineConfig {
+        let aggs = vec![
+            AggSpec::new("n", AggKind::Count, None),
+            AggSpec::new("avg", AggKind::Mean, Some("v")),
+        ];
         PipelineConfig {
-            keys: vec!["k".into()],
-            event_time: "ts".into(),
-            event_time_type: None,
-            parsed_externally: false,
-            delay: 0,
-            scope: Scope::Global,
-            idle_timeout: None,
-            window: WindowSpec::Rows { n },
-            aggs: vec![
-                AggSpec {
-                    name: "n".into(),
-                    kind: AggKind::Count,
-                    column: None,
-                },
-                AggSpec {
-                    name: "avg".into(),
-                    kind: AggKind::Mean,
-                    column: Some("v".into()),
-                },
-            ],
             emit: EmitMode::OnUpdate,
-            allowed_lateness: 0,
-            late: LatePolicy::SideOutput,
-            max_keys: None,
-            eviction: KeyEvictionPolicy::LeastRecentlyActive,
-            time: TimeMode::Event,
-            state_ttl: None,
+            ..PipelineConfig::new(&["k"], "ts", WindowSpec::Rows { n }, aggs)
         }
     }
 

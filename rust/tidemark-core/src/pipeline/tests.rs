@@ -1,38 +1,16 @@
 use super::*;
 use crate::agg::{AggKind, AggSpec};
 use crate::clock::ManualClock;
-use crate::time::KeyEvictionPolicy;
 use arrow_array::{Float64Array, Int64Array, StringArray, TimestampMicrosecondArray};
 
 fn cfg(window: WindowSpec, scope: Scope) -> PipelineConfig {
+    let aggs = vec![
+        AggSpec::new("n", AggKind::Count, None),
+        AggSpec::new("s", AggKind::Sum, Some("v")),
+    ];
     PipelineConfig {
-        keys: vec!["k".into()],
-        event_time: "ts".into(),
-        event_time_type: None,
-        parsed_externally: false,
-        delay: 0,
         scope,
-        idle_timeout: None,
-        window,
-        aggs: vec![
-            AggSpec {
-                name: "n".into(),
-                kind: AggKind::Count,
-                column: None,
-            },
-            AggSpec {
-                name: "s".into(),
-                kind: AggKind::Sum,
-                column: Some("v".into()),
-            },
-        ],
-        emit: EmitMode::OnWindowClose,
-        allowed_lateness: 0,
-        late: LatePolicy::SideOutput,
-        max_keys: None,
-        eviction: KeyEvictionPolicy::LeastRecentlyActive,
-        time: TimeMode::Event,
-        state_ttl: None,
+        ..PipelineConfig::new(&["k"], "ts", window, aggs)
     }
 }
 

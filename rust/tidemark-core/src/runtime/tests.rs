@@ -1,47 +1,24 @@
 use super::*;
 use crate::agg::{AggKind, AggSpec};
 use crate::clock::ManualClock;
-use crate::pipeline::{EmitMode, LatePolicy};
-use crate::time::KeyEvictionPolicy;
+use crate::pipeline::EmitMode;
 use crate::window::WindowSpec;
 use arrow_array::{Float64Array, Int32Array, StringArray, TimestampMicrosecondArray};
 use proptest::prelude::{any, prop, prop_assert_eq, prop_oneof, proptest, Just, ProptestConfig};
 use proptest::strategy::Strategy as _;
 
 fn cfg(window: WindowSpec, scope: Scope, emit: EmitMode, idle: Option<i64>) -> PipelineConfig {
+    let aggs = vec![
+        AggSpec::new("n", AggKind::Count, None),
+        AggSpec::new("s", AggKind::Sum, Some("v")),
+        AggSpec::new("m", AggKind::Mean, Some("v")),
+    ];
     PipelineConfig {
-        keys: vec!["k".into()],
-        event_time: "ts".into(),
-        event_time_type: None,
-        parsed_externally: false,
         delay: 2_000,
         scope,
         idle_timeout: idle,
-        window,
-        aggs: vec![
-            AggSpec {
-                name: "n".into(),
-                kind: AggKind::Count,
-                column: None,
-            },
-            AggSpec {
-                name: "s".into(),
-                kind: AggKind::Sum,
-                column: Some("v".into()),
-            },
-            AggSpec {
-                name: "m".into(),
-                kind: AggKind::Mean,
-                column: Some("v".into()),
-            },
-        ],
         emit,
-        allowed_lateness: 0,
-        late: LatePolicy::SideOutput,
-        max_keys: None,
-        eviction: KeyEvictionPolicy::LeastRecentlyActive,
-        time: TimeMode::Event,
-        state_ttl: None,
+        ..PipelineConfig::new(&["k"], "ts", window, aggs)
     }
 }
 

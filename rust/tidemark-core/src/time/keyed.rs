@@ -21,7 +21,7 @@
 //! # Data structure
 //!
 //! Keys are interned into dense slots ([`KeyTable`]); per-slot state is kept in
-//! parallel vectors (about 40 bytes per key, see [`KeyedWatermarkTracker::bytes_per_key`]).
+//! parallel vectors (about 60 bytes per key, see [`KeyedWatermarkTracker::bytes_per_key`]).
 //! The global minimum is a [`MinTree`] over active slots: `global_watermark` is O(1),
 //! an update O(log n) with an early exit (O(1) unless the key held the minimum). An
 //! intrusive list orders keys by last activity, so idle detection and
