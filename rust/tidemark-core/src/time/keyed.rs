@@ -764,6 +764,18 @@ impl KeyedWatermarkTracker {
                 if let Some(&next) = slots.get(i + AHEAD) {
                     if next != NIL {
                         crate::prefetch(&self.hot[next as usize]);
+                        crate::prefetch(&self.cold[next as usize]);
+                    }
+                }
+                // Half-way: the activity-list neighbours the fold will relink.
+                if let Some(&near) = slots.get(i + AHEAD / 2) {
+                    if near != NIL {
+                        let c = self.cold[near as usize];
+                        for link in [c.prev, c.next] {
+                            if link != NIL {
+                                crate::prefetch(&self.cold[link as usize]);
+                            }
+                        }
                     }
                 }
                 if slot != NIL {
@@ -869,7 +881,13 @@ impl KeyedWatermarkTracker {
     pub fn end_batch(&mut self) -> Option<Watermark> {
         let now = self.batch_now;
         let pending = std::mem::take(&mut self.pending);
-        for &(slot, before) in &pending {
+        const AHEAD: usize = 8;
+        for (i, &(slot, before)) in pending.iter().enumerate() {
+            if let Some(&(next, _)) = pending.get(i + AHEAD) {
+                if next != NIL {
+                    self.active.prefetch(next as usize);
+                }
+            }
             if slot == NIL {
                 continue;
             }

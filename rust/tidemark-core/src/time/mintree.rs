@@ -111,6 +111,14 @@ impl MinTree {
         }
     }
 
+    /// Hints the CPU to bring slot `slot`'s leaf into cache before a [`Self::set`].
+    #[inline]
+    pub fn prefetch(&self, slot: usize) {
+        if let Some(leaf) = self.tree.get(self.cap + slot) {
+            crate::prefetch(leaf);
+        }
+    }
+
     /// The value of slot `slot` ([`MinTree::EMPTY`] if never set).
     #[inline]
     pub fn get(&self, slot: usize) -> i64 {
