@@ -90,6 +90,15 @@ def test_batch_aggregate_matches_local(spark: Any) -> None:
     again.unpersist()
     threaded.unpersist()
     sparse.unpersist()
+    # cache=False: the same three outputs, each its own job with its own schema.
+    lean = aggregate(df, pipe, num_partitions=3, cache=False)
+    assert lean.combined is None
+    assert rows_of(lean.windows, ["device", "window_start", "n", "s"]) == got
+    assert lean.windows.schema == res.windows.schema
+    assert [(e.device, e.reason) for e in lean.errors.collect()] == [("d1", "event time is null")]
+    assert lean.errors.schema == res.errors.schema
+    assert lean.late.count() == 0 and lean.late.schema == res.late.schema
+    lean.unpersist()
 
 
 def test_batch_aggregate_with_a_broadcast_lookup(spark: Any) -> None:
@@ -144,9 +153,11 @@ def test_batch_replay_in_arrival_order_reports_late_rows(spark: Any) -> None:
         window=tm.Tumbling("1m"),
         aggs={"n": tm.count(), "s": tm.sum("value")},
     )
-    res = aggregate(df, pipe, num_partitions=2, order_by="arrival", batch_rows=1)
-    assert [r.arrival for r in res.late.collect()] == [2]
-    assert sorted(r.n for r in res.windows.collect()) == [1, 1, 1]
+    for cache in (True, False):
+        res = aggregate(df, pipe, num_partitions=2, order_by="arrival", batch_rows=1, cache=cache)
+        assert [r.arrival for r in res.late.collect()] == [2]
+        assert sorted(r.n for r in res.windows.collect()) == [1, 1, 1]
+        res.unpersist()
 
 
 def test_large_strings_and_session_time_zone(spark: Any) -> None:
@@ -161,6 +172,9 @@ def test_large_strings_and_session_time_zone(spark: Any) -> None:
         res = aggregate(df, pipeline())
         (row,) = res.windows.collect()
         assert row.n == 2 and row.s == 3.0
+        # Each output alone must match Spark's exact Arrow types too (large strings).
+        (lean,) = aggregate(df, pipeline(), cache=False).windows.collect()
+        assert lean == row
         assert row.window_start.astimezone(
             dt.timezone.utc
         ) == T0 or row.window_start == T0.astimezone().replace(tzinfo=None)

@@ -73,6 +73,10 @@ class Plan:
     window_names: list[str]
     input_names: list[str]
     reason_name: str
+    #: Per output (KIND_WINDOW, KIND_LATE, KIND_ERROR): its Spark schema and the exact
+    #: Arrow schema Spark expects of it, for jobs that compute one output alone.
+    single_spark: dict[int, Any]
+    single_arrow: dict[int, pa.Schema]
 
     @staticmethod
     def build(pipe: Pipeline, df_schema: Any, tz: str, large: bool) -> Plan:
@@ -101,7 +105,17 @@ class Plan:
         fields += [StructField(n, LongType(), True) for n in _PROGRESS]
         combined_spark = StructType(fields)
         reason = "reason" if "reason" not in df_schema.fieldNames() else "_tidemark_reason"
+        single_spark = {
+            # Nullable as in the combined result, so both ways give one schema.
+            KIND_WINDOW: StructType(
+                [StructField(f.name, f.dataType, True) for f in windows_spark.fields]
+            ),
+            KIND_LATE: df_schema,
+            KIND_ERROR: StructType([*df_schema.fields, StructField(reason, StringType(), True)]),
+        }
         return Plan(
+            single_spark=single_spark,
+            single_arrow={k: arrow_schema_of(v, tz, large) for k, v in single_spark.items()},
             input_arrow=input_arrow,
             windows_arrow=windows_arrow,
             combined_arrow=arrow_schema_of(combined_spark, tz, large),
@@ -116,22 +130,48 @@ class Plan:
     def _block(self, n: int, kind: int, columns: dict[str, pa.Array]) -> pa.RecordBatch:
         return combined_block(self.combined_arrow, _KIND, n, kind, columns)
 
+    def _columns(self, table: pa.Table, kind: int) -> list[pa.Array | None]:
+        """The columns of an output in output order: the window columns, or the input
+        columns (``None`` where the table lacks one) and, for errors, the reason."""
+        if kind == KIND_WINDOW:
+            return [table.column(i).combine_chunks() for i in range(table.num_columns)]
+        cols: list[pa.Array | None] = [
+            table.column(n).combine_chunks() if n in table.column_names else None
+            for n in self.input_names
+        ]
+        if kind == KIND_ERROR:
+            cols.append(table.column(table.num_columns - 1).combine_chunks())
+        return cols
+
+    @staticmethod
+    def _tables(out: Output) -> list[tuple[pa.Table, int]]:
+        return [(out.windows, KIND_WINDOW), (out.late, KIND_LATE), (out.errors, KIND_ERROR)]
+
     def encode(self, out: Output) -> Iterator[pa.RecordBatch]:
         """The combined batches of one operator output."""
-        w = out.windows
-        if w.num_rows:
-            cols = {f"__tm_w{i}": w.column(i).combine_chunks() for i in range(w.num_columns)}
-            yield self._block(w.num_rows, KIND_WINDOW, cols)
-        for table, kind in [(out.late, KIND_LATE), (out.errors, KIND_ERROR)]:
+        for table, kind in self._tables(out):
             if table.num_rows == 0:
                 continue
-            cols = {}
-            for i, name in enumerate(self.input_names):
-                if name in table.column_names:
-                    cols[f"__tm_i{i}"] = table.column(name).combine_chunks()
+            prefix = "__tm_w" if kind == KIND_WINDOW else "__tm_i"
+            cols = {f"{prefix}{i}": c for i, c in enumerate(self._columns(table, kind))}
             if kind == KIND_ERROR:
-                cols[_REASON] = table.column(table.num_columns - 1).combine_chunks()
-            yield self._block(table.num_rows, kind, cols)
+                cols[_REASON] = cols.pop(f"__tm_i{len(self.input_names)}")
+            yield self._block(
+                table.num_rows, kind, {k: v for k, v in cols.items() if v is not None}
+            )
+
+    def encode_one(self, out: Output, kind: int) -> Iterator[pa.RecordBatch]:
+        """The batches of output ``kind`` alone, in the exact schema of
+        :attr:`single_arrow` (a job that computes that output only)."""
+        table = next(t for t, k in self._tables(out) if k == kind)
+        if table.num_rows == 0:
+            return
+        schema = self.single_arrow[kind]
+        arrays = [
+            pa.nulls(table.num_rows, f.type) if c is None else c.cast(f.type)
+            for c, f in zip(self._columns(table, kind), schema, strict=True)
+        ]
+        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     def progress_block(
         self, rows: list[tuple[int, int | None, int | None, int | None]]

@@ -8,18 +8,27 @@ from typing import Any
 
 import pyarrow as pa
 
-from tidemark.pipeline import Pipeline
-from tidemark.spark._plan import Plan, ShippedPipeline, concat_input, session_arrow_settings
+from tidemark.pipeline import Output, Pipeline
+from tidemark.spark._plan import (
+    KIND_ERROR,
+    KIND_LATE,
+    KIND_WINDOW,
+    Plan,
+    ShippedPipeline,
+    concat_input,
+    session_arrow_settings,
+)
 
 __all__ = ["AggregateResult", "aggregate"]
 
 
 @dataclass
 class AggregateResult:
-    """The three outputs of :func:`aggregate`, computed by one Spark job.
+    """The three outputs of :func:`aggregate`.
 
-    ``windows``, ``late`` and ``errors`` are projections of one persisted result: the
-    first action computes it, the others reuse it. Call :meth:`unpersist` when done.
+    By default ``windows``, ``late`` and ``errors`` are projections of one persisted
+    result: the first action computes it, the others reuse it; call :meth:`unpersist`
+    when done. With ``cache=False`` each is its own job (``combined`` is ``None``).
     """
 
     windows: Any
@@ -28,8 +37,9 @@ class AggregateResult:
     combined: Any
 
     def unpersist(self) -> None:
-        """Frees the cached result."""
-        self.combined.unpersist()
+        """Frees the cached result (nothing to free with ``cache=False``)."""
+        if self.combined is not None:
+            self.combined.unpersist()
 
 
 def task_cores(cores: int | None, pipe: Pipeline) -> int:
@@ -51,7 +61,13 @@ def _task(
     order_by: str | None,
     batch_rows: int | None,
     cores: int | None,
+    kind: int | None = None,
 ) -> Any:
+    """The ``mapInArrow`` function: the combined output, or output ``kind`` alone."""
+
+    def encode(out: Output) -> Iterator[pa.RecordBatch]:
+        return plan.encode(out) if kind is None else plan.encode_one(out, kind)
+
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         pipe = shipped.get()
         op = pipe.operator(cores=task_cores(cores, pipe))
@@ -60,10 +76,10 @@ def _task(
             # Replay in arrival order, in micro-batches: late rows are judged as a
             # stream would judge them.
             for start in range(0, table.num_rows, batch_rows):
-                yield from plan.encode(op.process(table.slice(start, batch_rows)))
+                yield from encode(op.process(table.slice(start, batch_rows)))
         elif table.num_rows:
-            yield from plan.encode(op.process(table))
-        yield from plan.encode(op.flush())
+            yield from encode(op.process(table))
+        yield from encode(op.flush())
 
     return run
 
@@ -77,6 +93,7 @@ def aggregate(
     batch_rows: int | None = None,
     storage_level: Any = None,
     cores: int | None = None,
+    cache: bool = True,
 ) -> AggregateResult:
     """Runs a pipeline over a batch DataFrame on Spark.
 
@@ -104,6 +121,12 @@ def aggregate(
     cores : int, optional
         Worker threads per task's operator (default: ``TaskContext.cpus()``, i.e.
         ``spark.task.cpus``; same output for any value).
+    cache : bool
+        ``True`` (default): one job computes all three outputs and persists them
+        (``storage_level``); reading a second output costs no second run of the
+        pipeline. ``False``: nothing is persisted and each output is its own job with
+        its own narrow schema: the fastest way to read one output (typically
+        ``windows``), but every output read runs the pipeline over the input again.
 
     Returns
     -------
@@ -128,8 +151,17 @@ def aggregate(
     parted = df.repartition(n, *pipe.key) if pipe.key else df.repartition(1)
     if order_by is not None:
         parted = parted.sortWithinPartitions(order_by)
+    shipped = ShippedPipeline(pipe, spark)
+    if not cache:
+        one = {
+            kind: parted.mapInArrow(
+                _task(shipped, plan, order_by, batch_rows, cores, kind), plan.single_spark[kind]
+            )
+            for kind in (KIND_WINDOW, KIND_LATE, KIND_ERROR)
+        }
+        return AggregateResult(one[KIND_WINDOW], one[KIND_LATE], one[KIND_ERROR], None)
     combined = parted.mapInArrow(
-        _task(ShippedPipeline(pipe, spark), plan, order_by, batch_rows, cores), plan.combined_spark
+        _task(shipped, plan, order_by, batch_rows, cores), plan.combined_spark
     )
     combined = combined.persist(storage_level or StorageLevel.MEMORY_AND_DISK)
     windows, late, errors = plan.split(combined)
