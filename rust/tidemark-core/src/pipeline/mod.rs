@@ -335,12 +335,23 @@ pub struct Operator {
     /// Keys with on-time rows in this call (deduplicated by `touch_epoch`).
     touched: Vec<u32>,
     touch_epoch: Vec<u32>,
+    /// Per row of a batch: its key's index in the batch (reused between batches).
+    group_scratch: Vec<u32>,
     epoch: u32,
     emits: Vec<Emit>,
     owned_keys: Vec<Vec<u8>>,
     /// States to free once the output is built.
     release: Vec<u32>,
     scratch_windows: Vec<(i64, i64)>,
+}
+
+/// Why `row`'s source partition is unusable, if it is (null, or out of range).
+fn partition_error(p: &Int64Array, row: usize) -> Option<String> {
+    if p.is_null(row) {
+        return Some("partition is null".into());
+    }
+    let v = p.value(row);
+    (!(0..1 << 20).contains(&v)).then(|| format!("partition {v} is out of range (0 to 1048575)"))
 }
 
 fn n_aggs(cfg: &PipelineConfig) -> usize {
@@ -394,6 +405,7 @@ impl Operator {
             metrics: PipelineMetrics::default(),
             touched: Vec::new(),
             touch_epoch: Vec::new(),
+            group_scratch: Vec::new(),
             epoch: 0,
             emits: Vec::new(),
             owned_keys: Vec::new(),
@@ -825,39 +837,67 @@ impl Operator {
         // Phase 1, per row: resolve the key (one hash lookup) and note the row's key
         // index in the batch.
         const SKIP: u32 = u32::MAX;
-        let mut group = vec![SKIP; n];
-        keys.for_each_key(|row, key| {
-            if fatal.is_some() || bad_row[row] {
-                return;
-            }
+        let mut group = std::mem::take(&mut self.group_scratch);
+        if !self.keys.may_evict(n) {
+            // No key can be evicted by this batch: all lookups, then all folds.
             if let Some(p) = parts {
-                if p.is_null(row) {
-                    errors.push((row, "partition is null".into()));
-                    return;
-                }
-                let v = p.value(row);
-                if !(0..1 << 20).contains(&v) {
-                    errors.push((row, format!("partition {v} is out of range (0 to 1048575)")));
-                    return;
+                for (row, bad) in bad_row.iter_mut().enumerate() {
+                    if !*bad {
+                        if let Some(reason) = partition_error(p, row) {
+                            errors.push((row, reason));
+                            *bad = true;
+                        }
+                    }
                 }
             }
-            let slot = match self.keys.batch_slot(key) {
-                Ok(s) => s,
-                Err(e @ (TidemarkError::MaxKeysReached { .. } | TidemarkError::Config { .. })) => {
-                    errors.push((row, e.to_string()));
+            let fatal_cell = std::cell::RefCell::new(None);
+            self.keys.batch_fold_rows(
+                &keys,
+                &time_vals,
+                |row| bad_row[row] || fatal_cell.borrow().is_some(),
+                |row, e| match e {
+                    TidemarkError::MaxKeysReached { .. } | TidemarkError::Config { .. } => {
+                        errors.push((row, e.to_string()))
+                    }
+                    e => {
+                        fatal_cell.borrow_mut().get_or_insert(e);
+                    }
+                },
+                &mut group,
+            );
+            fatal = fatal_cell.into_inner();
+        } else {
+            group.clear();
+            group.resize(n, SKIP);
+            keys.for_each_key(|row, key| {
+                if fatal.is_some() || bad_row[row] {
                     return;
                 }
-                Err(e) => {
-                    fatal = Some(e);
+                if let Some(reason) = parts.and_then(|p| partition_error(p, row)) {
+                    errors.push((row, reason));
                     return;
                 }
-            };
-            if self.keys.has_evictions() {
-                self.evict_keys();
-            }
-            group[row] = self.keys.batch_fold(slot, time_vals[row]);
-        });
+                let slot = match self.keys.batch_slot(key) {
+                    Ok(s) => s,
+                    Err(
+                        e @ (TidemarkError::MaxKeysReached { .. } | TidemarkError::Config { .. }),
+                    ) => {
+                        errors.push((row, e.to_string()));
+                        return;
+                    }
+                    Err(e) => {
+                        fatal = Some(e);
+                        return;
+                    }
+                };
+                if self.keys.has_evictions() {
+                    self.evict_keys();
+                }
+                group[row] = self.keys.batch_fold(slot, time_vals[row]);
+            });
+        }
         if let Some(e) = fatal {
+            self.group_scratch = group;
             self.keys.end_batch();
             return Err(e);
         }
@@ -939,6 +979,7 @@ impl Operator {
                 seen_max = seen_max.max(time_vals[row]);
             }
         }
+        self.group_scratch = group;
         self.keys.end_batch();
         if self.keys.has_evictions() {
             self.evict_keys();

@@ -287,8 +287,8 @@ pub struct KeyedWatermarkTracker {
     /// change only in [`Self::end_batch`], from the saved value.
     pending: Vec<(u32, i64)>,
     batch_now: i64,
-    /// Slots of a batch's rows (reused between batches).
-    slot_scratch: Vec<u32>,
+    /// Key indexes of a batch's rows (reused between batches).
+    group_scratch: Vec<u32>,
     /// When enabled, evicted keys (slot, key, watermark), for the caller to drain.
     eviction_log: Option<Vec<Eviction>>,
     /// When enabled, slots that went idle, for the caller to drain.
@@ -325,7 +325,7 @@ impl KeyedWatermarkTracker {
             scratch: Vec::new(),
             pending: Vec::new(),
             batch_now: 0,
-            slot_scratch: Vec::new(),
+            group_scratch: Vec::new(),
             eviction_log: None,
             idle_log: None,
         }
@@ -725,11 +725,7 @@ impl KeyedWatermarkTracker {
         }
         self.begin_batch();
         let mut err = None;
-        if self
-            .cfg
-            .max_keys
-            .is_some_and(|max| self.keys.len() + n > max)
-        {
+        if self.may_evict(n) {
             // Keys may be evicted while the batch runs: fold each row as it is found,
             // so a key found earlier in the batch is never evicted before its fold.
             rows.for_each_key(|i, key| {
@@ -744,45 +740,19 @@ impl KeyedWatermarkTracker {
                 }
             });
         } else {
-            // No eviction possible: find every row's slot first (independent lookups
-            // the CPU overlaps), then fold with the per-key state prefetched ahead.
-            let mut slots = std::mem::take(&mut self.slot_scratch);
-            slots.clear();
-            rows.for_each_key(|i, key| {
-                let slot = if err.is_some() || nulls.is_some_and(|nb| nb.is_null(i)) {
-                    NIL
-                } else {
-                    self.batch_slot(key).unwrap_or_else(|e| {
-                        err = Some(e);
-                        NIL
-                    })
-                };
-                slots.push(slot);
-            });
-            const AHEAD: usize = 16;
-            for (i, &slot) in slots.iter().enumerate() {
-                if let Some(&next) = slots.get(i + AHEAD) {
-                    if next != NIL {
-                        crate::prefetch(&self.hot[next as usize]);
-                        crate::prefetch(&self.cold[next as usize]);
-                    }
-                }
-                // Half-way: the activity-list neighbours the fold will relink.
-                if let Some(&near) = slots.get(i + AHEAD / 2) {
-                    if near != NIL {
-                        let c = self.cold[near as usize];
-                        for link in [c.prev, c.next] {
-                            if link != NIL {
-                                crate::prefetch(&self.cold[link as usize]);
-                            }
-                        }
-                    }
-                }
-                if slot != NIL {
-                    self.batch_fold(slot, times[i]);
-                }
-            }
-            self.slot_scratch = slots;
+            let failed = std::cell::Cell::new(false);
+            let mut groups = std::mem::take(&mut self.group_scratch);
+            self.batch_fold_rows(
+                rows,
+                times,
+                |i| failed.get() || nulls.is_some_and(|nb| nb.is_null(i)),
+                |_, e| {
+                    failed.set(true);
+                    err.get_or_insert(e);
+                },
+                &mut groups,
+            );
+            self.group_scratch = groups;
         }
         // Finish what was folded even if a row failed: the state stays consistent.
         let advanced = self.end_batch();
@@ -822,6 +792,69 @@ impl KeyedWatermarkTracker {
         match self.keys.get_hashed(key, hash) {
             Some(s) => Ok(s),
             None => self.insert_key(key, hash, self.batch_now),
+        }
+    }
+
+    /// `true` if applying `rows` more rows could evict keys (a bounded tracker without
+    /// room for one new key per row): rows must then be folded one at a time.
+    pub fn may_evict(&self, rows: usize) -> bool {
+        self.cfg
+            .max_keys
+            .is_some_and(|max| self.keys.len() + rows > max)
+    }
+
+    /// Finds (inserting new keys) and folds every row of `rows` in the batch being
+    /// applied; for trackers that cannot evict during it (`!may_evict(rows)`).
+    /// `groups[row]` receives the row's key index in the batch ([`Self::batch_fold`]),
+    /// or `u32::MAX` for rows where `skip(row)` held or whose key could not be
+    /// inserted (`on_error(row, error)` was called; `skip` is asked after it).
+    ///
+    /// All lookups first (independent, so the CPU overlaps them), then the folds with
+    /// each key's state and activity-list neighbours prefetched rows ahead.
+    pub fn batch_fold_rows<R: KeyRows + ?Sized>(
+        &mut self,
+        rows: &R,
+        times: &[i64],
+        mut skip: impl FnMut(usize) -> bool,
+        mut on_error: impl FnMut(usize, TidemarkError),
+        groups: &mut Vec<u32>,
+    ) {
+        debug_assert!(!self.may_evict(rows.num_rows()));
+        groups.clear();
+        rows.for_each_key(|i, key| {
+            let slot = if skip(i) {
+                NIL
+            } else {
+                self.batch_slot(key).unwrap_or_else(|e| {
+                    on_error(i, e);
+                    NIL
+                })
+            };
+            groups.push(slot);
+        });
+        const AHEAD: usize = 16;
+        for i in 0..groups.len() {
+            if let Some(&next) = groups.get(i + AHEAD) {
+                if next != NIL {
+                    crate::prefetch(&self.hot[next as usize]);
+                    crate::prefetch(&self.cold[next as usize]);
+                }
+            }
+            // Half-way: the activity-list neighbours the fold will relink.
+            if let Some(&near) = groups.get(i + AHEAD / 2) {
+                if near != NIL {
+                    let c = self.cold[near as usize];
+                    for link in [c.prev, c.next] {
+                        if link != NIL {
+                            crate::prefetch(&self.cold[link as usize]);
+                        }
+                    }
+                }
+            }
+            let slot = groups[i];
+            if slot != NIL {
+                groups[i] = self.batch_fold(slot, times[i]);
+            }
         }
     }
 
