@@ -50,6 +50,8 @@ class SystemResult:
     events_counted: float = 0.0
     windows_right: float = 0.0
     events_per_s: float = 0.0
+    #: Seconds between the ends of consecutive micro-batches (the first from the start).
+    batch_seconds: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -111,10 +113,12 @@ def _run_spark_native(spark: Any, source: Path, schema: Any, chk: Path) -> Syste
     from pyspark.sql import functions as F
 
     counts: dict[tuple[str, int], int] = {}
+    marks: list[float] = []
 
     def collect(df: Any, _batch_id: int) -> None:
         for r in df.collect():
             counts[(r.tenant, _start_us(r.window.start))] = r["count"]
+        marks.append(time.perf_counter())
 
     stream = (
         spark.readStream.schema(schema)
@@ -133,7 +137,16 @@ def _run_spark_native(spark: Any, source: Path, schema: Any, chk: Path) -> Syste
         .start()
     )
     q.awaitTermination()
-    return SystemResult("Spark withWatermark + window", counts, time.perf_counter() - t)
+    return SystemResult(
+        "Spark withWatermark + window",
+        counts,
+        time.perf_counter() - t,
+        batch_seconds=_intervals(t, marks),
+    )
+
+
+def _intervals(start: float, marks: list[float]) -> list[float]:
+    return [b - a for a, b in zip([start, *marks], marks, strict=False)]
 
 
 def _run_tidemark(
@@ -151,10 +164,12 @@ def _run_tidemark(
     )
     counts: dict[tuple[str, int], int] = {}
     late = [0]
+    marks: list[float] = []
 
     def sink(df: Any, _batch_id: int) -> None:
         for r in df.collect():
             counts[(r.tenant, _start_us(r.window_start))] = r["count"]
+        marks.append(time.perf_counter())
 
     def late_sink(df: Any, _batch_id: int) -> None:
         late[0] += df.count()
@@ -175,7 +190,13 @@ def _run_tidemark(
     q.awaitTermination()
     proc.flush(spark, schema)  # end of input: close the windows still open
     label = "tidemark, per-key watermarks" if per == "key" else "tidemark, global watermark"
-    return SystemResult(label, counts, time.perf_counter() - t, late_rows=late[0])
+    return SystemResult(
+        label,
+        counts,
+        time.perf_counter() - t,
+        late_rows=late[0],
+        batch_seconds=_intervals(t, marks),
+    )
 
 
 def _score(r: SystemResult, truth: dict[tuple[str, int], int], events: int) -> None:
