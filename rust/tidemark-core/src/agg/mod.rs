@@ -447,6 +447,30 @@ pub enum Input {
 }
 
 impl Input {
+    /// Hints the CPU to bring `row`'s value into cache (rows are visited grouped by
+    /// key, so in an order unrelated to memory).
+    #[inline]
+    pub fn prefetch(&self, row: usize) {
+        match self {
+            Input::Int(a) => {
+                if let Some(v) = a.values().get(row) {
+                    crate::prefetch(v)
+                }
+            }
+            Input::UInt(a) => {
+                if let Some(v) = a.values().get(row) {
+                    crate::prefetch(v)
+                }
+            }
+            Input::Float(a) => {
+                if let Some(v) = a.values().get(row) {
+                    crate::prefetch(v)
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// The value of `row` (`None` for null; `Rows` / `NonNull` yield a dummy value).
     #[inline]
     fn value(&self, row: usize) -> Option<Scalar> {

@@ -924,6 +924,7 @@ impl Operator {
         }
 
         let na = bound.aggs.len();
+        const AHEAD: usize = 16;
         // Phase 3, per key: judge each row against the watermark as it stood when the
         // call began, then add the on-time rows to their windows.
         for g in 0..groups {
@@ -942,7 +943,16 @@ impl Operator {
             // Consecutive rows of a key mostly fall in the window of the previous row:
             // rows with `lo <= ts < hi` update its state directly.
             let (mut lo, mut hi, mut base) = (i64::MAX, i64::MIN, 0);
-            for &row in rows {
+            for (k, &row) in rows.iter().enumerate() {
+                // Rows come grouped by key: fetch the event time and inputs of a row
+                // some way ahead (the order is unrelated to memory).
+                if let Some(&ahead) = rows_by_key.get(starts[g] as usize + k + AHEAD) {
+                    let ahead = ahead as usize;
+                    crate::prefetch(&time_vals[ahead]);
+                    for input in &inputs {
+                        input.prefetch(ahead);
+                    }
+                }
                 let row = row as usize;
                 let ts = time_vals[row];
                 if ts < threshold {
