@@ -110,23 +110,25 @@ fn bench_global(c: &mut Criterion) {
 fn bench_batch(c: &mut Criterion) {
     let mut g = c.benchmark_group("keyed_batch_100");
     g.throughput(Throughput::Elements(100));
-    g.bench_function("update_batch_100_of_10000_keys", |b| {
-        let mut t = filled(10_000);
-        let mut keys = Keys(42, 10_000);
-        let mut ts = 1_000_000i64;
-        b.iter_batched(
-            || {
-                (0..100)
-                    .map(|_| {
-                        ts += 1;
-                        (keys.next(), ts)
-                    })
-                    .collect::<Vec<_>>()
-            },
-            |events| black_box(t.update_batch(&events).unwrap()),
-            BatchSize::SmallInput,
-        )
-    });
+    for n in [1_000i64, 10_000] {
+        g.bench_function(format!("update_batch_100_of_{n}_keys"), |b| {
+            let mut t = filled(n);
+            let mut keys = Keys(42, n as u64);
+            let mut ts = 1_000_000i64;
+            b.iter_batched(
+                || {
+                    (0..100)
+                        .map(|_| {
+                            ts += 1;
+                            (keys.next(), ts)
+                        })
+                        .collect::<Vec<_>>()
+                },
+                |events| black_box(t.update_batch(&events).unwrap()),
+                BatchSize::SmallInput,
+            )
+        });
+    }
     g.finish();
 
     let mut g = c.benchmark_group("keyed_update_columns");

@@ -558,10 +558,22 @@ impl EncodedRows {
     pub fn from_keys<'a, K: AsKey + 'a>(keys: impl Iterator<Item = &'a K>) -> Self {
         let mut rows = EncodedRows::default();
         for k in keys {
-            k.encode_key(&mut rows.bytes);
-            rows.ends.push(rows.bytes.len());
+            rows.push_key(k);
         }
         rows
+    }
+
+    /// Empties, keeping the allocations (to refill a reused buffer).
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
+
+    /// Encodes and appends one key.
+    #[inline]
+    pub fn push_key<K: AsKey + ?Sized>(&mut self, key: &K) {
+        key.encode_key(&mut self.bytes);
+        self.ends.push(self.bytes.len());
     }
 
     /// Appends one encoded key.

@@ -897,7 +897,9 @@ impl Operator {
             });
         }
         if let Some(e) = fatal {
-            self.group_scratch = group;
+            if group.capacity() <= 1 << 20 {
+                self.group_scratch = group;
+            }
             self.keys.end_batch();
             return Err(e);
         }
@@ -989,7 +991,9 @@ impl Operator {
                 seen_max = seen_max.max(time_vals[row]);
             }
         }
-        self.group_scratch = group;
+        if group.capacity() <= 1 << 20 {
+            self.group_scratch = group;
+        }
         self.keys.end_batch();
         if self.keys.has_evictions() {
             self.evict_keys();

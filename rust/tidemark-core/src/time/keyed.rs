@@ -167,6 +167,8 @@ impl KeyedWatermarkMetrics {
 }
 
 const NIL: u32 = u32::MAX;
+/// Scratch buffers larger than this many rows are freed after the batch, not kept.
+const SCRATCH_ROWS: usize = 1 << 20;
 
 /// A key evicted because of `max_keys`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -289,6 +291,8 @@ pub struct KeyedWatermarkTracker {
     batch_now: i64,
     /// Key indexes of a batch's rows (reused between batches).
     group_scratch: Vec<u32>,
+    /// Encoded keys and event times of an `update_batch` call (reused).
+    event_scratch: (EncodedRows, Vec<i64>),
     /// When enabled, evicted keys (slot, key, watermark), for the caller to drain.
     eviction_log: Option<Vec<Eviction>>,
     /// When enabled, slots that went idle, for the caller to drain.
@@ -326,6 +330,7 @@ impl KeyedWatermarkTracker {
             pending: Vec::new(),
             batch_now: 0,
             group_scratch: Vec::new(),
+            event_scratch: Default::default(),
             eviction_log: None,
             idle_log: None,
         }
@@ -670,9 +675,19 @@ impl KeyedWatermarkTracker {
 
     /// Batch update (the clock is read once, the global recomputed once).
     pub fn update_batch<K: AsKey>(&mut self, events: &[(K, i64)]) -> Result<Option<Watermark>> {
-        let rows = EncodedRows::from_keys(events.iter().map(|e| &e.0));
-        let times: Vec<i64> = events.iter().map(|e| e.1).collect();
-        self.update_rows(&rows, &times, None)
+        // Scratch buffers reused between calls: small batches pay no allocation.
+        let (mut rows, mut times) = std::mem::take(&mut self.event_scratch);
+        rows.clear();
+        times.clear();
+        for (k, t) in events {
+            rows.push_key(k);
+            times.push(*t);
+        }
+        let r = self.update_rows(&rows, &times, None);
+        if times.capacity() <= SCRATCH_ROWS {
+            self.event_scratch = (rows, times);
+        }
+        r
     }
 
     /// Batch update from Arrow key columns and event times (rows with a null time are
@@ -752,7 +767,9 @@ impl KeyedWatermarkTracker {
                 },
                 &mut groups,
             );
-            self.group_scratch = groups;
+            if groups.capacity() <= SCRATCH_ROWS {
+                self.group_scratch = groups;
+            }
         }
         // Finish what was folded even if a row failed: the state stays consistent.
         let advanced = self.end_batch();
