@@ -22,6 +22,9 @@ def test_demo_runs_end_to_end(spark: Any, tmp_path: Path) -> None:
     assert keyed.events_counted == 1.0 and keyed.windows_right == 1.0 and keyed.late_rows == 0
     assert native.events_counted < 0.95
     assert glob.events_counted < 0.95
+    # Its late rows, counted by each batch's own job (StreamProcessor.last_progress),
+    # are the events it did not count.
+    assert glob.late_rows == round(result.events * (1 - glob.events_counted))
     page = write_report(result, tmp_path / "report")
     assert "per-key" in page.read_text()
     assert (tmp_path / "report" / "accuracy.png").stat().st_size > 1_000

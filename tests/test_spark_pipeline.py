@@ -225,16 +225,26 @@ def test_streaming_matches_local_operator_and_replays_exactly(
     pipe = pipeline(per)
     got: dict[int, list[tuple]] = {}
     late: list[Any] = []
+    progress: dict[int, dict[str, Any]] = {}
+    late_per_batch: dict[int, int] = {}
 
     def sink(df: Any, batch_id: int) -> None:
         got[batch_id] = rows_of(df, ["device", "window_start", "n", "s"])
+        # Set before the sinks run, from the batch's own job.
+        assert proc.last_progress is not None
+        progress[batch_id] = dict(proc.last_progress)
+
+    def late_sink(df: Any, batch_id: int) -> None:
+        rows = df.collect()
+        late.extend(rows)
+        late_per_batch[batch_id] = len(rows)
 
     proc = StreamProcessor(
         pipe,
         str(tmp_path / "state"),
         num_partitions=3,
         sink=sink,
-        late_sink=lambda df, b: late.extend(df.collect()),
+        late_sink=late_sink,
     )
     q = (
         spark.readStream.schema(schema)
@@ -258,6 +268,15 @@ def test_streaming_matches_local_operator_and_replays_exactly(
     if per == "key":
         assert [r.value for r in late] == [100.0]
     assert len(got) == len(batches) + 1
+    # Per-batch counts without a job: input, windows, late and error rows.
+    for b, t in enumerate(batches):
+        pr = progress[b]
+        assert pr["batch_id"] == b and pr["input_rows"] == t.num_rows
+        assert pr["window_rows"] == len(got[b])
+        assert pr["late_rows"] == late_per_batch[b]
+        assert pr["error_rows"] == 0
+    assert progress[len(batches)]["input_rows"] == 0  # the flush
+    assert progress[len(batches)]["window_rows"] == len(final)
 
     # Replay the last streamed batch (as Spark does after a crash): same output.
     last = len(batches) - 1

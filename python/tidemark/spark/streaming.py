@@ -97,9 +97,31 @@ def _task(
             (p, 0, prog["max_event_time"], prog["key_global"])
         ]
         rows += [(p, 1, part, mx) for part, mx in prog["partition_max"]]
+        rows.append((p, 2, out.windows.num_rows, out.late.num_rows))
+        rows.append((p, 3, out.errors.num_rows, table.num_rows))
         yield plan.progress_block(rows)
 
     return run
+
+
+def _counts(
+    batch_id: int, rec: dict[str, Any], progress: list[tuple[int, Any, Any, Any]]
+) -> dict[str, Any]:
+    """A batch's row counts, summed over the progress rows of its state partitions."""
+    c = {"input_rows": 0, "window_rows": 0, "late_rows": 0, "error_rows": 0}
+    for _, kind, a, b in progress:
+        if kind == 2:
+            c["window_rows"] += a
+            c["late_rows"] += b
+        elif kind == 3:
+            c["error_rows"] += a
+            c["input_rows"] += b
+    return {
+        "batch_id": batch_id,
+        **c,
+        "watermark": rec["watermark"],
+        "next_watermark": rec["next_watermark"],
+    }
 
 
 def next_flush_batch(store: StateStore, finished_key: str) -> int:
@@ -201,6 +223,12 @@ class StreamProcessor:
         self._checked = False
         self._shipped: ShippedPipeline | None = None
         self.last_batch_id: int | None = None
+        #: Counts of the last processed batch (as Spark's ``query.lastProgress``):
+        #: ``batch_id``, ``input_rows``, ``window_rows``, ``late_rows`` (behind the
+        #: watermark, Spark's ``numRowsDroppedByWatermark``), ``error_rows``, and the
+        #: ``watermark`` it ran with and ``next_watermark`` (epoch microseconds). Set
+        #: before the sinks run, from the batch's one job: reading it costs no job.
+        self.last_progress: dict[str, Any] | None = None
 
     # --- driver-side state ---------------------------------------------------------
 
@@ -392,6 +420,7 @@ class StreamProcessor:
                     f"partitions, got {len({p for p, *_ in progress})}"
                 )
             self._combine(rec, progress)
+            self.last_progress = _counts(batch_id, rec, progress)
             windows, late, errors = plan.split(combined)
             if self.sink is not None:
                 self.sink(windows, batch_id)
