@@ -87,8 +87,14 @@ def _task(
             ) from None
         if not isinstance(pipe.window, Rows):  # ROWS windows have no watermark
             op.set_external_watermark(watermark)
-        table = concat_input(batches, plan.input_arrow)
-        out = op.flush() if flush else op.process(table)
+        if flush:
+            for _ in batches:  # one placeholder row per state partition
+                pass
+            table = plan.input_arrow.empty_table()
+            out = op.flush()
+        else:
+            table = concat_input(batches, plan.input_arrow)
+            out = op.process(table)
         yield from plan.encode(out)
         store.write(f"partitions/{p}/{batch_id}{_SNAP}", op.snapshot())
         store.prune(f"partitions/{p}", _SNAP, batch_id - retention + 1)
@@ -387,14 +393,16 @@ class StreamProcessor:
 
     # --- the foreachBatch function -------------------------------------------------
 
-    def _run(self, df: Any, batch_id: int, flush: bool) -> tuple[Any, Any, Any]:
+    def _run(self, df: Any, batch_id: int, flush: bool, schema: Any = None) -> tuple[Any, Any, Any]:
+        """One batch: ``df`` holds its rows; for a flush, ``df`` has one placeholder row
+        per state partition (in that partition) and ``schema`` is the stream's."""
         from pyspark import StorageLevel
 
         self._check_meta()
         rec = self._prepare(batch_id, flush)
         spark = df.sparkSession
         tz, large = session_arrow_settings(spark)
-        plan = Plan.build(self.pipe, df.schema, tz, large)
+        plan = Plan.build(self.pipe, schema if flush else df.schema, tz, large)
         if self._shipped is None:
             self._shipped = ShippedPipeline(self.pipe, spark)  # one broadcast per query
         task = _task(
@@ -409,11 +417,12 @@ class StreamProcessor:
             flush,
         )
         keys = self.pipe.key
-        parted = (
-            df.repartition(self.num_partitions, *keys)
-            if keys
-            else df.repartition(self.num_partitions)
-        )
+        if flush:
+            parted = df
+        elif keys:
+            parted = df.repartition(self.num_partitions, *keys)
+        else:
+            parted = df.repartition(self.num_partitions)
         combined = parted.mapInArrow(task, plan.combined_spark).persist(
             StorageLevel.MEMORY_AND_DISK
         )
@@ -452,16 +461,21 @@ class StreamProcessor:
     def flush(self, spark: Any, schema: Any, batch_id: int | None = None) -> Any:
         """End of input: closes every open window of every state partition.
 
-        Runs as batch ``batch_id`` over an empty DataFrame of the stream's ``schema``,
-        sends the windows to the sink and returns them (a persisted DataFrame). The
+        Runs as batch ``batch_id`` with no input rows (``schema`` is the stream's: it
+        gives the late and error outputs their columns), sends the windows to the sink
+        and returns them (a persisted DataFrame). The
         default batch id is one after the last processed batch, or the last batch again
         when that was a flush or did not finish (a driver that died mid-flush): a
         restarted job that flushes again replays the same flush, not a new one.
         """
         if batch_id is None:
             batch_id = next_flush_batch(self.store, "state_after")
-        empty = spark.createDataFrame([], schema)
-        windows, _, _ = self._run(empty, batch_id, flush=True)
+        # Partition p of a range with one row per partition runs state partition p: no
+        # shuffle, and a plan whose first run costs less JVM warm-up than a shuffled
+        # empty DataFrame (~1.5 s here).
+        n = self.num_partitions
+        placeholders = spark.range(0, n, 1, n)
+        windows, _, _ = self._run(placeholders, batch_id, flush=True, schema=schema)
         return windows
 
     def watermark(self) -> int | None:
