@@ -143,27 +143,29 @@ class Plan:
             cols.append(table.column(table.num_columns - 1).combine_chunks())
         return cols
 
+    def _combined_names(self, kind: int) -> list[str]:
+        """The combined-result columns that hold :meth:`_columns` of an output."""
+        if kind == KIND_WINDOW:
+            return [f"__tm_w{i}" for i in range(len(self.window_names))]
+        names = [f"__tm_i{i}" for i in range(len(self.input_names))]
+        return [*names, _REASON] if kind == KIND_ERROR else names
+
     @staticmethod
-    def _tables(out: Output) -> list[tuple[pa.Table, int]]:
-        return [(out.windows, KIND_WINDOW), (out.late, KIND_LATE), (out.errors, KIND_ERROR)]
+    def _tables(out: Output) -> dict[int, pa.Table]:
+        return {KIND_WINDOW: out.windows, KIND_LATE: out.late, KIND_ERROR: out.errors}
 
     def encode(self, out: Output) -> Iterator[pa.RecordBatch]:
         """The combined batches of one operator output."""
-        for table, kind in self._tables(out):
+        for kind, table in self._tables(out).items():
             if table.num_rows == 0:
                 continue
-            prefix = "__tm_w" if kind == KIND_WINDOW else "__tm_i"
-            cols = {f"{prefix}{i}": c for i, c in enumerate(self._columns(table, kind))}
-            if kind == KIND_ERROR:
-                cols[_REASON] = cols.pop(f"__tm_i{len(self.input_names)}")
-            yield self._block(
-                table.num_rows, kind, {k: v for k, v in cols.items() if v is not None}
-            )
+            cols = zip(self._combined_names(kind), self._columns(table, kind), strict=True)
+            yield self._block(table.num_rows, kind, {n: c for n, c in cols if c is not None})
 
     def encode_one(self, out: Output, kind: int) -> Iterator[pa.RecordBatch]:
         """The batches of output ``kind`` alone, in the exact schema of
         :attr:`single_arrow` (a job that computes that output only)."""
-        table = next(t for t, k in self._tables(out) if k == kind)
+        table = self._tables(out)[kind]
         if table.num_rows == 0:
             return
         schema = self.single_arrow[kind]

@@ -52,6 +52,12 @@ Sink = Callable[[Any, int], None]
 _SNAP = ".snap"
 _JSON = ".json"
 
+# Progress rows a task reports, (state partition, kind, a, b) by kind:
+_P_TIMES = 0  # a: largest event time, b: the partition's per-key global watermark
+_P_PARTITION = 1  # a: source partition, b: its largest event time
+_P_OUTPUT = 2  # a: window rows, b: late rows
+_P_INPUT = 3  # a: error rows, b: input rows
+
 
 def _task(
     shipped: ShippedPipeline,
@@ -100,11 +106,11 @@ def _task(
         store.prune(f"partitions/{p}", _SNAP, batch_id - retention + 1)
         prog = op.progress()
         rows: list[tuple[int, int | None, int | None, int | None]] = [
-            (p, 0, prog["max_event_time"], prog["key_global"])
+            (p, _P_TIMES, prog["max_event_time"], prog["key_global"])
         ]
-        rows += [(p, 1, part, mx) for part, mx in prog["partition_max"]]
-        rows.append((p, 2, out.windows.num_rows, out.late.num_rows))
-        rows.append((p, 3, out.errors.num_rows, table.num_rows))
+        rows += [(p, _P_PARTITION, part, mx) for part, mx in prog["partition_max"]]
+        rows.append((p, _P_OUTPUT, out.windows.num_rows, out.late.num_rows))
+        rows.append((p, _P_INPUT, out.errors.num_rows, table.num_rows))
         yield plan.progress_block(rows)
 
     return run
@@ -116,10 +122,10 @@ def _counts(
     """A batch's row counts, summed over the progress rows of its state partitions."""
     c = {"input_rows": 0, "window_rows": 0, "late_rows": 0, "error_rows": 0}
     for _, kind, a, b in progress:
-        if kind == 2:
+        if kind == _P_OUTPUT:
             c["window_rows"] += a
             c["late_rows"] += b
-        elif kind == 3:
+        elif kind == _P_INPUT:
             c["error_rows"] += a
             c["input_rows"] += b
     return {
@@ -195,9 +201,11 @@ class StreamProcessor:
     Attributes
     ----------
     last_progress : dict or None
-        Counts of the last batch, set before its sinks run: ``batch_id``,
-        ``input_rows``, ``window_rows``, ``late_rows``, ``error_rows``, ``watermark``,
-        ``next_watermark``. Counting late rows this way costs no Spark job.
+        The last batch, as Spark's ``query.lastProgress``, set before its sinks run:
+        ``batch_id``, ``input_rows``, ``window_rows``, ``late_rows`` (Spark's
+        ``numRowsDroppedByWatermark``), ``error_rows``, the ``watermark`` it ran with
+        and ``next_watermark`` (epoch microseconds). Counted by the batch's own job:
+        reading it costs no Spark job.
     """
 
     def __init__(
@@ -236,11 +244,6 @@ class StreamProcessor:
         self._checked = False
         self._shipped: ShippedPipeline | None = None
         self.last_batch_id: int | None = None
-        #: Counts of the last processed batch (as Spark's ``query.lastProgress``):
-        #: ``batch_id``, ``input_rows``, ``window_rows``, ``late_rows`` (behind the
-        #: watermark, Spark's ``numRowsDroppedByWatermark``), ``error_rows``, and the
-        #: ``watermark`` it ran with and ``next_watermark`` (epoch microseconds). Set
-        #: before the sinks run, from the batch's one job: reading it costs no job.
         self.last_progress: dict[str, Any] | None = None
 
     # --- driver-side state ---------------------------------------------------------
@@ -354,7 +357,7 @@ class StreamProcessor:
         after: dict[str, Any] = {"partitions": None, "key_globals": {}}
         global_max = before["global_max"]
         for _, kind, a, _ in progress:
-            if kind == 0 and a is not None:
+            if kind == _P_TIMES and a is not None:
                 global_max = a if global_max is None else max(global_max, a)
         after["global_max"] = global_max
         nxt = rec["watermark"]
@@ -373,7 +376,7 @@ class StreamProcessor:
                 )
                 tracker.register_source(0, 0)
             for _, kind, part, mx in progress:
-                if kind == 1:
+                if kind == _P_PARTITION:
                     if (0, part) not in tracker.partitions():
                         tracker.add_partition(0, part)
                     tracker.update_partition_from_event(0, part, mx, delay)
@@ -383,7 +386,7 @@ class StreamProcessor:
         elif scope == "key":
             globals_ = dict(before["key_globals"])
             for p, kind, _, kg in progress:
-                if kind == 0:
+                if kind == _P_TIMES:
                     globals_[str(p)] = kg
             after["key_globals"] = globals_
             vals = [v for v in globals_.values() if v is not None]

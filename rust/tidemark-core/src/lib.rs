@@ -33,6 +33,26 @@ pub mod window;
 
 pub use error::{Result, TidemarkError};
 
+/// Rows a per-batch scratch buffer may keep between batches; a larger one is freed.
+pub(crate) const SCRATCH_ROWS: usize = 1 << 20;
+
+/// Puts a per-batch scratch buffer back for the next batch, unless one huge batch made
+/// it larger than [`SCRATCH_ROWS`] (then it is freed, not held for good).
+#[inline]
+pub(crate) fn keep_scratch<T>(slot: &mut Vec<T>, buf: Vec<T>) {
+    if buf.capacity() <= SCRATCH_ROWS {
+        *slot = buf;
+    }
+}
+
+/// [`prefetch`] of `values[i]`, if there is one.
+#[inline(always)]
+pub(crate) fn prefetch_at<T>(values: &[T], i: usize) {
+    if let Some(v) = values.get(i) {
+        prefetch(v);
+    }
+}
+
 /// Asks the CPU to bring `value` into cache ahead of its use (a hint; no effect on
 /// targets other than x86-64).
 #[inline(always)]

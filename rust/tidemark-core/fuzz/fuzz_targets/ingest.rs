@@ -50,113 +50,45 @@ impl Bytes<'_> {
 const NAMES: [&str; 5] = ["k", "ts", "v", "p", "reason"];
 
 fn column(b: &mut Bytes, rows: usize) -> ArrayRef {
-    let kind = b.u8() % 9;
     let null = |b: &mut Bytes| b.u8() % 7 == 0;
-    match kind {
-        0 => {
-            let mut x = Int64Builder::new();
+    // `rows` values from `$value` (which reads `b`), about one in seven null.
+    macro_rules! nullable {
+        ($builder:expr, $value:expr) => {{
+            let mut x = $builder;
             for _ in 0..rows {
-                if null(b) {
-                    x.append_null()
-                } else {
-                    x.append_value(b.i64())
-                }
-            }
-            Arc::new(x.finish())
-        }
-        1 => {
-            let mut x = Int32Builder::new();
-            for _ in 0..rows {
-                if null(b) {
-                    x.append_null()
-                } else {
-                    x.append_value(b.i64() as i32)
-                }
-            }
-            Arc::new(x.finish())
-        }
-        2 => {
-            let mut x = Float64Builder::new();
-            for _ in 0..rows {
-                let v = match b.u8() % 5 {
-                    0 => f64::NAN,
-                    1 => f64::INFINITY,
-                    _ => b.i64() as f64 / 3.0,
-                };
+                let v = $value;
                 if null(b) {
                     x.append_null()
                 } else {
                     x.append_value(v)
                 }
             }
-            Arc::new(x.finish())
-        }
-        3 => {
-            let mut x = StringBuilder::new();
-            for _ in 0..rows {
-                if null(b) {
-                    x.append_null()
-                } else {
-                    x.append_value(b.i64().to_string())
-                }
+            Arc::new(x.finish()) as ArrayRef
+        }};
+    }
+    match b.u8() % 9 {
+        0 => nullable!(Int64Builder::new(), b.i64()),
+        1 => nullable!(Int32Builder::new(), b.i64() as i32),
+        2 => nullable!(
+            Float64Builder::new(),
+            match b.u8() % 5 {
+                0 => f64::NAN,
+                1 => f64::INFINITY,
+                _ => b.i64() as f64 / 3.0,
             }
-            Arc::new(x.finish())
-        }
-        4 => {
-            let mut x = LargeStringBuilder::new();
-            for _ in 0..rows {
-                if null(b) {
-                    x.append_null()
-                } else {
-                    x.append_value(format!("k{}", b.u8() % 4))
-                }
-            }
-            Arc::new(x.finish())
-        }
-        5 => {
-            let mut x = StringDictionaryBuilder::<Int32Type>::new();
-            for _ in 0..rows {
-                if null(b) {
-                    x.append_null()
-                } else {
-                    x.append_value(format!("d{}", b.u8() % 3))
-                }
-            }
-            Arc::new(x.finish())
-        }
-        6 => {
-            let mut x = TimestampMicrosecondBuilder::new().with_timezone("UTC");
-            for _ in 0..rows {
-                if null(b) {
-                    x.append_null()
-                } else {
-                    x.append_value(b.i64())
-                }
-            }
-            Arc::new(x.finish())
-        }
-        7 => {
-            let mut x = BinaryBuilder::new();
-            for _ in 0..rows {
-                if null(b) {
-                    x.append_null()
-                } else {
-                    x.append_value([b.u8()])
-                }
-            }
-            Arc::new(x.finish())
-        }
-        _ => {
-            let mut x = BooleanBuilder::new();
-            for _ in 0..rows {
-                if null(b) {
-                    x.append_null()
-                } else {
-                    x.append_value(b.u8() % 2 == 0)
-                }
-            }
-            Arc::new(x.finish())
-        }
+        ),
+        3 => nullable!(StringBuilder::new(), b.i64().to_string()),
+        4 => nullable!(LargeStringBuilder::new(), format!("k{}", b.u8() % 4)),
+        5 => nullable!(
+            StringDictionaryBuilder::<Int32Type>::new(),
+            format!("d{}", b.u8() % 3)
+        ),
+        6 => nullable!(
+            TimestampMicrosecondBuilder::new().with_timezone("UTC"),
+            b.i64()
+        ),
+        7 => nullable!(BinaryBuilder::new(), [b.u8()]),
+        _ => nullable!(BooleanBuilder::new(), b.u8() % 2 == 0),
     }
 }
 

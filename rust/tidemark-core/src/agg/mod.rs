@@ -452,21 +452,9 @@ impl Input {
     #[inline]
     pub fn prefetch(&self, row: usize) {
         match self {
-            Input::Int(a) => {
-                if let Some(v) = a.values().get(row) {
-                    crate::prefetch(v)
-                }
-            }
-            Input::UInt(a) => {
-                if let Some(v) = a.values().get(row) {
-                    crate::prefetch(v)
-                }
-            }
-            Input::Float(a) => {
-                if let Some(v) = a.values().get(row) {
-                    crate::prefetch(v)
-                }
-            }
+            Input::Int(a) => crate::prefetch_at(a.values(), row),
+            Input::UInt(a) => crate::prefetch_at(a.values(), row),
+            Input::Float(a) => crate::prefetch_at(a.values(), row),
             _ => {}
         }
     }

@@ -897,9 +897,7 @@ impl Operator {
             });
         }
         if let Some(e) = fatal {
-            if group.capacity() <= 1 << 20 {
-                self.group_scratch = group;
-            }
+            crate::keep_scratch(&mut self.group_scratch, group);
             self.keys.end_batch();
             return Err(e);
         }
@@ -950,7 +948,7 @@ impl Operator {
                 // some way ahead (the order is unrelated to memory).
                 if let Some(&ahead) = rows_by_key.get(starts[g] as usize + k + AHEAD) {
                     let ahead = ahead as usize;
-                    crate::prefetch(&time_vals[ahead]);
+                    crate::prefetch_at(&time_vals, ahead);
                     for input in &inputs {
                         input.prefetch(ahead);
                     }
@@ -991,9 +989,7 @@ impl Operator {
                 seen_max = seen_max.max(time_vals[row]);
             }
         }
-        if group.capacity() <= 1 << 20 {
-            self.group_scratch = group;
-        }
+        crate::keep_scratch(&mut self.group_scratch, group);
         self.keys.end_batch();
         if self.keys.has_evictions() {
             self.evict_keys();

@@ -167,8 +167,6 @@ impl KeyedWatermarkMetrics {
 }
 
 const NIL: u32 = u32::MAX;
-/// Scratch buffers larger than this many rows are freed after the batch, not kept.
-const SCRATCH_ROWS: usize = 1 << 20;
 
 /// A key evicted because of `max_keys`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -684,7 +682,7 @@ impl KeyedWatermarkTracker {
             times.push(*t);
         }
         let r = self.update_rows(&rows, &times, None);
-        if times.capacity() <= SCRATCH_ROWS {
+        if times.capacity() <= crate::SCRATCH_ROWS {
             self.event_scratch = (rows, times);
         }
         r
@@ -767,9 +765,7 @@ impl KeyedWatermarkTracker {
                 },
                 &mut groups,
             );
-            if groups.capacity() <= SCRATCH_ROWS {
-                self.group_scratch = groups;
-            }
+            crate::keep_scratch(&mut self.group_scratch, groups);
         }
         // Finish what was folded even if a row failed: the state stays consistent.
         let advanced = self.end_batch();
@@ -824,7 +820,8 @@ impl KeyedWatermarkTracker {
     /// applied; for trackers that cannot evict during it (`!may_evict(rows)`).
     /// `groups[row]` receives the row's key index in the batch ([`Self::batch_fold`]),
     /// or `u32::MAX` for rows where `skip(row)` held or whose key could not be
-    /// inserted (`on_error(row, error)` was called; `skip` is asked after it).
+    /// inserted (then `on_error(row, error)` is called, before `skip` is asked about
+    /// the next row, so `skip` can stop the batch at its first error).
     ///
     /// All lookups first (independent, so the CPU overlaps them), then the folds with
     /// each key's state and activity-list neighbours prefetched rows ahead.
@@ -852,19 +849,15 @@ impl KeyedWatermarkTracker {
         const AHEAD: usize = 16;
         for i in 0..groups.len() {
             if let Some(&next) = groups.get(i + AHEAD) {
-                if next != NIL {
-                    crate::prefetch(&self.hot[next as usize]);
-                    crate::prefetch(&self.cold[next as usize]);
-                }
+                crate::prefetch_at(&self.hot, next as usize);
+                crate::prefetch_at(&self.cold, next as usize);
             }
             // Half-way: the activity-list neighbours the fold will relink.
             if let Some(&near) = groups.get(i + AHEAD / 2) {
                 if near != NIL {
                     let c = self.cold[near as usize];
                     for link in [c.prev, c.next] {
-                        if link != NIL {
-                            crate::prefetch(&self.cold[link as usize]);
-                        }
+                        crate::prefetch_at(&self.cold, link as usize);
                     }
                 }
             }

@@ -114,9 +114,7 @@ impl MinTree {
     /// Hints the CPU to bring slot `slot`'s leaf into cache before a [`Self::set`].
     #[inline]
     pub fn prefetch(&self, slot: usize) {
-        if let Some(leaf) = self.tree.get(self.cap + slot) {
-            crate::prefetch(leaf);
-        }
+        crate::prefetch_at(&self.tree, self.cap + slot);
     }
 
     /// The value of slot `slot` ([`MinTree::EMPTY`] if never set).
