@@ -25,7 +25,14 @@ use tidemark_core::runtime::ShardedOperator;
 use tidemark_core::timer::{TimeDomain, TimerService};
 use tidemark_core::window::WindowSpec;
 
-const ROWS: usize = 65_536;
+/// Rows per batch: 64K, or `TIDEMARK_BENCH_ROWS` (e.g. larger batches for the
+/// scaling runs on a many-core machine, where 64K rows give each core little work).
+fn rows() -> usize {
+    std::env::var("TIDEMARK_BENCH_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(65_536)
+}
 const KEYS: u64 = 10_000;
 
 fn batches(n: usize) -> Vec<RecordBatch> {
@@ -36,14 +43,15 @@ fn batches(n: usize) -> Vec<RecordBatch> {
         x ^= x << 17;
         x
     };
+    let rows = rows();
     (0..n)
         .map(|i| {
-            let keys: Vec<i64> = (0..ROWS).map(|_| (rnd() % KEYS) as i64).collect();
-            let mut ts: Vec<i64> = (0..ROWS)
+            let keys: Vec<i64> = (0..rows).map(|_| (rnd() % KEYS) as i64).collect();
+            let mut ts: Vec<i64> = (0..rows)
                 .map(|_| (rnd() % 10_000_000) as i64 + i as i64 * 10_000_000)
                 .collect();
             ts.sort_unstable();
-            let v: Vec<f64> = (0..ROWS).map(|_| (rnd() % 1000) as f64 / 7.0).collect();
+            let v: Vec<f64> = (0..rows).map(|_| (rnd() % 1000) as f64 / 7.0).collect();
             RecordBatch::try_from_iter(vec![
                 ("k", Arc::new(Int64Array::from(keys)) as ArrayRef),
                 (
@@ -73,7 +81,9 @@ fn config(window: WindowSpec) -> PipelineConfig {
 fn bench_pipeline(c: &mut Criterion) {
     let data = batches(8);
     let mut g = c.benchmark_group("pipeline");
-    g.throughput(Throughput::Elements((ROWS * data.len()) as u64));
+    g.throughput(Throughput::Elements(
+        data.iter().map(|b| b.num_rows() as u64).sum(),
+    ));
     g.sample_size(10);
     for (name, window) in [
         (
@@ -109,7 +119,9 @@ fn bench_pipeline(c: &mut Criterion) {
 fn bench_runtime(c: &mut Criterion) {
     let data = batches(8);
     let mut g = c.benchmark_group("runtime");
-    g.throughput(Throughput::Elements((ROWS * data.len()) as u64));
+    g.throughput(Throughput::Elements(
+        data.iter().map(|b| b.num_rows() as u64).sum(),
+    ));
     g.sample_size(10);
     let available = std::thread::available_parallelism().map_or(1, |n| n.get());
     let window = WindowSpec::Tumbling {
@@ -137,7 +149,7 @@ fn bench_runtime(c: &mut Criterion) {
         });
     }
     // Skew (Nexmark's hot auction): one key carries half of the rows. Global
-    // watermark, 2 cores, with and without hot-key spreading.
+    // watermark, with and without hot-key spreading.
     let skewed: Vec<RecordBatch> = data
         .iter()
         .map(|b| {
@@ -154,29 +166,44 @@ fn bench_runtime(c: &mut Criterion) {
         .collect();
     let mut global = config(window);
     global.scope = Scope::Global;
-    for (name, hot) in [("cores=2", None), ("cores=2,hot_keys=0.1", Some(0.1))] {
-        let global = global.clone();
-        g.bench_function(format!("skewed_half_one_key/{name}"), |b| {
-            b.iter_batched(
-                || {
-                    let clock = Arc::new(ManualClock::new(0));
-                    match hot {
-                        None => ShardedOperator::new(global.clone(), clock, 2, 4),
-                        Some(share) => {
-                            ShardedOperator::with_hot_keys(global.clone(), clock, 2, 4, share)
+    // 2 cores here; on a machine with more, also all of them (up to 16).
+    let mut skew_cores = vec![2usize];
+    if available.min(16) > 2 {
+        skew_cores.push(available.min(16));
+    }
+    for cores in skew_cores {
+        for hot in [None, Some(0.1)] {
+            let global = global.clone();
+            let name = match hot {
+                None => format!("cores={cores}"),
+                Some(share) => format!("cores={cores},hot_keys={share}"),
+            };
+            g.bench_function(format!("skewed_half_one_key/{name}"), |b| {
+                b.iter_batched(
+                    || {
+                        let clock = Arc::new(ManualClock::new(0));
+                        match hot {
+                            None => ShardedOperator::new(global.clone(), clock, cores, 4),
+                            Some(share) => ShardedOperator::with_hot_keys(
+                                global.clone(),
+                                clock,
+                                cores,
+                                4,
+                                share,
+                            ),
                         }
-                    }
-                    .unwrap()
-                },
-                |mut op| {
-                    for batch in &skewed {
-                        black_box(op.process(batch, None).unwrap());
-                    }
-                    black_box(op.flush().unwrap())
-                },
-                BatchSize::LargeInput,
-            )
-        });
+                        .unwrap()
+                    },
+                    |mut op| {
+                        for batch in &skewed {
+                            black_box(op.process(batch, None).unwrap());
+                        }
+                        black_box(op.flush().unwrap())
+                    },
+                    BatchSize::LargeInput,
+                )
+            });
+        }
     }
     g.finish();
 }
