@@ -229,18 +229,7 @@ impl Router {
     pub fn partition_ids(&mut self, batch: &RecordBatch) -> Result<Vec<u32>> {
         let rows = batch.num_rows();
         match &self.strategy {
-            Strategy::Hash { algo, .. } => {
-                self.validate(batch.schema_ref())?;
-                let cols: Vec<ArrayRef> = self
-                    .columns
-                    .iter()
-                    .map(|c| batch.column_by_name(c).expect("validated").clone())
-                    .collect();
-                match algo {
-                    HashAlgo::Xxh3 => xxh3_partitions(&cols, self.n),
-                    HashAlgo::Spark => spark_partitions(&cols, self.n),
-                }
-            }
+            Strategy::Hash { .. } => self.hash_ids(&self.key_arrays(batch)?),
             Strategy::RoundRobin => {
                 let start = self.next;
                 self.next = self.next.wrapping_add(rows as u64);
@@ -265,6 +254,60 @@ impl Router {
         }
     }
 
+    /// Whether a row's partition depends on its own key alone (hash and single
+    /// strategies), so that slices of a batch can be routed independently, in
+    /// parallel ([`Router::slice_partition_ids`]). Round-robin carries a turn.
+    pub fn is_stateless(&self) -> bool {
+        matches!(self.strategy, Strategy::Hash { .. } | Strategy::Single)
+    }
+
+    /// Partition ids of rows `offset..offset + len` of `batch`: the ids
+    /// [`Router::partition_ids`] gives those rows, for stateless strategies
+    /// ([`Router::is_stateless`]); takes `&self`, so threads can share the router.
+    pub fn slice_partition_ids(
+        &self,
+        batch: &RecordBatch,
+        offset: usize,
+        len: usize,
+    ) -> Result<Vec<u32>> {
+        match &self.strategy {
+            Strategy::Hash { .. } => {
+                let cols: Vec<ArrayRef> = self
+                    .key_arrays(batch)?
+                    .iter()
+                    .map(|c| c.slice(offset, len))
+                    .collect();
+                self.hash_ids(&cols)
+            }
+            Strategy::Single => Ok(vec![0; len]),
+            _ => Err(TidemarkError::config(
+                "strategy",
+                "only hash and single routing route slices independently",
+            )),
+        }
+    }
+
+    /// The hash strategy's key arrays of `batch` (validated).
+    fn key_arrays(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        self.validate(batch.schema_ref())?;
+        Ok(self
+            .columns
+            .iter()
+            .map(|c| batch.column_by_name(c).expect("validated").clone())
+            .collect())
+    }
+
+    /// Partition ids of the rows of the key columns `cols` (hash strategy).
+    fn hash_ids(&self, cols: &[ArrayRef]) -> Result<Vec<u32>> {
+        match &self.strategy {
+            Strategy::Hash {
+                algo: HashAlgo::Spark,
+                ..
+            } => spark_partitions(cols, self.n),
+            _ => xxh3_partitions(cols, self.n),
+        }
+    }
+
     /// The 64-bit xxh3 hash of every row's key ([`HashAlgo::Xxh3`] hash strategies
     /// only): `partition = reduce(hash, n)`.
     pub fn key_hashes(&self, batch: &RecordBatch) -> Result<Vec<u64>> {
@@ -272,15 +315,7 @@ impl Router {
             Strategy::Hash {
                 algo: HashAlgo::Xxh3,
                 ..
-            } => {
-                self.validate(batch.schema_ref())?;
-                let cols: Vec<ArrayRef> = self
-                    .columns
-                    .iter()
-                    .map(|c| batch.column_by_name(c).expect("validated").clone())
-                    .collect();
-                xxh3_map(&cols, |h| h)
-            }
+            } => xxh3_map(&self.key_arrays(batch)?, |h| h),
             _ => Err(TidemarkError::config(
                 "strategy",
                 "key hashes need hash routing with hash=\"xxh3\"",
@@ -915,6 +950,63 @@ mod tests {
             seen.sort();
             assert_eq!(seen, (0..1000).collect::<Vec<_>>(), "{strategy:?}");
         }
+    }
+
+    #[test]
+    fn slices_route_like_the_whole_batch() {
+        // Nullable int and string keys (the generic encoding), a dictionary, and a
+        // non-null int (the fast path).
+        let ints: Vec<Option<i64>> = (0..997).map(|i| (i % 11 != 0).then_some(i % 41)).collect();
+        let strs: Vec<Option<String>> = (0..997)
+            .map(|i| (i % 13 != 0).then(|| format!("tenant-{}", i % 29)))
+            .collect();
+        let dict: arrow_array::DictionaryArray<arrow_array::types::Int32Type> =
+            (0..997).map(|i| ["x", "y", "z"][i % 3]).collect();
+        let b = batch(vec![
+            ("i", Arc::new(Int64Array::from(ints)) as ArrayRef),
+            ("s", Arc::new(StringArray::from(strs)) as ArrayRef),
+            ("d", Arc::new(dict) as ArrayRef),
+            (
+                "n",
+                Arc::new(Int64Array::from_iter_values(0..997)) as ArrayRef,
+            ),
+        ]);
+        for keys in [
+            vec!["i"],
+            vec!["s"],
+            vec!["d"],
+            vec!["n"],
+            vec!["i", "s", "d"],
+        ] {
+            for algo in [HashAlgo::Xxh3, HashAlgo::Spark] {
+                let strategy = Strategy::Hash {
+                    keys: keys.iter().map(|k| k.to_string()).collect(),
+                    algo,
+                };
+                let mut r = Router::new(7, strategy, None).unwrap();
+                assert!(r.is_stateless());
+                let whole = r.partition_ids(&b).unwrap();
+                for (lo, hi) in [(0, 0), (0, 997), (0, 1), (5, 400), (400, 997), (996, 997)] {
+                    let part = r.slice_partition_ids(&b, lo, hi - lo).unwrap();
+                    assert_eq!(part, whole[lo..hi], "{keys:?} {algo:?} {lo}..{hi}");
+                }
+            }
+        }
+        let single = Router::new(3, Strategy::Single, None).unwrap();
+        assert_eq!(single.slice_partition_ids(&b, 2, 3).unwrap(), vec![0, 0, 0]);
+        let rr = Router::new(3, Strategy::RoundRobin, None).unwrap();
+        assert!(!rr.is_stateless());
+        assert!(rr.slice_partition_ids(&b, 0, 3).is_err());
+        let missing = Router::new(
+            3,
+            Strategy::Hash {
+                keys: vec!["nope".into()],
+                algo: HashAlgo::Xxh3,
+            },
+            None,
+        )
+        .unwrap();
+        assert!(missing.slice_partition_ids(&b, 0, 3).is_err());
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub use metrics::{BackpressureState, CoreMetrics, LatencyHistogram};
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, Barrier, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -39,7 +39,7 @@ use arrow_schema::DataType;
 
 use crate::clock::ClockRef;
 use crate::error::{Result, TidemarkError};
-use crate::key::KeyColumns;
+use crate::key::{EncodedRows, KeyColumns, KeyRows};
 use crate::pipeline::reshard;
 use crate::pipeline::{
     Operator, Output, PipelineConfig, PipelineMetrics, Progress, Scope, TimeMode,
@@ -65,8 +65,8 @@ enum Job {
         /// other workers).
         batch: RecordBatch,
         parsed: Option<Int64Array>,
-        /// This shard's rows (`None`: all of them).
-        rows: Option<(Arc<RowGroups>, usize)>,
+        /// This shard's rows.
+        rows: ShardRows,
         threshold: Option<i64>,
     },
     Complete {
@@ -79,10 +79,96 @@ enum Job {
     Pin(core_affinity::CoreId),
 }
 
+/// Which rows of a batch a worker processes.
+enum ShardRows {
+    /// All of them (one core).
+    All,
+    /// Grouped by the coordinator: shard `.1`'s rows of `.0`.
+    Grouped(Arc<RowGroups>, usize),
+    /// Routed by the workers themselves: shard `.1` of `.0`.
+    Split(Arc<SplitWork>, usize),
+}
+
+/// A batch that the workers route themselves, so that no thread makes a serial
+/// pass over its rows: worker `s` computes the partition ids of the `s`-th of `n`
+/// equal slices of the batch and groups them; once every slice is done (a
+/// barrier), each worker gathers its own rows from all slices, in input order.
+struct SplitWork {
+    router: Arc<Router>,
+    rows: usize,
+    /// Slice `c`'s rows grouped by shard (row numbers inside the slice), or why
+    /// routing the slice failed.
+    slices: Vec<OnceLock<std::result::Result<RowGroups, String>>>,
+    barrier: Barrier,
+}
+
+impl SplitWork {
+    fn new(router: Arc<Router>, rows: usize, n: usize) -> Self {
+        SplitWork {
+            router,
+            rows,
+            slices: (0..n).map(|_| OnceLock::new()).collect(),
+            barrier: Barrier::new(n),
+        }
+    }
+
+    fn bounds(&self, c: usize) -> (usize, usize) {
+        let n = self.slices.len();
+        (c * self.rows / n, (c + 1) * self.rows / n)
+    }
+
+    /// Shard `s`'s input rows (ascending). Every worker of the batch must call
+    /// this (the barrier waits for all of them); it never returns before they have.
+    fn rows_of(&self, batch: &RecordBatch, s: usize) -> Result<Vec<u32>> {
+        let n = self.slices.len();
+        let (lo, hi) = self.bounds(s);
+        let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.router
+                .slice_partition_ids(batch, lo, hi - lo)
+                .map(|ids| group_rows(&ids, n))
+                .map_err(|e| e.to_string())
+        }))
+        .unwrap_or_else(|_| Err("routing a slice of the batch panicked".to_string()));
+        let _ = self.slices[s].set(mine);
+        self.barrier.wait();
+        let mut rows = Vec::new();
+        for (c, slot) in self.slices.iter().enumerate() {
+            match slot.get() {
+                Some(Ok(g)) => {
+                    let base = self.bounds(c).0 as u32;
+                    rows.extend(
+                        g.rows[g.offsets[s]..g.offsets[s + 1]]
+                            .iter()
+                            .map(|&r| r + base),
+                    );
+                }
+                Some(Err(e)) => {
+                    return Err(TidemarkError::config(
+                        "runtime",
+                        format!("routing rows: {e}"),
+                    ))
+                }
+                None => unreachable!("every slice is routed before the barrier"),
+            }
+        }
+        Ok(rows)
+    }
+}
+
+/// What a worker reports after ingesting its rows.
+struct Ingested {
+    progress: Progress,
+    /// Late and error rows (row numbers in the shard's rows).
+    late: Vec<u32>,
+    errors: Vec<u32>,
+    /// The shard's input row numbers (`None`: all rows, in order).
+    rows: Option<UInt32Array>,
+}
+
 enum Reply {
-    Ingested(Result<(Progress, Vec<u32>, Vec<u32>)>),
+    Ingested(Result<Ingested>),
     /// Output, and (several cores) the merge keys of its window rows.
-    Done(Result<(Output, Vec<MergeKey>)>),
+    Done(Result<(Output, MergeKeys)>),
     Snapshot(Vec<u8>),
     Pinned(bool),
     Metrics(Box<(PipelineMetrics, KeyedWatermarkMetrics)>),
@@ -128,14 +214,19 @@ impl Worker {
                         } => {
                             started = Some(t0);
                             op.set_external_watermark(threshold);
-                            let r = shard_rows(batch, parsed, rows).and_then(|(b, p)| {
+                            let r = shard_rows(batch, parsed, rows).and_then(|(b, p, rows)| {
                                 sh.records.fetch_add(b.num_rows() as u64, Ordering::Relaxed);
-                                op.ingest(&b, p.as_ref())
+                                op.ingest(&b, p.as_ref()).map(|i| (i, rows))
                             });
-                            Reply::Ingested(r.map(|p| {
-                                let rows = (p.late_rows().to_vec(), p.error_rows());
+                            Reply::Ingested(r.map(|(p, rows)| {
+                                let ingested = Ingested {
+                                    progress: op.progress().clone(),
+                                    late: p.late_rows().to_vec(),
+                                    errors: p.error_rows(),
+                                    rows,
+                                };
                                 pending = Some(p);
-                                (op.progress().clone(), rows.0, rows.1)
+                                ingested
                             }))
                         }
                         Job::Complete { close } => {
@@ -181,7 +272,7 @@ impl Worker {
     fn send(&self, job: Job) -> Result<()> {
         let tx = self.tx.as_ref().expect("worker running");
         self.shared.queue_depth.fetch_add(1, Ordering::Relaxed);
-        let gone = || TidemarkError::config("runtime", "a worker thread stopped (it panicked)");
+        let gone = Self::gone;
         match tx.try_send(job) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(job)) => {
@@ -195,9 +286,16 @@ impl Worker {
     }
 
     fn recv(&self) -> Result<Reply> {
-        self.rx
-            .recv()
-            .map_err(|_| TidemarkError::config("runtime", "a worker thread stopped (it panicked)"))
+        self.rx.recv().map_err(|_| Self::gone())
+    }
+
+    /// Whether the worker thread has stopped (it panicked).
+    fn stopped(&self) -> bool {
+        self.handle.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    fn gone() -> TidemarkError {
+        TidemarkError::config("runtime", "a worker thread stopped (it panicked)")
     }
 }
 
@@ -216,7 +314,8 @@ impl Drop for Worker {
 /// for any number of cores. `max_keys` applies per shard.
 pub struct ShardedOperator {
     cfg: PipelineConfig,
-    router: Router,
+    /// Shared with the workers while they route a batch themselves.
+    router: Arc<Router>,
     workers: Vec<Worker>,
     capacity: usize,
     created: Instant,
@@ -370,7 +469,7 @@ impl ShardedOperator {
         partitions.register_source(0, 0);
         Ok(Self {
             cfg,
-            router,
+            router: Arc::new(router),
             workers,
             capacity: queue_capacity,
             created: stopwatch(),
@@ -473,38 +572,60 @@ impl ShardedOperator {
         }
         let n = self.workers.len();
         self.last_schema = Some(batch.schema());
-        let ids = if n == 1 {
-            vec![0; batch.num_rows()]
+        let rows = if n == 1 {
+            None
         } else if let Some(share) = self.hot_share {
-            self.hot_partition_ids(batch, share)?
+            let ids = self.hot_partition_ids(batch, share)?;
+            Some(Err(Arc::new(group_rows(&ids, n))))
+        } else if self.router.is_stateless() {
+            // The workers route the rows themselves (in parallel). A worker that
+            // stopped would leave the others waiting at the barrier: check first
+            // (an idle worker cannot stop on its own), and validate the keys here.
+            if self.workers.iter().any(Worker::stopped) {
+                return Err(Worker::gone());
+            }
+            self.router.validate(batch.schema_ref())?;
+            Some(Ok(Arc::new(SplitWork::new(
+                self.router.clone(),
+                batch.num_rows(),
+                n,
+            ))))
         } else {
-            self.router.partition_ids(batch)?
+            let ids = Arc::make_mut(&mut self.router).partition_ids(batch)?;
+            Some(Err(Arc::new(group_rows(&ids, n))))
         };
-        let groups = Arc::new(group_rows(&ids, n));
         let threshold = self.threshold();
         for (s, w) in self.workers.iter().enumerate() {
             w.send(Job::Ingest {
                 batch: batch.clone(),
                 parsed: parsed_times.cloned(),
-                rows: (n > 1).then(|| (groups.clone(), s)),
+                rows: match &rows {
+                    None => ShardRows::All,
+                    Some(Ok(split)) => ShardRows::Split(split.clone(), s),
+                    Some(Err(groups)) => ShardRows::Grouped(groups.clone(), s),
+                },
                 threshold,
             })?;
         }
+        drop(rows);
         let mut progress = Vec::with_capacity(n);
         let mut late_rows = Vec::with_capacity(n);
         let mut error_rows = Vec::with_capacity(n);
+        let mut shard_rows = Vec::with_capacity(n);
         let mut first_err = None;
         for w in &self.workers {
             match w.recv()? {
-                Reply::Ingested(Ok((p, late, errs))) => {
-                    progress.push(Some(p));
-                    late_rows.push(late);
-                    error_rows.push(errs);
+                Reply::Ingested(Ok(i)) => {
+                    progress.push(Some(i.progress));
+                    late_rows.push(i.late);
+                    error_rows.push(i.errors);
+                    shard_rows.push(i.rows);
                 }
                 Reply::Ingested(Err(e)) => {
                     progress.push(None);
                     late_rows.push(Vec::new());
                     error_rows.push(Vec::new());
+                    shard_rows.push(None);
                     first_err.get_or_insert(e);
                 }
                 _ => unreachable!("ingest replies Ingested"),
@@ -532,7 +653,7 @@ impl ShardedOperator {
         if let Some(e) = first_err {
             return Err(e);
         }
-        let (outs, keys): (Vec<Output>, Vec<Vec<MergeKey>>) = outs
+        let (outs, keys): (Vec<Output>, Vec<MergeKeys>) = outs
             .into_iter()
             .collect::<Result<Vec<_>>>()?
             .into_iter()
@@ -544,9 +665,11 @@ impl ShardedOperator {
         let to_input = |per_shard: &[Vec<u32>]| -> Vec<(usize, usize)> {
             let mut all: Vec<(u32, usize, usize)> = Vec::new();
             for (s, rows) in per_shard.iter().enumerate() {
-                let map = &groups.rows[groups.offsets[s]..groups.offsets[s + 1]];
+                let map = shard_rows[s]
+                    .as_ref()
+                    .expect("several shards: rows are mapped");
                 for (pos, &r) in rows.iter().enumerate() {
-                    all.push((map[r as usize], s, pos));
+                    all.push((map.value(r as usize), s, pos));
                 }
             }
             all.sort_unstable();
@@ -611,7 +734,7 @@ impl ShardedOperator {
     fn merge_windows(
         &mut self,
         batches: Vec<&RecordBatch>,
-        keys: &[Vec<MergeKey>],
+        keys: &[MergeKeys],
     ) -> Result<RecordBatch> {
         let order = merge_order(keys);
         let out = if !self.partial {
@@ -622,9 +745,9 @@ impl ShardedOperator {
             }
         } else {
             let mut groups: Vec<Vec<(usize, usize)>> = Vec::new();
-            let mut last: Option<&MergeKey> = None;
+            let mut last = None;
             for &(s, i) in &order {
-                let k = &keys[s][i];
+                let k = keys[s].get(i).expect("merge order indexes existing rows");
                 if last == Some(k) {
                     groups.last_mut().expect("a group").push((s, i));
                 } else {
@@ -738,7 +861,7 @@ impl ShardedOperator {
                 _ => unreachable!("flush replies Done"),
             }
         }
-        let (outs, keys): (Vec<Output>, Vec<Vec<MergeKey>>) = outs
+        let (outs, keys): (Vec<Output>, Vec<MergeKeys>) = outs
             .into_iter()
             .collect::<Result<Vec<_>>>()?
             .into_iter()
@@ -1018,15 +1141,20 @@ pub fn restore_operator(cfg: PipelineConfig, clock: ClockRef, bytes: &[u8]) -> R
 }
 
 /// A shard's rows of the input (and of the parsed event times), taken by the worker.
+/// The worker's rows of `batch` (and of the parsed times), and their input row
+/// numbers (`None`: all rows).
 fn shard_rows(
     batch: RecordBatch,
     parsed: Option<Int64Array>,
-    rows: Option<(Arc<RowGroups>, usize)>,
-) -> Result<(RecordBatch, Option<Int64Array>)> {
-    let Some((groups, s)) = rows else {
-        return Ok((batch, parsed));
-    };
-    let idx = UInt32Array::from(groups.rows[groups.offsets[s]..groups.offsets[s + 1]].to_vec());
+    rows: ShardRows,
+) -> Result<(RecordBatch, Option<Int64Array>, Option<UInt32Array>)> {
+    let idx = UInt32Array::from(match rows {
+        ShardRows::All => return Ok((batch, parsed, None)),
+        ShardRows::Grouped(groups, s) => {
+            groups.rows[groups.offsets[s]..groups.offsets[s + 1]].to_vec()
+        }
+        ShardRows::Split(split, s) => split.rows_of(&batch, s)?,
+    });
     let sub = arrow_select::take::take_record_batch(&batch, &idx)?;
     let parsed = match parsed {
         Some(p) => Some(
@@ -1036,7 +1164,7 @@ fn shard_rows(
         ),
         None => None,
     };
-    Ok((sub, parsed))
+    Ok((sub, parsed, Some(idx)))
 }
 
 /// Concatenates shard outputs in the order of `order` (`(shard, row)` pairs).
@@ -1050,7 +1178,20 @@ fn interleave(batches: Vec<&RecordBatch>, order: &[(usize, usize)]) -> Result<Re
 }
 
 /// Where a window row sorts: window end, window start, encoded key.
-type MergeKey = (i64, i64, Vec<u8>);
+/// The merge keys of a shard's window rows: window end, window start and the
+/// encoded key of each row (keys back to back: no allocation per row).
+#[derive(Debug, Default)]
+struct MergeKeys {
+    times: Vec<(i64, i64)>,
+    keys: EncodedRows,
+}
+
+impl MergeKeys {
+    fn get(&self, i: usize) -> Option<(i64, i64, &[u8])> {
+        let &(end, start) = self.times.get(i)?;
+        Some((end, start, self.keys.get(i)))
+    }
+}
 
 /// Adds the merge keys of the output's window rows (computed by each worker, in
 /// parallel) when the runtime has several cores.
@@ -1058,19 +1199,19 @@ fn with_merge_keys(
     out: Result<Output>,
     merge: bool,
     cfg: &PipelineConfig,
-) -> Result<(Output, Vec<MergeKey>)> {
+) -> Result<(Output, MergeKeys)> {
     let out = out?;
     let keys = if merge {
         merge_keys(cfg.keys.len(), &out.windows)?
     } else {
-        Vec::new()
+        MergeKeys::default()
     };
     Ok((out, keys))
 }
 
-fn merge_keys(nk: usize, b: &RecordBatch) -> Result<Vec<MergeKey>> {
+fn merge_keys(nk: usize, b: &RecordBatch) -> Result<MergeKeys> {
     if b.num_rows() == 0 {
-        return Ok(Vec::new());
+        return Ok(MergeKeys::default());
     }
     let times = |i: usize| -> Result<ArrayRef> {
         Ok(arrow_cast::cast(
@@ -1087,37 +1228,42 @@ fn merge_keys(nk: usize, b: &RecordBatch) -> Result<Vec<MergeKey>> {
         start.as_primitive::<Int64Type>(),
         end.as_primitive::<Int64Type>(),
     );
-    let keys = if nk == 0 {
-        None
+    let rows = b.num_rows();
+    let mut keys = EncodedRows::with_capacity(rows, rows * 9);
+    if nk == 0 {
+        (0..rows).for_each(|_| keys.push(&[]));
     } else {
-        Some(KeyColumns::new(&b.columns()[..nk])?)
-    };
-    Ok((0..b.num_rows())
-        .map(|i| {
-            let k = keys.as_ref().map(|k| k.key(i)).unwrap_or_default();
-            (end.value(i), start.value(i), k)
-        })
-        .collect())
+        KeyColumns::new(&b.columns()[..nk])?.for_each_key(|_, k| keys.push(k));
+    }
+    Ok(MergeKeys {
+        times: (0..rows).map(|i| (end.value(i), start.value(i))).collect(),
+        keys,
+    })
 }
 
 /// The k-way merge of shards' window rows (each shard already in the single-operator
 /// order) into that order: window end, window start, key. Rows of one key of one
 /// shard keep their order (retractions first).
-fn merge_order(keys: &[Vec<MergeKey>]) -> Vec<(usize, usize)> {
+fn merge_order(keys: &[MergeKeys]) -> Vec<(usize, usize)> {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
-    let total: usize = keys.iter().map(Vec::len).sum();
+    let total: usize = keys.iter().map(|k| k.times.len()).sum();
     let mut heap = BinaryHeap::with_capacity(keys.len());
     for (s, k) in keys.iter().enumerate() {
-        if let Some(first) = k.first() {
+        if let Some(first) = k.get(0) {
             heap.push(Reverse((first, s, 0usize)));
         }
     }
     let mut order = Vec::with_capacity(total);
-    while let Some(Reverse((_, s, i))) = heap.pop() {
+    while let Some(mut top) = heap.peek_mut() {
+        let Reverse((_, s, i)) = *top;
         order.push((s, i));
-        if let Some(next) = keys[s].get(i + 1) {
-            heap.push(Reverse((next, s, i + 1)));
+        match keys[s].get(i + 1) {
+            // Replace the top in place: one sift-down instead of a pop and a push.
+            Some(next) => *top = Reverse((next, s, i + 1)),
+            None => {
+                std::collections::binary_heap::PeekMut::pop(top);
+            }
         }
     }
     order
