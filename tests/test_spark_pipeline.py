@@ -230,9 +230,6 @@ def test_streaming_matches_local_operator_and_replays_exactly(
 
     def sink(df: Any, batch_id: int) -> None:
         got[batch_id] = rows_of(df, ["device", "window_start", "n", "s"])
-        # Set before the sinks run, from the batch's own job.
-        assert proc.last_progress is not None
-        progress[batch_id] = dict(proc.last_progress)
 
     def late_sink(df: Any, batch_id: int) -> None:
         rows = df.collect()
@@ -246,17 +243,26 @@ def test_streaming_matches_local_operator_and_replays_exactly(
         sink=sink,
         late_sink=late_sink,
     )
+
+    def each_batch(df: Any, batch_id: int) -> None:
+        proc(df, batch_id)
+        # Set once the batch is done, from the batch's own job.
+        assert proc.last_progress is not None
+        progress[batch_id] = dict(proc.last_progress)
+
     q = (
         spark.readStream.schema(schema)
         .option("maxFilesPerTrigger", 1)
         .parquet(str(inp))
-        .writeStream.foreachBatch(proc)
+        .writeStream.foreachBatch(each_batch)
         .option("checkpointLocation", str(tmp_path / "chk"))
         .trigger(availableNow=True)
         .start()
     )
     q.awaitTermination()
     final = rows_of(proc.flush(spark, schema), ["device", "window_start", "n", "s"])
+    assert proc.last_progress is not None
+    progress[len(batches)] = dict(proc.last_progress)
     assert got[max(got)] == final, "flush runs as the next batch and goes to the sink"
     streamed = [r for rs in got.values() for r in rs]
 
@@ -284,6 +290,52 @@ def test_streaming_matches_local_operator_and_replays_exactly(
     replay_df = spark.read.parquet(str(inp / f"part-{last:05d}.parquet"))
     proc(replay_df, last)
     assert got[last] == before
+
+
+def test_streaming_state_is_right_whatever_the_sink_does(spark: Any, tmp_path: Path) -> None:
+    """With a windows sink alone, the sink's own job runs the state partitions'
+    tasks. A sink that coalesces its DataFrame (so one Spark task runs several state
+    partitions), reads only part of it, or no sink at all: the same windows, counts
+    and watermarks as the cached combined result (used when a late sink is set)."""
+    batches = stream_batches()
+    inp = tmp_path / "in"
+    write_stream_files(inp, batches)
+    cols = ["device", "window_start", "n", "s"]
+    dfs = [spark.read.parquet(str(inp / f"part-{i:05d}.parquet")) for i in range(len(batches))]
+    schema = dfs[0].schema
+    seen: dict[str, dict[int, list[tuple]]] = {"ref": {}, "coalesced": {}}
+
+    def run(name: str, sink: Any, late_sink: Any = None) -> tuple[list[Any], list[tuple]]:
+        proc = StreamProcessor(
+            pipeline("key"),
+            str(tmp_path / name),
+            num_partitions=3,
+            sink=sink,
+            late_sink=late_sink,
+        )
+        progress = []
+        for b, df in enumerate(dfs):
+            proc(df, b)
+            progress.append(proc.last_progress)
+        final = rows_of(proc.flush(spark, schema), cols)
+        progress.append(proc.last_progress)
+        return progress, final
+
+    def ref(df: Any, b: int) -> None:
+        seen["ref"][b] = rows_of(df, cols)
+
+    def coalesced(df: Any, b: int) -> None:
+        seen["coalesced"][b] = rows_of(df.coalesce(1), cols)
+
+    def partial(df: Any, b: int) -> None:
+        df.limit(1).collect()
+
+    want = run("ref", ref, late_sink=lambda df, b: None)
+    assert want[0][3]["late_rows"] == 1  # the late row of batch 3 (per-key watermarks)
+    assert run("coalesced", coalesced) == want
+    assert seen["coalesced"] == seen["ref"]
+    assert run("partial", partial) == want
+    assert run("none", None) == want
 
 
 def test_streaming_rescales_state_partitions_between_runs(spark: Any, tmp_path: Path) -> None:

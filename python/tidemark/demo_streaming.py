@@ -169,18 +169,22 @@ def _run_tidemark(
     def sink(df: Any, _batch_id: int) -> None:
         for r in df.collect():
             counts[(r.tenant, _start_us(r.window_start))] = r["count"]
-        # Late rows are counted by the batch's own job: no second Spark job for them.
-        assert proc.last_progress is not None
-        late[0] += proc.last_progress["late_rows"]
         marks.append(time.perf_counter())
 
     proc = StreamProcessor(pipe, str(chk / "state"), num_partitions=partitions, sink=sink)
+
+    def each_batch(df: Any, batch_id: int) -> None:
+        proc(df, batch_id)
+        # Late rows are counted by the batch's own job: no second Spark job for them.
+        assert proc.last_progress is not None
+        late[0] += proc.last_progress["late_rows"]
+
     t = time.perf_counter()
     q = (
         spark.readStream.schema(schema)
         .option("maxFilesPerTrigger", 1)
         .parquet(str(source))
-        .writeStream.foreachBatch(proc)
+        .writeStream.foreachBatch(each_batch)
         .option("checkpointLocation", str(chk / "query"))
         .trigger(availableNow=True)
         .start()

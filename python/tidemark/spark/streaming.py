@@ -8,20 +8,23 @@
 >>> q = (stream_df.writeStream.foreachBatch(proc)               # doctest: +SKIP
 ...      .option("checkpointLocation", "/chk/q").start())
 
-Each micro-batch is one Spark job:
+With a windows sink alone, each micro-batch is one Spark job, the sink's own:
 
 1. the driver fixes the batch's inputs: the watermark combined from earlier batches
    and a clock reading (for idleness), recorded under the batch id *before* the job,
    so a replayed batch (after a crash, Spark re-runs the last uncommitted batch id)
    sees exactly the same inputs;
-2. rows are repartitioned by key into ``num_partitions`` state partitions; the task of
-   state partition ``p`` restores its operator from version ``b-1`` of the state store,
-   processes its rows as one arrival unit, writes version ``b`` atomically, and emits
-   windows, late rows, error rows and its progress;
-3. the driver combines every task's progress into the watermark of the next batch
-   (global: the maximum event time; per source partition: a
-   :class:`~tidemark.PartitionedWatermarkTracker` with idleness; per key: the minimum
-   over state partitions) and hands the outputs to the sinks.
+2. every row is tagged with its state partition (Spark's hash of its keys), one
+   placeholder row per state partition is added, and rows are repartitioned by the
+   tag; for each state partition ``p`` among its rows, a task restores the operator
+   from version ``b-1`` of the state store, processes the rows as one arrival unit,
+   writes version ``b`` and its progress atomically, and emits its windows (with late
+   or error sinks: the combined result, cached and split);
+3. the sinks run (their job runs the tasks); then the driver reads every state
+   partition's progress (running the tasks a sink left unrun) and combines it into
+   the watermark of the next batch (global: the maximum event time; per source
+   partition: a :class:`~tidemark.PartitionedWatermarkTracker` with idleness; per
+   key: the minimum over state partitions).
 
 No state lives in a Python worker: workers are forked and reused, and a state
 partition may run in any of them. Replaying batch ``b`` restores version ``b-1`` and
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import base64
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -42,7 +46,7 @@ from tidemark import _native
 from tidemark.clock import ManualClock
 from tidemark.errors import ConfigError, StateCorruptedError
 from tidemark.pipeline import Pipeline, Rows
-from tidemark.spark._plan import Plan, ShippedPipeline, concat_input, session_arrow_settings
+from tidemark.spark._plan import KIND_WINDOW, Plan, ShippedPipeline, session_arrow_settings
 from tidemark.spark.state import StateStore, state_errors_surface
 from tidemark.watermarks import PartitionedWatermarkTracker
 
@@ -51,12 +55,64 @@ __all__ = ["StreamProcessor"]
 Sink = Callable[[Any, int], None]
 _SNAP = ".snap"
 _JSON = ".json"
+_PROGRESS = ".progress"
 
 # Progress rows a task reports, (state partition, kind, a, b) by kind:
 _P_TIMES = 0  # a: largest event time, b: the partition's per-key global watermark
 _P_PARTITION = 1  # a: source partition, b: its largest event time
 _P_OUTPUT = 2  # a: window rows, b: late rows
 _P_INPUT = 3  # a: error rows, b: input rows
+
+
+# The column that carries each row's state partition into the task (see _tags).
+_SP = "__tm_state_partition"
+
+
+def _tags(n: int) -> tuple[list[int], list[int]]:
+    """Per state partition ``p``: the tag of its rows and the tag of its placeholder
+    row, two int values that Spark's hash partitioning (``repartition(n, tag)``)
+    sends to Spark partition ``p``.
+
+    Every row carries its state partition as data, and every state partition gets
+    one placeholder row, so a task learns which state partitions it holds from its
+    rows, whatever Spark does to the partitioning afterwards (a sink that coalesces
+    the output runs several state partitions in one task; adaptive execution may
+    merge shuffle partitions), and a state partition with no rows still runs."""
+    from tidemark import HashRouter
+
+    data: dict[int, int] = {}
+    placeholder: dict[int, int] = {}
+    router = HashRouter(n, ["t"], hash="spark")
+    start = 0
+    while len(placeholder) < n:
+        cand = pa.array(range(start, start + 4 * n + 64), pa.int32())
+        ids = router.partition_ids(pa.record_batch({"t": cand}))
+        for v, p in zip(cand.to_pylist(), ids.to_pylist(), strict=True):
+            if p not in data:
+                data[p] = v
+            elif p not in placeholder:
+                placeholder[p] = v
+        start += len(cand)
+    return [data[p] for p in range(n)], [placeholder[p] for p in range(n)]
+
+
+def _tagged(df: Any, keys: list[str], n: int, flush: bool) -> Any:
+    """``df``'s rows, each tagged with its state partition (Spark's hash of the keys,
+    as ``repartition(n, *keys)``), and one placeholder row per state partition,
+    repartitioned so that Spark partition ``p`` holds state partition ``p``. For a
+    flush, ``df`` is ignored: the placeholders alone, one per Spark partition, with
+    no shuffle (and a plan whose first run costs less JVM warm-up)."""
+    from pyspark.sql import functions as F
+
+    data, placeholder = _tags(n)
+    spark = df.sparkSession
+    ph_tag = F.element_at(F.array(*[F.lit(v) for v in placeholder]), (F.col("id") + 1).cast("int"))
+    if flush:
+        return spark.range(0, n, 1, n).select(ph_tag.alias(_SP))
+    placeholders = spark.range(0, n, 1, 1).select(ph_tag.alias(_SP))
+    sp = F.pmod(F.hash(*keys), F.lit(n)) if keys else F.lit(0)
+    rows = df.withColumn(_SP, F.element_at(F.array(*[F.lit(v) for v in data]), sp + 1))
+    return rows.unionByName(placeholders, allowMissingColumns=True).repartition(n, _SP)
 
 
 def _task(
@@ -69,13 +125,20 @@ def _task(
     clock_ms: int,
     retention: int,
     flush: bool,
+    token: str,
+    windows_only: bool,
+    num_partitions: int,
 ) -> Any:
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
+    """The task over rows tagged by :func:`_tagged`. For every state partition among
+    its rows it restores the operator from version ``prev_batch``, processes the
+    partition's rows as one arrival unit (or flushes), writes version ``batch_id``
+    and its progress rows (tagged with the ``token`` of the driver's run, for the
+    driver to read), and emits the combined result (windows, late rows, error rows,
+    progress rows) or, with ``windows_only``, the windows alone in their own schema."""
+    data_tags, placeholder_tags = _tags(num_partitions)
+    partition_of = {v: p for tags in (data_tags, placeholder_tags) for p, v in enumerate(tags)}
 
-        pipe = shipped.get()
-        ctx = TaskContext.get()
-        p = ctx.partitionId() if ctx is not None else 0
+    def one(pipe: Pipeline, p: int, table: pa.Table) -> Iterator[pa.RecordBatch]:
         state = None
         if prev_batch is not None:
             rel = f"partitions/{p}/{prev_batch}{_SNAP}"
@@ -93,15 +156,11 @@ def _task(
             ) from None
         if not isinstance(pipe.window, Rows):  # ROWS windows have no watermark
             op.set_external_watermark(watermark)
-        if flush:
-            for _ in batches:  # one placeholder row per state partition
-                pass
-            table = plan.input_arrow.empty_table()
-            out = op.flush()
+        out = op.flush() if flush else op.process(table)
+        if windows_only:
+            yield from plan.encode_one(out, KIND_WINDOW)
         else:
-            table = concat_input(batches, plan.input_arrow)
-            out = op.process(table)
-        yield from plan.encode(out)
+            yield from plan.encode(out)
         store.write(f"partitions/{p}/{batch_id}{_SNAP}", op.snapshot())
         store.prune(f"partitions/{p}", _SNAP, batch_id - retention + 1)
         prog = op.progress()
@@ -111,7 +170,28 @@ def _task(
         rows += [(p, _P_PARTITION, part, mx) for part, mx in prog["partition_max"]]
         rows.append((p, _P_OUTPUT, out.windows.num_rows, out.late.num_rows))
         rows.append((p, _P_INPUT, out.errors.num_rows, table.num_rows))
-        yield plan.progress_block(rows)
+        store.write_json(f"partitions/{p}/{batch_id}{_PROGRESS}", {"token": token, "rows": rows})
+        store.prune(f"partitions/{p}", _PROGRESS, batch_id - retention + 1)
+        if not windows_only:
+            yield plan.progress_block(rows)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.compute as pc
+
+        pipe = shipped.get()
+        collected = list(batches)
+        if not collected:
+            return
+        table = pa.Table.from_batches(collected)
+        tags = table.column(_SP)
+        parts = sorted({partition_of[v] for v in pc.unique(tags).to_pylist()})
+        for p in parts:
+            if flush:
+                rows = plan.input_arrow.empty_table()
+            else:
+                rows = table.filter(pc.equal(tags, pa.scalar(data_tags[p], pa.int32())))
+                rows = rows.drop_columns([_SP])
+            yield from one(pipe, p, rows)
 
     return run
 
@@ -185,9 +265,11 @@ class StreamProcessor:
         batch the driver redistributes the last committed version's keyed state over
         the new partitions (by Spark's hash of each key).
     sink : callable
-        ``sink(windows_df, batch_id)`` for every micro-batch.
+        ``sink(windows_df, batch_id)`` for every micro-batch. Alone, its job is the
+        batch's job (``windows_df`` is not cached: persist it to run several actions).
     late_sink, error_sink : callable, optional
-        ``f(df, batch_id)`` for late rows and error rows.
+        ``f(df, batch_id)`` for late rows and error rows (the outputs then come from
+        one cached result).
     retention : int
         Versions of state kept per partition (at least 2, so the last batch can be
         replayed).
@@ -201,7 +283,7 @@ class StreamProcessor:
     Attributes
     ----------
     last_progress : dict or None
-        The last batch, as Spark's ``query.lastProgress``, set before its sinks run:
+        The last batch, as Spark's ``query.lastProgress``, set once it is done:
         ``batch_id``, ``input_rows``, ``window_rows``, ``late_rows`` (Spark's
         ``numRowsDroppedByWatermark``), ``error_rows``, the ``watermark`` it ran with
         and ``next_watermark`` (epoch microseconds). Counted by the batch's own job:
@@ -394,11 +476,22 @@ class StreamProcessor:
         rec["state_after"] = after
         rec["next_watermark"] = nxt
 
+    def _read_progress(self, batch_id: int, token: str) -> list[tuple[int, Any, Any, Any]] | None:
+        """Every state partition's progress rows of this run of the batch, or None if a
+        partition has not written them (its task did not run)."""
+        rows: list[tuple[int, Any, Any, Any]] = []
+        for p in range(self.num_partitions):
+            doc = self.store.read_json(f"partitions/{p}/{batch_id}{_PROGRESS}")
+            if doc is None or doc.get("token") != token:
+                return None
+            rows += [(r[0], r[1], r[2], r[3]) for r in doc["rows"]]
+        return rows
+
     # --- the foreachBatch function -------------------------------------------------
 
     def _run(self, df: Any, batch_id: int, flush: bool, schema: Any = None) -> tuple[Any, Any, Any]:
-        """One batch: ``df`` holds its rows; for a flush, ``df`` has one placeholder row
-        per state partition (in that partition) and ``schema`` is the stream's."""
+        """One batch: ``df`` holds its rows (for a flush, any DataFrame of the session:
+        its rows are not read, and ``schema`` is the stream's)."""
         from pyspark import StorageLevel
 
         self._check_meta()
@@ -406,6 +499,11 @@ class StreamProcessor:
         spark = df.sparkSession
         tz, large = session_arrow_settings(spark)
         plan = Plan.build(self.pipe, schema if flush else df.schema, tz, large)
+        # Tags this run's progress files: files of an earlier, failed run are ignored.
+        token = uuid.uuid4().hex
+        # With the windows as the only output, the sink's job is the batch's job: the
+        # task emits the windows alone and nothing is cached.
+        windows_only = not flush and self.late_sink is None and self.error_sink is None
         if self._shipped is None:
             self._shipped = ShippedPipeline(self.pipe, spark)  # one broadcast per query
         task = _task(
@@ -418,35 +516,47 @@ class StreamProcessor:
             rec["clock_ms"],
             self.retention,
             flush,
+            token,
+            windows_only,
+            self.num_partitions,
         )
-        keys = self.pipe.key
-        if flush:
-            parted = df
-        elif keys:
-            parted = df.repartition(self.num_partitions, *keys)
+        parted = _tagged(df, self.pipe.key, self.num_partitions, flush)
+        if windows_only:
+            combined = parted.mapInArrow(task, plan.single_spark[KIND_WINDOW])
+            windows, late, errors = combined, None, None
         else:
-            parted = df.repartition(self.num_partitions)
-        combined = parted.mapInArrow(task, plan.combined_spark).persist(
-            StorageLevel.MEMORY_AND_DISK
-        )
+            combined = parted.mapInArrow(task, plan.combined_spark).persist(
+                StorageLevel.MEMORY_AND_DISK
+            )
+            windows, late, errors = plan.split(combined)
         try:
-            # State partition p is Spark partition p: adaptive execution must not merge them.
+            # One task per state partition (adaptive execution would merge them into
+            # fewer tasks): the sinks' jobs run the state partitions' tasks.
             with _exact_partitions(spark), state_errors_surface():
-                progress = Plan.progress_of(combined)  # the one job of this batch
-            if len({p for p, *_ in progress}) != self.num_partitions:
+                for sink, out in (
+                    (self.sink, windows),
+                    (self.late_sink, late),
+                    (self.error_sink, errors),
+                ):
+                    if sink is not None:
+                        sink(out, batch_id)
+                progress = self._read_progress(batch_id, token)
+                if progress is None:
+                    # The sinks did not run every task (no sink, or one that read part of
+                    # its output): run them. Replaying a task gives the same output and
+                    # state, so tasks that already ran may run again.
+                    if windows_only:
+                        combined.count()
+                    else:
+                        Plan.progress_of(combined)
+                    progress = self._read_progress(batch_id, token)
+            if progress is None:
                 raise StateCorruptedError(
-                    f"batch {batch_id}: expected progress from {self.num_partitions} state "
-                    f"partitions, got {len({p for p, *_ in progress})}"
+                    f"batch {batch_id}: a state partition wrote no progress under "
+                    f"{self.store.path('partitions')}"
                 )
             self._combine(rec, progress)
             self.last_progress = _counts(batch_id, rec, progress)
-            windows, late, errors = plan.split(combined)
-            if self.sink is not None:
-                self.sink(windows, batch_id)
-            if self.late_sink is not None:
-                self.late_sink(late, batch_id)
-            if self.error_sink is not None:
-                self.error_sink(errors, batch_id)
         except BaseException:
             combined.unpersist()
             raise
@@ -473,12 +583,7 @@ class StreamProcessor:
         """
         if batch_id is None:
             batch_id = next_flush_batch(self.store, "state_after")
-        # Partition p of a range with one row per partition runs state partition p: no
-        # shuffle, and a plan whose first run costs less JVM warm-up than a shuffled
-        # empty DataFrame (~1.5 s here).
-        n = self.num_partitions
-        placeholders = spark.range(0, n, 1, n)
-        windows, _, _ = self._run(placeholders, batch_id, flush=True, schema=schema)
+        windows, _, _ = self._run(spark.range(0), batch_id, flush=True, schema=schema)
         return windows
 
     def watermark(self) -> int | None:
