@@ -292,6 +292,22 @@ def test_streaming_matches_local_operator_and_replays_exactly(
     assert got[last] == before
 
 
+def test_state_partition_tags_land_in_their_spark_partition(spark: Any) -> None:
+    """Rows tagged for state partition p go to Spark partition p (one task per state
+    partition when nothing merges partitions)."""
+    from pyspark.sql import functions as F
+
+    from tidemark.spark.streaming import _tags
+
+    for n in (1, 3, 8):
+        data, placeholder = _tags(n)
+        tags = spark.createDataFrame(
+            [(v, p) for p, v in enumerate(data + placeholder)], "t int, p int"
+        )
+        got = tags.repartition(n, "t").select("p", F.spark_partition_id().alias("s")).collect()
+        assert sorted((r.p % n, r.s) for r in got) == sorted((p % n, p % n) for p in range(2 * n))
+
+
 def test_streaming_state_is_right_whatever_the_sink_does(spark: Any, tmp_path: Path) -> None:
     """With a windows sink alone, the sink's own job runs the state partitions'
     tasks. A sink that coalesces its DataFrame (so one Spark task runs several state

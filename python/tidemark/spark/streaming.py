@@ -35,6 +35,7 @@ overwrite by batch id).
 from __future__ import annotations
 
 import base64
+import functools
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -68,7 +69,8 @@ _P_INPUT = 3  # a: error rows, b: input rows
 _SP = "__tm_state_partition"
 
 
-def _tags(n: int) -> tuple[list[int], list[int]]:
+@functools.lru_cache(maxsize=32)
+def _tags(n: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Per state partition ``p``: the tag of its rows and the tag of its placeholder
     row, two int values that Spark's hash partitioning (``repartition(n, tag)``)
     sends to Spark partition ``p``.
@@ -93,7 +95,7 @@ def _tags(n: int) -> tuple[list[int], list[int]]:
             elif p not in placeholder:
                 placeholder[p] = v
         start += len(cand)
-    return [data[p] for p in range(n)], [placeholder[p] for p in range(n)]
+    return tuple(data[p] for p in range(n)), tuple(placeholder[p] for p in range(n))
 
 
 def _tagged(df: Any, keys: list[str], n: int, flush: bool) -> Any:
