@@ -7,6 +7,9 @@ Layout under the state location::
                                     driver-side tracker state (written before the job,
                                     completed after it; reused when a batch is replayed)
     partitions/<p>/<batch_id>.snap  operator snapshot of state partition p after a batch
+    partitions/<p>/<batch_id>.progress
+                                    its progress rows (event times, counts), tagged
+                                    with the driver run that wrote them
 
 Every file is written atomically: to a temporary name, then renamed over the final
 one (on object stores without rename the copy-then-delete is as close as it gets).
