@@ -480,10 +480,21 @@ class StreamProcessor:
 
     def _read_progress(self, batch_id: int, token: str) -> list[tuple[int, Any, Any, Any]] | None:
         """Every state partition's progress rows of this run of the batch, or None if a
-        partition has not written them (its task did not run)."""
+        partition has not written them (its task did not run). The files are read
+        concurrently (one request each on an object store)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        def read(p: int) -> Any:
+            return self.store.read_json(f"partitions/{p}/{batch_id}{_PROGRESS}")
+
+        n = self.num_partitions
+        if n == 1:
+            docs = [read(0)]
+        else:
+            with ThreadPoolExecutor(max_workers=min(n, 16)) as pool:
+                docs = list(pool.map(read, range(n)))
         rows: list[tuple[int, Any, Any, Any]] = []
-        for p in range(self.num_partitions):
-            doc = self.store.read_json(f"partitions/{p}/{batch_id}{_PROGRESS}")
+        for doc in docs:
             if doc is None or doc.get("token") != token:
                 return None
             rows += [(r[0], r[1], r[2], r[3]) for r in doc["rows"]]
