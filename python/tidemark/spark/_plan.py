@@ -18,11 +18,10 @@ import pyarrow as pa
 
 from tidemark.pipeline import Output, Pipeline
 
-KIND_WINDOW, KIND_LATE, KIND_ERROR, KIND_PROGRESS = 0, 1, 2, 3
+KIND_WINDOW, KIND_LATE, KIND_ERROR = 0, 1, 2
 
 _KIND = "__tm_kind"
 _REASON = "__tm_reason"
-_PROGRESS = ["__tm_p_task", "__tm_p_a", "__tm_p_b", "__tm_p_c"]
 
 
 def combined_block(
@@ -80,7 +79,7 @@ class Plan:
 
     @staticmethod
     def build(pipe: Pipeline, df_schema: Any, tz: str, large: bool) -> Plan:
-        from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+        from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
         missing = [k for k in pipe.key if k not in df_schema.fieldNames()]
         if missing:
@@ -102,7 +101,6 @@ class Plan:
             StructField(f"__tm_i{i}", f.dataType, True) for i, f in enumerate(df_schema.fields)
         ]
         fields.append(StructField(_REASON, StringType(), True))
-        fields += [StructField(n, LongType(), True) for n in _PROGRESS]
         combined_spark = StructType(fields)
         reason = "reason" if "reason" not in df_schema.fieldNames() else "_tidemark_reason"
         single_spark = {
@@ -175,15 +173,6 @@ class Plan:
         ]
         yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
-    def progress_block(
-        self, rows: list[tuple[int, int | None, int | None, int | None]]
-    ) -> pa.RecordBatch:
-        """Progress rows: (task partition, a, b, c) whose meaning depends on the row."""
-        cols = {
-            name: pa.array([r[i] for r in rows], pa.int64()) for i, name in enumerate(_PROGRESS)
-        }
-        return self._block(len(rows), KIND_PROGRESS, cols)
-
     # --- driver side ---------------------------------------------------------------
 
     def split(self, combined: Any) -> tuple[Any, Any, Any]:
@@ -200,14 +189,6 @@ class Plan:
             *inputs, F.col(_REASON).alias(self.reason_name)
         )
         return windows, late, errors
-
-    @staticmethod
-    def progress_of(combined: Any) -> list[tuple[int, int | None, int | None, int | None]]:
-        """The progress rows (collected to the driver; a few per task)."""
-        from pyspark.sql import functions as F
-
-        rows = combined.filter(F.col(_KIND) == KIND_PROGRESS).select(*_PROGRESS).collect()
-        return [(r[0], r[1], r[2], r[3]) for r in rows]
 
 
 class ShippedPipeline:

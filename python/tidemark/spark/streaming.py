@@ -135,8 +135,8 @@ def _task(
     its rows it restores the operator from version ``prev_batch``, processes the
     partition's rows as one arrival unit (or flushes), writes version ``batch_id``
     and its progress rows (tagged with the ``token`` of the driver's run, for the
-    driver to read), and emits the combined result (windows, late rows, error rows,
-    progress rows) or, with ``windows_only``, the windows alone in their own schema."""
+    driver to read), and emits the combined result (windows, late rows, error rows)
+    or, with ``windows_only``, the windows alone in their own schema."""
     data_tags, placeholder_tags = _tags(num_partitions)
     partition_of = {v: p for tags in (data_tags, placeholder_tags) for p, v in enumerate(tags)}
 
@@ -174,8 +174,6 @@ def _task(
         rows.append((p, _P_INPUT, out.errors.num_rows, table.num_rows))
         store.write_json(f"partitions/{p}/{batch_id}{_PROGRESS}", {"token": token, "rows": rows})
         store.prune(f"partitions/{p}", _PROGRESS, batch_id - retention + 1)
-        if not windows_only:
-            yield plan.progress_block(rows)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.compute as pc
@@ -558,10 +556,7 @@ class StreamProcessor:
                     # The sinks did not run every task (no sink, or one that read part of
                     # its output): run them. Replaying a task gives the same output and
                     # state, so tasks that already ran may run again.
-                    if windows_only:
-                        combined.count()
-                    else:
-                        Plan.progress_of(combined)
+                    combined.count()
                     progress = self._read_progress(batch_id, token)
             if progress is None:
                 raise StateCorruptedError(

@@ -79,14 +79,15 @@ enum Job {
     Pin(core_affinity::CoreId),
 }
 
-/// Which rows of a batch a worker processes.
+/// How a batch's rows reach the workers (each worker takes its own shard's).
+#[derive(Clone)]
 enum ShardRows {
     /// All of them (one core).
     All,
-    /// Grouped by the coordinator: shard `.1`'s rows of `.0`.
-    Grouped(Arc<RowGroups>, usize),
-    /// Routed by the workers themselves: shard `.1` of `.0`.
-    Split(Arc<SplitWork>, usize),
+    /// Grouped by shard by the coordinator.
+    Grouped(Arc<RowGroups>),
+    /// Routed by the workers themselves.
+    Split(Arc<SplitWork>),
 }
 
 /// A batch that the workers route themselves, so that no thread makes a serial
@@ -214,10 +215,11 @@ impl Worker {
                         } => {
                             started = Some(t0);
                             op.set_external_watermark(threshold);
-                            let r = shard_rows(batch, parsed, rows).and_then(|(b, p, rows)| {
-                                sh.records.fetch_add(b.num_rows() as u64, Ordering::Relaxed);
-                                op.ingest(&b, p.as_ref()).map(|i| (i, rows))
-                            });
+                            let r =
+                                shard_rows(batch, parsed, rows, index).and_then(|(b, p, rows)| {
+                                    sh.records.fetch_add(b.num_rows() as u64, Ordering::Relaxed);
+                                    op.ingest(&b, p.as_ref()).map(|i| (i, rows))
+                                });
                             Reply::Ingested(r.map(|(p, rows)| {
                                 let ingested = Ingested {
                                     progress: op.progress().clone(),
@@ -573,10 +575,10 @@ impl ShardedOperator {
         let n = self.workers.len();
         self.last_schema = Some(batch.schema());
         let rows = if n == 1 {
-            None
+            ShardRows::All
         } else if let Some(share) = self.hot_share {
             let ids = self.hot_partition_ids(batch, share)?;
-            Some(Err(Arc::new(group_rows(&ids, n))))
+            ShardRows::Grouped(Arc::new(group_rows(&ids, n)))
         } else if self.router.is_stateless() {
             // The workers route the rows themselves (in parallel). A worker that
             // stopped would leave the others waiting at the barrier: check first
@@ -585,29 +587,24 @@ impl ShardedOperator {
                 return Err(Worker::gone());
             }
             self.router.validate(batch.schema_ref())?;
-            Some(Ok(Arc::new(SplitWork::new(
+            ShardRows::Split(Arc::new(SplitWork::new(
                 self.router.clone(),
                 batch.num_rows(),
                 n,
-            ))))
+            )))
         } else {
             let ids = Arc::make_mut(&mut self.router).partition_ids(batch)?;
-            Some(Err(Arc::new(group_rows(&ids, n))))
+            ShardRows::Grouped(Arc::new(group_rows(&ids, n)))
         };
         let threshold = self.threshold();
-        for (s, w) in self.workers.iter().enumerate() {
+        for w in &self.workers {
             w.send(Job::Ingest {
                 batch: batch.clone(),
                 parsed: parsed_times.cloned(),
-                rows: match &rows {
-                    None => ShardRows::All,
-                    Some(Ok(split)) => ShardRows::Split(split.clone(), s),
-                    Some(Err(groups)) => ShardRows::Grouped(groups.clone(), s),
-                },
+                rows: rows.clone(),
                 threshold,
             })?;
         }
-        drop(rows);
         let mut progress = Vec::with_capacity(n);
         let mut late_rows = Vec::with_capacity(n);
         let mut error_rows = Vec::with_capacity(n);
@@ -1140,20 +1137,20 @@ pub fn restore_operator(cfg: PipelineConfig, clock: ClockRef, bytes: &[u8]) -> R
     Ok(op)
 }
 
-/// A shard's rows of the input (and of the parsed event times), taken by the worker.
 /// The worker's rows of `batch` (and of the parsed times), and their input row
 /// numbers (`None`: all rows).
 fn shard_rows(
     batch: RecordBatch,
     parsed: Option<Int64Array>,
     rows: ShardRows,
+    s: usize,
 ) -> Result<(RecordBatch, Option<Int64Array>, Option<UInt32Array>)> {
     let idx = UInt32Array::from(match rows {
         ShardRows::All => return Ok((batch, parsed, None)),
-        ShardRows::Grouped(groups, s) => {
+        ShardRows::Grouped(groups) => {
             groups.rows[groups.offsets[s]..groups.offsets[s + 1]].to_vec()
         }
-        ShardRows::Split(split, s) => split.rows_of(&batch, s)?,
+        ShardRows::Split(split) => split.rows_of(&batch, s)?,
     });
     let sub = arrow_select::take::take_record_batch(&batch, &idx)?;
     let parsed = match parsed {
@@ -1177,7 +1174,6 @@ fn interleave(batches: Vec<&RecordBatch>, order: &[(usize, usize)]) -> Result<Re
     )?)
 }
 
-/// Where a window row sorts: window end, window start, encoded key.
 /// The merge keys of a shard's window rows: window end, window start and the
 /// encoded key of each row (keys back to back: no allocation per row).
 #[derive(Debug, Default)]
