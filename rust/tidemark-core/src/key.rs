@@ -467,6 +467,16 @@ pub fn key_eq(a: &[u8], b: &[u8]) -> bool {
             |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().expect("8 bytes"));
         return w(a, 0) == w(b, 0) && w(a, n - 8) == w(b, n - 8);
     }
+    if (17..=32).contains(&n) {
+        // Four overlapping 8-byte loads (string keys of 12 to 27 bytes).
+        let w =
+            |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().expect("8 bytes"));
+        return ((w(a, 0) ^ w(b, 0))
+            | (w(a, 8) ^ w(b, 8))
+            | (w(a, n - 16) ^ w(b, n - 16))
+            | (w(a, n - 8) ^ w(b, n - 8)))
+            == 0;
+    }
     a == b
 }
 
@@ -619,29 +629,154 @@ pub fn hash_key(key: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(key)
 }
 
-/// Interning table: encoded keys to dense slot ids (`u32`), reused after removal.
+/// A slot's key as the table stores it (16 bytes): keys of up to [`INLINE_KEY`]
+/// encoded bytes (every integer key, strings of up to 10 bytes) are held inline, so
+/// a lookup compares one 16-byte word and never reads the arena; longer keys hold
+/// their arena span and their first 7 bytes. The last byte tells which: the inline
+/// length, [`Head::LONG`], or [`Head::FREE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, align(16))]
+struct Head([u8; 16]);
+
+/// Longest key held inline in its slot's [`Head`].
+const INLINE_KEY: usize = 15;
+
+impl Head {
+    const LONG: u8 = 0xFE;
+    const FREE_TAG: u8 = 0xFF;
+    const FREE: Head = {
+        let mut b = [0u8; 16];
+        b[15] = Self::FREE_TAG;
+        Head(b)
+    };
+
+    /// The head of `key` (an arena span of 0 for a long key: compare with
+    /// [`Self::same_long`]). Built from word loads: no byte copies, so the comparison
+    /// that follows reads it from registers.
+    #[inline(always)]
+    fn of(key: &[u8], span: u64) -> Head {
+        let n = key.len();
+        let w8 = |at: usize| u64::from_le_bytes(key[at..at + 8].try_into().expect("8 bytes"));
+        let w4 =
+            |at: usize| u32::from_le_bytes(key[at..at + 4].try_into().expect("4 bytes")) as u64;
+        let (lo, hi) = if n > INLINE_KEY {
+            // Span, then the key's bytes 0..7 in bytes 8..15 (the tag replaces byte 7).
+            (
+                span,
+                (w8(0) & 0x00FF_FFFF_FFFF_FFFF) | (u64::from(Self::LONG) << 56),
+            )
+        } else {
+            let (lo, hi) = if n >= 8 {
+                // Bytes 8..n are the top n - 8 bytes of the last 8.
+                (
+                    w8(0),
+                    if n > 8 {
+                        w8(n - 8) >> (8 * (16 - n))
+                    } else {
+                        0
+                    },
+                )
+            } else if n >= 4 {
+                // Two overlapping 4-byte loads (overlapping bytes are equal).
+                (w4(0) | (w4(n - 4) << (8 * (n - 4))), 0)
+            } else {
+                let lo = key
+                    .iter()
+                    .enumerate()
+                    .fold(0u64, |acc, (i, &b)| acc | (u64::from(b) << (8 * i)));
+                (lo, 0)
+            };
+            (lo, hi | ((n as u64) << 56))
+        };
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&lo.to_le_bytes());
+        b[8..].copy_from_slice(&hi.to_le_bytes());
+        Head(b)
+    }
+
+    #[inline(always)]
+    fn tag(&self) -> u8 {
+        self.0[15]
+    }
+
+    #[inline(always)]
+    fn span(&self) -> u64 {
+        u64::from_le_bytes(self.0[..8].try_into().expect("8 bytes"))
+    }
+
+    /// The key's bytes (inline, or in `arena` for a long key).
+    #[inline(always)]
+    fn bytes<'a>(&'a self, arena: &'a [u8]) -> &'a [u8] {
+        let tag = self.tag();
+        if tag as usize <= INLINE_KEY {
+            &self.0[..tag as usize]
+        } else {
+            let span = self.span();
+            let off = (span >> 24) as usize;
+            let len = (span & 0xFF_FFFF) as usize;
+            &arena[off..off + len]
+        }
+    }
+
+    /// `true` if both are long keys with the same first bytes (the span aside).
+    #[inline(always)]
+    fn same_long(&self, probe: &Head) -> bool {
+        let hi = |h: &Head| u64::from_le_bytes(h.0[8..].try_into().expect("8 bytes"));
+        hi(self) == hi(probe)
+    }
+}
+
+/// One slot: the key's head and the caller's value, side by side, so the lookup that
+/// compares the key has already brought the value into cache.
+#[derive(Debug, Clone, Copy)]
+#[repr(C)]
+struct Entry<V> {
+    head: Head,
+    value: V,
+}
+
+/// Interning table: encoded keys to dense slot ids (`u32`), reused after removal, with
+/// an optional per-slot value `V` stored next to the key (`table[slot]`).
 ///
-/// Keys live in one arena (no allocation per key); removed keys leave holes that are
-/// compacted once they outweigh the live bytes (so the arena stays under twice the
-/// live bytes plus 64 KiB).
+/// Each slot has a 16-byte [`Head`] that holds short keys inline; longer keys live in
+/// one arena (no allocation per key), and removed ones leave holes that are compacted
+/// once they outweigh the live bytes (so the arena stays under twice the live bytes
+/// plus 64 KiB). A slot's value is `V::default()` while the slot is free.
 #[derive(Debug, Clone, Default)]
-pub struct KeyTable {
+pub struct KeyTable<V = ()> {
     table: HashTable<u32>,
-    /// Per slot: arena offset (high 40 bits) and length (low 24 bits); `u64::MAX` when free.
-    spans: Vec<u64>,
+    entries: Vec<Entry<V>>,
     arena: Vec<u8>,
     free: Vec<u32>,
     dead_bytes: usize,
+    /// Bytes of the live keys held inline.
+    inline_bytes: usize,
 }
 
-const FREE: u64 = u64::MAX;
+impl<V> std::ops::Index<usize> for KeyTable<V> {
+    type Output = V;
+    #[inline(always)]
+    fn index(&self, slot: usize) -> &V {
+        &self.entries[slot].value
+    }
+}
+
+impl<V> std::ops::IndexMut<usize> for KeyTable<V> {
+    #[inline(always)]
+    fn index_mut(&mut self, slot: usize) -> &mut V {
+        &mut self.entries[slot].value
+    }
+}
 
 impl KeyTable {
-    /// An empty table.
+    /// An empty table without per-slot values (`KeyTable::<V>::default()` for one
+    /// with).
     pub fn new() -> Self {
         Self::default()
     }
+}
 
+impl<V: Copy + Default> KeyTable<V> {
     /// Number of keys.
     pub fn len(&self) -> usize {
         self.table.len()
@@ -654,25 +789,26 @@ impl KeyTable {
 
     /// One more than the largest slot id ever handed out (size per-slot arrays to this).
     pub fn slot_bound(&self) -> usize {
-        self.spans.len()
-    }
-
-    #[inline]
-    fn span_bytes(arena: &[u8], span: u64) -> &[u8] {
-        let off = (span >> 24) as usize;
-        let len = (span & 0xFF_FFFF) as usize;
-        &arena[off..off + len]
+        self.entries.len()
     }
 
     /// The key in `slot`.
     #[inline]
     pub fn key(&self, slot: u32) -> &[u8] {
-        Self::span_bytes(&self.arena, self.spans[slot as usize])
+        self.entries[slot as usize].head.bytes(&self.arena)
+    }
+
+    /// Hints the CPU to bring `slot`'s entry (key head and value) into cache.
+    #[inline]
+    pub fn prefetch(&self, slot: u32) {
+        crate::prefetch_at(&self.entries, slot as usize);
     }
 
     /// `true` if `slot` holds a key.
     pub fn is_live(&self, slot: u32) -> bool {
-        self.spans.get(slot as usize).is_some_and(|&s| s != FREE)
+        self.entries
+            .get(slot as usize)
+            .is_some_and(|e| e.head.tag() != Head::FREE_TAG)
     }
 
     /// The slot of `key`, if present.
@@ -684,12 +820,21 @@ impl KeyTable {
     /// [`Self::get`] with a precomputed [`hash_key`].
     #[inline]
     pub fn get_hashed(&self, key: &[u8], hash: u64) -> Option<u32> {
-        let (arena, spans) = (&self.arena, &self.spans);
-        self.table
-            .find(hash, |&s| {
-                key_eq(Self::span_bytes(arena, spans[s as usize]), key)
-            })
-            .copied()
+        let (arena, entries) = (&self.arena, &self.entries);
+        let probe = Head::of(key, 0);
+        if key.len() <= INLINE_KEY {
+            // One 16-byte comparison; the arena is not read.
+            self.table
+                .find(hash, |&s| entries[s as usize].head == probe)
+                .copied()
+        } else {
+            self.table
+                .find(hash, |&s| {
+                    let h = &entries[s as usize].head;
+                    h.same_long(&probe) && key_eq(h.bytes(arena), key)
+                })
+                .copied()
+        }
     }
 
     /// The slot of `key`, inserting it if absent; the flag says whether it was new.
@@ -714,43 +859,59 @@ impl KeyTable {
                 ),
             ));
         }
-        let off = self.arena.len() as u64;
-        if off >= 1 << 40 {
-            return Err(TidemarkError::config("key", "key arena exceeds 1 TiB"));
-        }
-        self.arena.extend_from_slice(key);
-        let span = (off << 24) | key.len() as u64;
+        let head = if key.len() <= INLINE_KEY {
+            self.inline_bytes += key.len();
+            Head::of(key, 0)
+        } else {
+            let off = self.arena.len() as u64;
+            if off >= 1 << 40 {
+                return Err(TidemarkError::config("key", "key arena exceeds 1 TiB"));
+            }
+            self.arena.extend_from_slice(key);
+            Head::of(key, (off << 24) | key.len() as u64)
+        };
+        let entry = Entry {
+            head,
+            value: V::default(),
+        };
         let slot = match self.free.pop() {
             Some(s) => {
-                self.spans[s as usize] = span;
+                self.entries[s as usize] = entry;
                 s
             }
             None => {
-                self.spans.push(span);
-                (self.spans.len() - 1) as u32
+                self.entries.push(entry);
+                (self.entries.len() - 1) as u32
             }
         };
-        let (arena, spans) = (&self.arena, &self.spans);
+        let (arena, entries) = (&self.arena, &self.entries);
         self.table.insert_unique(hash, slot, |&s| {
-            hash_key(Self::span_bytes(arena, spans[s as usize]))
+            hash_key(entries[s as usize].head.bytes(arena))
         });
         Ok(slot)
     }
 
     /// Removes the key in `slot` (its id may be handed out again).
     pub fn remove(&mut self, slot: u32) {
-        let span = self.spans[slot as usize];
-        if span == FREE {
+        let head = self.entries[slot as usize].head;
+        if head.tag() == Head::FREE_TAG {
             return;
         }
-        let key = Self::span_bytes(&self.arena, span);
-        let hash = hash_key(key);
+        let key = head.bytes(&self.arena);
+        let (len, hash) = (key.len(), hash_key(key));
         if let Ok(entry) = self.table.find_entry(hash, |&s| s == slot) {
             entry.remove();
         }
-        self.dead_bytes += (span & 0xFF_FFFF) as usize;
-        self.spans[slot as usize] = FREE;
+        self.entries[slot as usize] = Entry {
+            head: Head::FREE,
+            value: V::default(),
+        };
         self.free.push(slot);
+        if head.tag() != Head::LONG {
+            self.inline_bytes -= len;
+            return;
+        }
+        self.dead_bytes += len;
         if self.dead_bytes > (1 << 16) && self.dead_bytes * 2 > self.arena.len() {
             self.compact();
         }
@@ -758,14 +919,16 @@ impl KeyTable {
 
     fn compact(&mut self) {
         let mut arena = Vec::with_capacity(self.arena.len() - self.dead_bytes);
-        for span in self.spans.iter_mut() {
-            if *span == FREE {
-                continue;
-            }
-            let bytes = Self::span_bytes(&self.arena, *span);
+        for head in self
+            .entries
+            .iter_mut()
+            .map(|e| &mut e.head)
+            .filter(|h| h.tag() == Head::LONG)
+        {
+            let bytes = head.bytes(&self.arena);
             let off = arena.len() as u64;
             arena.extend_from_slice(bytes);
-            *span = (off << 24) | bytes.len() as u64;
+            *head = Head::of(bytes, (off << 24) | bytes.len() as u64);
         }
         self.arena = arena;
         self.dead_bytes = 0;
@@ -778,17 +941,19 @@ impl KeyTable {
 
     /// Live slots, in slot order.
     pub fn slots(&self) -> impl Iterator<Item = u32> + '_ {
-        self.spans
+        self.entries
             .iter()
             .enumerate()
-            .filter(|(_, &s)| s != FREE)
+            .filter(|(_, e)| e.head.tag() != Head::FREE_TAG)
             .map(|(i, _)| i as u32)
     }
 
-    /// Heap bytes held, excluding the key bytes themselves.
+    /// Heap bytes held, excluding the key bytes themselves (inline or in the arena);
+    /// the slots' values included.
     pub fn overhead_bytes(&self) -> usize {
         self.table.capacity() * (std::mem::size_of::<u32>() + 1)
-            + self.spans.capacity() * 8
+            + self.entries.capacity() * std::mem::size_of::<Entry<V>>()
+            - self.inline_bytes
             + self.free.capacity() * 4
             + self
                 .arena
@@ -798,7 +963,7 @@ impl KeyTable {
 
     /// Bytes of live keys.
     pub fn key_bytes(&self) -> usize {
-        self.arena.len() - self.dead_bytes
+        self.arena.len() - self.dead_bytes + self.inline_bytes
     }
 }
 
@@ -1073,6 +1238,36 @@ mod tests {
     }
 
     #[test]
+    fn heads_hold_short_keys_inline_byte_for_byte() {
+        for n in 0..=40usize {
+            let key: Vec<u8> = (0..n as u8)
+                .map(|i| i.wrapping_mul(37).wrapping_add(1))
+                .collect();
+            let h = Head::of(&key, 0x1234);
+            if n <= INLINE_KEY {
+                let mut want = [0u8; 16];
+                want[..n].copy_from_slice(&key);
+                want[15] = n as u8;
+                assert_eq!(h.0, want, "length {n}");
+                assert_eq!(h.bytes(&[]), key.as_slice());
+            } else {
+                assert_eq!(h.tag(), Head::LONG);
+                assert_eq!(h.span(), 0x1234);
+                assert_eq!(&h.0[8..15], &key[..7]);
+            }
+        }
+        // Keys that differ only past the inline bytes, or in length, stay apart.
+        let mut t = KeyTable::new();
+        let keys: Vec<Vec<u8>> = (0..=20usize).map(|n| vec![0u8; n]).collect();
+        let slots: Vec<u32> = keys.iter().map(|k| t.get_or_insert(k).unwrap().0).collect();
+        for (k, s) in keys.iter().zip(&slots) {
+            assert_eq!(t.get(k), Some(*s));
+            assert_eq!(t.key(*s), k.as_slice());
+        }
+        assert_eq!(t.key_bytes(), (0..=20).sum::<usize>());
+    }
+
+    #[test]
     fn int_columns_of_any_width_are_one_key() {
         let a = KeyColumns::single(Arc::new(Int64Array::from(vec![9]))).unwrap();
         let b = KeyColumns::single(Arc::new(arrow_array::UInt8Array::from(vec![9]))).unwrap();
@@ -1082,6 +1277,16 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn key_eq_is_byte_equality(a in proptest::collection::vec(0u8..2, 0..40), flip in proptest::option::of(0usize..40)) {
+            let mut b = a.clone();
+            if let Some(i) = flip.filter(|&i| i < b.len()) {
+                b[i] ^= 1;
+            }
+            prop_assert_eq!(key_eq(&a, &b), a == b);
+            prop_assert!(!key_eq(&a, &b[..b.len().saturating_sub(1)]) || a.is_empty());
+        }
+
         #[test]
         fn table_matches_hashmap(ops in proptest::collection::vec((0u8..3, 0u16..200), 1..2000)) {
             let mut t = KeyTable::new();

@@ -207,6 +207,12 @@ impl Hot {
     };
 }
 
+impl Default for Hot {
+    fn default() -> Self {
+        Self::FREE
+    }
+}
+
 impl Cold {
     const FREE: Cold = Cold {
         last_activity: 0,
@@ -258,11 +264,12 @@ impl Cold {
 pub struct KeyedWatermarkTracker {
     cfg: KeyedTicks,
     clock: ClockRef,
-    keys: KeyTable,
-    /// Per-slot state, indexed by slot id: what every row of a batch touches (`hot`,
-    /// 16 bytes) apart from what only activity bookkeeping touches (`cold`, 16 bytes),
-    /// so the per-row working set stays small.
-    hot: Vec<Hot>,
+    /// Keys, each with the state every row of a batch touches ([`Hot`], 16 bytes, next
+    /// to the key's 16-byte head: the lookup that finds the key brings it into cache),
+    /// indexed by slot id (`keys[s]`).
+    keys: KeyTable<Hot>,
+    /// Per-slot state only activity bookkeeping touches (16 bytes), kept apart so the
+    /// per-row working set stays small.
     cold: Vec<Cold>,
     /// Watermarks of active keys; idle and free slots hold `MinTree::EMPTY`.
     active: MinTree,
@@ -312,8 +319,7 @@ impl KeyedWatermarkTracker {
                 ..cfg
             },
             clock,
-            keys: KeyTable::new(),
-            hot: Vec::new(),
+            keys: KeyTable::default(),
             cold: Vec::new(),
             active: MinTree::new(),
             head: NIL,
@@ -393,7 +399,7 @@ impl KeyedWatermarkTracker {
 
     #[inline]
     fn wm_of(&self, slot: usize) -> i64 {
-        self.hot[slot]
+        self.keys[slot]
             .max_event
             .saturating_sub(self.cfg.bounded_delay)
     }
@@ -435,8 +441,7 @@ impl KeyedWatermarkTracker {
 
     fn ensure_slot(&mut self, slot: u32) {
         let need = slot as usize + 1;
-        if self.hot.len() < need {
-            self.hot.resize(need, Hot::FREE);
+        if self.cold.len() < need {
             self.cold.resize(need, Cold::FREE);
         }
     }
@@ -457,7 +462,7 @@ impl KeyedWatermarkTracker {
         let slot = self.keys.insert_new(key, hash)?;
         self.ensure_slot(slot);
         let s = slot as usize;
-        self.hot[s] = Hot::FREE;
+        self.keys[s] = Hot::FREE;
         self.cold[s].last_activity = now;
         self.push_back(slot);
         self.metrics.total_keys += 1;
@@ -473,7 +478,7 @@ impl KeyedWatermarkTracker {
     /// (set by `batch_fold`, reset by `end_batch`, `begin_batch` and `drop_slot`).
     #[inline]
     fn in_batch(&self, slot: u32) -> bool {
-        self.hot[slot as usize].pending != NIL
+        self.keys[slot as usize].pending != NIL
     }
 
     fn evict_one(&mut self) {
@@ -487,7 +492,7 @@ impl KeyedWatermarkTracker {
                 log.push(Eviction {
                     slot: v,
                     key: self.keys.key(v).to_vec(),
-                    watermark: self.hot[v as usize]
+                    watermark: self.keys[v as usize]
                         .max_event
                         .saturating_sub(self.cfg.bounded_delay),
                 });
@@ -545,7 +550,7 @@ impl KeyedWatermarkTracker {
         // Drop stale idle entries (key reactivated, removed, advanced, or in the batch).
         while let Some(&Reverse((wm, s))) = self.idle_heap.peek() {
             let valid = self.keys.is_live(s)
-                && self.hot[s as usize].idle
+                && self.keys[s as usize].idle
                 && !self.in_batch(s)
                 && self.wm_of(s as usize) == wm;
             if valid {
@@ -566,31 +571,31 @@ impl KeyedWatermarkTracker {
     fn drop_slot(&mut self, slot: u32) -> KeyWatermarkState {
         let s = slot as usize;
         if self.in_batch(slot) {
-            let p = self.hot[s].pending as usize;
+            let p = self.keys[s].pending as usize;
             self.pending[p].0 = NIL;
         }
-        self.hot[s].pending = NIL;
+        self.keys[s].pending = NIL;
         let state = self.state_of(s);
         self.unlink(slot);
         self.active.set(s, MinTree::EMPTY);
-        if self.hot[s].idle {
+        if self.keys[s].idle {
             self.metrics.idle_keys -= 1;
         } else {
             self.metrics.active_keys -= 1;
         }
         self.metrics.total_keys -= 1;
-        self.hot[s].idle = false;
-        self.hot[s].max_event = i64::MIN;
+        self.keys[s].idle = false;
+        self.keys[s].max_event = i64::MIN;
         self.keys.remove(slot);
         state
     }
 
     fn state_of(&self, s: usize) -> KeyWatermarkState {
         KeyWatermarkState {
-            max_event_time: self.hot[s].max_event,
+            max_event_time: self.keys[s].max_event,
             watermark: self.wm_of(s),
             last_activity: self.cold[s].last_activity,
-            is_idle: self.hot[s].idle,
+            is_idle: self.keys[s].idle,
         }
     }
 
@@ -599,7 +604,7 @@ impl KeyedWatermarkTracker {
     fn apply(&mut self, slot: u32, event_time: i64, now: i64) {
         let before = self.wm_of(slot as usize);
         let s = slot as usize;
-        self.hot[s].max_event = self.hot[s].max_event.max(event_time);
+        self.keys[s].max_event = self.keys[s].max_event.max(event_time);
         self.finish(slot, before, now);
     }
 
@@ -627,8 +632,8 @@ impl KeyedWatermarkTracker {
     fn settle(&mut self, slot: u32, before: i64, now: i64) {
         let s = slot as usize;
         self.cold[s].last_activity = now;
-        if self.hot[s].idle {
-            self.hot[s].idle = false;
+        if self.keys[s].idle {
+            self.keys[s].idle = false;
             self.metrics.idle_keys -= 1;
             self.metrics.active_keys += 1;
         }
@@ -783,10 +788,10 @@ impl KeyedWatermarkTracker {
         for i in 0..self.pending.len() {
             let (slot, before) = self.pending[i];
             if slot != NIL {
-                self.hot[slot as usize].pending = NIL;
-                self.hot[slot as usize].max_event = before;
+                self.keys[slot as usize].pending = NIL;
+                self.keys[slot as usize].max_event = before;
                 let wm = self.wm_of(slot as usize);
-                if !self.hot[slot as usize].idle {
+                if !self.keys[slot as usize].idle {
                     self.active.set(slot as usize, wm);
                 }
             }
@@ -849,7 +854,7 @@ impl KeyedWatermarkTracker {
         const AHEAD: usize = 16;
         for i in 0..groups.len() {
             if let Some(&next) = groups.get(i + AHEAD) {
-                crate::prefetch_at(&self.hot, next as usize);
+                self.keys.prefetch(next);
                 crate::prefetch_at(&self.cold, next as usize);
             }
             // Half-way: the activity-list neighbours the fold will relink.
@@ -873,7 +878,7 @@ impl KeyedWatermarkTracker {
     #[inline]
     pub fn batch_fold(&mut self, slot: u32, event_time: i64) -> u32 {
         let s = slot as usize;
-        let h = &mut self.hot[s];
+        let h = &mut self.keys[s];
         let before = h.max_event;
         h.max_event = before.max(event_time);
         if h.pending != NIL {
@@ -934,7 +939,7 @@ impl KeyedWatermarkTracker {
             if slot == NIL {
                 continue;
             }
-            self.hot[slot as usize].pending = NIL;
+            self.keys[slot as usize].pending = NIL;
             let before = before.saturating_sub(self.cfg.bounded_delay);
             self.settle(slot, before, now);
         }
@@ -953,7 +958,7 @@ impl KeyedWatermarkTracker {
     /// Whether the key in `slot` is idle.
     #[inline]
     pub fn slot_is_idle(&self, slot: u32) -> bool {
-        self.hot[slot as usize].idle
+        self.keys[slot as usize].idle
     }
 
     /// The encoded key in `slot`.
@@ -1053,7 +1058,7 @@ impl KeyedWatermarkTracker {
             return false;
         };
         let now = self.clock.now();
-        let t = self.hot[s as usize].max_event;
+        let t = self.keys[s as usize].max_event;
         self.apply(s, t, now);
         self.recalc();
         true
@@ -1061,8 +1066,8 @@ impl KeyedWatermarkTracker {
 
     fn set_idle(&mut self, slot: u32) {
         let s = slot as usize;
-        if !self.hot[s].idle {
-            self.hot[s].idle = true;
+        if !self.keys[s].idle {
+            self.keys[s].idle = true;
             if let Some(log) = self.idle_log.as_mut() {
                 log.push(slot);
             }
@@ -1082,7 +1087,7 @@ impl KeyedWatermarkTracker {
         let entries: Vec<_> = self
             .keys
             .slots()
-            .filter(|&s| self.hot[s as usize].idle)
+            .filter(|&s| self.keys[s as usize].idle)
             .map(|s| Reverse((self.wm_of(s as usize), s)))
             .collect();
         self.idle_heap = BinaryHeap::from(entries);
@@ -1099,7 +1104,7 @@ impl KeyedWatermarkTracker {
             if now.saturating_sub(self.cold[s as usize].last_activity) <= timeout {
                 break;
             }
-            if !self.hot[s as usize].idle {
+            if !self.keys[s as usize].idle {
                 self.set_idle(s);
                 any = true;
             }
@@ -1195,9 +1200,9 @@ impl KeyedWatermarkTracker {
                 cursor_index = i;
             }
             w.bytes(self.keys.key(s));
-            w.i64(self.hot[s as usize].max_event);
+            w.i64(self.keys[s as usize].max_event);
             w.i64(self.cold[s as usize].last_activity);
-            w.bool(self.hot[s as usize].idle);
+            w.bool(self.keys[s as usize].idle);
         }
         w.len(cursor_index);
         w.i64(self.global);
@@ -1225,7 +1230,7 @@ impl KeyedWatermarkTracker {
             let slot = self.keys.insert_new(key, hash)?;
             self.ensure_slot(slot);
             let s = slot as usize;
-            self.hot[s] = Hot {
+            self.keys[s] = Hot {
                 max_event,
                 pending: NIL,
                 idle,
@@ -1264,8 +1269,7 @@ impl KeyedWatermarkTracker {
 
     /// Heap bytes held, excluding the keys' own bytes.
     pub fn heap_bytes(&self) -> usize {
-        self.hot.capacity() * std::mem::size_of::<Hot>()
-            + self.cold.capacity() * std::mem::size_of::<Cold>()
+        self.cold.capacity() * std::mem::size_of::<Cold>()
             + self.active.heap_bytes()
             + self.keys.overhead_bytes()
             + self.idle_heap.capacity() * 16
