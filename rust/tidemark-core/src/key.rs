@@ -798,6 +798,16 @@ impl<V: Copy + Default> KeyTable<V> {
         self.entries[slot as usize].head.bytes(&self.arena)
     }
 
+    /// The value of `slot` if it holds a key (`None` for free slots and slots past the
+    /// end).
+    #[inline(always)]
+    pub fn live(&self, slot: usize) -> Option<&V> {
+        self.entries
+            .get(slot)
+            .filter(|e| e.head.tag() != Head::FREE_TAG)
+            .map(|e| &e.value)
+    }
+
     /// Hints the CPU to bring `slot`'s entry (key head and value) into cache.
     #[inline]
     pub fn prefetch(&self, slot: u32) {

@@ -20,9 +20,10 @@
 //!
 //! # Data structure
 //!
-//! Keys are interned into dense slots ([`KeyTable`]); per-slot state is kept in
-//! parallel vectors (about 60 bytes per key, see [`KeyedWatermarkTracker::bytes_per_key`]).
-//! The global minimum is a [`MinTree`] over active slots: `global_watermark` is O(1),
+//! Keys are interned into dense slots ([`KeyTable`]); the state every update touches
+//! sits next to the key in the table, the rest in a parallel vector (at most 61 bytes
+//! per key, see [`KeyedWatermarkTracker::bytes_per_key`]). The global minimum is a
+//! [`NodeMinTree`] whose leaves are the active slots: `global_watermark` is O(1),
 //! an update O(log n) with an early exit (O(1) unless the key held the minimum). An
 //! intrusive list orders keys by last activity, so idle detection and
 //! least-recently-active eviction touch only the keys they act on; a scan cursor
@@ -40,7 +41,7 @@ use crate::clock::{system_clock, ClockRef};
 use crate::error::{Result, TidemarkError};
 use crate::key::{hash_key, AsKey, EncodedRows, KeyColumns, KeyRows, KeyTable};
 use crate::state::{Reader, Writer};
-use crate::time::{MinTree, Watermark};
+use crate::time::{MinTree, NodeMinTree, Watermark};
 
 /// Policy for evicting keys when `max_keys` is reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -271,8 +272,10 @@ pub struct KeyedWatermarkTracker {
     /// Per-slot state only activity bookkeeping touches (16 bytes), kept apart so the
     /// per-row working set stays small.
     cold: Vec<Cold>,
-    /// Watermarks of active keys; idle and free slots hold `MinTree::EMPTY`.
-    active: MinTree,
+    /// Minimum over active keys' watermarks; its leaves are read from `keys` (see
+    /// [`Self::leaf`]): idle keys, free slots, and (in a bounded tracker) keys a batch
+    /// is applying take no part.
+    active: NodeMinTree,
     /// Activity list: oldest activity at `head`. Slots before `cursor` are all idle.
     head: u32,
     tail: u32,
@@ -321,7 +324,7 @@ impl KeyedWatermarkTracker {
             clock,
             keys: KeyTable::default(),
             cold: Vec::new(),
-            active: MinTree::new(),
+            active: NodeMinTree::new(),
             head: NIL,
             tail: NIL,
             cursor: NIL,
@@ -404,6 +407,24 @@ impl KeyedWatermarkTracker {
             .saturating_sub(self.cfg.bounded_delay)
     }
 
+    /// Leaf `s` of the minimum tree: the key's watermark while it takes part in the
+    /// global minimum, [`MinTree::EMPTY`] while it is idle, free, or being applied by
+    /// a batch.
+    #[inline(always)]
+    fn leaf(keys: &KeyTable<Hot>, delay: i64, s: usize) -> i64 {
+        match keys.live(s) {
+            Some(h) if !h.idle && h.pending == NIL => h.max_event.saturating_sub(delay),
+            _ => MinTree::EMPTY,
+        }
+    }
+
+    /// Restores the minimum tree after slot `s`'s leaf changed.
+    #[inline]
+    fn fix(&mut self, s: usize) {
+        let (keys, delay) = (&self.keys, self.cfg.bounded_delay);
+        self.active.fix(s, |i| Self::leaf(keys, delay, i));
+    }
+
     // --- activity list ---------------------------------------------------------
 
     fn unlink(&mut self, s: u32) {
@@ -467,8 +488,9 @@ impl KeyedWatermarkTracker {
         self.push_back(slot);
         self.metrics.total_keys += 1;
         self.metrics.active_keys += 1;
-        // No watermark yet: hold the minimum at "none" until the first event lands.
-        self.active.set(s, i64::MIN);
+        // No watermark yet (the leaf is i64::MIN): hold the minimum at "none" until
+        // the first event lands.
+        self.fix(s);
         Ok(slot)
     }
 
@@ -559,7 +581,11 @@ impl KeyedWatermarkTracker {
             self.idle_heap.pop();
         }
         let idle = self.idle_heap.peek().map(|&Reverse((wm, s))| (wm, s));
-        let active = self.active.argmin().map(|s| (self.active.get(s), s as u32));
+        let (keys, delay) = (&self.keys, self.cfg.bounded_delay);
+        let active = self
+            .active
+            .argmin(|i| Self::leaf(keys, delay, i))
+            .map(|s| (self.wm_of(s), s as u32));
         match (idle, active) {
             (Some(i), Some(a)) => Some(if i.0 <= a.0 { i.1 } else { a.1 }),
             (Some(i), None) => Some(i.1),
@@ -577,7 +603,6 @@ impl KeyedWatermarkTracker {
         self.keys[s].pending = NIL;
         let state = self.state_of(s);
         self.unlink(slot);
-        self.active.set(s, MinTree::EMPTY);
         if self.keys[s].idle {
             self.metrics.idle_keys -= 1;
         } else {
@@ -587,6 +612,7 @@ impl KeyedWatermarkTracker {
         self.keys[s].idle = false;
         self.keys[s].max_event = i64::MIN;
         self.keys.remove(slot);
+        self.fix(s);
         state
     }
 
@@ -642,7 +668,7 @@ impl KeyedWatermarkTracker {
             self.metrics.key_advances += 1;
         }
         self.max_seen = self.max_seen.max(wm);
-        self.active.set(s, wm);
+        self.fix(s);
     }
 
     fn slot_for_update(&mut self, key: &[u8], now: i64) -> Result<u32> {
@@ -790,10 +816,7 @@ impl KeyedWatermarkTracker {
             if slot != NIL {
                 self.keys[slot as usize].pending = NIL;
                 self.keys[slot as usize].max_event = before;
-                let wm = self.wm_of(slot as usize);
-                if !self.keys[slot as usize].idle {
-                    self.active.set(slot as usize, wm);
-                }
+                self.fix(slot as usize);
             }
         }
         self.pending.clear();
@@ -891,10 +914,11 @@ impl KeyedWatermarkTracker {
             // out of the minimum, and behind every key the batch has not touched in the
             // activity list, so least-recently-active eviction finds an untouched key
             // at the head without walking past the batch's keys.
-            // (Only a bounded tracker evicts: without max_keys the leaf keeps its value
-            // until settle() writes the new one, one tree update instead of two.)
+            // (Only a bounded tracker evicts: without max_keys the tree is left as it
+            // was until settle() fixes it, one tree update instead of two. Nothing
+            // reads the minimum during a batch.)
             if self.cfg.max_keys.is_some() {
-                self.active.set(s, MinTree::EMPTY);
+                self.fix(s);
             }
             self.cold[s].last_activity = self.batch_now;
             self.move_to_back(slot);
@@ -1073,7 +1097,7 @@ impl KeyedWatermarkTracker {
             }
             self.metrics.idle_keys += 1;
             self.metrics.active_keys -= 1;
-            self.active.set(s, MinTree::EMPTY);
+            self.fix(s);
             if self.cfg.eviction_policy == KeyEvictionPolicy::LowestWatermark {
                 self.idle_heap.push(Reverse((self.wm_of(s), slot)));
                 if self.idle_heap.len() > 2 * self.metrics.idle_keys + 1024 {
@@ -1245,7 +1269,7 @@ impl KeyedWatermarkTracker {
                 }
             } else {
                 self.metrics.active_keys += 1;
-                self.active.set(s, self.wm_of(s));
+                self.fix(s);
             }
             slots.push(slot);
         }
@@ -1260,11 +1284,14 @@ impl KeyedWatermarkTracker {
         Ok(slots)
     }
 
-    /// Bytes of memory per key by layout, excluding the key's own bytes: per-slot
-    /// vectors, tree leaf and internal node, hash table entry, arena span.
+    /// Bytes of memory per key by layout, excluding the key's own bytes: the table
+    /// entry (16-byte key head, holding keys of up to 15 encoded bytes inline, and the
+    /// 16-byte [`Hot`] state), the activity record, a minimum-tree node, the hash
+    /// table's slot id and control byte. An upper bound: for an inline key the head's
+    /// bytes are partly the key's own (a 9-byte integer key leaves 52 bytes).
     pub fn bytes_per_key() -> usize {
-        std::mem::size_of::<Hot>() + std::mem::size_of::<Cold>() + 16 /* min tree leaf + node */ + 8 /* key span */
-            + 5 /* hash entry */
+        16 /* key head */ + std::mem::size_of::<Hot>() + std::mem::size_of::<Cold>()
+            + 8 /* min tree node */ + 5 /* hash entry */
     }
 
     /// Heap bytes held, excluding the keys' own bytes.

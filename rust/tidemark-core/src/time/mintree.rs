@@ -159,6 +159,136 @@ impl MinTree {
     }
 }
 
+/// A [`MinTree`] whose leaves live with the caller: only the internal nodes are
+/// stored (8 bytes per slot instead of 16), and every change reads leaves through a
+/// function. The caller changes a leaf's value where it keeps it, then calls
+/// [`Self::fix`] for that slot before the next query.
+///
+/// Invariant: every node `i` (`1 <= i < cap`) holds the minimum of its children:
+/// nodes `2i` and `2i + 1` when `2i < cap`, leaves `2i - cap` and `2i + 1 - cap`
+/// otherwise.
+///
+/// # Examples
+///
+/// ```
+/// use tidemark_core::time::{MinTree, NodeMinTree};
+/// let mut leaves = vec![30, MinTree::EMPTY, 20, 10];
+/// let mut t = NodeMinTree::new();
+/// for s in 0..leaves.len() {
+///     t.fix(s, |i| leaves.get(i).copied().unwrap_or(MinTree::EMPTY));
+/// }
+/// assert_eq!(t.min(), 10);
+/// leaves[3] = MinTree::EMPTY;
+/// t.fix(3, |i| leaves.get(i).copied().unwrap_or(MinTree::EMPTY));
+/// assert_eq!(t.min(), 20);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct NodeMinTree {
+    /// Number of leaves (a power of two, at least 2), or 0 before the first `fix`.
+    cap: usize,
+    /// `nodes[1]` is the root; `nodes[0]` is unused.
+    nodes: Vec<i64>,
+}
+
+impl NodeMinTree {
+    /// An empty tree.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Bytes of memory held.
+    pub fn heap_bytes(&self) -> usize {
+        self.nodes.capacity() * std::mem::size_of::<i64>()
+    }
+
+    /// The minimum over all leaves ([`MinTree::EMPTY`] if none takes part).
+    #[inline]
+    pub fn min(&self) -> i64 {
+        if self.cap == 0 {
+            MinTree::EMPTY
+        } else {
+            self.nodes[1]
+        }
+    }
+
+    /// Rebuilds with room for at least `n` leaves, reading every leaf.
+    fn rebuild(&mut self, n: usize, leaf: impl Fn(usize) -> i64) {
+        let cap = n.next_power_of_two().max(self.cap * 2).max(2);
+        let mut nodes = vec![MinTree::EMPTY; cap];
+        for i in cap / 2..cap {
+            nodes[i] = leaf(2 * i - cap).min(leaf(2 * i + 1 - cap));
+        }
+        for i in (1..cap / 2).rev() {
+            nodes[i] = nodes[2 * i].min(nodes[2 * i + 1]);
+        }
+        self.cap = cap;
+        self.nodes = nodes;
+    }
+
+    /// Restores the invariant after leaf `slot` changed: O(log n), stopping at the
+    /// first node whose value does not change. `leaf(i)` must give leaf `i`'s value
+    /// ([`MinTree::EMPTY`] for slots that take no part, including ones past the end).
+    #[inline]
+    pub fn fix(&mut self, slot: usize, leaf: impl Fn(usize) -> i64) {
+        if slot >= self.cap {
+            self.rebuild(slot + 1, leaf);
+            return;
+        }
+        let first = slot & !1;
+        let m = leaf(first).min(leaf(first + 1));
+        let mut i = (self.cap + slot) >> 1;
+        let nodes = &mut self.nodes[..self.cap];
+        if nodes[i] == m {
+            return;
+        }
+        nodes[i] = m;
+        i >>= 1;
+        while i >= 1 {
+            debug_assert!(2 * i + 1 < nodes.len());
+            // SAFETY: `nodes.len() == cap`, and inside the loop `i < cap / 2` (it
+            // starts at most `(2 * cap - 1) / 4` and halves), so `2i + 1 < cap`.
+            #[allow(unsafe_code)]
+            let (l, r, cur) = unsafe {
+                (
+                    *nodes.get_unchecked(2 * i),
+                    *nodes.get_unchecked(2 * i + 1),
+                    nodes.get_unchecked_mut(i),
+                )
+            };
+            let m = l.min(r);
+            if *cur == m {
+                break;
+            }
+            *cur = m;
+            i >>= 1;
+        }
+    }
+
+    /// Hints the CPU to bring the node above leaf `slot` into cache before a
+    /// [`Self::fix`].
+    #[inline]
+    pub fn prefetch(&self, slot: usize) {
+        crate::prefetch_at(&self.nodes, (self.cap + slot) >> 1);
+    }
+
+    /// The leftmost leaf holding the minimum, or `None` if no leaf takes part.
+    pub fn argmin(&self, leaf: impl Fn(usize) -> i64) -> Option<usize> {
+        if self.min() == MinTree::EMPTY {
+            return None;
+        }
+        let mut i = 1;
+        while i < self.cap / 2 {
+            i = if self.nodes[2 * i] <= self.nodes[2 * i + 1] {
+                2 * i
+            } else {
+                2 * i + 1
+            };
+        }
+        let l = 2 * i - self.cap;
+        Some(if leaf(l) <= leaf(l + 1) { l } else { l + 1 })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,6 +312,28 @@ mod tests {
                     }
                 }
                 prop_assert_eq!(t.get(slot), v);
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn node_tree_matches_naive_minimum(ops in proptest::collection::vec((0usize..300, prop_oneof![Just(MinTree::EMPTY), -1000i64..1000]), 1..400)) {
+            let mut t = NodeMinTree::new();
+            let mut leaves: Vec<i64> = Vec::new();
+            for (slot, v) in ops {
+                if leaves.len() <= slot {
+                    leaves.resize(slot + 1, MinTree::EMPTY);
+                }
+                leaves[slot] = v;
+                let leaf = |i: usize| leaves.get(i).copied().unwrap_or(MinTree::EMPTY);
+                t.fix(slot, leaf);
+                let m = leaves.iter().copied().min().unwrap();
+                prop_assert_eq!(t.min(), m);
+                match t.argmin(leaf) {
+                    None => prop_assert_eq!(m, MinTree::EMPTY),
+                    Some(s) => prop_assert_eq!(s, leaves.iter().position(|&x| x == m).unwrap()),
+                }
             }
         }
     }

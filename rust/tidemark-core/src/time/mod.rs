@@ -14,7 +14,7 @@ pub use keyed::{
     Eviction, KeyEvictionPolicy, KeyWatermarkState, KeyedTicks, KeyedWatermarkConfig,
     KeyedWatermarkMetrics, KeyedWatermarkTracker,
 };
-pub use mintree::MinTree;
+pub use mintree::{MinTree, NodeMinTree};
 pub use parse::{parse_event_time, EventTimeType, ParsedEventTime, BUILTIN_EVENT_TIME_TYPES};
 pub use partitioned::{
     max_event_time_per_partition, PartitionId, PartitionWatermarkState,
