@@ -215,8 +215,8 @@ impl NodeMinTree {
     fn rebuild(&mut self, n: usize, leaf: impl Fn(usize) -> i64) {
         let cap = n.next_power_of_two().max(self.cap * 2).max(2);
         let mut nodes = vec![MinTree::EMPTY; cap];
-        for i in cap / 2..cap {
-            nodes[i] = leaf(2 * i - cap).min(leaf(2 * i + 1 - cap));
+        for (i, node) in nodes.iter_mut().enumerate().skip(cap / 2) {
+            *node = leaf(2 * i - cap).min(leaf(2 * i + 1 - cap));
         }
         for i in (1..cap / 2).rev() {
             nodes[i] = nodes[2 * i].min(nodes[2 * i + 1]);
