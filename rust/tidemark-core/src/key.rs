@@ -738,7 +738,7 @@ struct Entry<V> {
 /// Interning table: encoded keys to dense slot ids (`u32`), reused after removal, with
 /// an optional per-slot value `V` stored next to the key (`table[slot]`).
 ///
-/// Each slot has a 16-byte [`Head`] that holds short keys inline; longer keys live in
+/// Each slot has a 16-byte head that holds short keys inline; longer keys live in
 /// one arena (no allocation per key), and removed ones leave holes that are compacted
 /// once they outweigh the live bytes (so the arena stays under twice the live bytes
 /// plus 64 KiB). A slot's value is `V::default()` while the slot is free.

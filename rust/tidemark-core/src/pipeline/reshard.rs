@@ -266,8 +266,8 @@ impl Operator {
 }
 
 /// Operator snapshots (one per old shard or Spark state partition) redistributed over
-/// `n` new ones, keys routed by `algo`: [`HashAlgo::Xxh3`] as the runtime routes, or
-/// [`HashAlgo::Spark`] as `df.repartition(n, *keys)` does (keys decoded to the
+/// `n` new ones, keys routed by `algo`: [`crate::route::HashAlgo::Xxh3`] as the runtime routes, or
+/// [`crate::route::HashAlgo::Spark`] as `df.repartition(n, *keys)` does (keys decoded to the
 /// input's Arrow types first). A global aggregate's state (no keys) goes to shard 0.
 /// Scope-wide watermarks take the largest of the snapshots'.
 pub fn reshard_snapshots(

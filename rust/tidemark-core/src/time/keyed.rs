@@ -1286,7 +1286,7 @@ impl KeyedWatermarkTracker {
 
     /// Bytes of memory per key by layout, excluding the key's own bytes: the table
     /// entry (16-byte key head, holding keys of up to 15 encoded bytes inline, and the
-    /// 16-byte [`Hot`] state), the activity record, a minimum-tree node, the hash
+    /// 16-byte per-key state), the activity record, a minimum-tree node, the hash
     /// table's slot id and control byte. An upper bound: for an inline key the head's
     /// bytes are partly the key's own (a 9-byte integer key leaves 52 bytes).
     pub fn bytes_per_key() -> usize {
