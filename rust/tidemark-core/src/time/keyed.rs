@@ -630,15 +630,12 @@ impl KeyedWatermarkTracker {
     fn apply(&mut self, slot: u32, event_time: i64, now: i64) {
         let before = self.wm_of(slot as usize);
         let s = slot as usize;
+        // The leaf the tree holds for this key, if it is one (active, not in a batch).
+        let h = &self.keys[s];
+        let leaf = (!h.idle && h.pending == NIL).then_some(before);
         self.keys[s].max_event = self.keys[s].max_event.max(event_time);
-        self.finish(slot, before, now);
-    }
-
-    /// Activity bookkeeping after `max_event[slot]` was raised from watermark `before`.
-    #[inline]
-    fn finish(&mut self, slot: u32, before: i64, now: i64) {
         self.move_to_back(slot);
-        self.settle(slot, before, now);
+        self.settle_from(slot, before, now, leaf);
     }
 
     /// Moves `slot` to the most recently active end of the activity list.
@@ -653,9 +650,18 @@ impl KeyedWatermarkTracker {
         }
     }
 
-    /// [`Self::finish`] for a slot already moved to the back.
+    /// Activity bookkeeping for `slot`, already moved to the back, after its max event
+    /// time was raised from watermark `before`.
     #[inline]
     fn settle(&mut self, slot: u32, before: i64, now: i64) {
+        self.settle_from(slot, before, now, None)
+    }
+
+    /// [`Self::settle`], knowing the value `leaf` the minimum tree held for the slot
+    /// when it is one (the watermark only rose since): most updates then stop at the
+    /// node over the slot.
+    #[inline]
+    fn settle_from(&mut self, slot: u32, before: i64, now: i64, leaf: Option<i64>) {
         let s = slot as usize;
         self.cold[s].last_activity = now;
         if self.keys[s].idle {
@@ -668,7 +674,13 @@ impl KeyedWatermarkTracker {
             self.metrics.key_advances += 1;
         }
         self.max_seen = self.max_seen.max(wm);
-        self.fix(s);
+        match leaf {
+            Some(old) => {
+                let (keys, delay) = (&self.keys, self.cfg.bounded_delay);
+                self.active.fix_rise(s, old, |i| Self::leaf(keys, delay, i));
+            }
+            None => self.fix(s),
+        }
     }
 
     fn slot_for_update(&mut self, key: &[u8], now: i64) -> Result<u32> {

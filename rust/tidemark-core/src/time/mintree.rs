@@ -264,6 +264,18 @@ impl NodeMinTree {
         }
     }
 
+    /// [`Self::fix`] for a leaf that rose from `old` (its value the tree holds): when
+    /// `old` was above the node over its pair, the leaf was not its pair's minimum,
+    /// so nothing changes and neither the sibling nor any node above is read.
+    #[inline]
+    pub fn fix_rise(&mut self, slot: usize, old: i64, leaf: impl Fn(usize) -> i64) {
+        if slot < self.cap && old > self.nodes[(self.cap + slot) >> 1] {
+            debug_assert!(leaf(slot) >= old, "the leaf rose");
+            return;
+        }
+        self.fix(slot, leaf)
+    }
+
     /// Hints the CPU to bring the node above leaf `slot` into cache before a
     /// [`Self::fix`].
     #[inline]
@@ -334,6 +346,24 @@ mod tests {
                     None => prop_assert_eq!(m, MinTree::EMPTY),
                     Some(s) => prop_assert_eq!(s, leaves.iter().position(|&x| x == m).unwrap()),
                 }
+            }
+        }
+
+        #[test]
+        fn node_tree_rises_match_naive_minimum(ops in proptest::collection::vec((0usize..200, 0i64..50), 1..600)) {
+            // Leaves only rise (the keyed tracker's common case), through `fix_rise`.
+            let mut t = NodeMinTree::new();
+            let mut leaves = vec![MinTree::EMPTY; 200];
+            for (slot, up) in ops {
+                let old = leaves[slot];
+                if old == MinTree::EMPTY {
+                    leaves[slot] = up;
+                    t.fix(slot, |i| leaves.get(i).copied().unwrap_or(MinTree::EMPTY));
+                } else {
+                    leaves[slot] = old + up;
+                    t.fix_rise(slot, old, |i| leaves.get(i).copied().unwrap_or(MinTree::EMPTY));
+                }
+                prop_assert_eq!(t.min(), leaves.iter().copied().min().unwrap());
             }
         }
     }
