@@ -635,7 +635,7 @@ impl KeyedWatermarkTracker {
         let leaf = (!h.idle && h.pending == NIL).then_some(before);
         self.keys[s].max_event = self.keys[s].max_event.max(event_time);
         self.move_to_back(slot);
-        self.settle_from(slot, before, now, leaf);
+        self.settle(slot, before, now, leaf);
     }
 
     /// Moves `slot` to the most recently active end of the activity list.
@@ -651,17 +651,11 @@ impl KeyedWatermarkTracker {
     }
 
     /// Activity bookkeeping for `slot`, already moved to the back, after its max event
-    /// time was raised from watermark `before`.
+    /// time was raised from watermark `before`. `leaf`: the value the minimum tree held
+    /// for the slot, when known (the watermark only rose since): most updates then stop
+    /// at the node over the slot's pair.
     #[inline]
-    fn settle(&mut self, slot: u32, before: i64, now: i64) {
-        self.settle_from(slot, before, now, None)
-    }
-
-    /// [`Self::settle`], knowing the value `leaf` the minimum tree held for the slot
-    /// when it is one (the watermark only rose since): most updates then stop at the
-    /// node over the slot.
-    #[inline]
-    fn settle_from(&mut self, slot: u32, before: i64, now: i64, leaf: Option<i64>) {
+    fn settle(&mut self, slot: u32, before: i64, now: i64, leaf: Option<i64>) {
         let s = slot as usize;
         self.cold[s].last_activity = now;
         if self.keys[s].idle {
@@ -977,7 +971,16 @@ impl KeyedWatermarkTracker {
             }
             self.keys[slot as usize].pending = NIL;
             let before = before.saturating_sub(self.cfg.bounded_delay);
-            self.settle(slot, before, now);
+            // Without max_keys the tree was not touched when the batch took the key
+            // (see batch_fold): the node over its pair was computed with `before` for
+            // an active key, or (after a fix of the pair during the batch) with the
+            // key out; either way `before` above the node means the sibling's value
+            // is the node's, which the key's rise cannot change. A sibling still
+            // pending is settled later here with its own old value, which the node
+            // does not exceed, so that one is fixed in full.
+            let leaf =
+                (self.cfg.max_keys.is_none() && !self.keys[slot as usize].idle).then_some(before);
+            self.settle(slot, before, now, leaf);
         }
         self.pending = pending;
         self.pending.clear();
