@@ -9,6 +9,33 @@
 //!
 //! Invariant: every internal node `i` holds `min(tree[2i], tree[2i + 1])`.
 
+/// Recomputes node `i` and its ancestors from their children (`tree[2i]`,
+/// `tree[2i + 1]`), stopping at the first node whose value does not change. Callers
+/// pass an `i` with `2i + 1 < tree.len()` (or 0: nothing to do).
+#[inline(always)]
+fn propagate(tree: &mut [i64], mut i: usize) {
+    assert!(2 * i + 1 < tree.len() || i == 0);
+    while i >= 1 {
+        // SAFETY: `2i + 1 < tree.len()` holds for the first `i` (asserted) and for
+        // every smaller one, so `i`, `2i` and `2i + 1` are in bounds. This loop is the
+        // hot path of every watermark update.
+        #[allow(unsafe_code)]
+        let (l, r, cur) = unsafe {
+            (
+                *tree.get_unchecked(2 * i),
+                *tree.get_unchecked(2 * i + 1),
+                tree.get_unchecked_mut(i),
+            )
+        };
+        let m = l.min(r);
+        if *cur == m {
+            break;
+        }
+        *cur = m;
+        i >>= 1;
+    }
+}
+
 /// Minimum over slots with O(1) query and O(log n) point update.
 ///
 /// # Examples
@@ -82,33 +109,13 @@ impl MinTree {
             }
             self.grow(slot);
         }
-        let mut i = self.cap + slot;
+        let i = self.cap + slot;
         let tree = &mut self.tree[..2 * self.cap];
         if tree[i] == value {
             return;
         }
         tree[i] = value;
-        i >>= 1;
-        while i >= 1 {
-            debug_assert!(2 * i + 1 < tree.len());
-            // SAFETY: `tree.len() == 2 * cap` and `1 <= i < cap` inside the loop (i
-            // starts below `2 * cap` and halves), so `i`, `2i` and `2i + 1` are all in
-            // bounds. This loop is the hot path of every watermark update.
-            #[allow(unsafe_code)]
-            let (l, r, cur) = unsafe {
-                (
-                    *tree.get_unchecked(2 * i),
-                    *tree.get_unchecked(2 * i + 1),
-                    tree.get_unchecked_mut(i),
-                )
-            };
-            let m = l.min(r);
-            if *cur == m {
-                break;
-            }
-            *cur = m;
-            i >>= 1;
-        }
+        propagate(tree, i >> 1);
     }
 
     /// Hints the CPU to bring slot `slot`'s leaf into cache before a [`Self::set`].
@@ -236,32 +243,13 @@ impl NodeMinTree {
         }
         let first = slot & !1;
         let m = leaf(first).min(leaf(first + 1));
-        let mut i = (self.cap + slot) >> 1;
+        let i = (self.cap + slot) >> 1;
         let nodes = &mut self.nodes[..self.cap];
         if nodes[i] == m {
             return;
         }
         nodes[i] = m;
-        i >>= 1;
-        while i >= 1 {
-            debug_assert!(2 * i + 1 < nodes.len());
-            // SAFETY: `nodes.len() == cap`, and inside the loop `i < cap / 2` (it
-            // starts at most `(2 * cap - 1) / 4` and halves), so `2i + 1 < cap`.
-            #[allow(unsafe_code)]
-            let (l, r, cur) = unsafe {
-                (
-                    *nodes.get_unchecked(2 * i),
-                    *nodes.get_unchecked(2 * i + 1),
-                    nodes.get_unchecked_mut(i),
-                )
-            };
-            let m = l.min(r);
-            if *cur == m {
-                break;
-            }
-            *cur = m;
-            i >>= 1;
-        }
+        propagate(nodes, i >> 1);
     }
 
     /// [`Self::fix`] for a leaf that rose from `old` (its value the tree holds): when
