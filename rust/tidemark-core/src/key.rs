@@ -816,9 +816,7 @@ impl<V: Copy + Default> KeyTable<V> {
 
     /// `true` if `slot` holds a key.
     pub fn is_live(&self, slot: u32) -> bool {
-        self.entries
-            .get(slot as usize)
-            .is_some_and(|e| e.head.tag() != Head::FREE_TAG)
+        self.live(slot as usize).is_some()
     }
 
     /// The slot of `key`, if present.

@@ -418,11 +418,17 @@ impl KeyedWatermarkTracker {
         }
     }
 
-    /// Restores the minimum tree after slot `s`'s leaf changed.
+    /// Restores the minimum tree after slot `s`'s leaf changed. `rose_from`: the value
+    /// the tree held for the leaf, when the leaf only rose since (most such changes
+    /// then stop at the node over the slot's pair, see [`NodeMinTree::fix_rise`]).
     #[inline]
-    fn fix(&mut self, s: usize) {
+    fn fix(&mut self, s: usize, rose_from: Option<i64>) {
         let (keys, delay) = (&self.keys, self.cfg.bounded_delay);
-        self.active.fix(s, |i| Self::leaf(keys, delay, i));
+        let leaf = |i| Self::leaf(keys, delay, i);
+        match rose_from {
+            Some(old) => self.active.fix_rise(s, old, leaf),
+            None => self.active.fix(s, leaf),
+        }
     }
 
     // --- activity list ---------------------------------------------------------
@@ -483,14 +489,13 @@ impl KeyedWatermarkTracker {
         let slot = self.keys.insert_new(key, hash)?;
         self.ensure_slot(slot);
         let s = slot as usize;
-        self.keys[s] = Hot::FREE;
         self.cold[s].last_activity = now;
         self.push_back(slot);
         self.metrics.total_keys += 1;
         self.metrics.active_keys += 1;
         // No watermark yet (the leaf is i64::MIN): hold the minimum at "none" until
         // the first event lands.
-        self.fix(s);
+        self.fix(s, None);
         Ok(slot)
     }
 
@@ -609,10 +614,8 @@ impl KeyedWatermarkTracker {
             self.metrics.active_keys -= 1;
         }
         self.metrics.total_keys -= 1;
-        self.keys[s].idle = false;
-        self.keys[s].max_event = i64::MIN;
-        self.keys.remove(slot);
-        self.fix(s);
+        self.keys.remove(slot); // its value back to Hot::FREE
+        self.fix(s, None);
         state
     }
 
@@ -668,13 +671,7 @@ impl KeyedWatermarkTracker {
             self.metrics.key_advances += 1;
         }
         self.max_seen = self.max_seen.max(wm);
-        match leaf {
-            Some(old) => {
-                let (keys, delay) = (&self.keys, self.cfg.bounded_delay);
-                self.active.fix_rise(s, old, |i| Self::leaf(keys, delay, i));
-            }
-            None => self.fix(s),
-        }
+        self.fix(s, leaf);
     }
 
     fn slot_for_update(&mut self, key: &[u8], now: i64) -> Result<u32> {
@@ -822,7 +819,7 @@ impl KeyedWatermarkTracker {
             if slot != NIL {
                 self.keys[slot as usize].pending = NIL;
                 self.keys[slot as usize].max_event = before;
-                self.fix(slot as usize);
+                self.fix(slot as usize, None);
             }
         }
         self.pending.clear();
@@ -924,7 +921,7 @@ impl KeyedWatermarkTracker {
             // was until settle() fixes it, one tree update instead of two. Nothing
             // reads the minimum during a batch.)
             if self.cfg.max_keys.is_some() {
-                self.fix(s);
+                self.fix(s, None);
             }
             self.cold[s].last_activity = self.batch_now;
             self.move_to_back(slot);
@@ -1112,7 +1109,7 @@ impl KeyedWatermarkTracker {
             }
             self.metrics.idle_keys += 1;
             self.metrics.active_keys -= 1;
-            self.fix(s);
+            self.fix(s, None);
             if self.cfg.eviction_policy == KeyEvictionPolicy::LowestWatermark {
                 self.idle_heap.push(Reverse((self.wm_of(s), slot)));
                 if self.idle_heap.len() > 2 * self.metrics.idle_keys + 1024 {
@@ -1284,7 +1281,7 @@ impl KeyedWatermarkTracker {
                 }
             } else {
                 self.metrics.active_keys += 1;
-                self.fix(s);
+                self.fix(s, None);
             }
             slots.push(slot);
         }
