@@ -126,6 +126,67 @@ pub fn encode_null(out: &mut Vec<u8>) {
 pub trait AsKey {
     /// Appends this key's encoding to `out`.
     fn encode_key(&self, out: &mut Vec<u8>);
+
+    /// This key as a [`WordKey`], if it is one value of a fixed-width type (an
+    /// integer): lookups then hash and compare it in registers, with no buffer.
+    #[inline]
+    fn word_key(&self) -> Option<WordKey> {
+        None
+    }
+}
+
+/// A key that is one integer: its encoding is 9 bytes (the type tag, then the value's
+/// 8 little-endian bytes), which [`WordKey::hash`] and the key table's
+/// [`KeyTable::get_word`] handle as two machine words, never reading memory. Same
+/// hash and same slot as the encoded bytes ([`WordKey::bytes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WordKey {
+    tag: u8,
+    value: u64,
+}
+
+impl WordKey {
+    /// An integer key (the encoding of [`encode_int`]).
+    #[inline]
+    pub fn int(v: i64) -> Self {
+        WordKey {
+            tag: tag::INT,
+            value: v as u64,
+        }
+    }
+
+    /// An unsigned integer key (the encoding of [`encode_uint`]).
+    #[inline]
+    pub fn uint(v: u64) -> Self {
+        match i64::try_from(v) {
+            Ok(i) => Self::int(i),
+            Err(_) => WordKey {
+                tag: tag::UINT,
+                value: v,
+            },
+        }
+    }
+
+    /// The encoded key.
+    #[inline]
+    pub fn bytes(&self) -> [u8; 9] {
+        let mut b = [0u8; 9];
+        b[0] = self.tag;
+        b[1..].copy_from_slice(&self.value.to_le_bytes());
+        b
+    }
+
+    /// The encoding's first 8 bytes as a word.
+    #[inline(always)]
+    fn lo(&self) -> u64 {
+        u64::from(self.tag) | (self.value << 8)
+    }
+
+    /// `hash_key(&self.bytes())`: its first 8 bytes, then its last 8 (the value).
+    #[inline(always)]
+    pub fn hash(&self) -> u64 {
+        hash_words(self.lo(), self.value, 9)
+    }
 }
 
 macro_rules! int_key {
@@ -133,6 +194,10 @@ macro_rules! int_key {
         impl AsKey for $t {
             fn encode_key(&self, out: &mut Vec<u8>) {
                 encode_int(*self as i64, out)
+            }
+            #[inline]
+            fn word_key(&self) -> Option<WordKey> {
+                Some(WordKey::int(*self as i64))
             }
         }
     )*};
@@ -142,6 +207,10 @@ int_key!(i8, i16, i32, i64, u8, u16, u32);
 impl AsKey for u64 {
     fn encode_key(&self, out: &mut Vec<u8>) {
         encode_uint(*self, out)
+    }
+    #[inline]
+    fn word_key(&self) -> Option<WordKey> {
+        Some(WordKey::uint(*self))
     }
 }
 impl AsKey for str {
@@ -177,6 +246,10 @@ impl AsKey for f64 {
 impl<T: AsKey + ?Sized> AsKey for &T {
     fn encode_key(&self, out: &mut Vec<u8>) {
         (**self).encode_key(out)
+    }
+    #[inline]
+    fn word_key(&self) -> Option<WordKey> {
+        (**self).word_key()
     }
 }
 impl<T: AsKey> AsKey for Option<T> {
@@ -623,10 +696,16 @@ pub fn hash_key(key: &[u8]) -> u64 {
     if (8..=16).contains(&n) {
         let a = u64::from_le_bytes(key[..8].try_into().expect("8 bytes"));
         let b = u64::from_le_bytes(key[n - 8..].try_into().expect("8 bytes"));
-        let h = fold_mul(a ^ 0x243F_6A88_85A3_08D3, 0x1319_8A2E_0370_7344);
-        return fold_mul(h ^ b ^ n as u64, 0xA409_3822_299F_31D0);
+        return hash_words(a, b, n);
     }
     xxhash_rust::xxh3::xxh3_64(key)
+}
+
+/// [`hash_key`] of an `n`-byte key (8 <= n <= 16) from its first and last 8 bytes.
+#[inline(always)]
+fn hash_words(first: u64, last: u64, n: usize) -> u64 {
+    let h = fold_mul(first ^ 0x243F_6A88_85A3_08D3, 0x1319_8A2E_0370_7344);
+    fold_mul(h ^ last ^ n as u64, 0xA409_3822_299F_31D0)
 }
 
 /// A slot's key as the table stores it (16 bytes): keys of up to [`INLINE_KEY`]
@@ -688,6 +767,18 @@ impl Head {
             };
             (lo, hi | ((n as u64) << 56))
         };
+        Head::from_words(lo, hi)
+    }
+
+    /// [`Head::of`] the bytes of `key`.
+    #[inline(always)]
+    fn of_word(key: WordKey) -> Head {
+        // Bytes 0..8 as the first word; byte 8 (the value's top byte), then the length.
+        Head::from_words(key.lo(), (key.value >> 56) | (9 << 56))
+    }
+
+    #[inline(always)]
+    fn from_words(lo: u64, hi: u64) -> Head {
         let mut b = [0u8; 16];
         b[..8].copy_from_slice(&lo.to_le_bytes());
         b[8..].copy_from_slice(&hi.to_le_bytes());
@@ -843,6 +934,15 @@ impl<V: Copy + Default> KeyTable<V> {
                 })
                 .copied()
         }
+    }
+
+    /// [`Self::get_hashed`] for a [`WordKey`] (`hash`: [`WordKey::hash`]).
+    #[inline]
+    pub fn get_word(&self, key: WordKey, hash: u64) -> Option<u32> {
+        let (entries, probe) = (&self.entries, Head::of_word(key));
+        self.table
+            .find(hash, |&s| entries[s as usize].head == probe)
+            .copied()
     }
 
     /// The slot of `key`, inserting it if absent; the flag says whether it was new.
@@ -1293,6 +1393,28 @@ mod tests {
             }
             prop_assert_eq!(key_eq(&a, &b), a == b);
             prop_assert!(!key_eq(&a, &b[..b.len().saturating_sub(1)]) || a.is_empty());
+        }
+
+        #[test]
+        fn word_keys_are_their_encoded_bytes(v in any::<i64>(), u in any::<u64>(), small in -300i64..300, other in any::<i64>()) {
+            let mut t = KeyTable::new();
+            for (w, bytes) in [
+                (v.word_key(), enc(v)),
+                (u.word_key(), enc(u)),
+                ((small as i32).word_key(), enc(small)),
+                (AsKey::word_key(&&small), enc(small)),
+            ] {
+                let w = w.expect("integers are word keys");
+                prop_assert_eq!(&w.bytes()[..], &bytes[..]);
+                prop_assert_eq!(w.hash(), hash_key(&bytes));
+                prop_assert_eq!(Head::of_word(w), Head::of(&bytes, 0));
+                // Inserted as bytes, found as a word (and not confused with another key).
+                let (slot, _) = t.get_or_insert(&bytes).unwrap();
+                prop_assert_eq!(t.get_word(w, w.hash()), Some(slot));
+                let o = WordKey::int(other);
+                prop_assert_eq!(t.get_word(o, o.hash()), t.get(&enc(other)));
+            }
+            prop_assert!("1".word_key().is_none() && (1, 2).word_key().is_none());
         }
 
         #[test]

@@ -689,12 +689,26 @@ impl KeyedWatermarkTracker {
     /// Returns the new global watermark if it advanced, or
     /// [`TidemarkError::MaxKeysReached`] under the `RejectNew` policy.
     pub fn update<K: AsKey>(&mut self, key: K, event_time: i64) -> Result<Option<Watermark>> {
-        let mut buf = std::mem::take(&mut self.scratch);
-        buf.clear();
-        key.encode_key(&mut buf);
-        let r = self.update_encoded(&buf, event_time);
-        self.scratch = buf;
-        r
+        let now = self.clock.now();
+        let slot = match key.word_key() {
+            Some(w) => {
+                let hash = w.hash();
+                match self.keys.get_word(w, hash) {
+                    Some(s) => s,
+                    None => self.insert_key(&w.bytes(), hash, now)?,
+                }
+            }
+            None => {
+                let mut buf = std::mem::take(&mut self.scratch);
+                buf.clear();
+                key.encode_key(&mut buf);
+                let slot = self.slot_for_update(&buf, now);
+                self.scratch = buf;
+                slot?
+            }
+        };
+        self.apply(slot, event_time, now);
+        Ok(self.recalc())
     }
 
     /// [`Self::update`] with an already encoded key.
@@ -1020,6 +1034,9 @@ impl KeyedWatermarkTracker {
     }
 
     fn find<K: AsKey + ?Sized>(&self, key: &K) -> Option<u32> {
+        if let Some(w) = key.word_key() {
+            return self.keys.get_word(w, w.hash());
+        }
         let mut buf = Vec::new();
         key.encode_key(&mut buf);
         self.keys.get(&buf)
