@@ -553,17 +553,49 @@ pub fn key_eq(a: &[u8], b: &[u8]) -> bool {
     a == b
 }
 
+/// A row's key as [`KeyRows::for_each_key_ref`] hands it out: an integer as a
+/// [`WordKey`] (hashed and compared in registers), any other key as its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyRef<'a> {
+    /// A key that is one integer.
+    Word(WordKey),
+    /// An encoded key.
+    Bytes(&'a [u8]),
+}
+
 /// Rows of encoded keys, visited in order.
 pub trait KeyRows {
     /// Number of rows.
     fn num_rows(&self) -> usize;
     /// Calls `f(row, key)` for every row, in row order.
     fn for_each_key(&self, f: impl FnMut(usize, &[u8]));
+    /// [`Self::for_each_key`], with integer keys as [`KeyRef::Word`] where the rows
+    /// have them at hand (a single integer key column).
+    #[inline]
+    fn for_each_key_ref(&self, mut f: impl FnMut(usize, KeyRef<'_>)) {
+        self.for_each_key(|i, k| f(i, KeyRef::Bytes(k)))
+    }
 }
 
 impl KeyRows for KeyColumns {
     fn num_rows(&self) -> usize {
         self.len
+    }
+
+    #[inline]
+    fn for_each_key_ref(&self, mut f: impl FnMut(usize, KeyRef<'_>)) {
+        if let [Col::Int(a)] = self.cols.as_slice() {
+            let a = a.as_primitive::<Int64Type>();
+            for (i, &v) in a.values().iter().enumerate() {
+                if a.is_null(i) {
+                    f(i, KeyRef::Bytes(&[tag::NULL]));
+                } else {
+                    f(i, KeyRef::Word(WordKey::int(v)));
+                }
+            }
+        } else {
+            self.for_each_key(|i, k| f(i, KeyRef::Bytes(k)))
+        }
     }
 
     #[inline]

@@ -39,7 +39,7 @@ use arrow_buffer::{BooleanBuffer, NullBuffer};
 
 use crate::clock::{system_clock, ClockRef};
 use crate::error::{Result, TidemarkError};
-use crate::key::{hash_key, AsKey, EncodedRows, KeyColumns, KeyRows, KeyTable};
+use crate::key::{hash_key, AsKey, KeyColumns, KeyRef, KeyRows, KeyTable};
 use crate::state::{Reader, Writer};
 use crate::time::{MinTree, NodeMinTree, Watermark};
 
@@ -180,6 +180,40 @@ pub struct Eviction {
     pub watermark: i64,
 }
 
+/// The keys of `(key, event time)` pairs as [`KeyRows`]: integer keys are handed out
+/// as words, others encoded one at a time.
+struct EventKeys<'a, K>(&'a [(K, i64)]);
+
+impl<K: AsKey> KeyRows for EventKeys<'_, K> {
+    fn num_rows(&self) -> usize {
+        self.0.len()
+    }
+
+    fn for_each_key(&self, mut f: impl FnMut(usize, &[u8])) {
+        let mut buf = Vec::with_capacity(64);
+        for (i, (k, _)) in self.0.iter().enumerate() {
+            buf.clear();
+            k.encode_key(&mut buf);
+            f(i, &buf);
+        }
+    }
+
+    #[inline]
+    fn for_each_key_ref(&self, mut f: impl FnMut(usize, KeyRef<'_>)) {
+        let mut buf = Vec::with_capacity(64);
+        for (i, (k, _)) in self.0.iter().enumerate() {
+            match k.word_key() {
+                Some(w) => f(i, KeyRef::Word(w)),
+                None => {
+                    buf.clear();
+                    k.encode_key(&mut buf);
+                    f(i, KeyRef::Bytes(&buf));
+                }
+            }
+        }
+    }
+}
+
 /// Per-key state read or written by every row of a batch (16 bytes).
 #[derive(Debug, Clone, Copy)]
 struct Hot {
@@ -300,7 +334,7 @@ pub struct KeyedWatermarkTracker {
     /// Key indexes of a batch's rows (reused between batches).
     group_scratch: Vec<u32>,
     /// Encoded keys and event times of an `update_batch` call (reused).
-    event_scratch: (EncodedRows, Vec<i64>),
+    event_scratch: Vec<i64>,
     /// When enabled, evicted keys (slot, key, watermark), for the caller to drain.
     eviction_log: Option<Vec<Eviction>>,
     /// When enabled, slots that went idle, for the caller to drain.
@@ -721,18 +755,12 @@ impl KeyedWatermarkTracker {
 
     /// Batch update (the clock is read once, the global recomputed once).
     pub fn update_batch<K: AsKey>(&mut self, events: &[(K, i64)]) -> Result<Option<Watermark>> {
-        // Scratch buffers reused between calls: small batches pay no allocation.
-        let (mut rows, mut times) = std::mem::take(&mut self.event_scratch);
-        rows.clear();
+        // A scratch buffer reused between calls: small batches pay no allocation.
+        let mut times = std::mem::take(&mut self.event_scratch);
         times.clear();
-        for (k, t) in events {
-            rows.push_key(k);
-            times.push(*t);
-        }
-        let r = self.update_rows(&rows, &times, None);
-        if times.capacity() <= crate::SCRATCH_ROWS {
-            self.event_scratch = (rows, times);
-        }
+        times.extend(events.iter().map(|e| e.1));
+        let r = self.update_rows(&EventKeys(events), &times, None);
+        crate::keep_scratch(&mut self.event_scratch, times);
         r
     }
 
@@ -789,11 +817,11 @@ impl KeyedWatermarkTracker {
         if self.may_evict(n) {
             // Keys may be evicted while the batch runs: fold each row as it is found,
             // so a key found earlier in the batch is never evicted before its fold.
-            rows.for_each_key(|i, key| {
+            rows.for_each_key_ref(|i, key| {
                 if err.is_some() || nulls.is_some_and(|nb| nb.is_null(i)) {
                     return;
                 }
-                match self.batch_slot(key) {
+                match self.batch_slot_ref(key) {
                     Ok(slot) => {
                         self.batch_fold(slot, times[i]);
                     }
@@ -853,6 +881,21 @@ impl KeyedWatermarkTracker {
         }
     }
 
+    /// [`Self::batch_slot`] for a key as [`KeyRows::for_each_key_ref`] gives it.
+    #[inline]
+    pub fn batch_slot_ref(&mut self, key: KeyRef<'_>) -> Result<u32> {
+        match key {
+            KeyRef::Word(w) => {
+                let hash = w.hash();
+                match self.keys.get_word(w, hash) {
+                    Some(s) => Ok(s),
+                    None => self.insert_key(&w.bytes(), hash, self.batch_now),
+                }
+            }
+            KeyRef::Bytes(key) => self.batch_slot(key),
+        }
+    }
+
     /// `true` if applying `rows` more rows could evict keys (a bounded tracker without
     /// room for one new key per row): rows must then be folded one at a time.
     pub fn may_evict(&self, rows: usize) -> bool {
@@ -880,11 +923,11 @@ impl KeyedWatermarkTracker {
     ) {
         debug_assert!(!self.may_evict(rows.num_rows()));
         groups.clear();
-        rows.for_each_key(|i, key| {
+        rows.for_each_key_ref(|i, key| {
             let slot = if skip(i) {
                 NIL
             } else {
-                self.batch_slot(key).unwrap_or_else(|e| {
+                self.batch_slot_ref(key).unwrap_or_else(|e| {
                     on_error(i, e);
                     NIL
                 })
