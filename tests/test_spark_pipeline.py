@@ -308,6 +308,40 @@ def test_state_partition_tags_land_in_their_spark_partition(spark: Any) -> None:
         assert sorted((r.p % n, r.s) for r in got) == sorted((p % n, p % n) for p in range(2 * n))
 
 
+def test_tagged_rows_go_where_repartition_by_keys_sends_them(spark: Any) -> None:
+    """Every row is tagged with the state partition ``repartition(n, *keys)`` gives it
+    (rescaling redistributes keys by that hash), whatever the key columns are called,
+    and lands in that Spark partition; each state partition gets one placeholder."""
+    from pyspark.sql import functions as F
+
+    from tidemark.spark.streaming import _SP, _tagged, _tags
+
+    keys = ["ten ant.`x`", "id"]
+    df = spark.createDataFrame(
+        [(f"t{i % 7}", i % 5, i) for i in range(200)],
+        f"`{keys[0].replace('`', '``')}` string, id int, v int",
+    )
+    n = 3
+    data, placeholder = _tags(n)
+    want = {
+        r.v: r.p
+        for r in df.repartition(n, *[F.col(f"`{k.replace('`', '``')}`") for k in keys])
+        .select("v", F.spark_partition_id().alias("p"))
+        .collect()
+    }
+    got = (
+        _tagged(df, keys, n, flush=False)
+        .select("v", _SP, F.spark_partition_id().alias("p"))
+        .collect()
+    )
+    rows = [r for r in got if r.v is not None]
+    assert {r.v: r[_SP] for r in rows} == {v: data[p] for v, p in want.items()}
+    assert all(r.p == want[r.v] for r in rows)
+    assert sorted((r[_SP], r.p) for r in got if r.v is None) == [
+        (placeholder[p], p) for p in range(n)
+    ]
+
+
 def test_streaming_state_is_right_whatever_the_sink_does(spark: Any, tmp_path: Path) -> None:
     """With a windows sink alone, the sink's own job runs the state partitions'
     tasks. A sink that coalesces its DataFrame (so one Spark task runs several state

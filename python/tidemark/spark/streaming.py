@@ -98,22 +98,33 @@ def _tags(n: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return tuple(data[p] for p in range(n)), tuple(placeholder[p] for p in range(n))
 
 
+def _quoted(name: str) -> str:
+    """A column name as a SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _pick_sql(values: tuple[int, ...], index_sql: str) -> str:
+    """SQL for ``values[index]`` (``index_sql`` counts from 1)."""
+    return f"element_at(array({', '.join(map(str, values))}), CAST({index_sql} AS INT))"
+
+
 def _tagged(df: Any, keys: list[str], n: int, flush: bool) -> Any:
     """``df``'s rows, each tagged with its state partition (Spark's hash of the keys,
     as ``repartition(n, *keys)``), and one placeholder row per state partition,
     repartitioned so that Spark partition ``p`` holds state partition ``p``. For a
     flush, ``df`` is ignored: the placeholders alone, one per Spark partition, with
-    no shuffle (and a plan whose first run costs less JVM warm-up)."""
-    from pyspark.sql import functions as F
+    no shuffle (and a plan whose first run costs less JVM warm-up).
 
+    Built from SQL expressions: a handful of driver-to-JVM calls per micro-batch
+    (one per column function costs tens of milliseconds a batch)."""
     data, placeholder = _tags(n)
     spark = df.sparkSession
-    ph_tag = F.element_at(F.array(*[F.lit(v) for v in placeholder]), (F.col("id") + 1).cast("int"))
+    ph_tag = f"{_pick_sql(placeholder, 'id + 1')} AS {_quoted(_SP)}"
     if flush:
-        return spark.range(0, n, 1, n).select(ph_tag.alias(_SP))
-    placeholders = spark.range(0, n, 1, 1).select(ph_tag.alias(_SP))
-    sp = F.pmod(F.hash(*keys), F.lit(n)) if keys else F.lit(0)
-    rows = df.withColumn(_SP, F.element_at(F.array(*[F.lit(v) for v in data]), sp + 1))
+        return spark.range(0, n, 1, n).selectExpr(ph_tag)
+    placeholders = spark.range(0, n, 1, 1).selectExpr(ph_tag)
+    sp = f"pmod(hash({', '.join(map(_quoted, keys))}), {n}) + 1" if keys else "1"
+    rows = df.selectExpr("*", f"{_pick_sql(data, sp)} AS {_quoted(_SP)}")
     return rows.unionByName(placeholders, allowMissingColumns=True).repartition(n, _SP)
 
 
