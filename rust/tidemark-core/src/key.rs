@@ -601,48 +601,66 @@ impl KeyRows for KeyColumns {
     #[inline]
     fn for_each_key(&self, mut f: impl FnMut(usize, &[u8])) {
         // Specialised loops for the common single-column keys; the general path
-        // encodes column by column into a scratch buffer.
+        // encodes column by column.
         macro_rules! strings {
             ($a:expr) => {{
                 let a = $a;
-                let mut buf = Vec::with_capacity(64);
-                for i in 0..self.len {
-                    buf.clear();
+                encode_chunked(self.len, &mut f, |i, buf| {
                     if a.is_null(i) {
-                        encode_null(&mut buf);
+                        encode_null(buf);
                     } else {
-                        encode_str(a.value(i), &mut buf);
+                        encode_str(a.value(i), buf);
                     }
-                    f(i, &buf);
-                }
+                });
                 return;
             }};
         }
         match self.cols.as_slice() {
             [Col::Int(a)] => {
                 let a = a.as_primitive::<Int64Type>();
-                let mut k = [tag::INT, 0, 0, 0, 0, 0, 0, 0, 0];
-                for (i, v) in a.values().iter().enumerate() {
+                encode_chunked(self.len, &mut f, |i, buf| {
                     if a.is_null(i) {
-                        f(i, &[tag::NULL]);
+                        encode_null(buf);
                     } else {
-                        k[1..].copy_from_slice(&v.to_le_bytes());
-                        f(i, &k);
+                        encode_int(a.value(i), buf);
                     }
-                }
+                });
             }
             [Col::Utf8(a)] => strings!(a.as_string::<i32>()),
             [Col::LargeUtf8(a)] => strings!(a.as_string::<i64>()),
             [Col::Utf8View(a)] => strings!(a.as_string_view()),
-            _ => {
-                let mut buf = Vec::with_capacity(64);
-                for i in 0..self.len {
-                    buf.clear();
-                    self.encode(i, &mut buf);
-                    f(i, &buf);
-                }
-            }
+            _ => encode_chunked(self.len, &mut f, |i, buf| self.encode(i, buf)),
         }
+    }
+}
+
+/// Calls `f(row, key)` for rows `0..rows`, with keys encoded by `encode(row, buf)`
+/// a chunk of rows at a time: a key is read (hashed, compared) well after its bytes
+/// were written, never straight after (a read that spans several fresh writes waits
+/// for them to reach the cache).
+#[inline]
+fn encode_chunked(
+    rows: usize,
+    f: &mut impl FnMut(usize, &[u8]),
+    mut encode: impl FnMut(usize, &mut Vec<u8>),
+) {
+    const CHUNK: usize = 128;
+    let mut buf = Vec::with_capacity(CHUNK * 32);
+    let mut ends = [0usize; CHUNK];
+    let mut start = 0;
+    while start < rows {
+        let end = (start + CHUNK).min(rows);
+        buf.clear();
+        for (i, e) in (start..end).zip(ends.iter_mut()) {
+            encode(i, &mut buf);
+            *e = buf.len();
+        }
+        let mut from = 0;
+        for (i, &e) in (start..end).zip(ends.iter()) {
+            f(i, &buf[from..e]);
+            from = e;
+        }
+        start = end;
     }
 }
 
@@ -1414,6 +1432,43 @@ mod tests {
         let s = KeyColumns::single(Arc::new(StringArray::from(vec!["9"]))).unwrap();
         assert_eq!(a.key(0), b.key(0));
         assert_ne!(a.key(0), s.key(0));
+    }
+
+    #[test]
+    fn rows_visit_every_key_in_order_across_chunks() {
+        let n = 300; // more than one encoding chunk
+        let ints: ArrayRef = Arc::new(Int64Array::from_iter(
+            (0..n as i64).map(|i| (i % 7 != 3).then_some(i * 31 - 500)),
+        ));
+        let strs: ArrayRef = Arc::new(StringArray::from_iter(
+            (0..n).map(|i| (i % 5 != 1).then(|| "k".repeat(i % 40))),
+        ));
+        let large: ArrayRef = Arc::new(LargeStringArray::from_iter(
+            (0..n).map(|i| (i % 4 != 0).then(|| format!("tenant-{i:07}"))),
+        ));
+        for cols in [
+            vec![ints.clone()],
+            vec![strs.clone()],
+            vec![large.clone()],
+            vec![strs, ints.clone(), large],
+        ] {
+            let keys = KeyColumns::new(&cols).unwrap();
+            let mut seen = Vec::new();
+            keys.for_each_key(|i, k| seen.push((i, k.to_vec())));
+            let want: Vec<_> = (0..n).map(|i| (i, keys.key(i))).collect();
+            assert_eq!(seen, want);
+            let mut refs = Vec::new();
+            keys.for_each_key_ref(|i, k| {
+                refs.push((
+                    i,
+                    match k {
+                        KeyRef::Word(w) => w.bytes().to_vec(),
+                        KeyRef::Bytes(b) => b.to_vec(),
+                    },
+                ))
+            });
+            assert_eq!(refs, want);
+        }
     }
 
     proptest! {
