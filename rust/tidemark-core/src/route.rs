@@ -27,7 +27,7 @@ use arrow_array::{Array, ArrayRef, RecordBatch, UInt32Array};
 use arrow_schema::{DataType, Schema, TimeUnit};
 
 use crate::error::{Result, TidemarkError};
-use crate::key::KeyColumns;
+use crate::key::{KeyColumns, KeyRows};
 
 /// Which hash a keyed [`Router`] uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -440,14 +440,9 @@ fn xxh3_map<T>(cols: &[ArrayRef], f: impl Fn(u64) -> T) -> Result<Vec<T>> {
         }
     }
     let keys = KeyColumns::new(cols)?;
-    let mut scratch = Vec::with_capacity(64);
-    Ok((0..rows)
-        .map(|i| {
-            scratch.clear();
-            keys.encode(i, &mut scratch);
-            f(xxh3_encoded(&scratch))
-        })
-        .collect())
+    let mut out = Vec::with_capacity(rows);
+    keys.for_each_key(|_, k| out.push(f(xxh3_encoded(k))));
+    Ok(out)
 }
 
 /// xxh3-64 (default secret, seed 0) of an input of 9 to 16 bytes whose first and
@@ -911,6 +906,20 @@ mod tests {
             crate::key::encode_int(*v, &mut k);
             assert_eq!(fast[i], xxh3_partition(&k, 13));
         }
+    }
+
+    #[test]
+    fn multi_column_keys_route_by_their_encoded_key() {
+        let n = 300; // several encoding chunks
+        let a: ArrayRef = Arc::new(StringArray::from_iter(
+            (0..n).map(|i| (i % 9 != 4).then(|| format!("region-{}", i % 11))),
+        ));
+        let b: ArrayRef = Arc::new(Int64Array::from_iter_values((0..n as i64).map(|i| i * 37)));
+        let cols = [a, b];
+        let got = xxh3_partitions(&cols, 7).unwrap();
+        let keys = KeyColumns::new(&cols).unwrap();
+        let want: Vec<u32> = (0..n).map(|i| xxh3_partition(&keys.key(i), 7)).collect();
+        assert_eq!(got, want);
     }
 
     #[test]
