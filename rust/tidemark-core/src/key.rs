@@ -995,6 +995,15 @@ impl<V: Copy + Default> KeyTable<V> {
             .copied()
     }
 
+    /// The slot of a key as [`KeyRows::for_each_key_ref`] gives it, if present.
+    #[inline]
+    pub fn get_ref(&self, key: KeyRef<'_>) -> Option<u32> {
+        match key {
+            KeyRef::Word(w) => self.get_word(w, w.hash()),
+            KeyRef::Bytes(b) => self.get(b),
+        }
+    }
+
     /// The slot of `key`, inserting it if absent; the flag says whether it was new.
     #[inline]
     pub fn get_or_insert(&mut self, key: &[u8]) -> Result<(u32, bool)> {

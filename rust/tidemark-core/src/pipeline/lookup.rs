@@ -8,7 +8,7 @@ use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array};
 use arrow_schema::{Field, Schema, SchemaRef};
 
 use crate::error::{Result, TidemarkError};
-use crate::key::KeyColumns;
+use crate::key::{KeyColumns, KeyRows};
 
 /// How input rows without a match are treated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,14 +164,9 @@ impl Lookup {
             .map(|k| batch.column_by_name(k).expect("checked").clone())
             .collect();
         let keys = KeyColumns::new(&cols)?;
-        let mut scratch = Vec::with_capacity(32);
-        let rows: UInt32Array = (0..batch.num_rows())
-            .map(|i| {
-                scratch.clear();
-                keys.encode(i, &mut scratch);
-                self.index.get(scratch.as_slice()).copied()
-            })
-            .collect();
+        let mut found = Vec::with_capacity(batch.num_rows());
+        keys.for_each_key(|_, key| found.push(self.index.get(key).copied()));
+        let rows = UInt32Array::from(found);
         let (input, rows, keep, dropped) = match self.how {
             JoinHow::Left => (batch.clone(), rows, None, 0),
             JoinHow::Inner => {

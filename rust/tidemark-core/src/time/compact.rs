@@ -33,7 +33,7 @@
 
 use crate::clock::ClockRef;
 use crate::error::Result;
-use crate::key::{hash_key, AsKey, KeyColumns, KeyTable};
+use crate::key::{hash_key, AsKey, KeyColumns, KeyRows, KeyTable};
 use crate::time::{KeyEvictionPolicy, KeyedTicks, KeyedWatermarkTracker, Watermark};
 use arrow_array::{Array, BooleanArray, Int64Array};
 use arrow_buffer::BooleanBuffer;
@@ -243,20 +243,23 @@ impl CompactKeyedWatermarkTracker {
         // Fold per key, then apply each key once.
         let mut local = KeyTable::new();
         let mut maxima: Vec<i64> = Vec::new();
-        let mut buf = Vec::new();
-        for i in 0..keys.len().min(times.len()) {
-            if times.is_null(i) {
-                continue;
+        let n = keys.len().min(times.len());
+        let mut err = None;
+        keys.for_each_key(|i, key| {
+            if i >= n || times.is_null(i) || err.is_some() {
+                return;
             }
-            buf.clear();
-            keys.encode(i, &mut buf);
-            let (slot, new) = local.get_or_insert(&buf)?;
-            if new {
-                maxima.push(times.value(i));
-            } else {
-                let m = &mut maxima[slot as usize];
-                *m = (*m).max(times.value(i));
+            match local.get_or_insert(key) {
+                Ok((_, true)) => maxima.push(times.value(i)),
+                Ok((slot, false)) => {
+                    let m = &mut maxima[slot as usize];
+                    *m = (*m).max(times.value(i));
+                }
+                Err(e) => err = Some(e),
             }
+        });
+        if let Some(e) = err {
+            return Err(e);
         }
         // Apply key by key: a batch may hold more keys than the exact part, and each
         // key's event time must land before the key can be evicted into the sketch.
@@ -302,16 +305,16 @@ impl CompactKeyedWatermarkTracker {
 
     /// Vectorised [`Self::is_late`]; null where the time is null.
     pub fn is_late_columns(&self, keys: &KeyColumns, times: &Int64Array) -> BooleanArray {
-        let mut buf = Vec::new();
-        let bits = BooleanBuffer::collect_bool(keys.len(), |i| {
-            if times.is_null(i) {
-                return false;
-            }
-            buf.clear();
-            keys.encode(i, &mut buf);
-            self.watermark_for_encoded(&buf)
-                .is_some_and(|w| times.value(i) < w)
+        let mut late = Vec::with_capacity(keys.len());
+        keys.for_each_key(|i, key| {
+            late.push(
+                times.is_valid(i)
+                    && self
+                        .watermark_for_encoded(key)
+                        .is_some_and(|w| times.value(i) < w),
+            )
         });
+        let bits = BooleanBuffer::collect_bool(late.len(), |i| late[i]);
         BooleanArray::new(bits, times.nulls().cloned())
     }
 

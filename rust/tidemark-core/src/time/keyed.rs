@@ -1122,18 +1122,17 @@ impl KeyedWatermarkTracker {
                 format!("{} keys but {} event times", keys.len(), times.len()),
             ));
         }
-        let mut buf = Vec::new();
-        let bits = BooleanBuffer::collect_bool(keys.len(), |i| {
-            if times.is_null(i) {
-                return false;
-            }
-            buf.clear();
-            keys.encode(i, &mut buf);
-            match self.keys.get(&buf) {
-                Some(s) => times.value(i) < self.wm_of(s as usize),
-                None => false,
-            }
+        let mut late = Vec::with_capacity(keys.len());
+        keys.for_each_key_ref(|i, key| {
+            late.push(
+                times.is_valid(i)
+                    && self
+                        .keys
+                        .get_ref(key)
+                        .is_some_and(|s| times.value(i) < self.wm_of(s as usize)),
+            )
         });
+        let bits = BooleanBuffer::collect_bool(late.len(), |i| late[i]);
         Ok(BooleanArray::new(
             bits,
             times.nulls().cloned().map(|n: NullBuffer| n),
