@@ -639,7 +639,7 @@ impl KeyRows for KeyColumns {
 /// were written, never straight after (a read that spans several fresh writes waits
 /// for them to reach the cache).
 #[inline]
-fn encode_chunked(
+pub(crate) fn encode_chunked(
     rows: usize,
     f: &mut impl FnMut(usize, &[u8]),
     mut encode: impl FnMut(usize, &mut Vec<u8>),

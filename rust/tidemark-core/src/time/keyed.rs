@@ -39,7 +39,7 @@ use arrow_buffer::{BooleanBuffer, NullBuffer};
 
 use crate::clock::{system_clock, ClockRef};
 use crate::error::{Result, TidemarkError};
-use crate::key::{hash_key, AsKey, KeyColumns, KeyRef, KeyRows, KeyTable};
+use crate::key::{encode_chunked, hash_key, AsKey, KeyColumns, KeyRef, KeyRows, KeyTable};
 use crate::state::{Reader, Writer};
 use crate::time::{MinTree, NodeMinTree, Watermark};
 
@@ -181,7 +181,7 @@ pub struct Eviction {
 }
 
 /// The keys of `(key, event time)` pairs as [`KeyRows`]: integer keys are handed out
-/// as words, others encoded one at a time.
+/// as words, others encoded a chunk of rows at a time.
 struct EventKeys<'a, K>(&'a [(K, i64)]);
 
 impl<K: AsKey> KeyRows for EventKeys<'_, K> {
@@ -190,17 +190,16 @@ impl<K: AsKey> KeyRows for EventKeys<'_, K> {
     }
 
     fn for_each_key(&self, mut f: impl FnMut(usize, &[u8])) {
-        let mut buf = Vec::with_capacity(64);
-        for (i, (k, _)) in self.0.iter().enumerate() {
-            buf.clear();
-            k.encode_key(&mut buf);
-            f(i, &buf);
-        }
+        encode_chunked(self.0.len(), &mut f, |i, buf| self.0[i].0.encode_key(buf));
     }
 
     #[inline]
     fn for_each_key_ref(&self, mut f: impl FnMut(usize, KeyRef<'_>)) {
-        let mut buf = Vec::with_capacity(64);
+        // Whether a key is a word depends on its type: the first key tells.
+        if self.0.first().is_some_and(|e| e.0.word_key().is_none()) {
+            return self.for_each_key(|i, k| f(i, KeyRef::Bytes(k)));
+        }
+        let mut buf = Vec::new();
         for (i, (k, _)) in self.0.iter().enumerate() {
             match k.word_key() {
                 Some(w) => f(i, KeyRef::Word(w)),
@@ -333,7 +332,7 @@ pub struct KeyedWatermarkTracker {
     batch_now: i64,
     /// Key indexes of a batch's rows (reused between batches).
     group_scratch: Vec<u32>,
-    /// Encoded keys and event times of an `update_batch` call (reused).
+    /// Event times of an `update_batch` call (reused).
     event_scratch: Vec<i64>,
     /// When enabled, evicted keys (slot, key, watermark), for the caller to drain.
     eviction_log: Option<Vec<Eviction>>,

@@ -684,3 +684,28 @@ mod model {
         }
     }
 }
+
+#[test]
+fn batches_of_string_keys_match_updates_one_by_one() {
+    // More rows than one encoding chunk, keys repeated within the batch.
+    let names: Vec<String> = (0..300).map(|i| format!("tenant-{}", i % 170)).collect();
+    let events: Vec<(&str, i64)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (k.as_str(), 10_000 + (i as i64 * 7919) % 5_000))
+        .collect();
+    let (mut batched, _) = simple();
+    let (mut single, _) = simple();
+    batched.update_batch(&events).unwrap();
+    for &(k, ts) in &events {
+        single.update(k, ts).unwrap();
+    }
+    assert_eq!(batched.total_key_count(), 170);
+    for k in &names {
+        assert_eq!(
+            batched.watermark_for_key(k.as_str()),
+            single.watermark_for_key(k.as_str())
+        );
+    }
+    assert_eq!(batched.global_watermark(), single.global_watermark());
+}
