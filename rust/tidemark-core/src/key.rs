@@ -553,14 +553,25 @@ pub fn key_eq(a: &[u8], b: &[u8]) -> bool {
     a == b
 }
 
-/// A row's key as [`KeyRows::for_each_key_ref`] hands it out: an integer as a
+/// A row's key as [`KeyRows::for_each_row_key`] hands it out: an integer as a
 /// [`WordKey`] (hashed and compared in registers), any other key as its bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyRef<'a> {
+pub enum RowKey<'a> {
     /// A key that is one integer.
     Word(WordKey),
     /// An encoded key.
     Bytes(&'a [u8]),
+}
+
+impl RowKey<'_> {
+    /// [`hash_key`] of the encoded key.
+    #[inline]
+    pub fn hash(&self) -> u64 {
+        match self {
+            RowKey::Word(w) => w.hash(),
+            RowKey::Bytes(b) => hash_key(b),
+        }
+    }
 }
 
 /// Rows of encoded keys, visited in order.
@@ -569,11 +580,11 @@ pub trait KeyRows {
     fn num_rows(&self) -> usize;
     /// Calls `f(row, key)` for every row, in row order.
     fn for_each_key(&self, f: impl FnMut(usize, &[u8]));
-    /// [`Self::for_each_key`], with integer keys as [`KeyRef::Word`] where the rows
+    /// [`Self::for_each_key`], with integer keys as [`RowKey::Word`] where the rows
     /// have them at hand (a single integer key column).
     #[inline]
-    fn for_each_key_ref(&self, mut f: impl FnMut(usize, KeyRef<'_>)) {
-        self.for_each_key(|i, k| f(i, KeyRef::Bytes(k)))
+    fn for_each_row_key(&self, mut f: impl FnMut(usize, RowKey<'_>)) {
+        self.for_each_key(|i, k| f(i, RowKey::Bytes(k)))
     }
 }
 
@@ -583,18 +594,18 @@ impl KeyRows for KeyColumns {
     }
 
     #[inline]
-    fn for_each_key_ref(&self, mut f: impl FnMut(usize, KeyRef<'_>)) {
+    fn for_each_row_key(&self, mut f: impl FnMut(usize, RowKey<'_>)) {
         if let [Col::Int(a)] = self.cols.as_slice() {
             let a = a.as_primitive::<Int64Type>();
             for (i, &v) in a.values().iter().enumerate() {
                 if a.is_null(i) {
-                    f(i, KeyRef::Bytes(&[tag::NULL]));
+                    f(i, RowKey::Bytes(&[tag::NULL]));
                 } else {
-                    f(i, KeyRef::Word(WordKey::int(v)));
+                    f(i, RowKey::Word(WordKey::int(v)));
                 }
             }
         } else {
-            self.for_each_key(|i, k| f(i, KeyRef::Bytes(k)))
+            self.for_each_key(|i, k| f(i, RowKey::Bytes(k)))
         }
     }
 
@@ -995,12 +1006,13 @@ impl<V: Copy + Default> KeyTable<V> {
             .copied()
     }
 
-    /// The slot of a key as [`KeyRows::for_each_key_ref`] gives it, if present.
+    /// [`Self::get_hashed`] for a key as [`KeyRows::for_each_row_key`] gives it
+    /// (`hash`: [`RowKey::hash`]).
     #[inline]
-    pub fn get_ref(&self, key: KeyRef<'_>) -> Option<u32> {
+    pub fn get_row(&self, key: RowKey<'_>, hash: u64) -> Option<u32> {
         match key {
-            KeyRef::Word(w) => self.get_word(w, w.hash()),
-            KeyRef::Bytes(b) => self.get(b),
+            RowKey::Word(w) => self.get_word(w, hash),
+            RowKey::Bytes(b) => self.get_hashed(b, hash),
         }
     }
 
@@ -1467,12 +1479,12 @@ mod tests {
             let want: Vec<_> = (0..n).map(|i| (i, keys.key(i))).collect();
             assert_eq!(seen, want);
             let mut refs = Vec::new();
-            keys.for_each_key_ref(|i, k| {
+            keys.for_each_row_key(|i, k| {
                 refs.push((
                     i,
                     match k {
-                        KeyRef::Word(w) => w.bytes().to_vec(),
-                        KeyRef::Bytes(b) => b.to_vec(),
+                        RowKey::Word(w) => w.bytes().to_vec(),
+                        RowKey::Bytes(b) => b.to_vec(),
                     },
                 ))
             });

@@ -869,7 +869,7 @@ impl Operator {
         } else {
             group.clear();
             group.resize(n, SKIP);
-            keys.for_each_key_ref(|row, key| {
+            keys.for_each_row_key(|row, key| {
                 if fatal.is_some() || bad_row[row] {
                     return;
                 }
@@ -877,7 +877,7 @@ impl Operator {
                     errors.push((row, reason));
                     return;
                 }
-                let slot = match self.keys.batch_slot_ref(key) {
+                let slot = match self.keys.batch_slot_row(key) {
                     Ok(s) => s,
                     Err(
                         e @ (TidemarkError::MaxKeysReached { .. } | TidemarkError::Config { .. }),

@@ -36,7 +36,7 @@ use crate::error::Result;
 use crate::key::{hash_key, AsKey, KeyColumns, KeyRows, KeyTable};
 use crate::time::{KeyEvictionPolicy, KeyedTicks, KeyedWatermarkTracker, Watermark};
 use arrow_array::{Array, BooleanArray, Int64Array};
-use arrow_buffer::BooleanBuffer;
+use arrow_buffer::BooleanBufferBuilder;
 
 /// Configuration of a [`CompactKeyedWatermarkTracker`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -305,17 +305,16 @@ impl CompactKeyedWatermarkTracker {
 
     /// Vectorised [`Self::is_late`]; null where the time is null.
     pub fn is_late_columns(&self, keys: &KeyColumns, times: &Int64Array) -> BooleanArray {
-        let mut late = Vec::with_capacity(keys.len());
+        let mut late = BooleanBufferBuilder::new(keys.len());
         keys.for_each_key(|i, key| {
-            late.push(
+            late.append(
                 times.is_valid(i)
                     && self
                         .watermark_for_encoded(key)
                         .is_some_and(|w| times.value(i) < w),
             )
         });
-        let bits = BooleanBuffer::collect_bool(late.len(), |i| late[i]);
-        BooleanArray::new(bits, times.nulls().cloned())
+        BooleanArray::new(late.finish(), times.nulls().cloned())
     }
 
     /// The global watermark of the exact part (see [`KeyedWatermarkTracker`]).

@@ -35,11 +35,11 @@ use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use arrow_array::{Array, BooleanArray, Int64Array};
-use arrow_buffer::{BooleanBuffer, NullBuffer};
+use arrow_buffer::{BooleanBufferBuilder, NullBuffer};
 
 use crate::clock::{system_clock, ClockRef};
 use crate::error::{Result, TidemarkError};
-use crate::key::{encode_chunked, hash_key, AsKey, KeyColumns, KeyRef, KeyRows, KeyTable};
+use crate::key::{encode_chunked, hash_key, AsKey, KeyColumns, KeyRows, KeyTable, RowKey};
 use crate::state::{Reader, Writer};
 use crate::time::{MinTree, NodeMinTree, Watermark};
 
@@ -194,19 +194,19 @@ impl<K: AsKey> KeyRows for EventKeys<'_, K> {
     }
 
     #[inline]
-    fn for_each_key_ref(&self, mut f: impl FnMut(usize, KeyRef<'_>)) {
+    fn for_each_row_key(&self, mut f: impl FnMut(usize, RowKey<'_>)) {
         // Whether a key is a word depends on its type: the first key tells.
         if self.0.first().is_some_and(|e| e.0.word_key().is_none()) {
-            return self.for_each_key(|i, k| f(i, KeyRef::Bytes(k)));
+            return self.for_each_key(|i, k| f(i, RowKey::Bytes(k)));
         }
         let mut buf = Vec::new();
         for (i, (k, _)) in self.0.iter().enumerate() {
             match k.word_key() {
-                Some(w) => f(i, KeyRef::Word(w)),
+                Some(w) => f(i, RowKey::Word(w)),
                 None => {
                     buf.clear();
                     k.encode_key(&mut buf);
-                    f(i, KeyRef::Bytes(&buf));
+                    f(i, RowKey::Bytes(&buf));
                 }
             }
         }
@@ -816,11 +816,11 @@ impl KeyedWatermarkTracker {
         if self.may_evict(n) {
             // Keys may be evicted while the batch runs: fold each row as it is found,
             // so a key found earlier in the batch is never evicted before its fold.
-            rows.for_each_key_ref(|i, key| {
+            rows.for_each_row_key(|i, key| {
                 if err.is_some() || nulls.is_some_and(|nb| nb.is_null(i)) {
                     return;
                 }
-                match self.batch_slot_ref(key) {
+                match self.batch_slot_row(key) {
                     Ok(slot) => {
                         self.batch_fold(slot, times[i]);
                     }
@@ -880,18 +880,18 @@ impl KeyedWatermarkTracker {
         }
     }
 
-    /// [`Self::batch_slot`] for a key as [`KeyRows::for_each_key_ref`] gives it.
+    /// [`Self::batch_slot`] for a key as [`KeyRows::for_each_row_key`] gives it.
     #[inline]
-    pub fn batch_slot_ref(&mut self, key: KeyRef<'_>) -> Result<u32> {
+    pub fn batch_slot_row(&mut self, key: RowKey<'_>) -> Result<u32> {
         match key {
-            KeyRef::Word(w) => {
+            RowKey::Word(w) => {
                 let hash = w.hash();
                 match self.keys.get_word(w, hash) {
                     Some(s) => Ok(s),
                     None => self.insert_key(&w.bytes(), hash, self.batch_now),
                 }
             }
-            KeyRef::Bytes(key) => self.batch_slot(key),
+            RowKey::Bytes(key) => self.batch_slot(key),
         }
     }
 
@@ -922,11 +922,11 @@ impl KeyedWatermarkTracker {
     ) {
         debug_assert!(!self.may_evict(rows.num_rows()));
         groups.clear();
-        rows.for_each_key_ref(|i, key| {
+        rows.for_each_row_key(|i, key| {
             let slot = if skip(i) {
                 NIL
             } else {
-                self.batch_slot_ref(key).unwrap_or_else(|e| {
+                self.batch_slot_row(key).unwrap_or_else(|e| {
                     on_error(i, e);
                     NIL
                 })
@@ -1121,19 +1121,18 @@ impl KeyedWatermarkTracker {
                 format!("{} keys but {} event times", keys.len(), times.len()),
             ));
         }
-        let mut late = Vec::with_capacity(keys.len());
-        keys.for_each_key_ref(|i, key| {
-            late.push(
+        let mut late = BooleanBufferBuilder::new(keys.len());
+        keys.for_each_row_key(|i, key| {
+            late.append(
                 times.is_valid(i)
                     && self
                         .keys
-                        .get_ref(key)
+                        .get_row(key, key.hash())
                         .is_some_and(|s| times.value(i) < self.wm_of(s as usize)),
             )
         });
-        let bits = BooleanBuffer::collect_bool(late.len(), |i| late[i]);
         Ok(BooleanArray::new(
-            bits,
+            late.finish(),
             times.nulls().cloned().map(|n: NullBuffer| n),
         ))
     }
