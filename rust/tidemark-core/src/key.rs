@@ -897,12 +897,143 @@ struct Entry<V> {
 #[derive(Debug, Clone, Default)]
 pub struct KeyTable<V = ()> {
     table: HashTable<u32>,
+    /// Integer keys while they are dense (see [`Dense`]); not in `table` then.
+    dense: Dense,
     entries: Vec<Entry<V>>,
     arena: Vec<u8>,
     free: Vec<u32>,
     dead_bytes: usize,
     /// Bytes of the live keys held inline.
     inline_bytes: usize,
+}
+
+/// Integer keys (`tag::INT`) mapped straight to their slot while they span a dense
+/// range, as DuckDB's perfect hash aggregate does for small ranges: one load from a
+/// 4-byte-per-value array instead of a hash probe. A key that would stretch the
+/// range past [`dense_limit`] turns the map off for good (until `clear`): its keys
+/// move to the hash index.
+#[derive(Debug, Clone, Default)]
+enum Dense {
+    /// No integer key yet.
+    #[default]
+    Unused,
+    /// `slots[v - base]` is the slot of key `v` plus one (0: absent); `keys` counts
+    /// the keys held. Every integer key of the table is here.
+    On {
+        base: i64,
+        slots: Vec<u32>,
+        keys: usize,
+    },
+    /// Integer keys are in the hash index.
+    Off,
+}
+
+/// Room the dense map may take for `keys` keys (values of range): a quarter of its
+/// values used, or 64K values (256 KiB) whatever the count, so keys of a range that
+/// small may come in any order.
+fn dense_limit(keys: usize) -> u64 {
+    4 * keys as u64 + 65_536
+}
+
+/// The value of an encoded integer key (`tag::INT`, 8 little-endian bytes).
+#[inline(always)]
+fn int_of(key: &[u8]) -> Option<i64> {
+    match key {
+        [tag::INT, rest @ ..] if rest.len() == 8 => {
+            Some(i64::from_le_bytes(rest.try_into().expect("8 bytes")))
+        }
+        _ => None,
+    }
+}
+
+impl Dense {
+    /// `Some(slot)` / `Some(None)` when the map decides (integer keys are all here),
+    /// `None` when the hash index holds them.
+    #[inline(always)]
+    fn get(&self, v: i64) -> Option<Option<u32>> {
+        match self {
+            Dense::On { base, slots, .. } => {
+                let i = v.wrapping_sub(*base) as u64;
+                Some(match slots.get(i as usize) {
+                    Some(&s) if i < slots.len() as u64 && s != 0 => Some(s - 1),
+                    _ => None,
+                })
+            }
+            Dense::Unused => Some(None),
+            Dense::Off => None,
+        }
+    }
+
+    /// Adds key `v` in `slot`; `false` if it does not fit (the caller turns the map
+    /// off).
+    fn insert(&mut self, v: i64, slot: u32) -> bool {
+        match self {
+            Dense::Unused => {
+                *self = Dense::On {
+                    base: v,
+                    slots: vec![slot + 1],
+                    keys: 1,
+                };
+                true
+            }
+            Dense::On { base, slots, keys } => {
+                let len = slots.len() as i128;
+                let (b, v128) = (i128::from(*base), i128::from(v));
+                let (lo, hi) = (b.min(v128), (b + len).max(v128 + 1));
+                if (hi - lo) as u128 > u128::from(dense_limit(*keys + 1)) {
+                    return false;
+                }
+                if v128 >= b + len {
+                    // Vec growth doubles the capacity: amortized O(1) per new value.
+                    slots.resize((v128 - b + 1) as usize, 0);
+                } else if v128 < b {
+                    // Grow downwards with room for as many more values again.
+                    let room = (b - v128) as u64
+                        + (slots.len() as u64)
+                            .min(dense_limit(*keys + 1).saturating_sub((hi - lo) as u64));
+                    let room = room.min((b - i128::from(i64::MIN)) as u64) as usize;
+                    let mut grown = vec![0u32; room + slots.len()];
+                    grown[room..].copy_from_slice(slots);
+                    *slots = grown;
+                    *base = (b - room as i128) as i64;
+                }
+                slots[(v128 - i128::from(*base)) as usize] = slot + 1;
+                *keys += 1;
+                true
+            }
+            Dense::Off => false,
+        }
+    }
+
+    /// Removes key `v`; `false` if the map does not hold integer keys.
+    fn remove(&mut self, v: i64) -> bool {
+        match self {
+            Dense::On { base, slots, keys } => {
+                let i = v.wrapping_sub(*base) as u64;
+                if let Some(s) = slots.get_mut(i as usize).filter(|s| **s != 0) {
+                    *s = 0;
+                    *keys -= 1;
+                }
+                true
+            }
+            Dense::Unused => true,
+            Dense::Off => false,
+        }
+    }
+
+    fn keys(&self) -> usize {
+        match self {
+            Dense::On { keys, .. } => *keys,
+            _ => 0,
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Dense::On { slots, .. } => slots.capacity() * 4,
+            _ => 0,
+        }
+    }
 }
 
 impl<V> std::ops::Index<usize> for KeyTable<V> {
@@ -931,12 +1062,12 @@ impl KeyTable {
 impl<V: Copy + Default> KeyTable<V> {
     /// Number of keys.
     pub fn len(&self) -> usize {
-        self.table.len()
+        self.table.len() + self.dense.keys()
     }
 
     /// `true` if the table has no keys.
     pub fn is_empty(&self) -> bool {
-        self.table.is_empty()
+        self.len() == 0
     }
 
     /// One more than the largest slot id ever handed out (size per-slot arrays to this).
@@ -980,6 +1111,9 @@ impl<V: Copy + Default> KeyTable<V> {
     /// [`Self::get`] with a precomputed [`hash_key`].
     #[inline]
     pub fn get_hashed(&self, key: &[u8], hash: u64) -> Option<u32> {
+        if let Some(found) = int_of(key).and_then(|v| self.dense.get(v)) {
+            return found;
+        }
         let (arena, entries) = (&self.arena, &self.entries);
         let probe = Head::of(key, 0);
         if key.len() <= INLINE_KEY {
@@ -1000,6 +1134,11 @@ impl<V: Copy + Default> KeyTable<V> {
     /// [`Self::get_hashed`] for a [`WordKey`] (`hash`: [`WordKey::hash`]).
     #[inline]
     pub fn get_word(&self, key: WordKey, hash: u64) -> Option<u32> {
+        if key.tag == tag::INT {
+            if let Some(found) = self.dense.get(key.value as i64) {
+                return found;
+            }
+        }
         let (entries, probe) = (&self.entries, Head::of_word(key));
         self.table
             .find(hash, |&s| entries[s as usize].head == probe)
@@ -1063,11 +1202,29 @@ impl<V: Copy + Default> KeyTable<V> {
                 (self.entries.len() - 1) as u32
             }
         };
+        if let Some(v) = int_of(key) {
+            if self.dense.insert(v, slot) {
+                return Ok(slot);
+            }
+            self.dense_off();
+        }
         let (arena, entries) = (&self.arena, &self.entries);
         self.table.insert_unique(hash, slot, |&s| {
             hash_key(entries[s as usize].head.bytes(arena))
         });
         Ok(slot)
+    }
+
+    /// Moves the dense map's keys to the hash index, for good.
+    #[cold]
+    fn dense_off(&mut self) {
+        if let Dense::On { slots, .. } = std::mem::replace(&mut self.dense, Dense::Off) {
+            let (arena, entries) = (&self.arena, &self.entries);
+            let rehash = |s: &u32| hash_key(entries[*s as usize].head.bytes(arena));
+            for s in slots.into_iter().filter(|&s| s != 0).map(|s| s - 1) {
+                self.table.insert_unique(rehash(&s), s, |s: &u32| rehash(s));
+            }
+        }
     }
 
     /// Removes the key in `slot` (its id may be handed out again).
@@ -1077,9 +1234,11 @@ impl<V: Copy + Default> KeyTable<V> {
             return;
         }
         let key = head.bytes(&self.arena);
-        let (len, hash) = (key.len(), hash_key(key));
-        if let Ok(entry) = self.table.find_entry(hash, |&s| s == slot) {
-            entry.remove();
+        let len = key.len();
+        if !int_of(key).is_some_and(|v| self.dense.remove(v)) {
+            if let Ok(entry) = self.table.find_entry(hash_key(key), |&s| s == slot) {
+                entry.remove();
+            }
         }
         self.entries[slot as usize] = Entry {
             head: Head::FREE,
@@ -1131,6 +1290,7 @@ impl<V: Copy + Default> KeyTable<V> {
     /// the slots' values included.
     pub fn overhead_bytes(&self) -> usize {
         self.table.capacity() * (std::mem::size_of::<u32>() + 1)
+            + self.dense.heap_bytes()
             + self.entries.capacity() * std::mem::size_of::<Entry<V>>()
             - self.inline_bytes
             + self.free.capacity() * 4
@@ -1399,6 +1559,30 @@ mod tests {
     }
 
     #[test]
+    fn dense_integer_keys_skip_the_hash_index_until_they_spread() {
+        let mut t = KeyTable::new();
+        for v in (0..10_000i64).rev() {
+            t.get_or_insert(&enc(v)).unwrap();
+        }
+        assert!(matches!(t.dense, Dense::On { .. }));
+        assert_eq!(t.table.len(), 0);
+        assert!(t.overhead_bytes() < 10_000 * (32 + 8) + 256 * 1024);
+        // A value far away: every integer key moves to the hash index.
+        let (far, _) = t.get_or_insert(&enc(1i64 << 40)).unwrap();
+        assert!(matches!(t.dense, Dense::Off));
+        assert_eq!(t.len(), 10_001);
+        assert_eq!(t.table.len(), 10_001);
+        for v in 0..10_000i64 {
+            let w = WordKey::int(v);
+            assert_eq!(t.get_word(w, w.hash()), t.get(&enc(v)));
+            assert_eq!(t.key(t.get(&enc(v)).unwrap()), enc(v).as_slice());
+        }
+        assert_eq!(t.get(&enc(1i64 << 40)), Some(far));
+        t.clear();
+        assert!(matches!(t.dense, Dense::Unused));
+    }
+
+    #[test]
     fn table_interns_and_reuses_slots() {
         let mut t = KeyTable::new();
         let (a, new) = t.get_or_insert(&enc("a")).unwrap();
@@ -1523,6 +1707,45 @@ mod tests {
                 prop_assert_eq!(t.get_word(o, o.hash()), t.get(&enc(other)));
             }
             prop_assert!("1".word_key().is_none() && (1, 2).word_key().is_none());
+        }
+
+        /// Integer keys: dense runs (the direct map), far-off values that turn it
+        /// off, negative and extreme values, removals, strings mixed in; every
+        /// lookup path agrees with a map.
+        #[test]
+        fn integer_keys_match_hashmap(ops in proptest::collection::vec((0u8..4, prop_oneof![
+            6 => -300i64..300,
+            1 => Just(i64::MIN), 1 => Just(i64::MAX),
+            1 => any::<i64>(),
+        ]), 1..1500), far_late in any::<bool>()) {
+            let mut t = KeyTable::new();
+            let mut model: std::collections::HashMap<Vec<u8>, u32> = Default::default();
+            let n = ops.len();
+            for (i, (op, v)) in ops.into_iter().enumerate() {
+                // Without `far_late`, far-off values only come in the last tenth.
+                let v = if far_late || i * 10 >= n * 9 || (-300..300).contains(&v) { v } else { v % 300 };
+                let key = if op == 3 { enc(format!("s{v}")) } else { enc(v) };
+                match op {
+                    0 | 1 | 3 => {
+                        let (slot, new) = t.get_or_insert(&key).unwrap();
+                        match model.get(&key) {
+                            Some(&s) => { prop_assert!(!new); prop_assert_eq!(s, slot); }
+                            None => { prop_assert!(new); model.insert(key.clone(), slot); }
+                        }
+                    }
+                    _ => {
+                        if let Some(s) = model.remove(&key) { t.remove(s); }
+                    }
+                }
+                prop_assert_eq!(t.len(), model.len());
+                let w = WordKey::int(v);
+                prop_assert_eq!(t.get_word(w, w.hash()), model.get(&enc(v)).copied());
+                prop_assert_eq!(t.get(&enc(v)), model.get(&enc(v)).copied());
+            }
+            for (k, s) in &model {
+                prop_assert_eq!(t.get(k), Some(*s));
+                prop_assert_eq!(t.key(*s), k.as_slice());
+            }
         }
 
         #[test]

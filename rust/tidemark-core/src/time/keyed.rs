@@ -939,9 +939,10 @@ impl KeyedWatermarkTracker {
                 self.keys.prefetch(next);
                 crate::prefetch_at(&self.cold, next as usize);
             }
-            // Half-way: the activity-list neighbours the fold will relink.
+            // Half-way: the activity-list neighbours the fold will relink (only a
+            // key's first row in the batch relinks it).
             if let Some(&near) = groups.get(i + AHEAD / 2) {
-                if near != NIL {
+                if near != NIL && !self.in_batch(near) {
                     let c = self.cold[near as usize];
                     for link in [c.prev, c.next] {
                         crate::prefetch_at(&self.cold, link as usize);
