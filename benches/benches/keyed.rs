@@ -10,8 +10,9 @@
 //! | `keyed_update_columns` (64K rows, 10K keys) | | >= 20M events/s |
 //! | memory per key (printed) | < 128 B | <= 64 B |
 //!
-//! Keys are `i64` tenant ids unless the name says `string`. Every tracker reads a
-//! `ManualClock`.
+//! Keys are `i64` tenant ids `0..n` unless the name says `string` or `sparse` (ids
+//! spread over the whole `i64` range: the key table's hash index instead of its
+//! dense-integer map). Every tracker reads a `ManualClock`.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -69,6 +70,20 @@ fn bench_update(c: &mut Criterion) {
             })
         });
     }
+    // Integer ids spread over the whole i64 range (no dense range: hash lookups).
+    g.bench_function("sparse_key_of_10000", |b| {
+        const SPREAD: i64 = 0x9E37_79B9_7F4A_7C15u64 as i64;
+        let mut t = tracker(None);
+        for k in 0..10_000i64 {
+            t.update(k.wrapping_mul(SPREAD), 10_000 + k).unwrap();
+        }
+        let mut keys = Keys(0x9E37_79B9_7F4A_7C15, 10_000);
+        let mut ts = 1_000_000i64;
+        b.iter(|| {
+            ts += 1;
+            black_box(t.update(keys.next().wrapping_mul(SPREAD), ts).unwrap())
+        })
+    });
     g.bench_function("string_key_of_10000", |b| {
         let mut t = tracker(None);
         let names: Vec<String> = (0..10_000).map(|i| format!("tenant-{i:07}")).collect();
