@@ -330,6 +330,9 @@ pub struct KeyedWatermarkTracker {
     /// change only in [`Self::end_batch`], from the saved value.
     pending: Vec<(u32, i64)>,
     batch_now: i64,
+    /// The batch's keys were all folded by [`Self::batch_fold_rows`], which leaves
+    /// their activity (list position, last activity) to [`Self::end_batch`].
+    activity_deferred: bool,
     /// Key indexes of a batch's rows (reused between batches).
     group_scratch: Vec<u32>,
     /// Event times of an `update_batch` call (reused).
@@ -369,6 +372,7 @@ impl KeyedWatermarkTracker {
             scratch: Vec::new(),
             pending: Vec::new(),
             batch_now: 0,
+            activity_deferred: false,
             group_scratch: Vec::new(),
             event_scratch: Default::default(),
             eviction_log: None,
@@ -864,6 +868,7 @@ impl KeyedWatermarkTracker {
             }
         }
         self.pending.clear();
+        self.activity_deferred = false;
         self.batch_now = self.clock.now();
         self.batch_now
     }
@@ -933,21 +938,14 @@ impl KeyedWatermarkTracker {
             };
             groups.push(slot);
         });
+        // Nothing is evicted before the batch ends, so the keys' activity can wait
+        // for end_batch: once per key there, in order of first touch (the same list
+        // order), instead of on the rows here.
+        self.activity_deferred = self.pending.is_empty();
         const AHEAD: usize = 16;
         for i in 0..groups.len() {
             if let Some(&next) = groups.get(i + AHEAD) {
                 self.keys.prefetch(next);
-                crate::prefetch_at(&self.cold, next as usize);
-            }
-            // Half-way: the activity-list neighbours the fold will relink (only a
-            // key's first row in the batch relinks it).
-            if let Some(&near) = groups.get(i + AHEAD / 2) {
-                if near != NIL && !self.in_batch(near) {
-                    let c = self.cold[near as usize];
-                    for link in [c.prev, c.next] {
-                        crate::prefetch_at(&self.cold, link as usize);
-                    }
-                }
             }
             let slot = groups[i];
             if slot != NIL {
@@ -980,8 +978,10 @@ impl KeyedWatermarkTracker {
             if self.cfg.max_keys.is_some() {
                 self.fix(s, None);
             }
-            self.cold[s].last_activity = self.batch_now;
-            self.move_to_back(slot);
+            if !self.activity_deferred {
+                self.cold[s].last_activity = self.batch_now;
+                self.move_to_back(slot);
+            }
             i
         }
     }
@@ -1013,15 +1013,30 @@ impl KeyedWatermarkTracker {
     pub fn end_batch(&mut self) -> Option<Watermark> {
         let now = self.batch_now;
         let pending = std::mem::take(&mut self.pending);
+        let deferred = std::mem::take(&mut self.activity_deferred);
         const AHEAD: usize = 8;
         for (i, &(slot, before)) in pending.iter().enumerate() {
             if let Some(&(next, _)) = pending.get(i + AHEAD) {
                 if next != NIL {
                     self.active.prefetch(next as usize);
+                    if deferred {
+                        crate::prefetch_at(&self.cold, next as usize);
+                    }
                 }
             }
             if slot == NIL {
                 continue;
+            }
+            if deferred {
+                // Half-way: the list neighbours the move relinks.
+                if let Some(&(near, _)) = pending.get(i + AHEAD / 2) {
+                    if near != NIL {
+                        let c = self.cold[near as usize];
+                        crate::prefetch_at(&self.cold, c.prev as usize);
+                        crate::prefetch_at(&self.cold, c.next as usize);
+                    }
+                }
+                self.move_to_back(slot);
             }
             self.keys[slot as usize].pending = NIL;
             let before = before.saturating_sub(self.cfg.bounded_delay);
