@@ -935,6 +935,14 @@ fn dense_limit(keys: usize) -> u64 {
     4 * keys as u64 + 65_536
 }
 
+/// Index of value `v` in a dense map of `len` values starting at `base`, if inside
+/// (one unsigned comparison: values below `base` wrap to large offsets).
+#[inline(always)]
+fn offset(base: i64, v: i64, len: usize) -> Option<usize> {
+    let i = v.wrapping_sub(base) as u64;
+    (i < len as u64).then_some(i as usize)
+}
+
 /// The value of an encoded integer key (`tag::INT`, 8 little-endian bytes).
 #[inline(always)]
 fn int_of(key: &[u8]) -> Option<i64> {
@@ -953,6 +961,7 @@ impl Dense {
     fn get(&self, v: i64) -> Option<Option<u32>> {
         match self {
             Dense::On { base, slots, .. } => {
+                // The offset is compared as u64 too: `as usize` truncates on 32 bits.
                 let i = v.wrapping_sub(*base) as u64;
                 Some(match slots.get(i as usize) {
                     Some(&s) if i < slots.len() as u64 && s != 0 => Some(s - 1),
@@ -977,27 +986,26 @@ impl Dense {
                 true
             }
             Dense::On { base, slots, keys } => {
-                let len = slots.len() as i128;
-                let (b, v128) = (i128::from(*base), i128::from(v));
-                let (lo, hi) = (b.min(v128), (b + len).max(v128 + 1));
-                if (hi - lo) as u128 > u128::from(dense_limit(*keys + 1)) {
+                // In i128: the range of two i64 values may not fit an i64.
+                let (b, x, len) = (i128::from(*base), i128::from(v), slots.len() as i128);
+                let limit = i128::from(dense_limit(*keys + 1));
+                let span = (b + len).max(x + 1) - b.min(x);
+                if span > limit {
                     return false;
                 }
-                if v128 >= b + len {
+                if x >= b + len {
                     // Vec growth doubles the capacity: amortized O(1) per new value.
-                    slots.resize((v128 - b + 1) as usize, 0);
-                } else if v128 < b {
-                    // Grow downwards with room for as many more values again.
-                    let room = (b - v128) as u64
-                        + (slots.len() as u64)
-                            .min(dense_limit(*keys + 1).saturating_sub((hi - lo) as u64));
-                    let room = room.min((b - i128::from(i64::MIN)) as u64) as usize;
-                    let mut grown = vec![0u32; room + slots.len()];
-                    grown[room..].copy_from_slice(slots);
+                    slots.resize((x - b + 1) as usize, 0);
+                } else if x < b {
+                    // Grow downwards by as much again as the map holds (within the
+                    // limit, and not below i64::MIN): amortized O(1) too.
+                    let new_base = (x - len.min(limit - span)).max(i128::from(i64::MIN));
+                    let mut grown = vec![0u32; (b - new_base) as usize];
+                    grown.extend_from_slice(slots);
                     *slots = grown;
-                    *base = (b - room as i128) as i64;
+                    *base = new_base as i64;
                 }
-                slots[(v128 - i128::from(*base)) as usize] = slot + 1;
+                slots[(x - i128::from(*base)) as usize] = slot + 1;
                 *keys += 1;
                 true
             }
@@ -1009,8 +1017,8 @@ impl Dense {
     fn remove(&mut self, v: i64) -> bool {
         match self {
             Dense::On { base, slots, keys } => {
-                let i = v.wrapping_sub(*base) as u64;
-                if let Some(s) = slots.get_mut(i as usize).filter(|s| **s != 0) {
+                let held = offset(*base, v, slots.len()).map(|i| &mut slots[i]);
+                if let Some(s) = held.filter(|s| **s != 0) {
                     *s = 0;
                     *keys -= 1;
                 }
@@ -1676,6 +1684,44 @@ mod tests {
         }
     }
 
+    type Model = std::collections::HashMap<Vec<u8>, u32>;
+
+    /// Inserts (or removes) `key` in the table and in the model, checking that the
+    /// table hands out the model's slot and keeps its count.
+    fn apply_to_both(
+        t: &mut KeyTable,
+        model: &mut Model,
+        key: Vec<u8>,
+        insert: bool,
+    ) -> Result<(), TestCaseError> {
+        if insert {
+            let (slot, new) = t.get_or_insert(&key).unwrap();
+            match model.get(&key) {
+                Some(&s) => {
+                    prop_assert!(!new);
+                    prop_assert_eq!(s, slot);
+                }
+                None => {
+                    prop_assert!(new);
+                    model.insert(key, slot);
+                }
+            }
+        } else if let Some(s) = model.remove(&key) {
+            t.remove(s);
+        }
+        prop_assert_eq!(t.len(), model.len());
+        Ok(())
+    }
+
+    /// Every key of the model is found in its slot.
+    fn same_as_model(t: &KeyTable, model: &Model) -> Result<(), TestCaseError> {
+        for (k, s) in model {
+            prop_assert_eq!(t.get(k), Some(*s));
+            prop_assert_eq!(t.key(*s), k.as_slice());
+        }
+        Ok(())
+    }
+
     proptest! {
         #[test]
         fn key_eq_is_byte_equality(a in proptest::collection::vec(0u8..2, 0..40), flip in proptest::option::of(0usize..40)) {
@@ -1719,60 +1765,30 @@ mod tests {
             1 => any::<i64>(),
         ]), 1..1500), far_late in any::<bool>()) {
             let mut t = KeyTable::new();
-            let mut model: std::collections::HashMap<Vec<u8>, u32> = Default::default();
+            let mut model = Model::default();
             let n = ops.len();
             for (i, (op, v)) in ops.into_iter().enumerate() {
                 // Without `far_late`, far-off values only come in the last tenth.
                 let v = if far_late || i * 10 >= n * 9 || (-300..300).contains(&v) { v } else { v % 300 };
                 let key = if op == 3 { enc(format!("s{v}")) } else { enc(v) };
-                match op {
-                    0 | 1 | 3 => {
-                        let (slot, new) = t.get_or_insert(&key).unwrap();
-                        match model.get(&key) {
-                            Some(&s) => { prop_assert!(!new); prop_assert_eq!(s, slot); }
-                            None => { prop_assert!(new); model.insert(key.clone(), slot); }
-                        }
-                    }
-                    _ => {
-                        if let Some(s) = model.remove(&key) { t.remove(s); }
-                    }
-                }
-                prop_assert_eq!(t.len(), model.len());
+                apply_to_both(&mut t, &mut model, key, op != 2)?;
                 let w = WordKey::int(v);
                 prop_assert_eq!(t.get_word(w, w.hash()), model.get(&enc(v)).copied());
                 prop_assert_eq!(t.get(&enc(v)), model.get(&enc(v)).copied());
             }
-            for (k, s) in &model {
-                prop_assert_eq!(t.get(k), Some(*s));
-                prop_assert_eq!(t.key(*s), k.as_slice());
-            }
+            same_as_model(&t, &model)?;
         }
 
         #[test]
         fn table_matches_hashmap(ops in proptest::collection::vec((0u8..3, 0u16..200), 1..2000)) {
             let mut t = KeyTable::new();
-            let mut model: std::collections::HashMap<Vec<u8>, u32> = Default::default();
+            let mut model = Model::default();
             for (op, k) in ops {
                 // Long keys too, to exercise compaction.
                 let key = enc(format!("{k}-{}", "x".repeat((k % 7) as usize * 300)));
-                match op {
-                    0 | 1 => {
-                        let (slot, new) = t.get_or_insert(&key).unwrap();
-                        match model.get(&key) {
-                            Some(&s) => { prop_assert!(!new); prop_assert_eq!(s, slot); }
-                            None => { prop_assert!(new); model.insert(key.clone(), slot); }
-                        }
-                    }
-                    _ => {
-                        if let Some(s) = model.remove(&key) { t.remove(s); }
-                    }
-                }
-                prop_assert_eq!(t.len(), model.len());
+                apply_to_both(&mut t, &mut model, key, op != 2)?;
             }
-            for (k, s) in &model {
-                prop_assert_eq!(t.get(k), Some(*s));
-                prop_assert_eq!(t.key(*s), k.as_slice());
-            }
+            same_as_model(&t, &model)?;
         }
     }
 }

@@ -392,8 +392,10 @@ mod tests {
         }
     }
 
+    /// Only `-0.0` added sums to `-0.0`, as IEEE addition gives (and as the
+    /// partials alone did before the fixed-point window; `math.fsum` returns `0.0`).
     #[test]
-    fn negative_zero_sums_as_fsum_does() {
+    fn negative_zero_sums_keep_their_sign() {
         let sum = |xs: &[f64]| {
             let mut a = ExactSum::default();
             xs.iter().for_each(|&x| a.add(x));
@@ -411,6 +413,12 @@ mod tests {
         assert!(a.value().is_sign_negative());
         let (parts, sp) = a.parts();
         assert!(ExactSum::from_parts(parts, sp).value().is_sign_negative());
+    }
+
+    #[test]
+    fn the_sum_stays_as_small_as_before() {
+        // Every float aggregate state holds one (the partials took 32 bytes too).
+        assert_eq!(std::mem::size_of::<ExactSum>(), 32);
     }
 
     #[test]

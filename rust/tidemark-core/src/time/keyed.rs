@@ -940,8 +940,11 @@ impl KeyedWatermarkTracker {
         });
         // Nothing is evicted before the batch ends, so the keys' activity can wait
         // for end_batch: once per key there, in order of first touch (the same list
-        // order), instead of on the rows here.
-        self.activity_deferred = self.pending.is_empty();
+        // order), instead of on the rows here. Only from the batch's first key on: a
+        // key folded earlier was already moved, and the moves must keep their order.
+        if self.pending.is_empty() {
+            self.activity_deferred = true;
+        }
         const AHEAD: usize = 16;
         for i in 0..groups.len() {
             if let Some(&next) = groups.get(i + AHEAD) {
