@@ -133,6 +133,13 @@ pub trait AsKey {
     fn word_key(&self) -> Option<WordKey> {
         None
     }
+
+    /// This key as a [`BytesKey`], if it is one string or binary value: lookups then
+    /// read its bytes in place, with no buffer.
+    #[inline]
+    fn bytes_key(&self) -> Option<BytesKey<'_>> {
+        None
+    }
 }
 
 /// A key that is one integer: its encoding is 9 bytes (the type tag, then the value's
@@ -189,6 +196,138 @@ impl WordKey {
     }
 }
 
+/// A key that is one string or binary value (encoded as the tag, the `u32` length,
+/// then the bytes). [`BytesKey::hash`] and [`KeyTable::get_bytes`] read the value's
+/// bytes where they lie, as words: the key is not encoded into a buffer first, whose
+/// narrow stores (tag, length, copy) would stall the wide loads reading them back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BytesKey<'a> {
+    tag: u8,
+    payload: &'a [u8],
+}
+
+impl<'a> BytesKey<'a> {
+    /// A string key (the encoding of [`encode_str`]).
+    #[inline]
+    pub fn str(s: &'a str) -> Self {
+        BytesKey {
+            tag: tag::STR,
+            payload: s.as_bytes(),
+        }
+    }
+
+    /// A binary key (the encoding of [`encode_bytes`]).
+    #[inline]
+    pub fn bin(b: &'a [u8]) -> Self {
+        BytesKey {
+            tag: tag::BIN,
+            payload: b,
+        }
+    }
+
+    /// The key whose encoding is `encoded`, if that is one string or binary value.
+    #[inline(always)]
+    pub fn of_encoded(encoded: &'a [u8]) -> Option<Self> {
+        match encoded {
+            [t @ (tag::STR | tag::BIN), a, b, c, d, payload @ ..]
+                if u32::from_le_bytes([*a, *b, *c, *d]) as usize == payload.len() =>
+            {
+                Some(BytesKey { tag: *t, payload })
+            }
+            _ => None,
+        }
+    }
+
+    /// Length of the encoding.
+    #[inline(always)]
+    pub fn encoded_len(&self) -> usize {
+        5 + self.payload.len()
+    }
+
+    /// Appends the encoding to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.push(self.tag);
+        out.extend_from_slice(&(self.payload.len() as u32).to_le_bytes());
+        out.extend_from_slice(self.payload);
+    }
+
+    /// The value's bytes as one little-endian word, zero above its length (at most 16
+    /// bytes).
+    #[inline(always)]
+    fn value(&self) -> u128 {
+        let (p, m) = (self.payload, self.payload.len());
+        debug_assert!(m <= 16);
+        let w8 = |at: usize| u64::from_le_bytes(p[at..at + 8].try_into().expect("8 bytes"));
+        let w4 = |at: usize| u32::from_le_bytes(p[at..at + 4].try_into().expect("4 bytes"));
+        if m >= 8 {
+            let hi = if m > 8 {
+                w8(m - 8) >> (8 * (16 - m))
+            } else {
+                0
+            };
+            u128::from(w8(0)) | (u128::from(hi) << 64)
+        } else if m >= 4 {
+            // Two overlapping 4-byte loads (overlapping bytes are equal).
+            u128::from(w4(0)) | (u128::from(w4(m - 4)) << (8 * (m - 4)))
+        } else if m > 0 {
+            u128::from(p[0])
+                | (u128::from(p[m / 2]) << (8 * (m / 2)))
+                | (u128::from(p[m - 1]) << (8 * (m - 1)))
+        } else {
+            0
+        }
+    }
+
+    /// [`hash_key`] of the encoding.
+    #[inline(always)]
+    pub fn hash(&self) -> u64 {
+        let m = self.payload.len();
+        let salt = (usize::from(self.tag) << 32) | m;
+        if m <= 16 {
+            // Words from the value's own bytes: the tag and length go in the salt.
+            // Both halves multiplied together (xxh3's 16-byte mix), then folded once
+            // more: a value's bytes all reach the top and the bottom bits.
+            let value = self.value();
+            let h = fold_mul(
+                value as u64 ^ 0x243F_6A88_85A3_08D3,
+                (value >> 64) as u64 ^ 0x1319_8A2E_0370_7344 ^ salt as u64,
+            );
+            fold_mul(h ^ 0x4528_21E6_38D0_1377, 0xA409_3822_299F_31D0)
+        } else {
+            xxhash_rust::xxh3::xxh3_64_with_seed(self.payload, salt as u64)
+        }
+    }
+
+    /// The [`Head`] of the encoding ([`Head::of`] with a span of 0), from words.
+    #[inline(always)]
+    fn head(&self) -> Head {
+        let n = self.encoded_len();
+        if n <= INLINE_KEY {
+            // The encoding as a word: tag, length, then the value (at most 10 bytes).
+            let e = u128::from(self.tag) | ((n as u128 - 5) << 8) | (self.value() << 40);
+            Head::from_words(e as u64, ((e >> 64) as u64) | ((n as u64) << 56))
+        } else {
+            // The first 7 bytes of the encoding (the value has 11 bytes or more).
+            let first = u64::from(self.tag)
+                | ((self.payload.len() as u64) << 8)
+                | (u64::from_le_bytes(self.payload[..8].try_into().expect("8 bytes")) << 40);
+            Head::from_words(
+                0,
+                (first & 0x00FF_FFFF_FFFF_FFFF) | (u64::from(Head::LONG) << 56),
+            )
+        }
+    }
+
+    /// `true` if `encoded` is this key's encoding.
+    #[inline(always)]
+    fn eq_encoded(&self, encoded: &[u8]) -> bool {
+        encoded.len() == self.encoded_len()
+            && encoded[0] == self.tag
+            && encoded[1..5] == (self.payload.len() as u32).to_le_bytes()
+            && key_eq(&encoded[5..], self.payload)
+    }
+}
+
 macro_rules! int_key {
     ($($t:ty),*) => {$(
         impl AsKey for $t {
@@ -217,20 +356,36 @@ impl AsKey for str {
     fn encode_key(&self, out: &mut Vec<u8>) {
         encode_str(self, out)
     }
+    #[inline]
+    fn bytes_key(&self) -> Option<BytesKey<'_>> {
+        Some(BytesKey::str(self))
+    }
 }
 impl AsKey for String {
     fn encode_key(&self, out: &mut Vec<u8>) {
         encode_str(self, out)
+    }
+    #[inline]
+    fn bytes_key(&self) -> Option<BytesKey<'_>> {
+        Some(BytesKey::str(self))
     }
 }
 impl AsKey for [u8] {
     fn encode_key(&self, out: &mut Vec<u8>) {
         encode_bytes(self, out)
     }
+    #[inline]
+    fn bytes_key(&self) -> Option<BytesKey<'_>> {
+        Some(BytesKey::bin(self))
+    }
 }
 impl AsKey for Vec<u8> {
     fn encode_key(&self, out: &mut Vec<u8>) {
         encode_bytes(self, out)
+    }
+    #[inline]
+    fn bytes_key(&self) -> Option<BytesKey<'_>> {
+        Some(BytesKey::bin(self))
     }
 }
 impl AsKey for bool {
@@ -251,6 +406,10 @@ impl<T: AsKey + ?Sized> AsKey for &T {
     fn word_key(&self) -> Option<WordKey> {
         (**self).word_key()
     }
+    #[inline]
+    fn bytes_key(&self) -> Option<BytesKey<'_>> {
+        (**self).bytes_key()
+    }
 }
 impl<T: AsKey> AsKey for Option<T> {
     fn encode_key(&self, out: &mut Vec<u8>) {
@@ -267,6 +426,10 @@ pub struct Encoded<'a>(pub &'a [u8]);
 impl AsKey for Encoded<'_> {
     fn encode_key(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(self.0);
+    }
+    #[inline]
+    fn bytes_key(&self) -> Option<BytesKey<'_>> {
+        BytesKey::of_encoded(self.0)
     }
 }
 
@@ -559,6 +722,8 @@ pub fn key_eq(a: &[u8], b: &[u8]) -> bool {
 pub enum RowKey<'a> {
     /// A key that is one integer.
     Word(WordKey),
+    /// A key that is one string or binary value, read in place.
+    Str(BytesKey<'a>),
     /// An encoded key.
     Bytes(&'a [u8]),
 }
@@ -569,8 +734,28 @@ impl RowKey<'_> {
     pub fn hash(&self) -> u64 {
         match self {
             RowKey::Word(w) => w.hash(),
+            RowKey::Str(b) => b.hash(),
             RowKey::Bytes(b) => hash_key(b),
         }
+    }
+}
+
+/// Calls `f` with `key` as a [`RowKey`]: a word or a string read in place where it is
+/// one, else its encoding (written into `buf`).
+#[inline(always)]
+pub fn with_row_key<K: AsKey + ?Sized, R>(
+    key: &K,
+    buf: &mut Vec<u8>,
+    f: impl FnOnce(RowKey<'_>) -> R,
+) -> R {
+    if let Some(w) = key.word_key() {
+        f(RowKey::Word(w))
+    } else if let Some(b) = key.bytes_key() {
+        f(RowKey::Str(b))
+    } else {
+        buf.clear();
+        key.encode_key(buf);
+        f(RowKey::Bytes(buf))
     }
 }
 
@@ -580,8 +765,9 @@ pub trait KeyRows {
     fn num_rows(&self) -> usize;
     /// Calls `f(row, key)` for every row, in row order.
     fn for_each_key(&self, f: impl FnMut(usize, &[u8]));
-    /// [`Self::for_each_key`], with integer keys as [`RowKey::Word`] where the rows
-    /// have them at hand (a single integer key column).
+    /// [`Self::for_each_key`], with integer keys as [`RowKey::Word`] and string or
+    /// binary keys as [`RowKey::Str`] where the rows have them at hand (a single key
+    /// column of such a type).
     #[inline]
     fn for_each_row_key(&self, mut f: impl FnMut(usize, RowKey<'_>)) {
         self.for_each_key(|i, k| f(i, RowKey::Bytes(k)))
@@ -595,17 +781,37 @@ impl KeyRows for KeyColumns {
 
     #[inline]
     fn for_each_row_key(&self, mut f: impl FnMut(usize, RowKey<'_>)) {
-        if let [Col::Int(a)] = self.cols.as_slice() {
-            let a = a.as_primitive::<Int64Type>();
-            for (i, &v) in a.values().iter().enumerate() {
-                if a.is_null(i) {
-                    f(i, RowKey::Bytes(&[tag::NULL]));
-                } else {
-                    f(i, RowKey::Word(WordKey::int(v)));
+        // One string or binary column: each value as it lies in the column.
+        macro_rules! values {
+            ($a:expr, $key:expr) => {{
+                let a = $a;
+                for i in 0..self.len {
+                    if a.is_null(i) {
+                        f(i, RowKey::Bytes(&[tag::NULL]));
+                    } else {
+                        f(i, RowKey::Str($key(a.value(i))));
+                    }
+                }
+            }};
+        }
+        match self.cols.as_slice() {
+            [Col::Int(a)] => {
+                let a = a.as_primitive::<Int64Type>();
+                for (i, &v) in a.values().iter().enumerate() {
+                    if a.is_null(i) {
+                        f(i, RowKey::Bytes(&[tag::NULL]));
+                    } else {
+                        f(i, RowKey::Word(WordKey::int(v)));
+                    }
                 }
             }
-        } else {
-            self.for_each_key(|i, k| f(i, RowKey::Bytes(k)))
+            [Col::Utf8(a)] => values!(a.as_string::<i32>(), BytesKey::str),
+            [Col::LargeUtf8(a)] => values!(a.as_string::<i64>(), BytesKey::str),
+            [Col::Utf8View(a)] => values!(a.as_string_view(), BytesKey::str),
+            [Col::Binary(a)] => values!(a.as_binary::<i32>(), BytesKey::bin),
+            [Col::LargeBinary(a)] => values!(a.as_binary::<i64>(), BytesKey::bin),
+            [Col::BinaryView(a)] => values!(a.as_binary_view(), BytesKey::bin),
+            _ => self.for_each_key(|i, k| f(i, RowKey::Bytes(k))),
         }
     }
 
@@ -747,12 +953,17 @@ fn fold_mul(a: u64, b: u64) -> u64 {
     (r as u64) ^ ((r >> 64) as u64)
 }
 
-/// Hash of an encoded key: stable across processes and releases (no random seed).
+/// Hash of an encoded key: stable across processes (no random seed). Not persisted:
+/// snapshots hold the keys' bytes, and routing has its own hashes ([`crate::route`]).
 ///
-/// Keys of 8 to 16 bytes (every integer key, short strings) take two folded 64-bit
-/// multiplies; other lengths use xxh3.
+/// One string or binary value hashes its own bytes ([`BytesKey::hash`]: two folded
+/// 64-bit multiplies up to 16 bytes, xxh3 above); other keys of 8 to 16 bytes (every
+/// integer key) take two folded multiplies, the rest xxh3.
 #[inline]
 pub fn hash_key(key: &[u8]) -> u64 {
+    if let Some(b) = BytesKey::of_encoded(key) {
+        return b.hash();
+    }
     let n = key.len();
     if (8..=16).contains(&n) {
         let a = u64::from_le_bytes(key[..8].try_into().expect("8 bytes"));
@@ -1122,6 +1333,9 @@ impl<V: Copy + Default> KeyTable<V> {
         if let Some(found) = int_of(key).and_then(|v| self.dense.get(v)) {
             return found;
         }
+        if let Some(b) = BytesKey::of_encoded(key) {
+            return self.get_bytes(b, hash);
+        }
         let (arena, entries) = (&self.arena, &self.entries);
         let probe = Head::of(key, 0);
         if key.len() <= INLINE_KEY {
@@ -1153,12 +1367,31 @@ impl<V: Copy + Default> KeyTable<V> {
             .copied()
     }
 
+    /// [`Self::get_hashed`] for a [`BytesKey`] (`hash`: [`BytesKey::hash`]).
+    #[inline]
+    pub fn get_bytes(&self, key: BytesKey<'_>, hash: u64) -> Option<u32> {
+        let (arena, entries, probe) = (&self.arena, &self.entries, key.head());
+        if key.encoded_len() <= INLINE_KEY {
+            self.table
+                .find(hash, |&s| entries[s as usize].head == probe)
+                .copied()
+        } else {
+            self.table
+                .find(hash, |&s| {
+                    let h = &entries[s as usize].head;
+                    h.same_long(&probe) && key.eq_encoded(h.bytes(arena))
+                })
+                .copied()
+        }
+    }
+
     /// [`Self::get_hashed`] for a key as [`KeyRows::for_each_row_key`] gives it
     /// (`hash`: [`RowKey::hash`]).
     #[inline]
     pub fn get_row(&self, key: RowKey<'_>, hash: u64) -> Option<u32> {
         match key {
             RowKey::Word(w) => self.get_word(w, hash),
+            RowKey::Str(b) => self.get_bytes(b, hash),
             RowKey::Bytes(b) => self.get_hashed(b, hash),
         }
     }
@@ -1659,11 +1892,24 @@ mod tests {
         let large: ArrayRef = Arc::new(LargeStringArray::from_iter(
             (0..n).map(|i| (i % 4 != 0).then(|| format!("tenant-{i:07}"))),
         ));
+        let view: ArrayRef =
+            Arc::new(arrow_array::StringViewArray::from_iter((0..n).map(|i| {
+                (i % 6 != 2).then(|| format!("a-much-longer-tenant-{i}"))
+            })));
+        let bins: ArrayRef = Arc::new(arrow_array::BinaryArray::from_iter(
+            (0..n).map(|i| (i % 3 != 0).then(|| vec![i as u8; i % 20])),
+        ));
+        let large_bins: ArrayRef = Arc::new(arrow_array::LargeBinaryArray::from_iter(
+            (0..n).map(|i| (i % 3 != 1).then(|| vec![7u8; i % 30])),
+        ));
         for cols in [
             vec![ints.clone()],
             vec![strs.clone()],
             vec![large.clone()],
-            vec![strs, ints.clone(), large],
+            vec![view],
+            vec![bins.clone()],
+            vec![large_bins],
+            vec![strs, ints.clone(), large, bins],
         ] {
             let keys = KeyColumns::new(&cols).unwrap();
             let mut seen = Vec::new();
@@ -1676,6 +1922,11 @@ mod tests {
                     i,
                     match k {
                         RowKey::Word(w) => w.bytes().to_vec(),
+                        RowKey::Str(b) => {
+                            let mut v = Vec::new();
+                            b.encode(&mut v);
+                            v
+                        }
                         RowKey::Bytes(b) => b.to_vec(),
                     },
                 ))
@@ -1722,6 +1973,20 @@ mod tests {
         Ok(())
     }
 
+    /// Keys that differ in any byte hash apart (every byte of a short value is hashed).
+    #[test]
+    fn string_keys_hash_apart() {
+        for width in [1usize, 3, 6, 9, 12, 14, 16, 20] {
+            let n = 20_000.min(10usize.pow(width.min(9) as u32));
+            let hashes: std::collections::HashSet<u64> = (0..n)
+                .map(|i| hash_key(&enc(format!("{i:0width$}").as_str())))
+                .collect();
+            assert_eq!(hashes.len(), n, "{width}-byte keys");
+        }
+        // Same bytes, other type: another key, another hash.
+        assert_ne!(hash_key(&enc("ab")), hash_key(&enc(&b"ab"[..])));
+    }
+
     proptest! {
         #[test]
         fn key_eq_is_byte_equality(a in proptest::collection::vec(0u8..2, 0..40), flip in proptest::option::of(0usize..40)) {
@@ -1753,6 +2018,46 @@ mod tests {
                 prop_assert_eq!(t.get_word(o, o.hash()), t.get(&enc(other)));
             }
             prop_assert!("1".word_key().is_none() && (1, 2).word_key().is_none());
+        }
+
+        /// A string or binary key looked up from its bytes in place hashes, heads and
+        /// finds as its encoding does; keys that only start like one (tuples) are not
+        /// taken for one.
+        #[test]
+        fn bytes_keys_are_their_encoded_bytes(
+            values in proptest::collection::vec((any::<bool>(), proptest::collection::vec(any::<u8>(), 0..40)), 1..40),
+            other in proptest::collection::vec(any::<u8>(), 0..40),
+        ) {
+            let mut t = KeyTable::new();
+            let mut slots = Vec::new();
+            for (is_str, v) in &values {
+                let b = if *is_str {
+                    let s = String::from_utf8_lossy(v).into_owned();
+                    prop_assert_eq!(s.as_str().bytes_key(), Some(BytesKey::str(&s)));
+                    BytesKey { tag: tag::STR, payload: v }
+                } else {
+                    BytesKey::bin(v)
+                };
+                let bytes = { let mut e = Vec::new(); b.encode(&mut e); e };
+                prop_assert_eq!(BytesKey::of_encoded(&bytes), Some(b));
+                prop_assert_eq!(b.encoded_len(), bytes.len());
+                prop_assert_eq!(b.hash(), hash_key(&bytes));
+                prop_assert_eq!(b.head(), Head::of(&bytes, 0));
+                prop_assert!(b.eq_encoded(&bytes));
+                let (slot, _) = t.get_or_insert(&bytes).unwrap();
+                slots.push((b, slot));
+            }
+            for (b, slot) in slots {
+                prop_assert_eq!(t.get_bytes(b, b.hash()), Some(slot));
+            }
+            // A key not inserted is found only if it equals an inserted one.
+            let o = BytesKey::bin(&other);
+            let known = values.iter().any(|(is_str, v)| !is_str && v == &other);
+            prop_assert_eq!(t.get_bytes(o, o.hash()).is_some(), known);
+            let (tuple, pair) = (enc(("a", 1i64)), enc(("a", "b")));
+            prop_assert_eq!(BytesKey::of_encoded(&tuple), None);
+            prop_assert_eq!(BytesKey::of_encoded(&pair), None);
+            prop_assert!(!BytesKey::str("ab").eq_encoded(&enc(("ab", "c"))));
         }
 
         /// Integer keys: dense runs (the direct map), far-off values that turn it

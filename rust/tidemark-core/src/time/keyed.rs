@@ -39,7 +39,9 @@ use arrow_buffer::{BooleanBufferBuilder, NullBuffer};
 
 use crate::clock::{system_clock, ClockRef};
 use crate::error::{Result, TidemarkError};
-use crate::key::{encode_chunked, hash_key, AsKey, KeyColumns, KeyRows, KeyTable, RowKey};
+use crate::key::{
+    encode_chunked, hash_key, with_row_key, AsKey, KeyColumns, KeyRows, KeyTable, RowKey,
+};
 use crate::state::{Reader, Writer};
 use crate::time::{MinTree, NodeMinTree, Watermark};
 
@@ -195,20 +197,11 @@ impl<K: AsKey> KeyRows for EventKeys<'_, K> {
 
     #[inline]
     fn for_each_row_key(&self, mut f: impl FnMut(usize, RowKey<'_>)) {
-        // Whether a key is a word depends on its type: the first key tells.
-        if self.0.first().is_some_and(|e| e.0.word_key().is_none()) {
-            return self.for_each_key(|i, k| f(i, RowKey::Bytes(k)));
-        }
+        // Whether a key is a word, a string or other depends on its type (the checks
+        // fold away once `K` is known).
         let mut buf = Vec::new();
         for (i, (k, _)) in self.0.iter().enumerate() {
-            match k.word_key() {
-                Some(w) => f(i, RowKey::Word(w)),
-                None => {
-                    buf.clear();
-                    k.encode_key(&mut buf);
-                    f(i, RowKey::Bytes(&buf));
-                }
-            }
+            with_row_key(k, &mut buf, |key| f(i, key));
         }
     }
 }
@@ -322,7 +315,10 @@ pub struct KeyedWatermarkTracker {
     /// Highest watermark any key has had (the value when no key is active).
     max_seen: i64,
     metrics: KeyedWatermarkMetrics,
+    /// Encoding of the key being looked up, for keys not read in place.
     scratch: Vec<u8>,
+    /// Encoding of a new key read in place (the table stores encodings).
+    new_key_scratch: Vec<u8>,
     /// The batch being applied: `(slot, max event time before the batch)` per key
     /// touched, in order of first touch (`slot == NIL`: evicted during the batch).
     /// `hot[s].pending` points into it. During a batch `hot[s].max_event` already
@@ -370,6 +366,7 @@ impl KeyedWatermarkTracker {
             max_seen: i64::MIN,
             metrics: KeyedWatermarkMetrics::default(),
             scratch: Vec::new(),
+            new_key_scratch: Vec::new(),
             pending: Vec::new(),
             batch_now: 0,
             activity_deferred: false,
@@ -719,6 +716,36 @@ impl KeyedWatermarkTracker {
         }
     }
 
+    /// The slot of `key`, inserted (activity at `now`) if new.
+    #[inline(always)]
+    fn slot_of(&mut self, key: RowKey<'_>, now: i64) -> Result<u32> {
+        match key {
+            RowKey::Word(w) => {
+                let hash = w.hash();
+                match self.keys.get_word(w, hash) {
+                    Some(s) => Ok(s),
+                    None => self.insert_key(&w.bytes(), hash, now),
+                }
+            }
+            RowKey::Str(b) => {
+                let hash = b.hash();
+                match self.keys.get_bytes(b, hash) {
+                    Some(s) => Ok(s),
+                    None => {
+                        // A new key: the table stores its encoding.
+                        let mut enc = std::mem::take(&mut self.new_key_scratch);
+                        enc.clear();
+                        b.encode(&mut enc);
+                        let slot = self.insert_key(&enc, hash, now);
+                        crate::keep_scratch(&mut self.new_key_scratch, enc);
+                        slot
+                    }
+                }
+            }
+            RowKey::Bytes(key) => self.slot_for_update(key, now),
+        }
+    }
+
     // --- public API ------------------------------------------------------------
 
     /// Updates the watermark of `key` with an event at `event_time`.
@@ -727,24 +754,18 @@ impl KeyedWatermarkTracker {
     /// [`TidemarkError::MaxKeysReached`] under the `RejectNew` policy.
     pub fn update<K: AsKey>(&mut self, key: K, event_time: i64) -> Result<Option<Watermark>> {
         let now = self.clock.now();
-        let slot = match key.word_key() {
-            Some(w) => {
-                let hash = w.hash();
-                match self.keys.get_word(w, hash) {
-                    Some(s) => s,
-                    None => self.insert_key(&w.bytes(), hash, now)?,
-                }
-            }
-            None => {
-                let mut buf = std::mem::take(&mut self.scratch);
-                buf.clear();
-                key.encode_key(&mut buf);
-                let slot = self.slot_for_update(&buf, now);
-                self.scratch = buf;
-                slot?
-            }
+        // Words and strings are looked up in place (no scratch buffer to take).
+        let slot = if let Some(w) = key.word_key() {
+            self.slot_of(RowKey::Word(w), now)
+        } else if let Some(b) = key.bytes_key() {
+            self.slot_of(RowKey::Str(b), now)
+        } else {
+            let mut buf = std::mem::take(&mut self.scratch);
+            let slot = with_row_key(&key, &mut buf, |key| self.slot_of(key, now));
+            self.scratch = buf;
+            slot
         };
-        self.apply(slot, event_time, now);
+        self.apply(slot?, event_time, now);
         Ok(self.recalc())
     }
 
@@ -878,26 +899,13 @@ impl KeyedWatermarkTracker {
     /// (see [`Self::with_eviction_log`] to learn which).
     #[inline]
     pub fn batch_slot(&mut self, key: &[u8]) -> Result<u32> {
-        let hash = hash_key(key);
-        match self.keys.get_hashed(key, hash) {
-            Some(s) => Ok(s),
-            None => self.insert_key(key, hash, self.batch_now),
-        }
+        self.slot_for_update(key, self.batch_now)
     }
 
     /// [`Self::batch_slot`] for a key as [`KeyRows::for_each_row_key`] gives it.
     #[inline]
     pub fn batch_slot_row(&mut self, key: RowKey<'_>) -> Result<u32> {
-        match key {
-            RowKey::Word(w) => {
-                let hash = w.hash();
-                match self.keys.get_word(w, hash) {
-                    Some(s) => Ok(s),
-                    None => self.insert_key(&w.bytes(), hash, self.batch_now),
-                }
-            }
-            RowKey::Bytes(key) => self.batch_slot(key),
-        }
+        self.slot_of(key, self.batch_now)
     }
 
     /// `true` if applying `rows` more rows could evict keys (a bounded tracker without
