@@ -1336,10 +1336,24 @@ impl<V: Copy + Default> KeyTable<V> {
         if let Some(b) = BytesKey::of_encoded(key) {
             return self.get_bytes(b, hash);
         }
+        self.find(hash, Head::of(key, 0), key.len() <= INLINE_KEY, |b| {
+            key_eq(b, key)
+        })
+    }
+
+    /// The slot of the key whose probe head ([`Head::of`] with a span of 0) is
+    /// `probe`: for an inline key, one 16-byte comparison (the arena is not read);
+    /// for a long one, the head's first bytes, then `same(stored key bytes)`.
+    #[inline(always)]
+    fn find(
+        &self,
+        hash: u64,
+        probe: Head,
+        inline: bool,
+        same: impl Fn(&[u8]) -> bool,
+    ) -> Option<u32> {
         let (arena, entries) = (&self.arena, &self.entries);
-        let probe = Head::of(key, 0);
-        if key.len() <= INLINE_KEY {
-            // One 16-byte comparison; the arena is not read.
+        if inline {
             self.table
                 .find(hash, |&s| entries[s as usize].head == probe)
                 .copied()
@@ -1347,7 +1361,7 @@ impl<V: Copy + Default> KeyTable<V> {
             self.table
                 .find(hash, |&s| {
                     let h = &entries[s as usize].head;
-                    h.same_long(&probe) && key_eq(h.bytes(arena), key)
+                    h.same_long(&probe) && same(h.bytes(arena))
                 })
                 .copied()
         }
@@ -1361,28 +1375,15 @@ impl<V: Copy + Default> KeyTable<V> {
                 return found;
             }
         }
-        let (entries, probe) = (&self.entries, Head::of_word(key));
-        self.table
-            .find(hash, |&s| entries[s as usize].head == probe)
-            .copied()
+        self.find(hash, Head::of_word(key), true, |_| false)
     }
 
     /// [`Self::get_hashed`] for a [`BytesKey`] (`hash`: [`BytesKey::hash`]).
     #[inline]
     pub fn get_bytes(&self, key: BytesKey<'_>, hash: u64) -> Option<u32> {
-        let (arena, entries, probe) = (&self.arena, &self.entries, key.head());
-        if key.encoded_len() <= INLINE_KEY {
-            self.table
-                .find(hash, |&s| entries[s as usize].head == probe)
-                .copied()
-        } else {
-            self.table
-                .find(hash, |&s| {
-                    let h = &entries[s as usize].head;
-                    h.same_long(&probe) && key.eq_encoded(h.bytes(arena))
-                })
-                .copied()
-        }
+        self.find(hash, key.head(), key.encoded_len() <= INLINE_KEY, |b| {
+            key.eq_encoded(b)
+        })
     }
 
     /// [`Self::get_hashed`] for a key as [`KeyRows::for_each_row_key`] gives it
