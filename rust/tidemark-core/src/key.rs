@@ -72,17 +72,13 @@ pub fn encode_uint(v: u64, out: &mut Vec<u8>) {
 /// Appends the encoding of a string.
 #[inline]
 pub fn encode_str(v: &str, out: &mut Vec<u8>) {
-    out.push(tag::STR);
-    out.extend_from_slice(&(v.len() as u32).to_le_bytes());
-    out.extend_from_slice(v.as_bytes());
+    BytesKey::str(v).encode(out)
 }
 
 /// Appends the encoding of binary data.
 #[inline]
 pub fn encode_bytes(v: &[u8], out: &mut Vec<u8>) {
-    out.push(tag::BIN);
-    out.extend_from_slice(&(v.len() as u32).to_le_bytes());
-    out.extend_from_slice(v);
+    BytesKey::bin(v).encode(out)
 }
 
 /// Appends the encoding of a float (`-0.0` and `0.0` are one key, all NaNs are one key).
@@ -245,6 +241,7 @@ impl<'a> BytesKey<'a> {
     }
 
     /// Appends the encoding to `out`.
+    #[inline]
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.push(self.tag);
         out.extend_from_slice(&(self.payload.len() as u32).to_le_bytes());

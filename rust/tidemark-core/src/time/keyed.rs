@@ -315,10 +315,9 @@ pub struct KeyedWatermarkTracker {
     /// Highest watermark any key has had (the value when no key is active).
     max_seen: i64,
     metrics: KeyedWatermarkMetrics,
-    /// Encoding of the key being looked up, for keys not read in place.
+    /// Encoding of a key that is not a word or a string read in place, and of a new
+    /// string key (the table stores encodings).
     scratch: Vec<u8>,
-    /// Encoding of a new key read in place (the table stores encodings).
-    new_key_scratch: Vec<u8>,
     /// The batch being applied: `(slot, max event time before the batch)` per key
     /// touched, in order of first touch (`slot == NIL`: evicted during the batch).
     /// `hot[s].pending` points into it. During a batch `hot[s].max_event` already
@@ -366,7 +365,6 @@ impl KeyedWatermarkTracker {
             max_seen: i64::MIN,
             metrics: KeyedWatermarkMetrics::default(),
             scratch: Vec::new(),
-            new_key_scratch: Vec::new(),
             pending: Vec::new(),
             batch_now: 0,
             activity_deferred: false,
@@ -733,11 +731,11 @@ impl KeyedWatermarkTracker {
                     Some(s) => Ok(s),
                     None => {
                         // A new key: the table stores its encoding.
-                        let mut enc = std::mem::take(&mut self.new_key_scratch);
+                        let mut enc = std::mem::take(&mut self.scratch);
                         enc.clear();
                         b.encode(&mut enc);
                         let slot = self.insert_key(&enc, hash, now);
-                        crate::keep_scratch(&mut self.new_key_scratch, enc);
+                        self.scratch = enc;
                         slot
                     }
                 }
@@ -761,7 +759,9 @@ impl KeyedWatermarkTracker {
             self.slot_of(RowKey::Str(b), now)
         } else {
             let mut buf = std::mem::take(&mut self.scratch);
-            let slot = with_row_key(&key, &mut buf, |key| self.slot_of(key, now));
+            buf.clear();
+            key.encode_key(&mut buf);
+            let slot = self.slot_for_update(&buf, now);
             self.scratch = buf;
             slot
         };
