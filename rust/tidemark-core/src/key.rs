@@ -303,6 +303,11 @@ impl<'a> BytesKey<'a> {
             // The encoding as a word: tag, length, then the value (at most 10 bytes).
             let e = u128::from(self.tag) | ((n as u128 - 5) << 8) | (self.value() << 40);
             Head::from_words(e as u64, ((e >> 64) as u64) | ((n as u64) << 56))
+        } else if self.payload.len() <= SHORT_KEY {
+            // The value (11 to 15 bytes, its top byte zero), then tag and length.
+            let v = self.value();
+            let marker = Head::short_marker(self.tag, self.payload.len());
+            Head::from_words(v as u64, ((v >> 64) as u64) | (u64::from(marker) << 56))
         } else {
             // The first 7 bytes of the encoding (the value has 11 bytes or more).
             let first = u64::from(self.tag)
@@ -979,15 +984,22 @@ fn hash_words(first: u64, last: u64, n: usize) -> u64 {
 
 /// A slot's key as the table stores it (16 bytes): keys of up to [`INLINE_KEY`]
 /// encoded bytes (every integer key, strings of up to 10 bytes) are held inline, so
-/// a lookup compares one 16-byte word and never reads the arena; longer keys hold
-/// their arena span and their first 7 bytes. The last byte tells which: the inline
-/// length, [`Head::LONG`], or [`Head::FREE`].
+/// a lookup compares one 16-byte word and never reads the arena; so are string and
+/// binary values of up to [`SHORT_KEY`] bytes, as the value and a marker (their
+/// encoding, up to 20 bytes, does not fit: [`KeyTable::key`] rebuilds it). Longer keys
+/// hold their arena span and their first 7 bytes. The last byte tells which: the
+/// inline length, a short value's marker ([`Head::short_marker`]), [`Head::LONG`], or
+/// [`Head::FREE`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C, align(16))]
 struct Head([u8; 16]);
 
 /// Longest key held inline in its slot's [`Head`].
 const INLINE_KEY: usize = 15;
+
+/// Longest string or binary value held in its slot's [`Head`] (as the value's bytes,
+/// not its encoding).
+const SHORT_KEY: usize = 15;
 
 impl Head {
     const LONG: u8 = 0xFE;
@@ -997,6 +1009,47 @@ impl Head {
         b[15] = Self::FREE_TAG;
         Head(b)
     };
+    /// Markers of short values: `0x40 + length` for strings, `0x60 + length` for
+    /// binary.
+    const SHORT_STR: u8 = 0x40;
+    const SHORT_BIN: u8 = 0x60;
+
+    #[inline(always)]
+    fn short_marker(tag: u8, len: usize) -> u8 {
+        debug_assert!(len <= SHORT_KEY && (tag == tag::STR || tag == tag::BIN));
+        (if tag == tag::STR {
+            Self::SHORT_STR
+        } else {
+            Self::SHORT_BIN
+        }) + len as u8
+    }
+
+    /// The value of a short string or binary head, as a [`BytesKey`] whose payload
+    /// lies in the head.
+    #[inline(always)]
+    fn short(&self) -> Option<BytesKey<'_>> {
+        let t = self.tag();
+        let tag = match t & 0xF0 {
+            Self::SHORT_STR => tag::STR,
+            Self::SHORT_BIN => tag::BIN,
+            _ => return None,
+        };
+        Some(BytesKey {
+            tag,
+            payload: &self.0[..usize::from(t & 0x0F)],
+        })
+    }
+
+    /// Bytes of the key this head holds itself (its encoding when inline; a short
+    /// value takes the whole head; a long key's bytes are in the arena).
+    #[inline]
+    fn held_bytes(&self) -> usize {
+        match self.tag() {
+            t if usize::from(t) <= INLINE_KEY => usize::from(t),
+            Self::LONG | Self::FREE_TAG => 0,
+            _ => 16,
+        }
+    }
 
     /// The head of `key` (an arena span of 0 for a long key: compare with
     /// [`Self::same_long`]). Built from word loads: no byte copies, so the comparison
@@ -1007,6 +1060,11 @@ impl Head {
         let w8 = |at: usize| u64::from_le_bytes(key[at..at + 8].try_into().expect("8 bytes"));
         let w4 =
             |at: usize| u32::from_le_bytes(key[at..at + 4].try_into().expect("4 bytes")) as u64;
+        if n > INLINE_KEY && n <= SHORT_KEY + 5 {
+            if let Some(b) = BytesKey::of_encoded(key) {
+                return b.head();
+            }
+        }
         let (lo, hi) = if n > INLINE_KEY {
             // Span, then the key's bytes 0..7 in bytes 8..15 (the tag replaces byte 7).
             (
@@ -1064,17 +1122,42 @@ impl Head {
         u64::from_le_bytes(self.0[..8].try_into().expect("8 bytes"))
     }
 
-    /// The key's bytes (inline, or in `arena` for a long key).
+    /// A long key's bytes in `arena`.
     #[inline(always)]
-    fn bytes<'a>(&'a self, arena: &'a [u8]) -> &'a [u8] {
+    fn long_bytes<'a>(&self, arena: &'a [u8]) -> &'a [u8] {
+        let span = self.span();
+        let off = (span >> 24) as usize;
+        let len = (span & 0xFF_FFFF) as usize;
+        &arena[off..off + len]
+    }
+
+    /// The key's encoding (inline, rebuilt from a short value, or in `arena` for a
+    /// long key).
+    #[inline(always)]
+    fn key<'a>(&'a self, arena: &'a [u8]) -> KeyBytes<'a> {
         let tag = self.tag();
         if tag as usize <= INLINE_KEY {
-            &self.0[..tag as usize]
+            KeyBytes::Borrowed(&self.0[..tag as usize])
+        } else if let Some(b) = self.short() {
+            let mut buf = [0u8; SHORT_KEY + 5];
+            buf[0] = b.tag;
+            buf[1] = b.payload.len() as u8;
+            buf[5..b.encoded_len()].copy_from_slice(b.payload);
+            KeyBytes::Short {
+                buf,
+                len: b.encoded_len() as u8,
+            }
         } else {
-            let span = self.span();
-            let off = (span >> 24) as usize;
-            let len = (span & 0xFF_FFFF) as usize;
-            &arena[off..off + len]
+            KeyBytes::Borrowed(self.long_bytes(arena))
+        }
+    }
+
+    /// [`hash_key`] of the key.
+    #[inline]
+    fn hash(&self, arena: &[u8]) -> u64 {
+        match self.short() {
+            Some(b) => b.hash(),
+            None => hash_key(&self.key(arena)),
         }
     }
 
@@ -1083,6 +1166,65 @@ impl Head {
     fn same_long(&self, probe: &Head) -> bool {
         let hi = |h: &Head| u64::from_le_bytes(h.0[8..].try_into().expect("8 bytes"));
         hi(self) == hi(probe)
+    }
+}
+
+/// A key's encoding as [`KeyTable::key`] gives it back: borrowed from the table, or
+/// rebuilt from the slot's head (string and binary values of up to 15 bytes are held
+/// there as the value alone). Derefs to the encoded bytes.
+#[derive(Clone, Copy)]
+pub enum KeyBytes<'a> {
+    /// Bytes the table holds.
+    Borrowed(&'a [u8]),
+    /// A short value's encoding, rebuilt: `buf[..len]`.
+    Short {
+        /// The encoding, then zeros.
+        buf: [u8; SHORT_KEY + 5],
+        /// Its length.
+        len: u8,
+    },
+}
+
+impl std::ops::Deref for KeyBytes<'_> {
+    type Target = [u8];
+    #[inline(always)]
+    fn deref(&self) -> &[u8] {
+        match self {
+            KeyBytes::Borrowed(b) => b,
+            KeyBytes::Short { buf, len } => &buf[..usize::from(*len)],
+        }
+    }
+}
+
+impl AsRef<[u8]> for KeyBytes<'_> {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl std::fmt::Debug for KeyBytes<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl PartialEq for KeyBytes<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for KeyBytes<'_> {}
+
+impl PartialEq<[u8]> for KeyBytes<'_> {
+    fn eq(&self, other: &[u8]) -> bool {
+        **self == *other
+    }
+}
+
+impl PartialEq<&[u8]> for KeyBytes<'_> {
+    fn eq(&self, other: &&[u8]) -> bool {
+        **self == **other
     }
 }
 
@@ -1291,10 +1433,10 @@ impl<V: Copy + Default> KeyTable<V> {
         self.entries.len()
     }
 
-    /// The key in `slot`.
+    /// The key in `slot` (its encoding).
     #[inline]
-    pub fn key(&self, slot: u32) -> &[u8] {
-        self.entries[slot as usize].head.bytes(&self.arena)
+    pub fn key(&self, slot: u32) -> KeyBytes<'_> {
+        self.entries[slot as usize].head.key(&self.arena)
     }
 
     /// The value of `slot` if it holds a key (`None` for free slots and slots past the
@@ -1358,7 +1500,7 @@ impl<V: Copy + Default> KeyTable<V> {
             self.table
                 .find(hash, |&s| {
                     let h = &entries[s as usize].head;
-                    h.same_long(&probe) && same(h.bytes(arena))
+                    h.same_long(&probe) && same(h.long_bytes(arena))
                 })
                 .copied()
         }
@@ -1378,7 +1520,7 @@ impl<V: Copy + Default> KeyTable<V> {
     /// [`Self::get_hashed`] for a [`BytesKey`] (`hash`: [`BytesKey::hash`]).
     #[inline]
     pub fn get_bytes(&self, key: BytesKey<'_>, hash: u64) -> Option<u32> {
-        self.find(hash, key.head(), key.encoded_len() <= INLINE_KEY, |b| {
+        self.find(hash, key.head(), key.payload.len() <= SHORT_KEY, |b| {
             key.eq_encoded(b)
         })
     }
@@ -1416,9 +1558,10 @@ impl<V: Copy + Default> KeyTable<V> {
                 ),
             ));
         }
-        let head = if key.len() <= INLINE_KEY {
-            self.inline_bytes += key.len();
-            Head::of(key, 0)
+        let probe = Head::of(key, 0);
+        let head = if probe.tag() != Head::LONG {
+            self.inline_bytes += probe.held_bytes();
+            probe
         } else {
             let off = self.arena.len() as u64;
             if off >= 1 << 40 {
@@ -1448,9 +1591,8 @@ impl<V: Copy + Default> KeyTable<V> {
             self.dense_off();
         }
         let (arena, entries) = (&self.arena, &self.entries);
-        self.table.insert_unique(hash, slot, |&s| {
-            hash_key(entries[s as usize].head.bytes(arena))
-        });
+        self.table
+            .insert_unique(hash, slot, |&s| entries[s as usize].head.hash(arena));
         Ok(slot)
     }
 
@@ -1459,7 +1601,7 @@ impl<V: Copy + Default> KeyTable<V> {
     fn dense_off(&mut self) {
         if let Dense::On { slots, .. } = std::mem::replace(&mut self.dense, Dense::Off) {
             let (arena, entries) = (&self.arena, &self.entries);
-            let rehash = |s: &u32| hash_key(entries[*s as usize].head.bytes(arena));
+            let rehash = |s: &u32| entries[*s as usize].head.hash(arena);
             for s in slots.into_iter().filter(|&s| s != 0).map(|s| s - 1) {
                 self.table.insert_unique(rehash(&s), s, |s: &u32| rehash(s));
             }
@@ -1472,10 +1614,12 @@ impl<V: Copy + Default> KeyTable<V> {
         if head.tag() == Head::FREE_TAG {
             return;
         }
-        let key = head.bytes(&self.arena);
-        let len = key.len();
-        if !int_of(key).is_some_and(|v| self.dense.remove(v)) {
-            if let Ok(entry) = self.table.find_entry(hash_key(key), |&s| s == slot) {
+        let key = head.key(&self.arena);
+        if !int_of(&key).is_some_and(|v| self.dense.remove(v)) {
+            if let Ok(entry) = self
+                .table
+                .find_entry(head.hash(&self.arena), |&s| s == slot)
+            {
                 entry.remove();
             }
         }
@@ -1485,10 +1629,10 @@ impl<V: Copy + Default> KeyTable<V> {
         };
         self.free.push(slot);
         if head.tag() != Head::LONG {
-            self.inline_bytes -= len;
+            self.inline_bytes -= head.held_bytes();
             return;
         }
-        self.dead_bytes += len;
+        self.dead_bytes += key.len();
         if self.dead_bytes > (1 << 16) && self.dead_bytes * 2 > self.arena.len() {
             self.compact();
         }
@@ -1502,7 +1646,7 @@ impl<V: Copy + Default> KeyTable<V> {
             .map(|e| &mut e.head)
             .filter(|h| h.tag() == Head::LONG)
         {
-            let bytes = head.bytes(&self.arena);
+            let bytes = head.long_bytes(&self.arena);
             let off = arena.len() as u64;
             arena.extend_from_slice(bytes);
             *head = Head::of(bytes, (off << 24) | bytes.len() as u64);
@@ -1539,7 +1683,8 @@ impl<V: Copy + Default> KeyTable<V> {
                 .saturating_sub(self.arena.len() - self.dead_bytes)
     }
 
-    /// Bytes of live keys.
+    /// Bytes the table holds for live keys: inline, as short values (a whole head
+    /// each), and in the arena.
     pub fn key_bytes(&self) -> usize {
         self.arena.len() - self.dead_bytes + self.inline_bytes
     }
@@ -1851,7 +1996,7 @@ mod tests {
                 want[..n].copy_from_slice(&key);
                 want[15] = n as u8;
                 assert_eq!(h.0, want, "length {n}");
-                assert_eq!(h.bytes(&[]), key.as_slice());
+                assert_eq!(h.key(&[]), key.as_slice());
             } else {
                 assert_eq!(h.tag(), Head::LONG);
                 assert_eq!(h.span(), 0x1234);
@@ -1972,6 +2117,74 @@ mod tests {
     }
 
     /// Keys that differ in any byte hash apart (every byte of a short value is hashed).
+    /// String and binary values of 11 to 15 bytes live in their head alone: found
+    /// without the arena, given back as their encoding, removed, reused, and kept
+    /// through the table's growth and compaction.
+    #[test]
+    fn short_values_are_held_in_the_head() {
+        // The last n digits of i: 2,000 values of each length from 4 bytes up.
+        let value = |i: usize, n: usize| format!("{i:020}")[20 - n..].to_string();
+        let mut t = KeyTable::new();
+        let mut want = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for n in 0..=20usize {
+            for i in 0..2_000 {
+                for bin in [false, true] {
+                    let v = value(i, n);
+                    let k = if bin {
+                        enc(v.as_bytes())
+                    } else {
+                        enc(v.as_str())
+                    };
+                    let (slot, new) = t.get_or_insert(&k).unwrap();
+                    assert_eq!(new, seen.insert(k.clone()), "{k:?}");
+                    if !new {
+                        continue;
+                    }
+                    let head = t.entries[slot as usize].head;
+                    assert_eq!(head.short().is_some(), (11..=15).contains(&n), "{n} bytes");
+                    want.push((k, slot));
+                }
+            }
+        }
+        // No arena bytes for short values: only the 16..20-byte ones went there.
+        let long: usize = (16..=20).map(|n| 2 * 2_000 * (n + 5)).sum();
+        assert_eq!(t.arena.len(), long);
+        for (k, slot) in &want {
+            assert_eq!(t.get(k), Some(*slot));
+            assert_eq!(t.key(*slot), k.as_slice());
+            let b = BytesKey::of_encoded(k).unwrap();
+            assert_eq!(t.get_bytes(b, b.hash()), Some(*slot));
+        }
+        let bytes_before = t.key_bytes();
+        // Remove every short value of even index, then put some back.
+        let mut removed = 0;
+        let gone = |k: &[u8]| {
+            let b = BytesKey::of_encoded(k).unwrap();
+            (11..=15).contains(&b.payload.len()) && b.payload[b.payload.len() - 1] % 2 == 0
+        };
+        for (k, slot) in &want {
+            if gone(k) {
+                t.remove(*slot);
+                assert_eq!(t.get(k), None);
+                removed += 1;
+            }
+        }
+        assert_eq!(t.key_bytes(), bytes_before - 16 * removed);
+        for (k, slot) in &want {
+            if !gone(k) {
+                assert_eq!(t.key(*slot), k.as_slice());
+            } else {
+                // Freed slots are handed out again.
+                let (again, new) = t.get_or_insert(k).unwrap();
+                assert!(new);
+                assert_eq!(t.key(again), k.as_slice());
+            }
+        }
+        assert_eq!(t.key_bytes(), bytes_before);
+        assert_eq!(t.len(), want.len());
+    }
+
     #[test]
     fn string_keys_hash_apart() {
         for width in [1usize, 3, 6, 9, 12, 14, 16, 20] {
@@ -2047,6 +2260,9 @@ mod tests {
             }
             for (b, slot) in slots {
                 prop_assert_eq!(t.get_bytes(b, b.hash()), Some(slot));
+                let mut e = Vec::new();
+                b.encode(&mut e);
+                prop_assert_eq!(t.key(slot), e.as_slice());
             }
             // A key not inserted is found only if it equals an inserted one.
             let o = BytesKey::bin(&other);

@@ -36,7 +36,7 @@ pub use config::{EmitMode, LatePolicy, PipelineConfig, Scope, TimeMode};
 use crate::agg::{Acc, BoundAgg, ExactSum, Input, Scalar};
 use crate::clock::ClockRef;
 use crate::error::{Result, TidemarkError};
-use crate::key::{decode_key_columns, is_key_type, KeyColumns, KeyRows};
+use crate::key::{decode_key_columns, is_key_type, KeyBytes, KeyColumns, KeyRows};
 use crate::state::{self, Reader, SnapshotKind, Writer};
 use crate::time::{
     parse_event_time, EventTimeType, KeyedTicks, KeyedWatermarkTracker, PartitionedWatermarkTracker,
@@ -1432,13 +1432,13 @@ impl Operator {
     /// Builds the windows output from the queued emits and releases closed states.
     fn build_windows(&mut self, bound: &Bound) -> Result<RecordBatch> {
         let emits = std::mem::take(&mut self.emits);
-        let key_of = |k: KeyRef| -> &[u8] {
+        let key_of = |k: KeyRef| -> KeyBytes<'_> {
             match k {
                 KeyRef::Slot(s) => self.keys.slot_key(s),
-                KeyRef::Owned(i) => &self.owned_keys[i as usize],
+                KeyRef::Owned(i) => KeyBytes::Borrowed(&self.owned_keys[i as usize]),
             }
         };
-        let keys: Vec<&[u8]> = emits.iter().map(|e| key_of(e.key)).collect();
+        let keys: Vec<KeyBytes<'_>> = emits.iter().map(|e| key_of(e.key)).collect();
         // (end, start, key, retraction first) identifies a row: an unstable sort is
         // deterministic here. The key's first 8 bytes (big-endian, so integer order is
         // byte order) settle most comparisons without touching the key bytes.
@@ -1455,8 +1455,8 @@ impl Operator {
             .collect();
         let tie = |a: u32, b: u32| {
             let (a, b) = (a as usize, b as usize);
-            keys[a]
-                .cmp(keys[b])
+            (*keys[a])
+                .cmp(&*keys[b])
                 .then_with(|| emits[b].retract.cmp(&emits[a].retract))
         };
         let one_window = sort_keys
@@ -1477,7 +1477,7 @@ impl Operator {
             sort_keys.iter().map(|k| k.3 as usize).collect()
         };
         let rows: Vec<&Emit> = order.iter().map(|&i| &emits[i]).collect();
-        let key_refs: Vec<&[u8]> = order.iter().map(|&i| keys[i]).collect();
+        let key_refs: Vec<&[u8]> = order.iter().map(|&i| &*keys[i]).collect();
         let retractions = rows.iter().filter(|e| e.retract).count() as u64;
 
         let mut columns: Vec<ArrayRef> = if bound.key_types.is_empty() {

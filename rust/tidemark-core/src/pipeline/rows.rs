@@ -216,7 +216,7 @@ impl RowsOperator {
         let slots: Vec<u32> = self.keys.slots().collect();
         w.len(slots.len());
         for s in slots {
-            w.bytes(self.keys.key(s));
+            w.bytes(&self.keys.key(s));
             let q = &self.rows[s as usize];
             w.len(q.len());
             for (ts, accs) in q {

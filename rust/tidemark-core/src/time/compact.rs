@@ -267,8 +267,8 @@ impl CompactKeyedWatermarkTracker {
         let mut advanced = None;
         for s in slots {
             let key = local.key(s);
-            self.admit(key);
-            if let Some(w) = self.exact.update_encoded(key, maxima[s as usize])? {
+            self.admit(&key);
+            if let Some(w) = self.exact.update_encoded(&key, maxima[s as usize])? {
                 advanced = Some(w);
             }
             self.drain();

@@ -40,7 +40,7 @@ use arrow_buffer::{BooleanBufferBuilder, NullBuffer};
 use crate::clock::{system_clock, ClockRef};
 use crate::error::{Result, TidemarkError};
 use crate::key::{
-    encode_chunked, hash_key, with_row_key, AsKey, KeyColumns, KeyRows, KeyTable, RowKey,
+    encode_chunked, hash_key, with_row_key, AsKey, KeyBytes, KeyColumns, KeyRows, KeyTable, RowKey,
 };
 use crate::state::{Reader, Writer};
 use crate::time::{MinTree, NodeMinTree, Watermark};
@@ -1081,7 +1081,7 @@ impl KeyedWatermarkTracker {
     }
 
     /// The encoded key in `slot`.
-    pub fn slot_key(&self, slot: u32) -> &[u8] {
+    pub fn slot_key(&self, slot: u32) -> KeyBytes<'_> {
         self.keys.key(slot)
     }
 
@@ -1319,7 +1319,7 @@ impl KeyedWatermarkTracker {
             if s == self.cursor {
                 cursor_index = i;
             }
-            w.bytes(self.keys.key(s));
+            w.bytes(&self.keys.key(s));
             w.i64(self.keys[s as usize].max_event);
             w.i64(self.cold[s as usize].last_activity);
             w.bool(self.keys[s as usize].idle);
