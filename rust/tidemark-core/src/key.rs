@@ -2116,10 +2116,9 @@ mod tests {
         Ok(())
     }
 
-    /// Keys that differ in any byte hash apart (every byte of a short value is hashed).
     /// String and binary values of 11 to 15 bytes live in their head alone: found
-    /// without the arena, given back as their encoding, removed, reused, and kept
-    /// through the table's growth and compaction.
+    /// without the arena, given back as their encoding, removed and reused, and kept
+    /// through the table's growth.
     #[test]
     fn short_values_are_held_in_the_head() {
         // The last n digits of i: 2,000 values of each length from 4 bytes up.
@@ -2157,7 +2156,7 @@ mod tests {
             assert_eq!(t.get_bytes(b, b.hash()), Some(*slot));
         }
         let bytes_before = t.key_bytes();
-        // Remove every short value of even index, then put some back.
+        // Remove every short value whose last digit is even, then put them back.
         let mut removed = 0;
         let gone = |k: &[u8]| {
             let b = BytesKey::of_encoded(k).unwrap();
@@ -2185,6 +2184,7 @@ mod tests {
         assert_eq!(t.len(), want.len());
     }
 
+    /// Keys that differ in any byte hash apart (every byte of a short value is hashed).
     #[test]
     fn string_keys_hash_apart() {
         for width in [1usize, 3, 6, 9, 12, 14, 16, 20] {
