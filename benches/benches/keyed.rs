@@ -194,6 +194,7 @@ fn bench_batch(c: &mut Criterion) {
 }
 
 fn report_memory(_c: &mut Criterion) {
+    const SPREAD: i64 = 0x9E37_79B9_7F4A_7C15u64 as i64;
     for n in [10_000i64, 1_000_000] {
         let t = filled(n);
         println!(
@@ -201,6 +202,21 @@ fn report_memory(_c: &mut Criterion) {
              bytes); {} bytes/key by layout",
             t.heap_bytes() as f64 / n as f64,
             KeyedWatermarkTracker::bytes_per_key()
+        );
+        // Keys the dense-integer map cannot hold: the hash index's share included.
+        let mut sparse = tracker(None);
+        let mut strings = tracker(None);
+        for k in 0..n {
+            sparse.update(k.wrapping_mul(SPREAD), 10_000 + k).unwrap();
+            strings
+                .update(format!("tenant-{k:07}").as_str(), 10_000 + k)
+                .unwrap();
+        }
+        println!(
+            "memory: {n} keys -> {:.1} bytes/key with sparse integer keys, {:.1} with 14-byte \
+             string keys (same measure)",
+            sparse.heap_bytes() as f64 / n as f64,
+            strings.heap_bytes() as f64 / n as f64
         );
     }
 }

@@ -1040,14 +1040,15 @@ impl Head {
         })
     }
 
-    /// Bytes of the key this head holds itself (its encoding when inline; a short
-    /// value takes the whole head; a long key's bytes are in the arena).
+    /// Bytes of the key this head holds itself: its encoding when inline, a short
+    /// value's bytes (the marker and the rest of the head count as overhead), none for
+    /// a long key (its bytes are in the arena).
     #[inline]
     fn held_bytes(&self) -> usize {
         match self.tag() {
             t if usize::from(t) <= INLINE_KEY => usize::from(t),
             Self::LONG | Self::FREE_TAG => 0,
-            _ => 16,
+            t => usize::from(t & 0x0F),
         }
     }
 
@@ -1683,8 +1684,8 @@ impl<V: Copy + Default> KeyTable<V> {
                 .saturating_sub(self.arena.len() - self.dead_bytes)
     }
 
-    /// Bytes the table holds for live keys: inline, as short values (a whole head
-    /// each), and in the arena.
+    /// Bytes of the live keys: encodings held inline, short values' own bytes, and
+    /// the long keys' bytes in the arena.
     pub fn key_bytes(&self) -> usize {
         self.arena.len() - self.dead_bytes + self.inline_bytes
     }
@@ -2157,7 +2158,7 @@ mod tests {
         }
         let bytes_before = t.key_bytes();
         // Remove every short value whose last digit is even, then put them back.
-        let mut removed = 0;
+        let mut removed_bytes = 0;
         let gone = |k: &[u8]| {
             let b = BytesKey::of_encoded(k).unwrap();
             (11..=15).contains(&b.payload.len()) && b.payload[b.payload.len() - 1] % 2 == 0
@@ -2166,10 +2167,12 @@ mod tests {
             if gone(k) {
                 t.remove(*slot);
                 assert_eq!(t.get(k), None);
-                removed += 1;
+                // A short value's own bytes: its encoding less the tag and length.
+                removed_bytes += k.len() - 5;
             }
         }
-        assert_eq!(t.key_bytes(), bytes_before - 16 * removed);
+        assert!(removed_bytes > 0);
+        assert_eq!(t.key_bytes(), bytes_before - removed_bytes);
         for (k, slot) in &want {
             if !gone(k) {
                 assert_eq!(t.key(*slot), k.as_slice());
