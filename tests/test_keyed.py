@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 import pyarrow as pa
 import pytest
@@ -166,6 +168,32 @@ def test_timestamps_are_microseconds_and_nulls_skipped() -> None:
     assert t.watermark_for_key("a") == 4_000_000
     out = t.is_late_batch(pa.array(["a", "a"]), pa.array([3_000_000, None]))
     assert out.to_pylist() == [True, None]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: tm.KeyedWatermarkTracker(bounded_delay=1),
+        lambda: tm.CompactKeyedWatermarkTracker(bounded_delay=1, exact_keys=10),
+    ],
+    ids=["exact", "compact"],
+)
+@pytest.mark.parametrize("arrow", [False, True], ids=["sequences", "arrow"])
+def test_batches_pair_keys_and_times_row_by_row(make: Any, arrow: bool) -> None:
+    t = make()
+    keys: Any = pa.array(["a", "b"]) if arrow else ["a", "b"]
+    # One time too few: refused, not a shorter batch, and nothing is recorded.
+    short: Any = pa.array([5]) if arrow else [5]
+    with pytest.raises(tm.ConfigError, match="2 keys but 1 event times"):
+        t.update_batch(keys, short)
+    with pytest.raises(tm.ConfigError, match="2 keys but 1 event times"):
+        t.is_late_batch(keys, short)
+    assert t.watermark_for_key("a") is None
+    # A null time skips its row in an update and gives a null lateness.
+    times: Any = pa.array([5, None]) if arrow else [5, None]
+    t.update_batch(keys, times)
+    assert (t.watermark_for_key("a"), t.watermark_for_key("b")) == (4, None)
+    assert t.is_late_batch(["a", "a"], [None, 3]).to_pylist() == [None, True]
 
 
 def test_remove_clear_and_metrics() -> None:

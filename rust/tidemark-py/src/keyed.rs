@@ -6,6 +6,7 @@ use arrow_array::{Array, Int64Array};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use pyo3_arrow::input::AnyArray;
+use tidemark_core::error::TidemarkError;
 use tidemark_core::time::{
     parse_event_time, CompactKeyedConfig, CompactKeyedWatermarkTracker, EventTimeType,
     KeyEvictionPolicy, KeyWatermarkState, KeyedTicks, KeyedWatermarkTracker,
@@ -13,7 +14,7 @@ use tidemark_core::time::{
 
 use crate::arrow_io::array_to_py;
 use crate::clock::clock_ref;
-use crate::error::{check, detach};
+use crate::error::{check, detach, to_py};
 use crate::keys::{key_columns, py_key, single_array};
 
 pub fn state_dict<'py>(py: Python<'py>, s: &KeyWatermarkState) -> PyResult<Bound<'py, PyDict>> {
@@ -29,6 +30,25 @@ pub fn state_dict<'py>(py: Python<'py>, s: &KeyWatermarkState) -> PyResult<Bound
     d.set_item("last_activity", s.last_activity)?;
     d.set_item("is_idle", s.is_idle)?;
     Ok(d)
+}
+
+/// Keys and event times given as Python sequences, paired row by row: a length
+/// mismatch is a `ConfigError` (as for Arrow input), not a silently shorter batch.
+fn paired<'a, 'py>(
+    py: Python<'_>,
+    keys: &'a [Bound<'py, PyAny>],
+    event_times: &'a [Option<i64>],
+) -> PyResult<impl Iterator<Item = (&'a Bound<'py, PyAny>, Option<i64>)>> {
+    if keys.len() != event_times.len() {
+        return Err(to_py(
+            py,
+            TidemarkError::config(
+                "event_times",
+                format!("{} keys but {} event times", keys.len(), event_times.len()),
+            ),
+        ));
+    }
+    Ok(keys.iter().zip(event_times.iter().copied()))
 }
 
 /// Event times as int64: timestamps in epoch microseconds, integers as they are.
@@ -114,14 +134,17 @@ impl PyKeyedWatermarkTracker {
         &mut self,
         py: Python<'_>,
         keys: Vec<Bound<'_, PyAny>>,
-        event_times: Vec<i64>,
+        event_times: Vec<Option<i64>>,
     ) -> PyResult<Option<i64>> {
-        let encoded = keys.iter().map(py_key).collect::<PyResult<Vec<_>>>()?;
-        let events: Vec<(EncodedKey, i64)> = encoded
-            .into_iter()
-            .map(EncodedKey)
-            .zip(event_times)
-            .collect();
+        // Rows with a null time are skipped (as for Arrow input); their keys are still
+        // checked.
+        let mut events = Vec::with_capacity(keys.len());
+        for (k, t) in paired(py, &keys, &event_times)? {
+            let k = EncodedKey(py_key(k)?);
+            if let Some(t) = t {
+                events.push((k, t));
+            }
+        }
         let tracker = &mut self.inner;
         detach(py, move || tracker.update_batch(&events)).map(|w| w.map(|w| w.timestamp()))
     }
@@ -173,11 +196,12 @@ impl PyKeyedWatermarkTracker {
         &self,
         py: Python<'_>,
         keys: Vec<Bound<'_, PyAny>>,
-        event_times: Vec<i64>,
+        event_times: Vec<Option<i64>>,
     ) -> PyResult<Py<PyAny>> {
         let mut out = Vec::with_capacity(keys.len());
-        for (k, t) in keys.iter().zip(event_times) {
-            out.push(self.inner.is_late(EncodedKey(py_key(k)?), t));
+        for (k, t) in paired(py, &keys, &event_times)? {
+            let k = EncodedKey(py_key(k)?);
+            out.push(t.map(|t| self.inner.is_late(k, t)));
         }
         array_to_py(py, Arc::new(arrow_array::BooleanArray::from(out)))
     }
@@ -310,11 +334,12 @@ impl PyCompactKeyedWatermarkTracker {
         &mut self,
         py: Python<'_>,
         keys: Vec<Bound<'_, PyAny>>,
-        event_times: Vec<i64>,
+        event_times: Vec<Option<i64>>,
     ) -> PyResult<Option<i64>> {
         let mut last = None;
-        for (k, t) in keys.iter().zip(event_times) {
+        for (k, t) in paired(py, &keys, &event_times)? {
             let k = py_key(k)?;
+            let Some(t) = t else { continue };
             if let Some(w) = check(py, self.inner.update_encoded(&k, t))? {
                 last = Some(w.timestamp());
             }
@@ -343,7 +368,7 @@ impl PyCompactKeyedWatermarkTracker {
         let (kc, _) = key_columns(py, columns)?;
         let times = event_times_of(py, event_times)?;
         let tracker = &self.inner;
-        let out = detach(py, move || Ok(tracker.is_late_columns(&kc, &times)))?;
+        let out = detach(py, move || tracker.is_late_columns(&kc, &times))?;
         array_to_py(py, Arc::new(out))
     }
 
@@ -351,11 +376,12 @@ impl PyCompactKeyedWatermarkTracker {
         &self,
         py: Python<'_>,
         keys: Vec<Bound<'_, PyAny>>,
-        event_times: Vec<i64>,
+        event_times: Vec<Option<i64>>,
     ) -> PyResult<Py<PyAny>> {
         let mut out = Vec::with_capacity(keys.len());
-        for (k, t) in keys.iter().zip(event_times) {
-            out.push(self.inner.is_late(EncodedKey(py_key(k)?), t));
+        for (k, t) in paired(py, &keys, &event_times)? {
+            let k = EncodedKey(py_key(k)?);
+            out.push(t.map(|t| self.inner.is_late(k, t)));
         }
         array_to_py(py, Arc::new(arrow_array::BooleanArray::from(out)))
     }

@@ -34,6 +34,7 @@
 use crate::clock::ClockRef;
 use crate::error::Result;
 use crate::key::{hash_key, AsKey, KeyColumns, KeyRows, KeyTable};
+use crate::time::keyed::same_rows;
 use crate::time::{KeyEvictionPolicy, KeyedTicks, KeyedWatermarkTracker, Watermark};
 use arrow_array::{Array, BooleanArray, Int64Array};
 use arrow_buffer::BooleanBufferBuilder;
@@ -240,13 +241,13 @@ impl CompactKeyedWatermarkTracker {
         keys: &KeyColumns,
         times: &Int64Array,
     ) -> Result<Option<Watermark>> {
+        same_rows(keys, times)?;
         // Fold per key, then apply each key once.
         let mut local = KeyTable::new();
         let mut maxima: Vec<i64> = Vec::new();
-        let n = keys.len().min(times.len());
         let mut err = None;
         keys.for_each_key(|i, key| {
-            if i >= n || times.is_null(i) || err.is_some() {
+            if times.is_null(i) || err.is_some() {
                 return;
             }
             match local.get_or_insert(key) {
@@ -304,7 +305,8 @@ impl CompactKeyedWatermarkTracker {
     }
 
     /// Vectorised [`Self::is_late`]; null where the time is null.
-    pub fn is_late_columns(&self, keys: &KeyColumns, times: &Int64Array) -> BooleanArray {
+    pub fn is_late_columns(&self, keys: &KeyColumns, times: &Int64Array) -> Result<BooleanArray> {
+        same_rows(keys, times)?;
         let mut late = BooleanBufferBuilder::new(keys.len());
         keys.for_each_key(|i, key| {
             late.append(
@@ -314,7 +316,7 @@ impl CompactKeyedWatermarkTracker {
                         .is_some_and(|w| times.value(i) < w),
             )
         });
-        BooleanArray::new(late.finish(), times.nulls().cloned())
+        Ok(BooleanArray::new(late.finish(), times.nulls().cloned()))
     }
 
     /// The global watermark of the exact part (see [`KeyedWatermarkTracker`]).
@@ -407,6 +409,31 @@ mod tests {
             Some(985),
             "exact again, from its own events"
         );
+    }
+
+    /// Column batches need one event time per key row: a mismatch is refused before
+    /// any row is applied (not cut to the shorter length, nor a panic past its end).
+    #[test]
+    fn column_batches_need_a_time_per_row() {
+        let mut t = tracker(10, 1 << 10);
+        let kc = KeyColumns::single(std::sync::Arc::new(Int64Array::from(vec![1, 2]))).unwrap();
+        let one = Int64Array::from(vec![50]);
+        let err = t.update_columns(&kc, &one).unwrap_err().to_string();
+        assert!(err.contains("2 keys but 1 event times"), "{err}");
+        assert!(t.is_late_columns(&kc, &one).is_err());
+        assert_eq!(t.watermark_for_key(&1i64), None);
+        let two = Int64Array::from(vec![Some(50), None]);
+        t.update_columns(&kc, &two).unwrap();
+        assert_eq!(t.watermark_for_key(&1i64), Some(40));
+        assert_eq!(
+            t.watermark_for_key(&2i64),
+            None,
+            "a null time skips its row"
+        );
+        let late = t
+            .is_late_columns(&kc, &Int64Array::from(vec![39, 39]))
+            .unwrap();
+        assert_eq!(late.iter().collect::<Vec<_>>(), [Some(true), Some(false)]);
     }
 
     #[test]

@@ -206,6 +206,18 @@ impl<K: AsKey> KeyRows for EventKeys<'_, K> {
     }
 }
 
+/// Key columns and event times of one batch must have a row each: a mismatch is a
+/// configuration error, not a silently shorter batch.
+pub(crate) fn same_rows(keys: &KeyColumns, times: &Int64Array) -> Result<()> {
+    if keys.len() == times.len() {
+        return Ok(());
+    }
+    Err(TidemarkError::config(
+        "event_times",
+        format!("{} keys but {} event times", keys.len(), times.len()),
+    ))
+}
+
 /// Per-key state read or written by every row of a batch (16 bytes).
 #[derive(Debug, Clone, Copy)]
 struct Hot {
@@ -795,12 +807,7 @@ impl KeyedWatermarkTracker {
         keys: &KeyColumns,
         times: &Int64Array,
     ) -> Result<Option<Watermark>> {
-        if keys.len() != times.len() {
-            return Err(TidemarkError::config(
-                "event_times",
-                format!("{} keys but {} event times", keys.len(), times.len()),
-            ));
-        }
+        same_rows(keys, times)?;
         self.update_rows(keys, times.values(), times.nulls())
     }
 
@@ -1142,12 +1149,7 @@ impl KeyedWatermarkTracker {
 
     /// Vectorised [`Self::is_late`]: one boolean per row (null where the time is null).
     pub fn is_late_columns(&self, keys: &KeyColumns, times: &Int64Array) -> Result<BooleanArray> {
-        if keys.len() != times.len() {
-            return Err(TidemarkError::config(
-                "event_times",
-                format!("{} keys but {} event times", keys.len(), times.len()),
-            ));
-        }
+        same_rows(keys, times)?;
         let mut late = BooleanBufferBuilder::new(keys.len());
         keys.for_each_row_key(|i, key| {
             late.append(
