@@ -71,19 +71,21 @@ fn bench_update(c: &mut Criterion) {
         });
     }
     // Integer ids spread over the whole i64 range (no dense range: hash lookups).
-    g.bench_function("sparse_key_of_10000", |b| {
-        const SPREAD: i64 = 0x9E37_79B9_7F4A_7C15u64 as i64;
-        let mut t = tracker(None);
-        for k in 0..10_000i64 {
-            t.update(k.wrapping_mul(SPREAD), 10_000 + k).unwrap();
-        }
-        let mut keys = Keys(0x9E37_79B9_7F4A_7C15, 10_000);
-        let mut ts = 1_000_000i64;
-        b.iter(|| {
-            ts += 1;
-            black_box(t.update(keys.next().wrapping_mul(SPREAD), ts).unwrap())
-        })
-    });
+    for n in [10_000i64, 1_000_000] {
+        g.bench_function(format!("sparse_key_of_{n}"), |b| {
+            const SPREAD: i64 = 0x9E37_79B9_7F4A_7C15u64 as i64;
+            let mut t = tracker(None);
+            for k in 0..n {
+                t.update(k.wrapping_mul(SPREAD), 10_000 + k).unwrap();
+            }
+            let mut keys = Keys(0x9E37_79B9_7F4A_7C15, n as u64);
+            let mut ts = 1_000_000i64;
+            b.iter(|| {
+                ts += 1;
+                black_box(t.update(keys.next().wrapping_mul(SPREAD), ts).unwrap())
+            })
+        });
+    }
     g.bench_function("string_key_of_10000", |b| {
         let mut t = tracker(None);
         let names: Vec<String> = (0..10_000).map(|i| format!("tenant-{i:07}")).collect();

@@ -25,9 +25,9 @@ use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef};
 use arrow_schema::DataType;
-use hashbrown::HashTable;
 
 use crate::error::{Result, TidemarkError};
+use crate::slot_index::SlotIndex;
 
 /// Type tags of the key encoding.
 pub mod tag {
@@ -1244,10 +1244,12 @@ struct Entry<V> {
 /// Each slot has a 16-byte head that holds short keys inline; longer keys live in
 /// one arena (no allocation per key), and removed ones leave holes that are compacted
 /// once they outweigh the live bytes (so the arena stays under twice the live bytes
-/// plus 64 KiB). A slot's value is `V::default()` while the slot is free.
+/// plus 64 KiB). A slot's value is `V::default()` while the slot is free. A hash
+/// index maps key hashes to slots: chunks of 12 slot ids with one-byte tags, each in
+/// one cache line, so a lookup reads that line, then the slot's head.
 #[derive(Debug, Clone, Default)]
 pub struct KeyTable<V = ()> {
-    table: HashTable<u32>,
+    table: SlotIndex,
     /// Integer keys while they are dense (see [`Dense`]); not in `table` then.
     dense: Dense,
     entries: Vec<Entry<V>>,
@@ -1494,16 +1496,12 @@ impl<V: Copy + Default> KeyTable<V> {
     ) -> Option<u32> {
         let (arena, entries) = (&self.arena, &self.entries);
         if inline {
-            self.table
-                .find(hash, |&s| entries[s as usize].head == probe)
-                .copied()
+            self.table.find(hash, |s| entries[s as usize].head == probe)
         } else {
-            self.table
-                .find(hash, |&s| {
-                    let h = &entries[s as usize].head;
-                    h.same_long(&probe) && same(h.long_bytes(arena))
-                })
-                .copied()
+            self.table.find(hash, |s| {
+                let h = &entries[s as usize].head;
+                h.same_long(&probe) && same(h.long_bytes(arena))
+            })
         }
     }
 
@@ -1593,7 +1591,7 @@ impl<V: Copy + Default> KeyTable<V> {
         }
         let (arena, entries) = (&self.arena, &self.entries);
         self.table
-            .insert_unique(hash, slot, |&s| entries[s as usize].head.hash(arena));
+            .insert(hash, slot, |s| entries[s as usize].head.hash(arena));
         Ok(slot)
     }
 
@@ -1602,9 +1600,9 @@ impl<V: Copy + Default> KeyTable<V> {
     fn dense_off(&mut self) {
         if let Dense::On { slots, .. } = std::mem::replace(&mut self.dense, Dense::Off) {
             let (arena, entries) = (&self.arena, &self.entries);
-            let rehash = |s: &u32| entries[*s as usize].head.hash(arena);
+            let rehash = |s: u32| entries[s as usize].head.hash(arena);
             for s in slots.into_iter().filter(|&s| s != 0).map(|s| s - 1) {
-                self.table.insert_unique(rehash(&s), s, |s: &u32| rehash(s));
+                self.table.insert(rehash(s), s, rehash);
             }
         }
     }
@@ -1617,12 +1615,7 @@ impl<V: Copy + Default> KeyTable<V> {
         }
         let key = head.key(&self.arena);
         if !int_of(&key).is_some_and(|v| self.dense.remove(v)) {
-            if let Ok(entry) = self
-                .table
-                .find_entry(head.hash(&self.arena), |&s| s == slot)
-            {
-                entry.remove();
-            }
+            self.table.remove(head.hash(&self.arena), slot);
         }
         self.entries[slot as usize] = Entry {
             head: Head::FREE,
@@ -1673,7 +1666,7 @@ impl<V: Copy + Default> KeyTable<V> {
     /// Heap bytes held, excluding the key bytes themselves (inline or in the arena);
     /// the slots' values included.
     pub fn overhead_bytes(&self) -> usize {
-        self.table.capacity() * (std::mem::size_of::<u32>() + 1)
+        self.table.heap_bytes()
             + self.dense.heap_bytes()
             + self.entries.capacity() * std::mem::size_of::<Entry<V>>()
             - self.inline_bytes

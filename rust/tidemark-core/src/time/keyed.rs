@@ -21,7 +21,7 @@
 //! # Data structure
 //!
 //! Keys are interned into dense slots ([`KeyTable`]); the state every update touches
-//! sits next to the key in the table, the rest in a parallel vector (at most 61 bytes
+//! sits next to the key in the table, the rest in a parallel vector (at most 62 bytes
 //! per key, see [`KeyedWatermarkTracker::bytes_per_key`]). The global minimum is a
 //! [`NodeMinTree`] whose leaves are the active slots: `global_watermark` is O(1),
 //! an update O(log n) with an early exit (O(1) unless the key held the minimum). An
@@ -1384,12 +1384,13 @@ impl KeyedWatermarkTracker {
 
     /// Bytes of memory per key by layout, excluding the key's own bytes: the table
     /// entry (16-byte key head, holding keys of up to 15 encoded bytes inline, and the
-    /// 16-byte per-key state), the activity record, a minimum-tree node, the hash
-    /// table's slot id and control byte. An upper bound: for an inline key the head's
-    /// bytes are partly the key's own (a 9-byte integer key leaves 52 bytes).
+    /// 16-byte per-key state), the activity record, a minimum-tree node, and the
+    /// hash index's slot id and tag (a 64-byte chunk per 12 keys, rounded up to 6
+    /// bytes). An upper bound: for an inline key the head's bytes are partly the key's
+    /// own (a 9-byte integer key leaves 53 bytes).
     pub fn bytes_per_key() -> usize {
         16 /* key head */ + std::mem::size_of::<Hot>() + std::mem::size_of::<Cold>()
-            + 8 /* min tree node */ + 5 /* hash entry */
+            + 8 /* min tree node */ + 64usize.div_ceil(12) /* hash index slot */
     }
 
     /// Heap bytes held, excluding the keys' own bytes.
