@@ -192,6 +192,20 @@ fn bench_batch(c: &mut Criterion) {
             b.iter(|| black_box(t.update_columns(kc, &times).unwrap()))
         });
     }
+    // A million string keys: the key table's hash index is far past the caches.
+    g.bench_function("string_64k_rows_1m_keys", |b| {
+        const KEYS: i64 = 1_000_000;
+        let mut t = tracker(None);
+        let all = (0..KEYS).map(|i| format!("tenant-{i:07}"));
+        let all = KeyColumns::single(Arc::new(StringArray::from_iter_values(all)) as ArrayRef);
+        let all_times = Int64Array::from((0..KEYS).collect::<Vec<_>>());
+        t.update_columns(&all.unwrap(), &all_times).unwrap();
+        let mut keys = Keys(11, KEYS as u64);
+        let rows = (0..ROWS).map(|_| format!("tenant-{:07}", keys.next()));
+        let kc = KeyColumns::single(Arc::new(StringArray::from_iter_values(rows)) as ArrayRef);
+        let kc = kc.unwrap();
+        b.iter(|| black_box(t.update_columns(&kc, &times).unwrap()))
+    });
     g.finish();
 }
 

@@ -1458,6 +1458,19 @@ impl<V: Copy + Default> KeyTable<V> {
         crate::prefetch_at(&self.entries, slot as usize);
     }
 
+    /// Hints the CPU to bring the hash-index line a lookup of a key with this hash
+    /// reads first into cache (for lookups some rows ahead).
+    #[inline]
+    pub fn prefetch_hash(&self, hash: u64) {
+        self.table.prefetch(hash);
+    }
+
+    /// Keys held in the hash index (integer keys of a dense range are not).
+    #[inline]
+    pub fn indexed_len(&self) -> usize {
+        self.table.len()
+    }
+
     /// `true` if `slot` holds a key.
     pub fn is_live(&self, slot: u32) -> bool {
         self.live(slot as usize).is_some()

@@ -84,6 +84,15 @@ impl SlotIndex {
         self.chunks.capacity() * std::mem::size_of::<Chunk>()
     }
 
+    /// Hints the CPU to bring the chunk where a lookup of `hash` starts into cache.
+    #[inline]
+    pub(crate) fn prefetch(&self, hash: u64) {
+        crate::prefetch_at(
+            &self.chunks,
+            hash as usize & self.chunks.len().wrapping_sub(1),
+        );
+    }
+
     /// The slot among those stored under `hash` for which `is_key` holds.
     #[inline(always)]
     pub(crate) fn find(&self, hash: u64, is_key: impl Fn(u32) -> bool) -> Option<u32> {

@@ -206,6 +206,10 @@ impl<K: AsKey> KeyRows for EventKeys<'_, K> {
     }
 }
 
+/// Keys in the hash index from which batch lookups prefetch its lines (an index of
+/// 32K keys takes about 200 KiB: below that it mostly stays in cache).
+const PREFETCH_INDEX_FROM: usize = 1 << 15;
+
 /// Key columns and event times of one batch must have a row each: a mismatch is a
 /// configuration error, not a silently shorter batch.
 pub(crate) fn same_rows(keys: &KeyColumns, times: &Int64Array) -> Result<()> {
@@ -342,6 +346,8 @@ pub struct KeyedWatermarkTracker {
     activity_deferred: bool,
     /// Key indexes of a batch's rows (reused between batches).
     group_scratch: Vec<u32>,
+    /// Key hashes of a batch's rows, for lookups with the index prefetched (reused).
+    hash_scratch: Vec<u64>,
     /// Event times of an `update_batch` call (reused).
     event_scratch: Vec<i64>,
     /// When enabled, evicted keys (slot, key, watermark), for the caller to drain.
@@ -381,6 +387,7 @@ impl KeyedWatermarkTracker {
             batch_now: 0,
             activity_deferred: false,
             group_scratch: Vec::new(),
+            hash_scratch: Vec::new(),
             event_scratch: Default::default(),
             eviction_log: None,
             idle_log: None,
@@ -729,16 +736,18 @@ impl KeyedWatermarkTracker {
     /// The slot of `key`, inserted (activity at `now`) if new.
     #[inline(always)]
     fn slot_of(&mut self, key: RowKey<'_>, now: i64) -> Result<u32> {
+        self.slot_of_hashed(key, key.hash(), now)
+    }
+
+    /// [`Self::slot_of`] with the key's [`RowKey::hash`] at hand.
+    #[inline(always)]
+    fn slot_of_hashed(&mut self, key: RowKey<'_>, hash: u64, now: i64) -> Result<u32> {
         match key {
-            RowKey::Word(w) => {
-                let hash = w.hash();
-                match self.keys.get_word(w, hash) {
-                    Some(s) => Ok(s),
-                    None => self.insert_key(&w.bytes(), hash, now),
-                }
-            }
+            RowKey::Word(w) => match self.keys.get_word(w, hash) {
+                Some(s) => Ok(s),
+                None => self.insert_key(&w.bytes(), hash, now),
+            },
             RowKey::Str(b) => {
-                let hash = b.hash();
                 match self.keys.get_bytes(b, hash) {
                     Some(s) => Ok(s),
                     None => {
@@ -752,7 +761,10 @@ impl KeyedWatermarkTracker {
                     }
                 }
             }
-            RowKey::Bytes(key) => self.slot_for_update(key, now),
+            RowKey::Bytes(key) => match self.keys.get_hashed(key, hash) {
+                Some(s) => Ok(s),
+                None => self.insert_key(key, hash, now),
+            },
         }
     }
 
@@ -942,17 +954,47 @@ impl KeyedWatermarkTracker {
     ) {
         debug_assert!(!self.may_evict(rows.num_rows()));
         groups.clear();
-        rows.for_each_row_key(|i, key| {
-            let slot = if skip(i) {
-                NIL
-            } else {
-                self.batch_slot_row(key).unwrap_or_else(|e| {
-                    on_error(i, e);
+        let now = self.batch_now;
+        if self.keys.indexed_len() < PREFETCH_INDEX_FROM {
+            rows.for_each_row_key(|i, key| {
+                let slot = if skip(i) {
                     NIL
-                })
-            };
-            groups.push(slot);
-        });
+                } else {
+                    self.slot_of(key, now).unwrap_or_else(|e| {
+                        on_error(i, e);
+                        NIL
+                    })
+                };
+                groups.push(slot);
+            });
+        } else {
+            // A hash index past the caches: hash every row first, then look each row up
+            // with the index line of the row LOOKUP_AHEAD rows on already requested.
+            const LOOKUP_AHEAD: usize = 8;
+            let mut hashes = std::mem::take(&mut self.hash_scratch);
+            hashes.clear();
+            hashes.resize(rows.num_rows(), 0);
+            rows.for_each_row_key(|i, key| hashes[i] = key.hash());
+            for &h in hashes.iter().take(LOOKUP_AHEAD) {
+                self.keys.prefetch_hash(h);
+            }
+            rows.for_each_row_key(|i, key| {
+                if let Some(&h) = hashes.get(i + LOOKUP_AHEAD) {
+                    self.keys.prefetch_hash(h);
+                }
+                let slot = if skip(i) {
+                    NIL
+                } else {
+                    self.slot_of_hashed(key, hashes[i], now)
+                        .unwrap_or_else(|e| {
+                            on_error(i, e);
+                            NIL
+                        })
+                };
+                groups.push(slot);
+            });
+            crate::keep_scratch(&mut self.hash_scratch, hashes);
+        }
         // Nothing is evicted before the batch ends, so the keys' activity can wait
         // for end_batch: once per key there, in order of first touch (the same list
         // order), instead of on the rows here. Only from the batch's first key on: a

@@ -753,3 +753,49 @@ fn state_round_trips_keys_of_every_length() {
     }
     assert_eq!(back.total_key_count(), t.total_key_count());
 }
+
+/// Batches over a hash index large enough for its lines to be prefetched (at least
+/// `PREFETCH_INDEX_FROM` keys) give what one-by-one updates give: every key's
+/// watermark, new keys included, null times skipped, the global watermark.
+#[test]
+fn batches_over_a_large_index_match_one_by_one_updates() {
+    const HELD: usize = PREFETCH_INDEX_FROM + 1_000;
+    let name = |i: usize| format!("key-{i:07}");
+    let (mut batched, _) = simple();
+    let (mut single, _) = simple();
+    for i in 0..HELD {
+        batched.update(name(i).as_str(), i as i64).unwrap();
+        single.update(name(i).as_str(), i as i64).unwrap();
+    }
+    assert!(batched.keys.indexed_len() >= PREFETCH_INDEX_FROM);
+    // 20,000 rows over held keys and 5,000 new ones, with some null times.
+    let rows: Vec<(String, Option<i64>)> = (0..20_000usize)
+        .map(|r| {
+            let k = (r * 7_919) % (HELD + 5_000);
+            (
+                name(k),
+                (r % 97 != 0).then_some(1_000_000 + (r * 31 % 5_000) as i64),
+            )
+        })
+        .collect();
+    let keys: ArrayRef = Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r.0)));
+    let times = Int64Array::from(rows.iter().map(|r| r.1).collect::<Vec<_>>());
+    batched
+        .update_columns(&KeyColumns::single(keys).unwrap(), &times)
+        .unwrap();
+    for (k, t) in &rows {
+        if let Some(t) = t {
+            single.update(k.as_str(), *t).unwrap();
+        }
+    }
+    assert_eq!(batched.total_key_count(), single.total_key_count());
+    for i in 0..HELD + 5_000 {
+        let k = name(i);
+        assert_eq!(
+            batched.watermark_for_key(k.as_str()),
+            single.watermark_for_key(k.as_str()),
+            "{k}"
+        );
+    }
+    assert_eq!(batched.global_watermark(), single.global_watermark());
+}
