@@ -6,15 +6,14 @@ use arrow_array::{Array, Int64Array};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use pyo3_arrow::input::AnyArray;
-use tidemark_core::error::TidemarkError;
 use tidemark_core::time::{
-    parse_event_time, CompactKeyedConfig, CompactKeyedWatermarkTracker, EventTimeType,
+    parse_event_time, same_len, CompactKeyedConfig, CompactKeyedWatermarkTracker, EventTimeType,
     KeyEvictionPolicy, KeyWatermarkState, KeyedTicks, KeyedWatermarkTracker,
 };
 
 use crate::arrow_io::array_to_py;
 use crate::clock::clock_ref;
-use crate::error::{check, detach, to_py};
+use crate::error::{check, detach};
 use crate::keys::{key_columns, py_key, single_array};
 
 pub fn state_dict<'py>(py: Python<'py>, s: &KeyWatermarkState) -> PyResult<Bound<'py, PyDict>> {
@@ -39,16 +38,24 @@ fn paired<'a, 'py>(
     keys: &'a [Bound<'py, PyAny>],
     event_times: &'a [Option<i64>],
 ) -> PyResult<impl Iterator<Item = (&'a Bound<'py, PyAny>, Option<i64>)>> {
-    if keys.len() != event_times.len() {
-        return Err(to_py(
-            py,
-            TidemarkError::config(
-                "event_times",
-                format!("{} keys but {} event times", keys.len(), event_times.len()),
-            ),
-        ));
-    }
+    check(py, same_len(keys.len(), event_times.len()))?;
     Ok(keys.iter().zip(event_times.iter().copied()))
+}
+
+/// `is_late` of every (key, time) pair of Python sequences, as a BooleanArray (null
+/// where the time is None).
+fn late_of_pykeys(
+    py: Python<'_>,
+    keys: &[Bound<'_, PyAny>],
+    event_times: &[Option<i64>],
+    is_late: impl Fn(EncodedKey, i64) -> bool,
+) -> PyResult<Py<PyAny>> {
+    let mut out = Vec::with_capacity(keys.len());
+    for (k, t) in paired(py, keys, event_times)? {
+        let k = EncodedKey(py_key(k)?);
+        out.push(t.map(|t| is_late(k, t)));
+    }
+    array_to_py(py, Arc::new(arrow_array::BooleanArray::from(out)))
 }
 
 /// Event times as int64: timestamps in epoch microseconds, integers as they are.
@@ -198,12 +205,7 @@ impl PyKeyedWatermarkTracker {
         keys: Vec<Bound<'_, PyAny>>,
         event_times: Vec<Option<i64>>,
     ) -> PyResult<Py<PyAny>> {
-        let mut out = Vec::with_capacity(keys.len());
-        for (k, t) in paired(py, &keys, &event_times)? {
-            let k = EncodedKey(py_key(k)?);
-            out.push(t.map(|t| self.inner.is_late(k, t)));
-        }
-        array_to_py(py, Arc::new(arrow_array::BooleanArray::from(out)))
+        late_of_pykeys(py, &keys, &event_times, |k, t| self.inner.is_late(k, t))
     }
 
     fn mark_idle(&mut self, key: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
@@ -378,12 +380,7 @@ impl PyCompactKeyedWatermarkTracker {
         keys: Vec<Bound<'_, PyAny>>,
         event_times: Vec<Option<i64>>,
     ) -> PyResult<Py<PyAny>> {
-        let mut out = Vec::with_capacity(keys.len());
-        for (k, t) in paired(py, &keys, &event_times)? {
-            let k = EncodedKey(py_key(k)?);
-            out.push(t.map(|t| self.inner.is_late(k, t)));
-        }
-        array_to_py(py, Arc::new(arrow_array::BooleanArray::from(out)))
+        late_of_pykeys(py, &keys, &event_times, |k, t| self.inner.is_late(k, t))
     }
 
     fn global_watermark(&self) -> Option<i64> {

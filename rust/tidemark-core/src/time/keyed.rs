@@ -210,16 +210,21 @@ impl<K: AsKey> KeyRows for EventKeys<'_, K> {
 /// 32K keys takes about 200 KiB: below that it mostly stays in cache).
 const PREFETCH_INDEX_FROM: usize = 1 << 15;
 
-/// Key columns and event times of one batch must have a row each: a mismatch is a
-/// configuration error, not a silently shorter batch.
-pub(crate) fn same_rows(keys: &KeyColumns, times: &Int64Array) -> Result<()> {
-    if keys.len() == times.len() {
+/// A batch of `keys` key rows and `times` event times must have one time per key
+/// row: a mismatch is a configuration error, not a silently shorter batch.
+pub fn same_len(keys: usize, times: usize) -> Result<()> {
+    if keys == times {
         return Ok(());
     }
     Err(TidemarkError::config(
         "event_times",
-        format!("{} keys but {} event times", keys.len(), times.len()),
+        format!("{keys} keys but {times} event times"),
     ))
+}
+
+/// [`same_len`] of key columns and an event-time array.
+pub(crate) fn same_rows(keys: &KeyColumns, times: &Int64Array) -> Result<()> {
+    same_len(keys.len(), times.len())
 }
 
 /// Per-key state read or written by every row of a batch (16 bytes).
@@ -726,11 +731,7 @@ impl KeyedWatermarkTracker {
     }
 
     fn slot_for_update(&mut self, key: &[u8], now: i64) -> Result<u32> {
-        let hash = hash_key(key);
-        match self.keys.get_hashed(key, hash) {
-            Some(s) => Ok(s),
-            None => self.insert_key(key, hash, now),
-        }
+        self.slot_of(RowKey::Bytes(key), now)
     }
 
     /// The slot of `key`, inserted (activity at `now`) if new.
@@ -955,46 +956,36 @@ impl KeyedWatermarkTracker {
         debug_assert!(!self.may_evict(rows.num_rows()));
         groups.clear();
         let now = self.batch_now;
-        if self.keys.indexed_len() < PREFETCH_INDEX_FROM {
-            rows.for_each_row_key(|i, key| {
-                let slot = if skip(i) {
-                    NIL
-                } else {
-                    self.slot_of(key, now).unwrap_or_else(|e| {
-                        on_error(i, e);
-                        NIL
-                    })
-                };
-                groups.push(slot);
-            });
-        } else {
-            // A hash index past the caches: hash every row first, then look each row up
-            // with the index line of the row LOOKUP_AHEAD rows on already requested.
-            const LOOKUP_AHEAD: usize = 8;
-            let mut hashes = std::mem::take(&mut self.hash_scratch);
-            hashes.clear();
+        // With a hash index past the caches, every row is hashed first, then each row
+        // is looked up with the index line of the row LOOKUP_AHEAD rows on already
+        // requested.
+        const LOOKUP_AHEAD: usize = 8;
+        let ahead = self.keys.indexed_len() >= PREFETCH_INDEX_FROM;
+        let mut hashes = std::mem::take(&mut self.hash_scratch);
+        hashes.clear();
+        if ahead {
             hashes.resize(rows.num_rows(), 0);
             rows.for_each_row_key(|i, key| hashes[i] = key.hash());
             for &h in hashes.iter().take(LOOKUP_AHEAD) {
                 self.keys.prefetch_hash(h);
             }
-            rows.for_each_row_key(|i, key| {
-                if let Some(&h) = hashes.get(i + LOOKUP_AHEAD) {
-                    self.keys.prefetch_hash(h);
-                }
-                let slot = if skip(i) {
-                    NIL
-                } else {
-                    self.slot_of_hashed(key, hashes[i], now)
-                        .unwrap_or_else(|e| {
-                            on_error(i, e);
-                            NIL
-                        })
-                };
-                groups.push(slot);
-            });
-            crate::keep_scratch(&mut self.hash_scratch, hashes);
         }
+        rows.for_each_row_key(|i, key| {
+            if let Some(&h) = hashes.get(i + LOOKUP_AHEAD) {
+                self.keys.prefetch_hash(h);
+            }
+            let slot = if skip(i) {
+                NIL
+            } else {
+                let hash = hashes.get(i).copied().unwrap_or_else(|| key.hash());
+                self.slot_of_hashed(key, hash, now).unwrap_or_else(|e| {
+                    on_error(i, e);
+                    NIL
+                })
+            };
+            groups.push(slot);
+        });
+        crate::keep_scratch(&mut self.hash_scratch, hashes);
         // Nothing is evicted before the batch ends, so the keys' activity can wait
         // for end_batch: once per key there, in order of first touch (the same list
         // order), instead of on the rows here. Only from the batch's first key on: a

@@ -11,7 +11,7 @@ mod watermark;
 pub use self::core::{CoreWatermarkState, WatermarkCoordinator};
 pub use compact::{CompactKeyedConfig, CompactKeyedMetrics, CompactKeyedWatermarkTracker};
 pub use keyed::{
-    Eviction, KeyEvictionPolicy, KeyWatermarkState, KeyedTicks, KeyedWatermarkConfig,
+    same_len, Eviction, KeyEvictionPolicy, KeyWatermarkState, KeyedTicks, KeyedWatermarkConfig,
     KeyedWatermarkMetrics, KeyedWatermarkTracker,
 };
 pub use mintree::{MinTree, NodeMinTree};
