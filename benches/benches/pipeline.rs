@@ -7,6 +7,7 @@
 //! | `timer/register_then_fire` | < 100 ns per timer (register + fire) |
 //! | `pipeline/tumbling_count_sum_10k_keys` (64K-row batches, per-key watermarks) | >= 10M events/s |
 //! | `pipeline/session_30s_10k_keys` | >= 5M events/s |
+//! | `pipeline/one_unit_500k_rows_10s_windows_of_2500_keys` | a `tidemark.spark.aggregate` task: one arrival unit, ~384K windows at its flush |
 //! | `runtime/tumbling_10k_keys/cores=N` | scaling 1 -> 2 cores >= 90% |
 //! | `runtime/skewed_half_one_key/*` | hot-key spreading vs plain hash routing (global watermark) |
 //!
@@ -111,7 +112,51 @@ fn bench_pipeline(c: &mut Criterion) {
             )
         });
     }
+    // One Spark task of `tidemark.spark.aggregate`: its partition is one arrival unit
+    // (500K rows, 2,500 keys, an hour of event time in random order), then the flush
+    // closes every window (about 384K, most with one or two rows).
+    let unit = one_unit(500_000, 2_500);
+    g.throughput(Throughput::Elements(unit.num_rows() as u64));
+    g.bench_function("one_unit_500k_rows_10s_windows_of_2500_keys", |b| {
+        b.iter_batched(
+            || {
+                let window = WindowSpec::Tumbling {
+                    size: 10_000_000,
+                    offset: 0,
+                };
+                Operator::new(config(window), Arc::new(ManualClock::new(0))).unwrap()
+            },
+            |mut op| {
+                black_box(op.process(&unit, None).unwrap());
+                black_box(op.flush().unwrap())
+            },
+            BatchSize::LargeInput,
+        )
+    });
     g.finish();
+}
+
+/// `rows` rows over `keys` keys, event times uniform over one hour (unordered).
+fn one_unit(rows: usize, keys: u64) -> RecordBatch {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let k: Vec<i64> = (0..rows).map(|_| (rnd() % keys) as i64).collect();
+    let ts: Vec<i64> = (0..rows).map(|_| (rnd() % 3_600_000_000) as i64).collect();
+    let v: Vec<f64> = (0..rows).map(|_| (rnd() % 1000) as f64 / 7.0).collect();
+    RecordBatch::try_from_iter(vec![
+        ("k", Arc::new(Int64Array::from(k)) as ArrayRef),
+        (
+            "ts",
+            Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")) as ArrayRef,
+        ),
+        ("v", Arc::new(Float64Array::from(v)) as ArrayRef),
+    ])
+    .unwrap()
 }
 
 /// The thread-per-core runtime on the tumbling workload: 1 and 2 cores (and more when

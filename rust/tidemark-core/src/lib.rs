@@ -54,19 +54,34 @@ pub(crate) fn prefetch_at<T>(values: &[T], i: usize) {
     }
 }
 
+/// [`prefetch_at`] of every cache line `values[i]` spans (a value may straddle two).
+#[inline(always)]
+pub(crate) fn prefetch_whole_at<T>(values: &[T], i: usize) {
+    if let Some(v) = values.get(i) {
+        let first = (v as *const T).cast::<u8>();
+        prefetch_ptr(first);
+        // The value's last byte (same object: no reference is made to it).
+        prefetch_ptr(first.wrapping_add(std::mem::size_of::<T>().saturating_sub(1)));
+    }
+}
+
 /// Asks the CPU to bring `value` into cache ahead of its use (a hint; no effect on
 /// targets other than x86-64).
 #[inline(always)]
 pub(crate) fn prefetch<T>(value: &T) {
+    prefetch_ptr((value as *const T).cast::<u8>());
+}
+
+/// [`prefetch`] of the cache line holding address `p`.
+#[inline(always)]
+fn prefetch_ptr(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     #[allow(unsafe_code, unused_unsafe)]
-    // SAFETY: a prefetch is only a hint to the cache: it never faults and reads nothing
-    // the program observes; the address comes from a live reference.
+    // SAFETY: a prefetch is only a hint to the cache: it never faults (whatever the
+    // address) and reads nothing the program observes.
     unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            (value as *const T).cast::<i8>(),
-        )
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>())
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = value;
+    let _ = p;
 }

@@ -289,6 +289,31 @@ struct Emit {
 }
 
 const NO_STATE: u32 = u32::MAX;
+
+/// A closed window `w` of `key`: its row is emitted (when `emit`, i.e. on window
+/// close) and its state released at the end of the call.
+fn push_closed_to(
+    emits: &mut Vec<Emit>,
+    release: &mut Vec<u32>,
+    metrics: &mut PipelineMetrics,
+    emit: bool,
+    key: KeyRef,
+    w: Session,
+) {
+    if emit {
+        metrics.windows_emitted += 1;
+        emits.push(Emit {
+            key,
+            start: w.start,
+            end: w.end,
+            state: w.state,
+            retract: false,
+        });
+    }
+    release.push(w.state);
+}
+/// Rows ahead whose aggregate state [`Operator::build_windows`] prefetches.
+const FINISH_AHEAD: usize = 16;
 /// The window changed in this call.
 const DIRTY: u8 = 1;
 /// An update of the window was emitted (`on_update`).
@@ -1284,17 +1309,15 @@ impl Operator {
     /// A window closed: `on_window_close` emits its final value; either way its state
     /// is released once the output is built.
     fn push_closed(&mut self, key: KeyRef, w: Session) {
-        if self.cfg.emit == EmitMode::OnWindowClose {
-            self.metrics.windows_emitted += 1;
-            self.emits.push(Emit {
-                key,
-                start: w.start,
-                end: w.end,
-                state: w.state,
-                retract: false,
-            });
-        }
-        self.release.push(w.state);
+        let emit = self.cfg.emit == EmitMode::OnWindowClose;
+        push_closed_to(
+            &mut self.emits,
+            &mut self.release,
+            &mut self.metrics,
+            emit,
+            key,
+            w,
+        );
     }
 
     fn close_window(&mut self, slot: u32, start: i64, close_at: i64, by_timer: bool) -> bool {
@@ -1359,11 +1382,33 @@ impl Operator {
             for i in 0..self.touched.len() {
                 let slot = self.touched[i];
                 let wk = self.keys.slot_watermark(slot);
-                while let Some(&w) = self.wins[slot as usize].first() {
-                    let at = self.close_at(w.end);
-                    if at > wk || !self.close_window(slot, w.start, at, false) {
-                        break;
-                    }
+                // The key's windows are ordered by start and by end alike (sessions do
+                // not overlap): those the watermark passed are a prefix, closed at once
+                // (one move of the rest of the list, not one per window).
+                let list = &mut self.wins[slot as usize];
+                let lateness = self.cfg.allowed_lateness;
+                let k = list
+                    .iter()
+                    .take_while(|w| w.end.saturating_add(lateness) <= wk)
+                    .count();
+                if k == 0 {
+                    continue;
+                }
+                if self.cfg.window.is_session() {
+                    self.metrics.sessions_closed_by_watermark += k as u64;
+                } else {
+                    self.metrics.windows_closed_by_watermark += k as u64;
+                }
+                let emit = self.cfg.emit == EmitMode::OnWindowClose;
+                for w in list.drain(..k) {
+                    push_closed_to(
+                        &mut self.emits,
+                        &mut self.release,
+                        &mut self.metrics,
+                        emit,
+                        KeyRef::Slot(slot),
+                        w,
+                    );
                 }
             }
             // Keys that went idle: their windows now close on the global watermark.
@@ -1528,12 +1573,21 @@ impl Operator {
                 &RecordBatchOptions::new().with_row_count(Some(n_rows)),
             )?);
         }
+        // States in output order: the windows of a batch sort far from the order their
+        // states were allocated in, so each aggregate reads its states at random; the
+        // state `FINISH_AHEAD` rows on is requested while this one is read.
+        let states: Vec<u32> = rows.iter().map(|e| e.state).collect();
         for (j, agg) in bound.aggs.iter().enumerate() {
-            let accs = rows.iter().map(|e| {
-                if e.state == NO_STATE {
+            let accs = states.iter().enumerate().map(|(i, &s)| {
+                if let Some(&ahead) = states.get(i + FINISH_AHEAD) {
+                    if ahead != NO_STATE {
+                        crate::prefetch_whole_at(&self.accs, ahead as usize * n + j);
+                    }
+                }
+                if s == NO_STATE {
                     &empties[j]
                 } else {
-                    &self.accs[e.state as usize * n + j]
+                    &self.accs[s as usize * n + j]
                 }
             });
             let col = agg.finish(accs)?;
