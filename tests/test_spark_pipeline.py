@@ -101,6 +101,68 @@ def test_batch_aggregate_matches_local(spark: Any) -> None:
     lean.unpersist()
 
 
+@pytest.mark.parametrize("large", [False, True])
+def test_packed_outputs_unpack_to_each_output_exactly(large: bool) -> None:
+    """The persisted form of ``aggregate``: each output's batches as Arrow IPC blobs
+    of at most ``rows`` rows, which unpack to the very batches Spark expects."""
+    from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
+
+    from tidemark.pipeline import Output
+    from tidemark.spark._plan import KIND_ERROR, KIND_LATE, KIND_WINDOW, Plan, unpack
+
+    schema = StructType(
+        [
+            StructField("device", StringType()),
+            StructField("ts", TimestampType()),
+            StructField("value", DoubleType()),
+        ]
+    )
+    pipe = tm.Pipeline(
+        key="device",
+        event_time="ts",
+        watermark=tm.BoundedOutOfOrderness("0s", per="global"),
+        window=tm.Tumbling("1m"),
+        aggs={"n": tm.count()},
+    )
+    plan = Plan.build(pipe, schema, "UTC", large)
+    op = pipe.operator()
+    ts = pa.timestamp("us", tz="UTC")
+    first = pa.table(
+        {
+            "device": [f"d{i}" for i in range(5)] + ["d0"],
+            "ts": pa.array([T0] * 5 + [None], ts),
+            "value": [1.0] * 6,
+        }
+    )
+    op.process(first)
+    # The 2-minute row closes the first window of every device (when this call ends);
+    # in the next call the 0-minute rows are late, the null-time row an error.
+    closed = op.process(
+        pa.table(
+            {
+                "device": ["d0"],
+                "ts": pa.array([T0 + dt.timedelta(minutes=2)], ts),
+                "value": [2.0],
+            }
+        )
+    )
+    after = pa.table(
+        {"device": ["d1", "d2", "d3"], "ts": pa.array([T0, T0, None], ts), "value": [3.0] * 3}
+    )
+    late = op.process(after)
+    out = Output(closed.windows, late.late, late.errors)
+    assert (out.windows.num_rows, out.late.num_rows, out.errors.num_rows) == (5, 2, 1)
+    packed = list(plan.encode_packed(out, rows=2))
+    kinds = [b.column(0)[0].as_py() for b in packed]
+    assert kinds == [KIND_WINDOW] * 3 + [KIND_LATE] + [KIND_ERROR]
+    for kind in (KIND_WINDOW, KIND_LATE, KIND_ERROR):
+        got = list(unpack(iter(b for b, k in zip(packed, kinds, strict=True) if k == kind)))
+        assert all(b.schema == plan.single_arrow[kind] for b in got)
+        want = pa.Table.from_batches(list(plan.encode_one(out, kind)))
+        assert pa.Table.from_batches(got, plan.single_arrow[kind]).equals(want)
+    assert not list(plan.encode_packed(op.process(after.slice(0, 0))))
+
+
 def test_batch_aggregate_with_a_broadcast_lookup(spark: Any) -> None:
     rows = make_events()
     df = spark.createDataFrame(rows, "device string, ts timestamp, value double")

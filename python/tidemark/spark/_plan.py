@@ -1,11 +1,17 @@
 """One Spark job computes a batch's three outputs (windows, late rows, error rows).
 
-``mapInArrow`` has one output schema, so the task emits a *combined* batch: a kind
-code, the window columns, the input columns (for late and error rows), the error
-reason and a few progress columns the driver uses to combine watermarks. The driver
-persists it once and splits it into three DataFrames with projections. Spark does
-not cast ``mapInArrow`` output, so the task casts every batch to the exact Arrow
-schema Spark expects (string vs large_string, session time zone).
+``mapInArrow`` has one output schema, so the task emits one of two forms:
+
+* *combined* batches (streaming with late or error sinks): a kind code, the window
+  columns, the input columns (for late and error rows) and the error reason; the
+  driver persists them once and splits them into three DataFrames with projections;
+* *packed* batches (batch ``aggregate``): a kind code and an Arrow IPC stream of that
+  output's batches, in its own exact schema. Persisting a few large binary values
+  costs Spark far less than caching every output row column by column; each output
+  is then unpacked from the persisted blobs by a ``mapInArrow`` that only reads them.
+
+Spark does not cast ``mapInArrow`` output, so the task casts every batch to the
+exact Arrow schema Spark expects (string vs large_string, session time zone).
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ KIND_WINDOW, KIND_LATE, KIND_ERROR = 0, 1, 2
 
 _KIND = "__tm_kind"
 _REASON = "__tm_reason"
+_BLOB = "__tm_blob"
+#: Output rows per packed blob: a few MB, far below Spark's 2 GB limit on one value.
+PACK_ROWS = 65_536
 
 
 def combined_block(
@@ -173,6 +182,18 @@ class Plan:
         ]
         yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
+    def encode_packed(self, out: Output, rows: int = PACK_ROWS) -> Iterator[pa.RecordBatch]:
+        """One operator output as packed batches (:data:`PACKED_SPARK`): per output
+        kind, its :meth:`encode_one` batches as Arrow IPC streams of up to ``rows``
+        rows each."""
+        for kind in (KIND_WINDOW, KIND_LATE, KIND_ERROR):
+            for batch in self.encode_one(out, kind):
+                for start in range(0, batch.num_rows, rows):
+                    sink = pa.BufferOutputStream()
+                    with pa.ipc.new_stream(sink, batch.schema) as writer:
+                        writer.write_batch(batch.slice(start, rows))
+                    yield _packed_row(kind, sink.getvalue())
+
     # --- driver side ---------------------------------------------------------------
 
     def split(self, combined: Any) -> tuple[Any, Any, Any]:
@@ -189,6 +210,42 @@ class Plan:
             *inputs, F.col(_REASON).alias(self.reason_name)
         )
         return windows, late, errors
+
+
+def packed_spark() -> Any:
+    """The Spark schema of packed batches (:meth:`Plan.encode_packed`)."""
+    from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
+
+    return StructType(
+        [StructField(_KIND, IntegerType(), False), StructField(_BLOB, BinaryType(), False)]
+    )
+
+
+def _packed_row(kind: int, blob: pa.Buffer) -> pa.RecordBatch:
+    """One packed row, the blob's bytes not copied."""
+    offsets = pa.array([0, blob.size], pa.int32()).buffers()[1]
+    blobs = pa.Array.from_buffers(pa.binary(), 1, [None, offsets, blob])
+    return pa.record_batch([pa.array([kind], pa.int32()), blobs], names=[_KIND, _BLOB])
+
+
+def unpack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The output batches inside packed batches (the ``mapInArrow`` of
+    :func:`split_packed`; blobs arrive as binary or large_binary)."""
+    for batch in batches:
+        for blob in batch.column(_BLOB):
+            yield from pa.ipc.open_stream(blob.as_buffer())
+
+
+def split_packed(plan: Plan, packed: Any) -> tuple[Any, Any, Any]:
+    """The windows, late and error DataFrames of a (persisted) packed result."""
+    from pyspark.sql import functions as F
+
+    kind = F.col(_KIND)
+    out = [
+        packed.filter(kind == k).select(_BLOB).mapInArrow(unpack, plan.single_spark[k])
+        for k in (KIND_WINDOW, KIND_LATE, KIND_ERROR)
+    ]
+    return out[0], out[1], out[2]
 
 
 class ShippedPipeline:

@@ -16,7 +16,9 @@ from tidemark.spark._plan import (
     Plan,
     ShippedPipeline,
     concat_input,
+    packed_spark,
     session_arrow_settings,
+    split_packed,
 )
 
 __all__ = ["AggregateResult", "aggregate"]
@@ -26,9 +28,10 @@ __all__ = ["AggregateResult", "aggregate"]
 class AggregateResult:
     """The three outputs of :func:`aggregate`.
 
-    By default ``windows``, ``late`` and ``errors`` are projections of one persisted
-    result: the first action computes it, the others reuse it; call :meth:`unpersist`
-    when done. With ``cache=False`` each is its own job (``combined`` is ``None``).
+    By default ``windows``, ``late`` and ``errors`` are read from one persisted
+    result (``combined``: each output's rows as Arrow IPC blobs): the first action
+    computes it, the others reuse it; call :meth:`unpersist` when done. With
+    ``cache=False`` each is its own job (``combined`` is ``None``).
     """
 
     windows: Any
@@ -63,10 +66,10 @@ def _task(
     cores: int | None,
     kind: int | None = None,
 ) -> Any:
-    """The ``mapInArrow`` function: the combined output, or output ``kind`` alone."""
+    """The ``mapInArrow`` function: the packed outputs, or output ``kind`` alone."""
 
     def encode(out: Output) -> Iterator[pa.RecordBatch]:
-        return plan.encode(out) if kind is None else plan.encode_one(out, kind)
+        return plan.encode_packed(out) if kind is None else plan.encode_one(out, kind)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         pipe = shipped.get()
@@ -123,10 +126,11 @@ def aggregate(
         ``spark.task.cpus``; same output for any value).
     cache : bool
         ``True`` (default): one job computes all three outputs and persists them
-        (``storage_level``); reading a second output costs no second run of the
-        pipeline. ``False``: nothing is persisted and each output is its own job with
-        its own narrow schema: the fastest way to read one output (typically
-        ``windows``), but every output read runs the pipeline over the input again.
+        (``storage_level``), packed as Arrow IPC blobs; reading a second output costs
+        no second run of the pipeline, only unpacking. ``False``: nothing is
+        persisted and each output is its own job with its own narrow schema: the
+        fastest way to read one output (typically ``windows``), but every output read
+        runs the pipeline over the input again.
 
     Returns
     -------
@@ -160,9 +164,7 @@ def aggregate(
             for kind in (KIND_WINDOW, KIND_LATE, KIND_ERROR)
         }
         return AggregateResult(one[KIND_WINDOW], one[KIND_LATE], one[KIND_ERROR], None)
-    combined = parted.mapInArrow(
-        _task(shipped, plan, order_by, batch_rows, cores), plan.combined_spark
-    )
-    combined = combined.persist(storage_level or StorageLevel.MEMORY_AND_DISK)
-    windows, late, errors = plan.split(combined)
-    return AggregateResult(windows, late, errors, combined)
+    packed = parted.mapInArrow(_task(shipped, plan, order_by, batch_rows, cores), packed_spark())
+    packed = packed.persist(storage_level or StorageLevel.MEMORY_AND_DISK)
+    windows, late, errors = split_packed(plan, packed)
+    return AggregateResult(windows, late, errors, packed)
