@@ -1465,6 +1465,15 @@ impl<V: Copy + Default> KeyTable<V> {
         self.table.prefetch(hash);
     }
 
+    /// Hints the CPU to bring the entry of the likely slot of a key with this hash
+    /// into cache: reads the index line [`Self::prefetch_hash`] requested earlier.
+    #[inline]
+    pub fn prefetch_candidate(&self, hash: u64) {
+        if let Some(s) = self.table.candidate(hash) {
+            self.prefetch(s);
+        }
+    }
+
     /// Keys held in the hash index (integer keys of a dense range are not).
     #[inline]
     pub fn indexed_len(&self) -> usize {

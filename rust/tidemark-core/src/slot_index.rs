@@ -93,6 +93,17 @@ impl SlotIndex {
         );
     }
 
+    /// The first slot stored under `hash`'s tag in the chunk a lookup of `hash` reads
+    /// first (the likely match, to prefetch its entry), if any.
+    #[inline]
+    pub(crate) fn candidate(&self, hash: u64) -> Option<u32> {
+        let c = self
+            .chunks
+            .get(hash as usize & self.chunks.len().wrapping_sub(1))?;
+        let m = c.matches(tag_of(hash));
+        (m != 0).then(|| c.slots[m.trailing_zeros() as usize / 8])
+    }
+
     /// The slot among those stored under `hash` for which `is_key` holds.
     #[inline(always)]
     pub(crate) fn find(&self, hash: u64, is_key: impl Fn(u32) -> bool) -> Option<u32> {
@@ -226,6 +237,23 @@ mod tests {
                 .sum();
             assert_eq!(c.matches(probe), want, "tag {probe:#x}");
         }
+    }
+
+    #[test]
+    fn the_candidate_is_the_first_slot_of_the_tag_in_the_home_chunk() {
+        let mut index = SlotIndex::default();
+        assert_eq!(index.candidate(7), None);
+        // Home chunk 0 for every hash below (low bits 0); tags from the top 7 bits.
+        let h = |tag: u64| tag << 57;
+        let hashes: HashMap<u32, u64> = [(10, h(3)), (11, h(5)), (12, h(3))].into();
+        for (&slot, &hash) in &hashes {
+            index.insert(hash, slot, |s| hashes[&s]);
+        }
+        let first_of_3 = index.find(h(3), |_| true);
+        assert!(matches!(first_of_3, Some(10 | 12)));
+        assert_eq!(index.candidate(h(3)), first_of_3);
+        assert_eq!(index.candidate(h(5)), Some(11));
+        assert_eq!(index.candidate(h(6)), None);
     }
 
     /// Every hash in few chunks (`spread` bits): long probe paths, full chunks and

@@ -957,9 +957,11 @@ impl KeyedWatermarkTracker {
         groups.clear();
         let now = self.batch_now;
         // With a hash index past the caches, every row is hashed first, then each row
-        // is looked up with the index line of the row LOOKUP_AHEAD rows on already
-        // requested.
-        const LOOKUP_AHEAD: usize = 8;
+        // is looked up while two rows ahead are on their way in: the index line of the
+        // row LOOKUP_AHEAD rows on, and (that line having arrived by then) the entry
+        // of the likely slot of the row ENTRY_AHEAD rows on.
+        const LOOKUP_AHEAD: usize = 16;
+        const ENTRY_AHEAD: usize = 8;
         let ahead = self.keys.indexed_len() >= PREFETCH_INDEX_FROM;
         let mut hashes = std::mem::take(&mut self.hash_scratch);
         hashes.clear();
@@ -973,6 +975,9 @@ impl KeyedWatermarkTracker {
         rows.for_each_row_key(|i, key| {
             if let Some(&h) = hashes.get(i + LOOKUP_AHEAD) {
                 self.keys.prefetch_hash(h);
+            }
+            if let Some(&h) = hashes.get(i + ENTRY_AHEAD) {
+                self.keys.prefetch_candidate(h);
             }
             let slot = if skip(i) {
                 NIL
