@@ -120,7 +120,7 @@ def aggregate(
     order_by, batch_rows
         Replay each partition in ``order_by`` order, ``batch_rows`` rows at a time.
     storage_level : pyspark.StorageLevel, optional
-        How the combined result is persisted (default: memory and disk).
+        How the packed result is persisted (default: memory and disk).
     cores : int, optional
         Worker threads per task's operator (default: ``TaskContext.cpus()``, i.e.
         ``spark.task.cpus``; same output for any value).
