@@ -269,7 +269,7 @@ impl CloseIndex {
 }
 
 /// Where an output row's key bytes are.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum KeyRef {
     /// The key in a live slot.
     Slot(u32),
@@ -289,6 +289,94 @@ struct Emit {
 }
 
 const NO_STATE: u32 = u32::MAX;
+
+/// The order of the output rows: by window end, start, key bytes, retraction first.
+/// (end, start, key, retraction) identifies a row, so an unstable sort is
+/// deterministic. `keys[i]` holds the bytes of `emits[i].key`.
+fn output_order(emits: &[Emit], keys: &[KeyBytes<'_>]) -> Vec<usize> {
+    let n = emits.len();
+    // A key's windows mostly close together, so its rows come in runs. With few runs,
+    // the runs' keys are ranked by their bytes once, and rows sort on integers alone;
+    // otherwise rows sort on the keys' first 8 bytes (big-endian, so integer order is
+    // byte order) and compare whole keys only on a tie.
+    let mut runs: Vec<u32> = Vec::new();
+    for (i, e) in emits.iter().enumerate() {
+        if i == 0 || e.key != emits[i - 1].key {
+            runs.push(i as u32);
+            if runs.len() * 4 > n {
+                break;
+            }
+        }
+    }
+    let few_runs = runs.len() * 4 <= n;
+    let one_window = emits
+        .windows(2)
+        .all(|w| (w[0].end, w[0].start) == (w[1].end, w[1].start));
+    // The key part of a row's sort key (with the retraction flag in its low bit).
+    let key_part: Vec<u64> = if few_runs {
+        let mut by_key: Vec<u32> = (0..runs.len() as u32).collect();
+        let key_of_run = |r: u32| &*keys[runs[r as usize] as usize];
+        by_key.sort_unstable_by(|&a, &b| key_of_run(a).cmp(key_of_run(b)));
+        let mut rank_of_run = vec![0u64; runs.len()];
+        let mut rank = 0u64;
+        for (j, &r) in by_key.iter().enumerate() {
+            if j > 0 && key_of_run(r) != key_of_run(by_key[j - 1]) {
+                rank += 1;
+            }
+            rank_of_run[r as usize] = rank;
+        }
+        let mut out = Vec::with_capacity(n);
+        let mut run = 0;
+        for (i, e) in emits.iter().enumerate() {
+            if run + 1 < runs.len() && runs[run + 1] as usize == i {
+                run += 1;
+            }
+            out.push(rank_of_run[run] << 1 | u64::from(!e.retract));
+        }
+        out
+    } else {
+        keys.iter()
+            .map(|k| {
+                let mut prefix = [0u8; 8];
+                let m = k.len().min(8);
+                prefix[..m].copy_from_slice(&k[..m]);
+                u64::from_be_bytes(prefix)
+            })
+            .collect()
+    };
+    let tie = |a: u32, b: u32| {
+        if few_runs {
+            return std::cmp::Ordering::Equal; // the key part is the whole key
+        }
+        let (a, b) = (a as usize, b as usize);
+        (*keys[a])
+            .cmp(&*keys[b])
+            .then_with(|| emits[b].retract.cmp(&emits[a].retract))
+    };
+    if one_window {
+        // Every row in the same window (the usual close of a tumbling window): sort on
+        // the key part alone.
+        let mut by_key: Vec<(u64, u32)> = key_part
+            .iter()
+            .zip(0..n as u32)
+            .map(|(&k, i)| (k, i))
+            .collect();
+        by_key.sort_unstable_by(|x, y| x.0.cmp(&y.0).then_with(|| tie(x.1, y.1)));
+        return by_key.iter().map(|k| k.1 as usize).collect();
+    }
+    let mut sort_keys: Vec<(i64, i64, u64, u32)> = emits
+        .iter()
+        .zip(&key_part)
+        .zip(0..n as u32)
+        .map(|((e, &k), i)| (e.end, e.start, k, i))
+        .collect();
+    sort_keys.sort_unstable_by(|x, y| {
+        (x.0, x.1, x.2)
+            .cmp(&(y.0, y.1, y.2))
+            .then_with(|| tie(x.3, y.3))
+    });
+    sort_keys.iter().map(|k| k.3 as usize).collect()
+}
 
 /// A closed window `w` of `key`: its row is emitted (when `emit`, i.e. on window
 /// close) and its state released at the end of the call.
@@ -1484,43 +1572,7 @@ impl Operator {
             }
         };
         let keys: Vec<KeyBytes<'_>> = emits.iter().map(|e| key_of(e.key)).collect();
-        // (end, start, key, retraction first) identifies a row: an unstable sort is
-        // deterministic here. The key's first 8 bytes (big-endian, so integer order is
-        // byte order) settle most comparisons without touching the key bytes.
-        let mut sort_keys: Vec<(i64, i64, u64, u32)> = emits
-            .iter()
-            .zip(&keys)
-            .enumerate()
-            .map(|(i, (e, k))| {
-                let mut prefix = [0u8; 8];
-                let m = k.len().min(8);
-                prefix[..m].copy_from_slice(&k[..m]);
-                (e.end, e.start, u64::from_be_bytes(prefix), i as u32)
-            })
-            .collect();
-        let tie = |a: u32, b: u32| {
-            let (a, b) = (a as usize, b as usize);
-            (*keys[a])
-                .cmp(&*keys[b])
-                .then_with(|| emits[b].retract.cmp(&emits[a].retract))
-        };
-        let one_window = sort_keys
-            .windows(2)
-            .all(|w| (w[0].0, w[0].1) == (w[1].0, w[1].1));
-        let order: Vec<usize> = if one_window {
-            // Every row in the same window (the usual close of a tumbling window):
-            // sort on the key prefix alone, a third of the comparison work.
-            let mut by_key: Vec<(u64, u32)> = sort_keys.iter().map(|k| (k.2, k.3)).collect();
-            by_key.sort_unstable_by(|x, y| x.0.cmp(&y.0).then_with(|| tie(x.1, y.1)));
-            by_key.iter().map(|k| k.1 as usize).collect()
-        } else {
-            sort_keys.sort_unstable_by(|x, y| {
-                (x.0, x.1, x.2)
-                    .cmp(&(y.0, y.1, y.2))
-                    .then_with(|| tie(x.3, y.3))
-            });
-            sort_keys.iter().map(|k| k.3 as usize).collect()
-        };
+        let order = output_order(&emits, &keys);
         let rows: Vec<&Emit> = order.iter().map(|&i| &emits[i]).collect();
         let key_refs: Vec<&[u8]> = order.iter().map(|&i| &*keys[i]).collect();
         let retractions = rows.iter().filter(|e| e.retract).count() as u64;
