@@ -36,14 +36,31 @@ fn rows() -> usize {
 }
 const KEYS: u64 = 10_000;
 
-fn batches(n: usize) -> Vec<RecordBatch> {
-    let mut x = 0x2545_F491_4F6C_DD1Du64;
-    let mut rnd = move || {
+/// A xorshift generator: cheap deterministic data.
+fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+    move || {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         x
-    };
+    }
+}
+
+/// A batch of the benches' schema: key `k`, event time `ts` (UTC), value `v`.
+fn kv_batch(keys: Vec<i64>, ts: Vec<i64>, v: Vec<f64>) -> RecordBatch {
+    RecordBatch::try_from_iter(vec![
+        ("k", Arc::new(Int64Array::from(keys)) as ArrayRef),
+        (
+            "ts",
+            Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")) as ArrayRef,
+        ),
+        ("v", Arc::new(Float64Array::from(v)) as ArrayRef),
+    ])
+    .unwrap()
+}
+
+fn batches(n: usize) -> Vec<RecordBatch> {
+    let mut rnd = xorshift(0x2545_F491_4F6C_DD1D);
     let rows = rows();
     (0..n)
         .map(|i| {
@@ -53,15 +70,7 @@ fn batches(n: usize) -> Vec<RecordBatch> {
                 .collect();
             ts.sort_unstable();
             let v: Vec<f64> = (0..rows).map(|_| (rnd() % 1000) as f64 / 7.0).collect();
-            RecordBatch::try_from_iter(vec![
-                ("k", Arc::new(Int64Array::from(keys)) as ArrayRef),
-                (
-                    "ts",
-                    Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")) as ArrayRef,
-                ),
-                ("v", Arc::new(Float64Array::from(v)) as ArrayRef),
-            ])
-            .unwrap()
+            kv_batch(keys, ts, v)
         })
         .collect()
 }
@@ -138,25 +147,11 @@ fn bench_pipeline(c: &mut Criterion) {
 
 /// `rows` rows over `keys` keys, event times uniform over one hour (unordered).
 fn one_unit(rows: usize, keys: u64) -> RecordBatch {
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    let mut rnd = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rnd = xorshift(0x9E37_79B9_7F4A_7C15);
     let k: Vec<i64> = (0..rows).map(|_| (rnd() % keys) as i64).collect();
     let ts: Vec<i64> = (0..rows).map(|_| (rnd() % 3_600_000_000) as i64).collect();
     let v: Vec<f64> = (0..rows).map(|_| (rnd() % 1000) as f64 / 7.0).collect();
-    RecordBatch::try_from_iter(vec![
-        ("k", Arc::new(Int64Array::from(k)) as ArrayRef),
-        (
-            "ts",
-            Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")) as ArrayRef,
-        ),
-        ("v", Arc::new(Float64Array::from(v)) as ArrayRef),
-    ])
-    .unwrap()
+    kv_batch(k, ts, v)
 }
 
 /// The thread-per-core runtime on the tumbling workload: 1 and 2 cores (and more when
