@@ -160,6 +160,8 @@ def test_packed_outputs_unpack_to_each_output_exactly(large: bool) -> None:
         assert all(b.schema == plan.single_arrow[kind] for b in got)
         want = pa.Table.from_batches(list(plan.encode_one(out, kind)))
         assert pa.Table.from_batches(got, plan.single_arrow[kind]).equals(want)
+    # Wide rows: fewer rows per blob (here one each), whatever the row limit.
+    assert len(list(plan.encode_packed(out, rows=1_000, max_bytes=1))) == 8
     assert not list(plan.encode_packed(op.process(after.slice(0, 0))))
 
 

@@ -29,8 +29,10 @@ KIND_WINDOW, KIND_LATE, KIND_ERROR = 0, 1, 2
 _KIND = "__tm_kind"
 _REASON = "__tm_reason"
 _BLOB = "__tm_blob"
-#: Output rows per packed blob: a few MB, far below Spark's 2 GB limit on one value.
+#: Output rows per packed blob, and bytes (wide rows: fewer rows), far below the
+#: 2 GB Spark allows one binary value.
 PACK_ROWS = 65_536
+PACK_BYTES = 64 << 20
 
 
 def combined_block(
@@ -182,16 +184,20 @@ class Plan:
         ]
         yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
-    def encode_packed(self, out: Output, rows: int = PACK_ROWS) -> Iterator[pa.RecordBatch]:
-        """One operator output as packed batches (:data:`PACKED_SPARK`): per output
+    def encode_packed(
+        self, out: Output, rows: int = PACK_ROWS, max_bytes: int = PACK_BYTES
+    ) -> Iterator[pa.RecordBatch]:
+        """One operator output as packed batches (:func:`packed_spark`): per output
         kind, its :meth:`encode_one` batches as Arrow IPC streams of up to ``rows``
-        rows each."""
+        rows and about ``max_bytes`` bytes each (at least one row)."""
         for kind in (KIND_WINDOW, KIND_LATE, KIND_ERROR):
             for batch in self.encode_one(out, kind):
-                for start in range(0, batch.num_rows, rows):
+                per_row = max(1, batch.nbytes // max(1, batch.num_rows))
+                step = max(1, min(rows, max_bytes // per_row))
+                for start in range(0, batch.num_rows, step):
                     sink = pa.BufferOutputStream()
                     with pa.ipc.new_stream(sink, batch.schema) as writer:
-                        writer.write_batch(batch.slice(start, rows))
+                        writer.write_batch(batch.slice(start, step))
                     yield _packed_row(kind, sink.getvalue())
 
     # --- driver side ---------------------------------------------------------------

@@ -290,6 +290,15 @@ struct Emit {
 
 const NO_STATE: u32 = u32::MAX;
 
+/// Rows ahead whose aggregate state [`Operator::build_windows`] prefetches.
+const FINISH_AHEAD: usize = 16;
+/// The window changed in this call.
+const DIRTY: u8 = 1;
+/// An update of the window was emitted (`on_update`).
+const EMITTED: u8 = 2;
+/// The window's close time changed (or it is new): its timer must be (re)added.
+const RETIME: u8 = 4;
+
 /// The order of the output rows: by window end, start, key bytes, retraction first.
 /// (end, start, key, retraction) identifies a row, so an unstable sort is
 /// deterministic. `keys[i]` holds the bytes of `emits[i].key`.
@@ -400,14 +409,6 @@ fn push_closed_to(
     }
     release.push(w.state);
 }
-/// Rows ahead whose aggregate state [`Operator::build_windows`] prefetches.
-const FINISH_AHEAD: usize = 16;
-/// The window changed in this call.
-const DIRTY: u8 = 1;
-/// An update of the window was emitted (`on_update`).
-const EMITTED: u8 = 2;
-/// The window's close time changed (or it is new): its timer must be (re)added.
-const RETIME: u8 = 4;
 
 /// The stateful operator of a pipeline.
 #[derive(Debug)]
