@@ -165,6 +165,58 @@ def test_packed_outputs_unpack_to_each_output_exactly(large: bool) -> None:
     assert not list(plan.encode_packed(op.process(after.slice(0, 0))))
 
 
+def test_small_and_large_inputs_persist_differently_with_the_same_outputs(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small input persists combined rows (no Python stage per output read), a large
+    one packed blobs: the same three outputs either way."""
+    import importlib
+
+    # The module (``tidemark.spark.aggregate`` the attribute is the function).
+    agg = importlib.import_module("tidemark.spark.aggregate")
+
+    rows = [("a", 0, 10.0), ("a", 1, 100.0), ("a", 2, 12.0), ("b", 3, 5.0), ("b", 4, None)]
+    pq.write_table(
+        pa.table(
+            {
+                "device": [r[0] for r in rows],
+                "arrival": [r[1] for r in rows],
+                "ts": pa.array(
+                    [None if s is None else T0 + dt.timedelta(seconds=s) for *_, s in rows],
+                    pa.timestamp("us", tz="UTC"),
+                ),
+            }
+        ),
+        tmp_path / "in.parquet",
+    )
+    df = spark.read.parquet(str(tmp_path / "in.parquet"))
+    pipe = tm.Pipeline(
+        key="device",
+        event_time="ts",
+        watermark=tm.BoundedOutOfOrderness("1s"),
+        window=tm.Tumbling("1m"),
+        aggs={"n": tm.count()},
+    )
+
+    def outputs() -> tuple[bool, list[list[tuple]]]:
+        res = aggregate(df, pipe, num_partitions=2, order_by="arrival", batch_rows=1)
+        got = [
+            sorted(tuple(r) for r in out.collect()) for out in (res.windows, res.late, res.errors)
+        ]
+        packed = "__tm_blob" in res.combined.columns
+        res.unpersist()
+        return packed, got
+
+    small, small_out = outputs()
+    monkeypatch.setattr(agg, "PACK_FROM_BYTES", 0)
+    large, large_out = outputs()
+    assert (small, large) == (False, True)
+    assert large_out == small_out
+    windows, late, errors = small_out
+    assert [w[-1] for w in windows] == [1, 1, 1] and [r[1] for r in late] == [2]
+    assert [(e[0], e[1]) for e in errors] == [("b", 4)]
+
+
 def test_batch_aggregate_with_a_broadcast_lookup(spark: Any) -> None:
     rows = make_events()
     df = spark.createDataFrame(rows, "device string, ts timestamp, value double")
