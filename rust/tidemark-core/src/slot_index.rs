@@ -84,22 +84,23 @@ impl SlotIndex {
         self.chunks.capacity() * std::mem::size_of::<Chunk>()
     }
 
+    /// The chunk where a lookup of `hash` starts (past the end while there is none).
+    #[inline(always)]
+    fn home(&self, hash: u64) -> usize {
+        hash as usize & self.chunks.len().wrapping_sub(1)
+    }
+
     /// Hints the CPU to bring the chunk where a lookup of `hash` starts into cache.
     #[inline]
     pub(crate) fn prefetch(&self, hash: u64) {
-        crate::prefetch_at(
-            &self.chunks,
-            hash as usize & self.chunks.len().wrapping_sub(1),
-        );
+        crate::prefetch_at(&self.chunks, self.home(hash));
     }
 
     /// The first slot stored under `hash`'s tag in the chunk a lookup of `hash` reads
     /// first (the likely match, to prefetch its entry), if any.
     #[inline]
     pub(crate) fn candidate(&self, hash: u64) -> Option<u32> {
-        let c = self
-            .chunks
-            .get(hash as usize & self.chunks.len().wrapping_sub(1))?;
+        let c = self.chunks.get(self.home(hash))?;
         let m = c.matches(tag_of(hash));
         (m != 0).then(|| c.slots[m.trailing_zeros() as usize / 8])
     }
@@ -109,7 +110,7 @@ impl SlotIndex {
     pub(crate) fn find(&self, hash: u64, is_key: impl Fn(u32) -> bool) -> Option<u32> {
         let mask = self.chunks.len().wrapping_sub(1);
         let tag = tag_of(hash);
-        let mut i = hash as usize & mask;
+        let mut i = self.home(hash);
         loop {
             let c = self.chunks.get(i)?;
             let mut m = c.matches(tag);
@@ -173,7 +174,7 @@ impl SlotIndex {
     pub(crate) fn remove(&mut self, hash: u64, slot: u32) -> bool {
         let mask = self.chunks.len().wrapping_sub(1);
         let tag = tag_of(hash);
-        let home = hash as usize & mask;
+        let home = self.home(hash);
         let mut i = home;
         loop {
             let Some(c) = self.chunks.get_mut(i) else {

@@ -387,6 +387,16 @@ fn output_order(emits: &[Emit], keys: &[KeyBytes<'_>]) -> Vec<usize> {
     sort_keys.iter().map(|k| k.3 as usize).collect()
 }
 
+/// Counts `n` windows (sessions when `session`) closed by timer or by watermark.
+fn count_closed(metrics: &mut PipelineMetrics, session: bool, by_timer: bool, n: u64) {
+    *match (by_timer, session) {
+        (true, true) => &mut metrics.sessions_closed_by_timer,
+        (false, true) => &mut metrics.sessions_closed_by_watermark,
+        (true, false) => &mut metrics.windows_closed_by_timer,
+        (false, false) => &mut metrics.windows_closed_by_watermark,
+    } += n;
+}
+
 /// A closed window `w` of `key`: its row is emitted (when `emit`, i.e. on window
 /// close) and its state released at the end of the call.
 fn push_closed_to(
@@ -1421,13 +1431,7 @@ impl Operator {
             return false; // stale timer: the session moved
         }
         list.remove(pos);
-        let session = self.cfg.window.is_session();
-        match (by_timer, session) {
-            (true, true) => self.metrics.sessions_closed_by_timer += 1,
-            (false, true) => self.metrics.sessions_closed_by_watermark += 1,
-            (true, false) => self.metrics.windows_closed_by_timer += 1,
-            (false, false) => self.metrics.windows_closed_by_watermark += 1,
-        }
+        count_closed(&mut self.metrics, self.cfg.window.is_session(), by_timer, 1);
         self.push_closed(KeyRef::Slot(slot), w);
         true
     }
@@ -1483,11 +1487,12 @@ impl Operator {
                 if k == 0 {
                     continue;
                 }
-                if self.cfg.window.is_session() {
-                    self.metrics.sessions_closed_by_watermark += k as u64;
-                } else {
-                    self.metrics.windows_closed_by_watermark += k as u64;
-                }
+                count_closed(
+                    &mut self.metrics,
+                    self.cfg.window.is_session(),
+                    false,
+                    k as u64,
+                );
                 let emit = self.cfg.emit == EmitMode::OnWindowClose;
                 for w in list.drain(..k) {
                     push_closed_to(
@@ -1629,14 +1634,14 @@ impl Operator {
         // States in output order: the windows of a batch sort far from the order their
         // states were allocated in, so each aggregate reads its states at random; the
         // state `FINISH_AHEAD` rows on is requested while this one is read.
-        let states: Vec<u32> = rows.iter().map(|e| e.state).collect();
         for (j, agg) in bound.aggs.iter().enumerate() {
-            let accs = states.iter().enumerate().map(|(i, &s)| {
-                if let Some(&ahead) = states.get(i + FINISH_AHEAD) {
-                    if ahead != NO_STATE {
-                        crate::prefetch_whole_at(&self.accs, ahead as usize * n + j);
+            let accs = rows.iter().enumerate().map(|(i, e)| {
+                if let Some(ahead) = rows.get(i + FINISH_AHEAD) {
+                    if ahead.state != NO_STATE {
+                        crate::prefetch_whole_at(&self.accs, ahead.state as usize * n + j);
                     }
                 }
+                let s = e.state;
                 if s == NO_STATE {
                     &empties[j]
                 } else {
