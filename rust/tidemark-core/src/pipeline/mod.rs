@@ -278,7 +278,7 @@ enum KeyRef {
 }
 
 /// An output row of the current call: a final window, an update, or a retraction.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 struct Emit {
     key: KeyRef,
     start: i64,
@@ -1579,8 +1579,20 @@ impl Operator {
         };
         let keys: Vec<KeyBytes<'_>> = emits.iter().map(|e| key_of(e.key)).collect();
         let order = output_order(&emits, &keys);
-        let rows: Vec<&Emit> = order.iter().map(|&i| &emits[i]).collect();
-        let key_refs: Vec<&[u8]> = order.iter().map(|&i| &*keys[i]).collect();
+        // Rows and keys in output order, gathered in one pass that requests the row
+        // `FINISH_AHEAD` on (output order is far from emit order): every column then
+        // reads them in sequence.
+        let (rows, key_refs): (Vec<Emit>, Vec<&[u8]>) = order
+            .iter()
+            .enumerate()
+            .map(|(i, &o)| {
+                if let Some(&ahead) = order.get(i + FINISH_AHEAD) {
+                    crate::prefetch_at(&emits, ahead);
+                    crate::prefetch_at(&keys, ahead);
+                }
+                (emits[o], &*keys[o])
+            })
+            .unzip();
         let retractions = rows.iter().filter(|e| e.retract).count() as u64;
 
         let mut columns: Vec<ArrayRef> = if bound.key_types.is_empty() {
