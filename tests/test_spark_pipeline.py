@@ -330,9 +330,14 @@ def stream_batches() -> list[pa.Table]:
     return out
 
 
-@pytest.mark.parametrize("per", ["key", "global"])
+@pytest.mark.parametrize(
+    ("per", "shuffle"),
+    # Small micro-batches run in one task by default; True shuffles them to one task
+    # per state partition.
+    [("key", None), ("key", True), ("global", None)],
+)
 def test_streaming_matches_local_operator_and_replays_exactly(
-    spark: Any, tmp_path: Path, per: str
+    spark: Any, tmp_path: Path, per: str, shuffle: bool | None
 ) -> None:
     batches = stream_batches()
     inp = tmp_path / "in"
@@ -358,6 +363,7 @@ def test_streaming_matches_local_operator_and_replays_exactly(
         num_partitions=3,
         sink=sink,
         late_sink=late_sink,
+        shuffle=shuffle,
     )
 
     def each_batch(df: Any, batch_id: int) -> None:
@@ -458,6 +464,79 @@ def test_tagged_rows_go_where_repartition_by_keys_sends_them(spark: Any) -> None
     ]
 
 
+def test_small_micro_batches_run_in_one_task_without_a_shuffle(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By default a micro-batch Spark estimates below ``SINGLE_TASK_BYTES`` runs every
+    state partition in one task (no shuffle stage); a larger one, or ``shuffle=True``,
+    is shuffled to one task per state partition; ``shuffle=False`` never is."""
+    import importlib
+
+    from pyspark.sql import functions as F
+
+    streaming = importlib.import_module("tidemark.spark.streaming")
+    inp = tmp_path / "in"
+    write_stream_files(inp, stream_batches())
+    df = spark.read.parquet(str(inp / "part-00000.parquet"))
+
+    def tasks(proc: StreamProcessor) -> set[int]:
+        """The Spark partitions the batch's tagged rows land in."""
+        shuffle = proc._shuffles(df, flush=False)
+        tagged = streaming._tagged(df, proc.pipe.key, proc.num_partitions, False, shuffle)
+        return {r.p for r in tagged.select(F.spark_partition_id().alias("p")).collect()}
+
+    def proc(**kw: Any) -> StreamProcessor:
+        return StreamProcessor(pipeline("key"), str(tmp_path / "s"), num_partitions=3, **kw)
+
+    assert tasks(proc()) == {0}
+    assert tasks(proc(shuffle=True)) == {0, 1, 2}
+    monkeypatch.setattr(streaming, "SINGLE_TASK_BYTES", 1)
+    assert tasks(proc()) == {0, 1, 2}
+    assert tasks(proc(shuffle=False)) == {0}
+
+
+def test_a_windows_only_task_reads_the_columns_the_windows_need() -> None:
+    """Keys, event time, source partition (partition scope) and aggregate inputs, in
+    input order; with a lookup every column (its columns meet the input's)."""
+    from pyspark.sql.types import (
+        DoubleType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    from tidemark.spark._plan import used_input
+
+    schema = StructType(
+        [
+            StructField("note", StringType()),
+            StructField("value", DoubleType()),
+            StructField("partition", LongType()),
+            StructField("ts", TimestampType()),
+            StructField("device", StringType()),
+        ]
+    )
+    assert used_input(pipeline("key"), schema).fieldNames() == ["value", "ts", "device"]
+    assert used_input(pipeline("partition"), schema).fieldNames() == [
+        "value",
+        "partition",
+        "ts",
+        "device",
+    ]
+    counting = tm.Pipeline(
+        key="device",
+        event_time="ts",
+        watermark=tm.BoundedOutOfOrderness("5s"),
+        window=tm.Tumbling("1m"),
+        aggs={"n": tm.count()},
+    )
+    assert used_input(counting, schema).fieldNames() == ["ts", "device"]
+    lookup = pa.table({"device": ["d0"], "site": ["s"]})
+    assert used_input(counting.enrich(lookup, on="device"), schema) == schema
+
+
 def test_streaming_state_is_right_whatever_the_sink_does(spark: Any, tmp_path: Path) -> None:
     """With a windows sink alone, the sink's own job runs the state partitions'
     tasks. A sink that coalesces its DataFrame (so one Spark task runs several state
@@ -467,7 +546,11 @@ def test_streaming_state_is_right_whatever_the_sink_does(spark: Any, tmp_path: P
     inp = tmp_path / "in"
     write_stream_files(inp, batches)
     cols = ["device", "window_start", "n", "s"]
-    dfs = [spark.read.parquet(str(inp / f"part-{i:05d}.parquet")) for i in range(len(batches))]
+    # A column the windows do not read: a windows-only run leaves it out of the task.
+    dfs = [
+        spark.read.parquet(str(inp / f"part-{i:05d}.parquet")).selectExpr("'x' AS note", "*")
+        for i in range(len(batches))
+    ]
     schema = dfs[0].schema
     seen: dict[str, dict[int, list[tuple]]] = {"ref": {}, "coalesced": {}}
 

@@ -273,6 +273,31 @@ class ShippedPipeline:
         return self.bare.enrich(self.table.value, on, how, prefix)
 
 
+def used_input(pipe: Pipeline, schema: Any) -> Any:
+    """The fields of ``schema`` (a Spark ``StructType``) the pipeline's windows read:
+    keys, event time, source partition, aggregate inputs, in input order. With a
+    lookup (:meth:`Pipeline.enrich`), every field (its columns meet the input's)."""
+    from pyspark.sql.types import StructType
+
+    if pipe.lookup is not None:
+        return schema
+    cfg = pipe.config
+    used = {*cfg["keys"], cfg["event_time"]}
+    if cfg["scope"] == "partition":
+        used.add(cfg["partition_column"])
+    used.update(a[2] for a in cfg["aggs"] if a[2] is not None)
+    return StructType([f for f in schema.fields if f.name in used])
+
+
+def estimated_bytes(df: Any) -> int | None:
+    """Spark's size estimate of ``df`` (optimizer statistics), if it has one."""
+    try:
+        stats = df._jdf.queryExecution().optimizedPlan().stats()
+        return int(stats.sizeInBytes())
+    except Exception:  # an API Spark does not promise: no estimate, not an error
+        return None
+
+
 def concat_input(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
     """Every Arrow batch of a task's partition as one table: one arrival unit."""
     collected = list(batches)

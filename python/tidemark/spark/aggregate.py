@@ -16,6 +16,7 @@ from tidemark.spark._plan import (
     Plan,
     ShippedPipeline,
     concat_input,
+    estimated_bytes,
     packed_spark,
     session_arrow_settings,
     split_packed,
@@ -64,15 +65,6 @@ def task_cores(cores: int | None, pipe: Pipeline) -> int:
 #: few blobs: far cheaper to cache than many rows). Smaller ones persist combined rows,
 #: which each output reads without a Python stage (about 0.1 s saved per read).
 PACK_FROM_BYTES = 8 << 20
-
-
-def _estimated_bytes(df: Any) -> int | None:
-    """Spark's size estimate of ``df`` (optimizer statistics), if it has one."""
-    try:
-        stats = df._jdf.queryExecution().optimizedPlan().stats()
-        return int(stats.sizeInBytes())
-    except Exception:  # an API Spark does not promise: no estimate, not an error
-        return None
 
 
 def _task(
@@ -185,7 +177,7 @@ def aggregate(
             for kind in (KIND_WINDOW, KIND_LATE, KIND_ERROR)
         }
         return AggregateResult(one[KIND_WINDOW], one[KIND_LATE], one[KIND_ERROR], None)
-    size = _estimated_bytes(df)
+    size = estimated_bytes(df)
     packed = size is None or size >= PACK_FROM_BYTES
     task = _task(shipped, plan, order_by, batch_rows, cores, packed=packed)
     combined = parted.mapInArrow(task, packed_spark() if packed else plan.combined_spark)

@@ -16,7 +16,8 @@ With a windows sink alone, each micro-batch is one Spark job, the sink's own:
    sees exactly the same inputs;
 2. every row is tagged with its state partition (Spark's hash of its keys), one
    placeholder row per state partition is added, and rows are repartitioned by the
-   tag; for each state partition ``p`` among its rows, a task restores the operator
+   tag (a small micro-batch skips that shuffle: one task holds every state
+   partition); for each state partition ``p`` among its rows, a task restores the operator
    from version ``b-1`` of the state store, processes the rows as one arrival unit,
    writes version ``b`` and its progress atomically, and emits its windows (with late
    or error sinks: the combined result, cached and split);
@@ -47,7 +48,14 @@ from tidemark import _native
 from tidemark.clock import ManualClock
 from tidemark.errors import ConfigError, StateCorruptedError
 from tidemark.pipeline import Pipeline, Rows
-from tidemark.spark._plan import KIND_WINDOW, Plan, ShippedPipeline, session_arrow_settings
+from tidemark.spark._plan import (
+    KIND_WINDOW,
+    Plan,
+    ShippedPipeline,
+    estimated_bytes,
+    session_arrow_settings,
+    used_input,
+)
 from tidemark.spark.state import StateStore, state_errors_surface
 from tidemark.watermarks import PartitionedWatermarkTracker
 
@@ -67,6 +75,11 @@ _P_INPUT = 3  # a: error rows, b: input rows
 
 # The column that carries each row's state partition into the task (see _tags).
 _SP = "__tm_state_partition"
+
+#: With ``shuffle=None``, a micro-batch Spark estimates below this many bytes runs in
+#: one task with no shuffle; larger ones (or with no estimate, e.g. Kafka) are
+#: shuffled to one task per state partition.
+SINGLE_TASK_BYTES = 16 << 20
 
 
 @functools.lru_cache(maxsize=32)
@@ -108,24 +121,45 @@ def _pick_sql(values: tuple[int, ...], index_sql: str) -> str:
     return f"element_at(array({', '.join(map(str, values))}), CAST({index_sql} AS INT))"
 
 
-def _tagged(df: Any, keys: list[str], n: int, flush: bool) -> Any:
+@functools.lru_cache(maxsize=16)
+def _placeholders(spark: Any, n: int, slices: int) -> Any:
+    """One placeholder row per state partition (see :func:`_tags`), in ``slices``
+    Spark partitions: built once per session (each micro-batch reuses it, saving its
+    driver-to-JVM calls)."""
+    _, placeholder = _tags(n)
+    ph_tag = f"{_pick_sql(placeholder, 'id + 1')} AS {_quoted(_SP)}"
+    return spark.range(0, n, 1, slices).selectExpr(ph_tag)
+
+
+def _tagged(
+    df: Any,
+    keys: list[str],
+    n: int,
+    flush: bool,
+    shuffle: bool = True,
+    columns: list[str] | None = None,
+) -> Any:
     """``df``'s rows, each tagged with its state partition (Spark's hash of the keys,
     as ``repartition(n, *keys)``), and one placeholder row per state partition,
-    repartitioned so that Spark partition ``p`` holds state partition ``p``. For a
-    flush, ``df`` is ignored: the placeholders alone, one per Spark partition, with
-    no shuffle (and a plan whose first run costs less JVM warm-up).
+    repartitioned so that Spark partition ``p`` holds state partition ``p``; without
+    ``shuffle``, coalesced into one Spark partition instead (one task runs every
+    state partition, and the micro-batch costs no shuffle stage). ``columns``: keep
+    only these of ``df``'s columns (default: all). For a flush, ``df`` is ignored:
+    the placeholders alone, one per Spark partition, with no shuffle (and a plan
+    whose first run costs less JVM warm-up).
 
     Built from SQL expressions: a handful of driver-to-JVM calls per micro-batch
     (one per column function costs tens of milliseconds a batch)."""
-    data, placeholder = _tags(n)
+    data, _ = _tags(n)
     spark = df.sparkSession
-    ph_tag = f"{_pick_sql(placeholder, 'id + 1')} AS {_quoted(_SP)}"
     if flush:
-        return spark.range(0, n, 1, n).selectExpr(ph_tag)
-    placeholders = spark.range(0, n, 1, 1).selectExpr(ph_tag)
+        return _placeholders(spark, n, n)
+    placeholders = _placeholders(spark, n, 1)
     sp = f"pmod(hash({', '.join(map(_quoted, keys))}), {n}) + 1" if keys else "1"
-    rows = df.selectExpr("*", f"{_pick_sql(data, sp)} AS {_quoted(_SP)}")
-    return rows.unionByName(placeholders, allowMissingColumns=True).repartition(n, _SP)
+    kept = ["*"] if columns is None else [_quoted(c) for c in columns]
+    rows = df.selectExpr(*kept, f"{_pick_sql(data, sp)} AS {_quoted(_SP)}")
+    tagged = rows.unionByName(placeholders, allowMissingColumns=True)
+    return tagged.repartition(n, _SP) if shuffle else tagged.coalesce(1)
 
 
 def _task(
@@ -290,6 +324,13 @@ class StreamProcessor:
     clock : callable, optional
         Milliseconds since the epoch for idleness (default: ``time.time()``); read once
         per batch on the driver and recorded with the batch.
+    shuffle : bool, optional
+        ``True``: rows are shuffled to their state partitions, one task each, in
+        parallel. ``False``: no shuffle; one task reads the micro-batch and runs every
+        state partition in turn (a stage less: faster for small micro-batches).
+        Default: no shuffle when Spark estimates the micro-batch below
+        ``SINGLE_TASK_BYTES`` (16 MiB), else a shuffle (also when Spark has no
+        estimate, as for Kafka). Outputs and state are the same either way.
 
     Attributes
     ----------
@@ -313,6 +354,7 @@ class StreamProcessor:
         retention: int = 3,
         start_fresh: bool = False,
         clock: Callable[[], int] | None = None,
+        shuffle: bool | None = None,
     ) -> None:
         if num_partitions is None:
             num_partitions = 8 if pipe.key else 1
@@ -334,6 +376,7 @@ class StreamProcessor:
         self.retention = retention
         self.start_fresh = start_fresh
         self._clock = clock or (lambda: int(time.time() * 1000))
+        self.shuffle = shuffle
         self._checked = False
         self._shipped: ShippedPipeline | None = None
         self.last_batch_id: int | None = None
@@ -520,12 +563,16 @@ class StreamProcessor:
         rec = self._prepare(batch_id, flush)
         spark = df.sparkSession
         tz, large = session_arrow_settings(spark)
-        plan = Plan.build(self.pipe, schema if flush else df.schema, tz, large)
+        # With the windows as the only output, the sink's job is the batch's job: the
+        # task emits the windows alone and nothing is cached. The task then reads only
+        # the columns the windows need (late and error rows carry every column).
+        windows_only = not flush and self.late_sink is None and self.error_sink is None
+        fields = schema if flush else df.schema
+        if windows_only:
+            fields = used_input(self.pipe, fields)
+        plan = Plan.build(self.pipe, fields, tz, large)
         # Tags this run's progress files: files of an earlier, failed run are ignored.
         token = uuid.uuid4().hex
-        # With the windows as the only output, the sink's job is the batch's job: the
-        # task emits the windows alone and nothing is cached.
-        windows_only = not flush and self.late_sink is None and self.error_sink is None
         if self._shipped is None:
             self._shipped = ShippedPipeline(self.pipe, spark)  # one broadcast per query
         task = _task(
@@ -542,7 +589,14 @@ class StreamProcessor:
             windows_only,
             self.num_partitions,
         )
-        parted = _tagged(df, self.pipe.key, self.num_partitions, flush)
+        parted = _tagged(
+            df,
+            self.pipe.key,
+            self.num_partitions,
+            flush,
+            self._shuffles(df, flush),
+            fields.fieldNames() if windows_only else None,
+        )
         if windows_only:
             combined = parted.mapInArrow(task, plan.single_spark[KIND_WINDOW])
             windows, late, errors = combined, None, None
@@ -584,6 +638,15 @@ class StreamProcessor:
         self.last_batch_id = batch_id
         self._last = combined
         return windows, late, errors
+
+    def _shuffles(self, df: Any, flush: bool) -> bool:
+        """Whether the batch's rows are shuffled to their state partitions."""
+        if flush or self.num_partitions == 1:
+            return False  # a flush reads no rows; one state partition needs no routing
+        if self.shuffle is not None:
+            return self.shuffle
+        size = estimated_bytes(df)
+        return size is None or size >= SINGLE_TASK_BYTES
 
     def __call__(self, df: Any, batch_id: int) -> None:
         """Processes micro-batch ``batch_id`` (Spark's foreachBatch contract)."""
