@@ -99,6 +99,11 @@ def test_batch_aggregate_matches_local(spark: Any) -> None:
     assert lean.errors.schema == res.errors.schema
     assert lean.late.count() == 0 and lean.late.schema == res.late.schema
     lean.unpersist()
+    # A column the windows do not read: the windows job leaves it out, the error rows
+    # keep it.
+    wide = aggregate(df.selectExpr("'x' AS note", "*"), pipe, num_partitions=3, cache=False)
+    assert rows_of(wide.windows, ["device", "window_start", "n", "s"]) == got
+    assert [(e.note, e.device) for e in wide.errors.collect()] == [("x", "d1")]
 
 
 @pytest.mark.parametrize("large", [False, True])

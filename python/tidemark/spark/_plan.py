@@ -273,6 +273,11 @@ class ShippedPipeline:
         return self.bare.enrich(self.table.value, on, how, prefix)
 
 
+def quoted(name: str) -> str:
+    """A column name as a SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def used_input(pipe: Pipeline, schema: Any) -> Any:
     """The fields of ``schema`` (a Spark ``StructType``) the pipeline's windows read:
     keys, event time, source partition, aggregate inputs, in input order. With a

@@ -18,8 +18,10 @@ from tidemark.spark._plan import (
     concat_input,
     estimated_bytes,
     packed_spark,
+    quoted,
     session_arrow_settings,
     split_packed,
+    used_input,
 )
 
 __all__ = ["AggregateResult", "aggregate"]
@@ -142,8 +144,9 @@ def aggregate(
         (``storage_level``; a large input's packed as Arrow IPC blobs); reading a
         second output costs no second run of the pipeline. ``False``: nothing is
         persisted and each output is its own job with its own narrow schema: the
-        fastest way to read one output (typically ``windows``), but every output read
-        runs the pipeline over the input again.
+        fastest way to read one output (typically ``windows``, whose job reads only
+        the input columns the windows need), but every output read runs the pipeline
+        over the input again.
 
     Returns
     -------
@@ -156,6 +159,7 @@ def aggregate(
     >>> res.windows.orderBy("window_end").show()           # doctest: +SKIP
     """
     from pyspark import StorageLevel
+    from pyspark.sql.types import StructType
 
     if (order_by is None) != (batch_rows is None):
         from tidemark.errors import ConfigError
@@ -165,14 +169,31 @@ def aggregate(
     tz, large = session_arrow_settings(spark)
     plan = Plan.build(pipe, df.schema, tz, large)
     n = num_partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
-    parted = df.repartition(n, *pipe.key) if pipe.key else df.repartition(1)
-    if order_by is not None:
-        parted = parted.sortWithinPartitions(order_by)
+
+    def parted(inp: Any) -> Any:
+        out = inp.repartition(n, *pipe.key) if pipe.key else inp.repartition(1)
+        return out if order_by is None else out.sortWithinPartitions(order_by)
+
     shipped = ShippedPipeline(pipe, spark)
     if not cache:
+        # The windows job reads only the columns the windows need (and the arrival
+        # order); late and error rows carry every input column.
+        fields = used_input(pipe, df.schema)
+        if order_by is not None and order_by not in fields.fieldNames():
+            fields = StructType([*fields.fields, df.schema[order_by]])
+        wplan = Plan.build(pipe, fields, tz, large)
+        windows = parted(df.selectExpr(*[quoted(f) for f in fields.fieldNames()]))
         one = {
-            kind: parted.mapInArrow(
-                _task(shipped, plan, order_by, batch_rows, cores, kind), plan.single_spark[kind]
+            kind: (windows if kind == KIND_WINDOW else parted(df)).mapInArrow(
+                _task(
+                    shipped,
+                    wplan if kind == KIND_WINDOW else plan,
+                    order_by,
+                    batch_rows,
+                    cores,
+                    kind,
+                ),
+                plan.single_spark[kind],
             )
             for kind in (KIND_WINDOW, KIND_LATE, KIND_ERROR)
         }
@@ -180,7 +201,7 @@ def aggregate(
     size = estimated_bytes(df)
     packed = size is None or size >= PACK_FROM_BYTES
     task = _task(shipped, plan, order_by, batch_rows, cores, packed=packed)
-    combined = parted.mapInArrow(task, packed_spark() if packed else plan.combined_spark)
+    combined = parted(df).mapInArrow(task, packed_spark() if packed else plan.combined_spark)
     combined = combined.persist(storage_level or StorageLevel.MEMORY_AND_DISK)
     split = split_packed(plan, combined) if packed else plan.split(combined)
     return AggregateResult(*split, combined)

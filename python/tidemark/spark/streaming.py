@@ -53,6 +53,7 @@ from tidemark.spark._plan import (
     Plan,
     ShippedPipeline,
     estimated_bytes,
+    quoted,
     session_arrow_settings,
     used_input,
 )
@@ -111,11 +112,6 @@ def _tags(n: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return tuple(data[p] for p in range(n)), tuple(placeholder[p] for p in range(n))
 
 
-def _quoted(name: str) -> str:
-    """A column name as a SQL identifier."""
-    return "`" + name.replace("`", "``") + "`"
-
-
 def _pick_sql(values: tuple[int, ...], index_sql: str) -> str:
     """SQL for ``values[index]`` (``index_sql`` counts from 1)."""
     return f"element_at(array({', '.join(map(str, values))}), CAST({index_sql} AS INT))"
@@ -127,7 +123,7 @@ def _placeholders(spark: Any, n: int, slices: int) -> Any:
     Spark partitions: built once per session (each micro-batch reuses it, saving its
     driver-to-JVM calls)."""
     _, placeholder = _tags(n)
-    ph_tag = f"{_pick_sql(placeholder, 'id + 1')} AS {_quoted(_SP)}"
+    ph_tag = f"{_pick_sql(placeholder, 'id + 1')} AS {quoted(_SP)}"
     return spark.range(0, n, 1, slices).selectExpr(ph_tag)
 
 
@@ -155,9 +151,9 @@ def _tagged(
     if flush:
         return _placeholders(spark, n, n)
     placeholders = _placeholders(spark, n, 1)
-    sp = f"pmod(hash({', '.join(map(_quoted, keys))}), {n}) + 1" if keys else "1"
-    kept = ["*"] if columns is None else [_quoted(c) for c in columns]
-    rows = df.selectExpr(*kept, f"{_pick_sql(data, sp)} AS {_quoted(_SP)}")
+    sp = f"pmod(hash({', '.join(map(quoted, keys))}), {n}) + 1" if keys else "1"
+    kept = ["*"] if columns is None else [quoted(c) for c in columns]
+    rows = df.selectExpr(*kept, f"{_pick_sql(data, sp)} AS {quoted(_SP)}")
     tagged = rows.unionByName(placeholders, allowMissingColumns=True)
     return tagged.repartition(n, _SP) if shuffle else tagged.coalesce(1)
 
