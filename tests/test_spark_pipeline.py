@@ -170,6 +170,49 @@ def test_packed_outputs_unpack_to_each_output_exactly(large: bool) -> None:
     assert not list(plan.encode_packed(op.process(after.slice(0, 0))))
 
 
+def test_small_inputs_run_in_one_task_with_the_same_outputs(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``num_partitions=None`` (and no ``order_by``) an input Spark estimates below
+    ``SINGLE_TASK_BYTES`` runs in one task, with no shuffle; a larger one, or an
+    explicit ``num_partitions``, is shuffled by key. The outputs are the same."""
+    import importlib
+
+    from pyspark.sql import functions as F
+
+    agg = importlib.import_module("tidemark.spark.aggregate")
+    rows = make_events()
+    pq.write_table(
+        pa.table(
+            {
+                "device": [r[0] for r in rows],
+                "ts": pa.array([r[1] for r in rows], pa.timestamp("us", tz="UTC")),
+                "value": [r[2] for r in rows],
+            }
+        ),
+        tmp_path / "in.parquet",
+    )
+    df = spark.read.parquet(str(tmp_path / "in.parquet"))
+    cols = ["device", "window_start", "n", "s"]
+
+    def run(**kw: Any) -> tuple[int, list[Any]]:
+        """Spark partitions holding windows, and the outputs (cached and not)."""
+        got: list[Any] = []
+        for cache in (True, False):
+            res = aggregate(df, pipeline(), cache=cache, **kw)
+            tasks = res.windows.select(F.spark_partition_id()).distinct().count()
+            got += [rows_of(res.windows, cols), sorted(tuple(r) for r in res.errors.collect())]
+            res.unpersist()
+        return tasks, got
+
+    one, want = run()
+    assert one == 1
+    assert want[0] == local_result(pipeline(), [pq.read_table(tmp_path / "in.parquet")])
+    assert run(num_partitions=3) == (3, want)
+    monkeypatch.setattr(agg, "SINGLE_TASK_BYTES", 1)
+    assert run() == (2, want)  # spark.sql.shuffle.partitions
+
+
 def test_small_and_large_inputs_persist_differently_with_the_same_outputs(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

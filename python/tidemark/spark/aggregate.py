@@ -68,6 +68,11 @@ def task_cores(cores: int | None, pipe: Pipeline) -> int:
 #: which each output reads without a Python stage (about 0.1 s saved per read).
 PACK_FROM_BYTES = 8 << 20
 
+#: With ``num_partitions=None`` (and no ``order_by``), an input Spark estimates below
+#: this many bytes runs in one task, with no shuffle: a stage less, and too little
+#: work to gain from parallel tasks.
+SINGLE_TASK_BYTES = 16 << 20
+
 
 def _task(
     shipped: ShippedPipeline,
@@ -131,7 +136,10 @@ def aggregate(
     pipe : Pipeline
         The pipeline (built without a clock, so it can be shipped to executors).
     num_partitions : int, optional
-        Spark partitions (default: ``spark.sql.shuffle.partitions``).
+        Spark partitions, one task each, rows shuffled to them by key. Default:
+        ``spark.sql.shuffle.partitions``, except that an input Spark estimates below
+        ``SINGLE_TASK_BYTES`` (16 MiB; a file source knows its size) runs in one task
+        with no shuffle when there is no ``order_by``. The outputs are the same.
     order_by, batch_rows
         Replay each partition in ``order_by`` order, ``batch_rows`` rows at a time.
     storage_level : pyspark.StorageLevel, optional
@@ -169,8 +177,17 @@ def aggregate(
     tz, large = session_arrow_settings(spark)
     plan = Plan.build(pipe, df.schema, tz, large)
     n = num_partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
+    size = estimated_bytes(df)
+    single = (
+        num_partitions is None
+        and order_by is None
+        and size is not None
+        and size < SINGLE_TASK_BYTES
+    )
 
     def parted(inp: Any) -> Any:
+        if single:
+            return inp.coalesce(1)
         out = inp.repartition(n, *pipe.key) if pipe.key else inp.repartition(1)
         return out if order_by is None else out.sortWithinPartitions(order_by)
 
@@ -198,7 +215,6 @@ def aggregate(
             for kind in (KIND_WINDOW, KIND_LATE, KIND_ERROR)
         }
         return AggregateResult(one[KIND_WINDOW], one[KIND_LATE], one[KIND_ERROR], None)
-    size = estimated_bytes(df)
     packed = size is None or size >= PACK_FROM_BYTES
     task = _task(shipped, plan, order_by, batch_rows, cores, packed=packed)
     combined = parted(df).mapInArrow(task, packed_spark() if packed else plan.combined_spark)
