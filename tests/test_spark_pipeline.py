@@ -180,7 +180,7 @@ def test_small_inputs_run_in_one_task_with_the_same_outputs(
 
     from pyspark.sql import functions as F
 
-    agg = importlib.import_module("tidemark.spark.aggregate")
+    plan = importlib.import_module("tidemark.spark._plan")
     rows = make_events()
     pq.write_table(
         pa.table(
@@ -209,7 +209,7 @@ def test_small_inputs_run_in_one_task_with_the_same_outputs(
     assert one == 1
     assert want[0] == local_result(pipeline(), [pq.read_table(tmp_path / "in.parquet")])
     assert run(num_partitions=3) == (3, want)
-    monkeypatch.setattr(agg, "SINGLE_TASK_BYTES", 1)
+    monkeypatch.setattr(plan, "SINGLE_TASK_BYTES", 1)
     assert run() == (2, want)  # spark.sql.shuffle.partitions
 
 
@@ -512,6 +512,24 @@ def test_tagged_rows_go_where_repartition_by_keys_sends_them(spark: Any) -> None
     ]
 
 
+def test_the_one_task_bound_shrinks_with_more_cores() -> None:
+    """Below ``SINGLE_TASK_BYTES`` with 1 or 2 cores, ``2 / cores`` of it with more
+    (more cores gain more from parallel tasks); never without an estimate."""
+    from types import SimpleNamespace
+
+    from tidemark.spark._plan import SINGLE_TASK_BYTES, fits_one_task
+
+    def spark(cores: int) -> Any:
+        return SimpleNamespace(sparkContext=SimpleNamespace(defaultParallelism=cores))
+
+    assert fits_one_task(spark(2), SINGLE_TASK_BYTES - 1)
+    assert not fits_one_task(spark(2), SINGLE_TASK_BYTES)
+    assert fits_one_task(spark(1), SINGLE_TASK_BYTES - 1)
+    assert fits_one_task(spark(16), SINGLE_TASK_BYTES // 8 - 1)
+    assert not fits_one_task(spark(16), SINGLE_TASK_BYTES // 8)
+    assert not fits_one_task(spark(2), None)
+
+
 def test_small_micro_batches_run_in_one_task_without_a_shuffle(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -538,7 +556,7 @@ def test_small_micro_batches_run_in_one_task_without_a_shuffle(
 
     assert tasks(proc()) == {0}
     assert tasks(proc(shuffle=True)) == {0, 1, 2}
-    monkeypatch.setattr(streaming, "SINGLE_TASK_BYTES", 1)
+    monkeypatch.setattr(importlib.import_module("tidemark.spark._plan"), "SINGLE_TASK_BYTES", 1)
     assert tasks(proc()) == {0, 1, 2}
     assert tasks(proc(shuffle=False)) == {0}
 

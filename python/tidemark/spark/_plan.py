@@ -33,6 +33,12 @@ _BLOB = "__tm_blob"
 #: 2 GB Spark allows one binary value.
 PACK_ROWS = 65_536
 PACK_BYTES = 64 << 20
+#: On 2 cores, an input (or micro-batch) Spark estimates below this many bytes runs in
+#: one task with no shuffle by default: a stage less, and too little work to gain from
+#: parallel tasks (measured: one task stays faster up to about 20 MB of Parquet). More
+#: cores gain more from parallel tasks: the bound shrinks in proportion
+#: (:func:`fits_one_task`).
+SINGLE_TASK_BYTES = 16 << 20
 
 
 def combined_block(
@@ -301,6 +307,16 @@ def estimated_bytes(df: Any) -> int | None:
         return int(stats.sizeInBytes())
     except Exception:  # an API Spark does not promise: no estimate, not an error
         return None
+
+
+def fits_one_task(spark: Any, size: int | None) -> bool:
+    """Whether an input of ``size`` estimated bytes runs in one task with no shuffle:
+    below ``SINGLE_TASK_BYTES`` with 2 cores, ``2 / cores`` of it with more
+    (``SparkContext.defaultParallelism``); never without an estimate."""
+    if size is None:
+        return False
+    cores = max(2, int(spark.sparkContext.defaultParallelism))
+    return size * cores < SINGLE_TASK_BYTES * 2
 
 
 def concat_input(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> pa.Table:

@@ -17,6 +17,7 @@ from tidemark.spark._plan import (
     ShippedPipeline,
     concat_input,
     estimated_bytes,
+    fits_one_task,
     packed_spark,
     quoted,
     session_arrow_settings,
@@ -67,11 +68,6 @@ def task_cores(cores: int | None, pipe: Pipeline) -> int:
 #: few blobs: far cheaper to cache than many rows). Smaller ones persist combined rows,
 #: which each output reads without a Python stage (about 0.1 s saved per read).
 PACK_FROM_BYTES = 8 << 20
-
-#: With ``num_partitions=None`` (and no ``order_by``), an input Spark estimates below
-#: this many bytes runs in one task, with no shuffle: a stage less, and too little
-#: work to gain from parallel tasks.
-SINGLE_TASK_BYTES = 16 << 20
 
 
 def _task(
@@ -137,9 +133,10 @@ def aggregate(
         The pipeline (built without a clock, so it can be shipped to executors).
     num_partitions : int, optional
         Spark partitions, one task each, rows shuffled to them by key. Default:
-        ``spark.sql.shuffle.partitions``, except that an input Spark estimates below
-        ``SINGLE_TASK_BYTES`` (16 MiB; a file source knows its size) runs in one task
-        with no shuffle when there is no ``order_by``. The outputs are the same.
+        ``spark.sql.shuffle.partitions``, except that a small input runs in one task
+        with no shuffle when there is no ``order_by``: Spark's estimate (a file source
+        knows its size) below ``SINGLE_TASK_BYTES`` (16 MiB) on 2 cores, ``2 / cores``
+        of it with more. The outputs are the same.
     order_by, batch_rows
         Replay each partition in ``order_by`` order, ``batch_rows`` rows at a time.
     storage_level : pyspark.StorageLevel, optional
@@ -178,12 +175,7 @@ def aggregate(
     plan = Plan.build(pipe, df.schema, tz, large)
     n = num_partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
     size = estimated_bytes(df)
-    single = (
-        num_partitions is None
-        and order_by is None
-        and size is not None
-        and size < SINGLE_TASK_BYTES
-    )
+    single = num_partitions is None and order_by is None and fits_one_task(spark, size)
 
     def parted(inp: Any) -> Any:
         if single:

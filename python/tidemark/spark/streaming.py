@@ -53,6 +53,7 @@ from tidemark.spark._plan import (
     Plan,
     ShippedPipeline,
     estimated_bytes,
+    fits_one_task,
     quoted,
     session_arrow_settings,
     used_input,
@@ -76,11 +77,6 @@ _P_INPUT = 3  # a: error rows, b: input rows
 
 # The column that carries each row's state partition into the task (see _tags).
 _SP = "__tm_state_partition"
-
-#: With ``shuffle=None``, a micro-batch Spark estimates below this many bytes runs in
-#: one task with no shuffle; larger ones (or with no estimate, e.g. Kafka) are
-#: shuffled to one task per state partition.
-SINGLE_TASK_BYTES = 16 << 20
 
 
 @functools.lru_cache(maxsize=32)
@@ -325,7 +321,8 @@ class StreamProcessor:
         parallel. ``False``: no shuffle; one task reads the micro-batch and runs every
         state partition in turn (a stage less: faster for small micro-batches).
         Default: no shuffle when Spark estimates the micro-batch below
-        ``SINGLE_TASK_BYTES`` (16 MiB), else a shuffle (also when Spark has no
+        ``SINGLE_TASK_BYTES`` (16 MiB) on 2 cores, ``2 / cores`` of it with more
+        (``SparkContext.defaultParallelism``); else a shuffle (also when Spark has no
         estimate, as for Kafka). Outputs and state are the same either way.
 
     Attributes
@@ -641,8 +638,7 @@ class StreamProcessor:
             return False  # a flush reads no rows; one state partition needs no routing
         if self.shuffle is not None:
             return self.shuffle
-        size = estimated_bytes(df)
-        return size is None or size >= SINGLE_TASK_BYTES
+        return not fits_one_task(df.sparkSession, estimated_bytes(df))
 
     def __call__(self, df: Any, batch_id: int) -> None:
         """Processes micro-batch ``batch_id`` (Spark's foreachBatch contract)."""
