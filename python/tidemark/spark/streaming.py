@@ -36,6 +36,7 @@ overwrite by batch id).
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import time
 import uuid
@@ -582,12 +583,13 @@ class StreamProcessor:
             windows_only,
             self.num_partitions,
         )
+        shuffled = self._shuffles(df, flush)
         parted = _tagged(
             df,
             self.pipe.key,
             self.num_partitions,
             flush,
-            self._shuffles(df, flush),
+            shuffled,
             fields.fieldNames() if windows_only else None,
         )
         if windows_only:
@@ -599,9 +601,10 @@ class StreamProcessor:
             )
             windows, late, errors = plan.split(combined)
         try:
-            # One task per state partition (adaptive execution would merge them into
-            # fewer tasks): the sinks' jobs run the state partitions' tasks.
-            with _exact_partitions(spark), state_errors_surface():
+            # One task per state partition when shuffled (adaptive execution would merge
+            # them into fewer tasks): the sinks' jobs run the state partitions' tasks.
+            exact = _exact_partitions(spark) if shuffled else contextlib.nullcontext()
+            with exact, state_errors_surface():
                 for sink, out in (
                     (self.sink, windows),
                     (self.late_sink, late),

@@ -373,6 +373,28 @@ fn output_order(emits: &[Emit], keys: &[KeyBytes<'_>]) -> Vec<usize> {
         by_key.sort_unstable_by(|x, y| x.0.cmp(&y.0).then_with(|| tie(x.1, y.1)));
         return by_key.iter().map(|k| k.1 as usize).collect();
     }
+    if few_runs {
+        // The key part is the whole key: rows sort on (end, start, key part) packed
+        // into one integer when their spreads fit, a primitive sort.
+        let spread = |f: fn(&Emit) -> i64| {
+            let lo = emits.iter().map(f).min().unwrap_or(0);
+            let hi = emits.iter().map(f).max().unwrap_or(0);
+            (lo, hi.abs_diff(lo))
+        };
+        let (end0, end_span) = spread(|e| e.end);
+        let (start0, start_span) = spread(|e| e.start);
+        let key_span = key_part.iter().copied().max().unwrap_or(0);
+        let packed = packed_order(n, &[end_span, start_span, key_span], |i| {
+            [
+                emits[i].end.abs_diff(end0),
+                emits[i].start.abs_diff(start0),
+                key_part[i],
+            ]
+        });
+        if let Some(order) = packed {
+            return order;
+        }
+    }
     let mut sort_keys: Vec<(i64, i64, u64, u32)> = emits
         .iter()
         .zip(&key_part)
@@ -385,6 +407,48 @@ fn output_order(emits: &[Emit], keys: &[KeyBytes<'_>]) -> Vec<usize> {
             .then_with(|| tie(x.3, y.3))
     });
     sort_keys.iter().map(|k| k.3 as usize).collect()
+}
+
+/// Bits that hold values up to `max`.
+fn bits_for(max: u64) -> u32 {
+    u64::BITS - max.leading_zeros()
+}
+
+/// The order of rows `0..n` by three unsigned sort fields (`fields(i)`, most
+/// significant first, each at most its `maxes` entry), sorting the fields and the row
+/// index packed into one `u64` or `u128`; `None` if they need more than 128 bits.
+fn packed_order(
+    n: usize,
+    maxes: &[u64; 3],
+    fields: impl Fn(usize) -> [u64; 3],
+) -> Option<Vec<usize>> {
+    let widths = maxes.map(bits_for);
+    let index_bits = bits_for(n as u64);
+    if widths.iter().sum::<u32>() + index_bits > u128::BITS {
+        return None;
+    }
+    let pack = |i: usize| -> u128 {
+        let f = fields(i);
+        let mut x = 0u128;
+        for (v, w) in f.iter().zip(widths) {
+            x = x << w | u128::from(*v);
+        }
+        x << index_bits | i as u128
+    };
+    let index_mask = (1u128 << index_bits) - 1;
+    if widths.iter().sum::<u32>() + index_bits <= u64::BITS {
+        let mut rows: Vec<u64> = (0..n).map(|i| pack(i) as u64).collect();
+        rows.sort_unstable();
+        Some(
+            rows.iter()
+                .map(|&x| (u128::from(x) & index_mask) as usize)
+                .collect(),
+        )
+    } else {
+        let mut rows: Vec<u128> = (0..n).map(pack).collect();
+        rows.sort_unstable();
+        Some(rows.iter().map(|&x| (x & index_mask) as usize).collect())
+    }
 }
 
 /// Counts `n` windows (sessions when `session`) closed by timer or by watermark.

@@ -598,3 +598,23 @@ fn output_rows_come_in_end_start_key_order() {
         assert_eq!(rows(&out.windows), want, "{scope:?}");
     }
 }
+
+#[test]
+fn packed_order_sorts_on_the_fields_in_turn_in_64_or_128_bits() {
+    // (a, b, c) per row; the order is lexicographic whatever the packing width.
+    let check = |rows: &[[u64; 3]]| {
+        let maxes = [0, 1, 2].map(|j| rows.iter().map(|r| r[j]).max().unwrap());
+        let got = packed_order(rows.len(), &maxes, |i| rows[i]);
+        let mut want: Vec<usize> = (0..rows.len()).collect();
+        want.sort_by_key(|&i| rows[i]);
+        assert_eq!(got, Some(want));
+    };
+    // Packed in a u64:
+    check(&[[3, 0, 1], [1, 9, 0], [3, 0, 0], [1, 2, 7], [0, 5, 5]]);
+    // 3 x 41 bits and the index: a u128.
+    let big = 1 << 40;
+    check(&[[big, 3, 1], [2, big, 0], [big, 2, big], [2, 0, 1]]);
+    // Fields wider than 128 bits together: no packed order (the caller sorts tuples).
+    assert_eq!(packed_order(2, &[u64::MAX; 3], |_| [0; 3]), None);
+    assert_eq!(packed_order(0, &[0; 3], |_| [0; 3]), Some(vec![]));
+}
