@@ -43,13 +43,13 @@ def make_events(n: int = 300) -> list[tuple[str, dt.datetime | None, float]]:
     return rows
 
 
-def pipeline(per: str = "key") -> tm.Pipeline:
+def pipeline(per: str = "key", aggs: dict[str, Any] | None = None) -> tm.Pipeline:
     return tm.Pipeline(
         key="device",
         event_time="ts",
         watermark=tm.BoundedOutOfOrderness("5s", per=per),
         window=tm.Tumbling("1m"),
-        aggs={"n": tm.count(), "s": tm.sum("value")},
+        aggs={"n": tm.count(), "s": tm.sum("value")} if aggs is None else aggs,
     )
 
 
@@ -591,13 +591,7 @@ def test_a_windows_only_task_reads_the_columns_the_windows_need() -> None:
         "ts",
         "device",
     ]
-    counting = tm.Pipeline(
-        key="device",
-        event_time="ts",
-        watermark=tm.BoundedOutOfOrderness("5s"),
-        window=tm.Tumbling("1m"),
-        aggs={"n": tm.count()},
-    )
+    counting = pipeline(aggs={"n": tm.count()})
     assert used_input(counting, schema).fieldNames() == ["ts", "device"]
     lookup = pa.table({"device": ["d0"], "site": ["s"]})
     assert used_input(counting.enrich(lookup, on="device"), schema) == schema
