@@ -43,11 +43,13 @@ def make_events(n: int = 300) -> list[tuple[str, dt.datetime | None, float]]:
     return rows
 
 
-def pipeline(per: str = "key", aggs: dict[str, Any] | None = None) -> tm.Pipeline:
+def pipeline(
+    per: str = "key", aggs: dict[str, Any] | None = None, delay: str = "5s"
+) -> tm.Pipeline:
     return tm.Pipeline(
         key="device",
         event_time="ts",
-        watermark=tm.BoundedOutOfOrderness("5s", per=per),
+        watermark=tm.BoundedOutOfOrderness(delay, per=per),
         window=tm.Tumbling("1m"),
         aggs={"n": tm.count(), "s": tm.sum("value")} if aggs is None else aggs,
     )
@@ -122,13 +124,7 @@ def test_packed_outputs_unpack_to_each_output_exactly(large: bool) -> None:
             StructField("value", DoubleType()),
         ]
     )
-    pipe = tm.Pipeline(
-        key="device",
-        event_time="ts",
-        watermark=tm.BoundedOutOfOrderness("0s", per="global"),
-        window=tm.Tumbling("1m"),
-        aggs={"n": tm.count()},
-    )
+    pipe = pipeline("global", {"n": tm.count()}, delay="0s")
     plan = Plan.build(pipe, schema, "UTC", large)
     op = pipe.operator()
     ts = pa.timestamp("us", tz="UTC")

@@ -190,21 +190,21 @@ def aggregate(
         fields = used_input(pipe, df.schema)
         if order_by is not None and order_by not in fields.fieldNames():
             fields = StructType([*fields.fields, df.schema[order_by]])
-        wplan = Plan.build(pipe, fields, tz, large)
-        windows = parted(df.selectExpr(*[quoted(f) for f in fields.fieldNames()]))
+        full = parted(df)
+        inputs = {
+            KIND_WINDOW: (
+                parted(df.selectExpr(*[quoted(f) for f in fields.fieldNames()])),
+                Plan.build(pipe, fields, tz, large),
+            ),
+            KIND_LATE: (full, plan),
+            KIND_ERROR: (full, plan),
+        }
         one = {
-            kind: (windows if kind == KIND_WINDOW else parted(df)).mapInArrow(
-                _task(
-                    shipped,
-                    wplan if kind == KIND_WINDOW else plan,
-                    order_by,
-                    batch_rows,
-                    cores,
-                    kind,
-                ),
+            kind: rows.mapInArrow(
+                _task(shipped, kind_plan, order_by, batch_rows, cores, kind),
                 plan.single_spark[kind],
             )
-            for kind in (KIND_WINDOW, KIND_LATE, KIND_ERROR)
+            for kind, (rows, kind_plan) in inputs.items()
         }
         return AggregateResult(one[KIND_WINDOW], one[KIND_LATE], one[KIND_ERROR], None)
     packed = size is None or size >= PACK_FROM_BYTES

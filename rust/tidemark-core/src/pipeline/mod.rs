@@ -318,9 +318,6 @@ fn output_order(emits: &[Emit], keys: &[KeyBytes<'_>]) -> Vec<usize> {
         }
     }
     let few_runs = runs.len() * 4 <= n;
-    let one_window = emits
-        .windows(2)
-        .all(|w| (w[0].end, w[0].start) == (w[1].end, w[1].start));
     // The key part of a row's sort key (with the retraction flag in its low bit).
     let key_part: Vec<u64> = if few_runs {
         let mut by_key: Vec<u32> = (0..runs.len() as u32).collect();
@@ -353,26 +350,6 @@ fn output_order(emits: &[Emit], keys: &[KeyBytes<'_>]) -> Vec<usize> {
             })
             .collect()
     };
-    let tie = |a: u32, b: u32| {
-        if few_runs {
-            return std::cmp::Ordering::Equal; // the key part is the whole key
-        }
-        let (a, b) = (a as usize, b as usize);
-        (*keys[a])
-            .cmp(&*keys[b])
-            .then_with(|| emits[b].retract.cmp(&emits[a].retract))
-    };
-    if one_window {
-        // Every row in the same window (the usual close of a tumbling window): sort on
-        // the key part alone.
-        let mut by_key: Vec<(u64, u32)> = key_part
-            .iter()
-            .zip(0..n as u32)
-            .map(|(&k, i)| (k, i))
-            .collect();
-        by_key.sort_unstable_by(|x, y| x.0.cmp(&y.0).then_with(|| tie(x.1, y.1)));
-        return by_key.iter().map(|k| k.1 as usize).collect();
-    }
     if few_runs {
         // The key part is the whole key: rows sort on (end, start, key part) packed
         // into one integer when their spreads fit, a primitive sort.
@@ -394,6 +371,29 @@ fn output_order(emits: &[Emit], keys: &[KeyBytes<'_>]) -> Vec<usize> {
         if let Some(order) = packed {
             return order;
         }
+    }
+    let tie = |a: u32, b: u32| {
+        if few_runs {
+            return std::cmp::Ordering::Equal; // the key part is the whole key
+        }
+        let (a, b) = (a as usize, b as usize);
+        (*keys[a])
+            .cmp(&*keys[b])
+            .then_with(|| emits[b].retract.cmp(&emits[a].retract))
+    };
+    let one_window = emits
+        .windows(2)
+        .all(|w| (w[0].end, w[0].start) == (w[1].end, w[1].start));
+    if one_window {
+        // Every row in the same window (the usual close of a tumbling window): sort on
+        // the key part alone.
+        let mut by_key: Vec<(u64, u32)> = key_part
+            .iter()
+            .zip(0..n as u32)
+            .map(|(&k, i)| (k, i))
+            .collect();
+        by_key.sort_unstable_by(|x, y| x.0.cmp(&y.0).then_with(|| tie(x.1, y.1)));
+        return by_key.iter().map(|k| k.1 as usize).collect();
     }
     let mut sort_keys: Vec<(i64, i64, u64, u32)> = emits
         .iter()
@@ -424,7 +424,8 @@ fn packed_order(
 ) -> Option<Vec<usize>> {
     let widths = maxes.map(bits_for);
     let index_bits = bits_for(n as u64);
-    if widths.iter().sum::<u32>() + index_bits > u128::BITS {
+    let total = widths.iter().sum::<u32>() + index_bits;
+    if total > u128::BITS {
         return None;
     }
     let pack = |i: usize| -> u128 {
@@ -436,7 +437,7 @@ fn packed_order(
         x << index_bits | i as u128
     };
     let index_mask = (1u128 << index_bits) - 1;
-    if widths.iter().sum::<u32>() + index_bits <= u64::BITS {
+    if total <= u64::BITS {
         let mut rows: Vec<u64> = (0..n).map(|i| pack(i) as u64).collect();
         rows.sort_unstable();
         Some(
@@ -1542,11 +1543,9 @@ impl Operator {
                 // The key's windows are ordered by start and by end alike (sessions do
                 // not overlap): those the watermark passed are a prefix, closed at once
                 // (one move of the rest of the list, not one per window).
-                let list = &mut self.wins[slot as usize];
-                let lateness = self.cfg.allowed_lateness;
-                let k = list
+                let k = self.wins[slot as usize]
                     .iter()
-                    .take_while(|w| w.end.saturating_add(lateness) <= wk)
+                    .take_while(|w| self.close_at(w.end) <= wk)
                     .count();
                 if k == 0 {
                     continue;
@@ -1558,7 +1557,7 @@ impl Operator {
                     k as u64,
                 );
                 let emit = self.cfg.emit == EmitMode::OnWindowClose;
-                for w in list.drain(..k) {
+                for w in self.wins[slot as usize].drain(..k) {
                     push_closed_to(
                         &mut self.emits,
                         &mut self.release,
@@ -1717,11 +1716,10 @@ impl Operator {
                         crate::prefetch_whole_at(&self.accs, ahead.state as usize * n + j);
                     }
                 }
-                let s = e.state;
-                if s == NO_STATE {
+                if e.state == NO_STATE {
                     &empties[j]
                 } else {
-                    &self.accs[s as usize * n + j]
+                    &self.accs[e.state as usize * n + j]
                 }
             });
             let col = agg.finish(accs)?;
