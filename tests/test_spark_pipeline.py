@@ -643,6 +643,46 @@ def test_streaming_state_is_right_whatever_the_sink_does(spark: Any, tmp_path: P
     assert run("none", None) == want
 
 
+@pytest.mark.parametrize("shuffle", [None, True])
+def test_an_empty_micro_batch_carries_every_state_partition(
+    spark: Any, tmp_path: Path, shuffle: bool | None
+) -> None:
+    """A micro-batch with no rows (one task with no input, or placeholders alone when
+    shuffled) writes a new state version for every state partition: the batches
+    after it restore from it and the stream's windows and late rows are those of the
+    stream without it."""
+    batches = stream_batches()
+    inp = tmp_path / "in"
+    write_stream_files(inp, batches)
+    dfs = [spark.read.parquet(str(inp / f"part-{i:05d}.parquet")) for i in range(len(batches))]
+    schema = dfs[0].schema
+    cols = ["device", "window_start", "n", "s"]
+
+    def run(name: str, inputs: list[Any]) -> tuple[list[tuple], int]:
+        windows: list[tuple] = []
+        proc = StreamProcessor(
+            pipeline("key"),
+            str(tmp_path / name),
+            num_partitions=3,
+            sink=lambda df, b: windows.extend(rows_of(df, cols)),
+            shuffle=shuffle,
+        )
+        late = 0
+        for b, df in enumerate(inputs):
+            proc(df, b)
+            assert proc.last_progress is not None
+            assert proc.last_progress["input_rows"] == df.count()
+            late += proc.last_progress["late_rows"]
+            for p in range(3):
+                assert (tmp_path / name / "partitions" / str(p) / f"{b}.snap").exists()
+        proc.flush(spark, schema)
+        return sorted(windows), late
+
+    want = run("ref", dfs)
+    assert want[1] == 1
+    assert run("empty", [*dfs[:2], dfs[0].limit(0), *dfs[2:]]) == want
+
+
 def test_streaming_rescales_state_partitions_between_runs(spark: Any, tmp_path: Path) -> None:
     batches = stream_batches()
     inp = tmp_path / "in"

@@ -114,11 +114,17 @@ def _pick_sql(values: tuple[int, ...], index_sql: str) -> str:
     return f"element_at(array({', '.join(map(str, values))}), CAST({index_sql} AS INT))"
 
 
-@functools.lru_cache(maxsize=16)
 def _placeholders(spark: Any, n: int, slices: int) -> Any:
     """One placeholder row per state partition (see :func:`_tags`), in ``slices``
-    Spark partitions: built once per session (each micro-batch reuses it, saving its
-    driver-to-JVM calls)."""
+    Spark partitions: built once per Spark application and reused by every
+    micro-batch (saving its driver-to-JVM calls). ``foreachBatch`` hands each
+    micro-batch a new session, so the cache is keyed by the SparkContext (a key by
+    session would miss every time and keep the sessions alive)."""
+    return _placeholders_of(spark.sparkContext, spark, n, slices)
+
+
+@functools.lru_cache(maxsize=8)
+def _placeholders_of(_sc: Any, spark: Any, n: int, slices: int) -> Any:
     _, placeholder = _tags(n)
     ph_tag = f"{_pick_sql(placeholder, 'id + 1')} AS {quoted(_SP)}"
     return spark.range(0, n, 1, slices).selectExpr(ph_tag)
