@@ -120,14 +120,18 @@ def _placeholders(spark: Any, n: int, slices: int) -> Any:
     micro-batch (saving its driver-to-JVM calls). ``foreachBatch`` hands each
     micro-batch a new session, so the cache is keyed by the SparkContext (a key by
     session would miss every time and keep the sessions alive)."""
-    return _placeholders_of(spark.sparkContext, spark, n, slices)
+    key = (spark.sparkContext, n, slices)
+    df = _PLACEHOLDERS.get(key)
+    if df is None:
+        if len(_PLACEHOLDERS) >= 16:
+            _PLACEHOLDERS.clear()  # a long-lived driver that keeps starting Spark
+        _, placeholder = _tags(n)
+        ph_tag = f"{_pick_sql(placeholder, 'id + 1')} AS {quoted(_SP)}"
+        df = _PLACEHOLDERS[key] = spark.range(0, n, 1, slices).selectExpr(ph_tag)
+    return df
 
 
-@functools.lru_cache(maxsize=8)
-def _placeholders_of(_sc: Any, spark: Any, n: int, slices: int) -> Any:
-    _, placeholder = _tags(n)
-    ph_tag = f"{_pick_sql(placeholder, 'id + 1')} AS {quoted(_SP)}"
-    return spark.range(0, n, 1, slices).selectExpr(ph_tag)
+_PLACEHOLDERS: dict[tuple[Any, int, int], Any] = {}
 
 
 def _tagged(
