@@ -1,0 +1,86 @@
+"""The versioned state store behind ``StreamProcessor``, on a local path and on
+pyarrow filesystem URIs (``file://``, and ``mock://``: an in-memory filesystem that
+is not the local one, as an object store is not)."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+
+from tidemark.errors import StateCorruptedError
+from tidemark.spark.state import StateStore
+
+
+@pytest.fixture(params=["path", "file-uri", "mock-uri"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> StateStore:
+    return StateStore(
+        {
+            "path": str(tmp_path / "state"),
+            "file-uri": (tmp_path / "state").as_uri(),
+            "mock-uri": "mock:///state",
+        }[request.param]
+    )
+
+
+def names(store: StateStore, rel_dir: str) -> list[str]:
+    import pyarrow.fs as pafs
+
+    sel = pafs.FileSelector(store.path(rel_dir), allow_not_found=True)
+    return sorted(i.base_name for i in store.fs.get_file_info(sel))
+
+
+def test_files_round_trip_and_replace_atomically(store: StateStore) -> None:
+    assert store.read("partitions/0/1.snap") is None
+    assert store.read_json("driver/1.json") is None
+    store.write("partitions/0/1.snap", b"first")
+    store.write("partitions/0/1.snap", b"second")  # a replayed batch writes again
+    assert store.read("partitions/0/1.snap") == b"second"
+    store.write_json("driver/1.json", {"b": [1, None], "a": "x"})
+    assert store.read_json("driver/1.json") == {"a": "x", "b": [1, None]}
+    # Only the final names: every temporary file was renamed over its target.
+    assert names(store, "partitions/0") == ["1.snap"]
+    assert names(store, "driver") == ["1.json"]
+
+
+def test_versions_sort_as_numbers_and_prune_both_ways(store: StateStore) -> None:
+    for v in [2, 10, 9, 1]:
+        store.write(f"partitions/3/{v}.snap", str(v).encode())
+    store.write("partitions/3/9.progress", b"{}")
+    store.write("partitions/3/x.snap", b"not a version")
+    assert store.versions("partitions/3", ".snap") == [1, 2, 9, 10]
+    assert store.versions("partitions/3", ".progress") == [9]
+    assert store.versions("partitions/4", ".snap") == []  # no such directory
+    store.prune("partitions/3", ".snap", 2)
+    assert store.versions("partitions/3", ".snap") == [2, 9, 10]
+    store.prune_after("partitions/3", ".snap", 9)
+    assert store.versions("partitions/3", ".snap") == [2, 9]
+    assert store.versions("partitions/3", ".progress") == [9]
+    assert store.read("partitions/3/9.snap") == b"9"
+
+
+def test_leftover_temporary_files_are_cleaned(store: StateStore) -> None:
+    store.write("partitions/0/1.snap", b"kept")
+    with store.fs.open_output_stream(store.path("partitions/0/.tmp-dead")) as f:
+        f.write(b"a writer died here")
+    store.clean_temp()
+    assert names(store, "partitions/0") == ["1.snap"]
+
+
+def test_unreadable_json_names_the_file(store: StateStore) -> None:
+    store.write("driver/4.json", b"{not json")
+    with pytest.raises(StateCorruptedError, match=r"driver/4\.json: not valid JSON"):
+        store.read_json("driver/4.json")
+
+
+@pytest.mark.parametrize("uri", [False, True])
+def test_a_pickled_store_reopens_the_same_location(tmp_path: Path, uri: bool) -> None:
+    """Tasks receive the store pickled: the copy opens the same files."""
+    loc = (tmp_path / "s").as_uri() if uri else str(tmp_path / "s")
+    store = StateStore(loc)
+    store.write("meta.json", b"{}")
+    copy = pickle.loads(pickle.dumps(store))
+    assert copy.location == loc
+    assert copy.read("meta.json") == b"{}"
+    assert copy.path("meta.json") == str(tmp_path / "s" / "meta.json")
