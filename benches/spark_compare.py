@@ -21,7 +21,9 @@ mode) vs tidemark with per-key watermarks; events/s and the share of events coun
 over the whole run (start-up and tidemark's end-of-input flush included) and in the
 steady state (the median micro-batch after the first).
 
-Medians of ``--repeat`` runs; ratios are against the alternatives of the same run.
+Batch: ``--repeat`` rounds, each running every variant once in turn (a drifting
+machine moves them alike); times are medians over rounds and ratios the median of
+each round's ratio. Streaming: medians of ``--repeat`` runs, alternating systems.
 """
 
 from __future__ import annotations
@@ -43,14 +45,19 @@ import tidemark as tm
 from tidemark.spark import aggregate, local_session
 
 
-def _median(fn: Callable[[], None], repeat: int) -> float:
-    fn()  # warm-up (JIT, Python workers)
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+def _interleaved(fns: dict[str, Callable[[], None]], repeat: int) -> dict[str, list[float]]:
+    """Seconds per run of each function, ``repeat`` rounds after one warm-up round
+    (JIT, Python workers). Every round runs each function once, in turn, so a
+    machine that drifts (a noisy VM) moves all of them alike: ratios taken within a
+    round hold where ratios of separate blocks of runs do not."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for r in range(repeat + 1):
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            if r:
+                times[k].append(time.perf_counter() - t)
+    return times
 
 
 def batch_part(spark: Any, rows: int, keys: int, repeat: int, work: Path) -> None:
@@ -113,19 +120,30 @@ def batch_part(spark: Any, rows: int, keys: int, repeat: int, work: Path) -> Non
             .save()
         )
 
-    results = {
-        "mapInArrow counting rows (floor)": _median(floor_run, repeat),
-        "Spark groupBy(window, key)": _median(spark_run, repeat),
-        "tidemark.spark.aggregate": _median(tidemark_run, repeat),
-        "tidemark aggregate(cache=False)": _median(tidemark_windows_run, repeat),
-    }
-    floor = results["mapInArrow counting rows (floor)"]
-    native = results["Spark groupBy(window, key)"]
-    print(f"\nBatch: {rows:,} rows, {keys:,} keys, local[2]; median of {repeat} runs")
-    for label, secs in results.items():
+    floor_label, spark_label = "mapInArrow counting rows (floor)", "Spark groupBy(window, key)"
+    times = _interleaved(
+        {
+            floor_label: floor_run,
+            spark_label: spark_run,
+            "tidemark.spark.aggregate": tidemark_run,
+            "tidemark aggregate(cache=False)": tidemark_windows_run,
+        },
+        repeat,
+    )
+
+    def ratio(label: str, base: str) -> float:
+        """Median over rounds of the round's ratio (both measured minutes apart at most)."""
+        return statistics.median(a / b for a, b in zip(times[label], times[base], strict=True))
+
+    print(
+        f"\nBatch: {rows:,} rows, {keys:,} keys, local[2]; median of {repeat} interleaved "
+        "rounds (ratios: median of each round's ratio)"
+    )
+    for label, secs in times.items():
+        med = statistics.median(secs)
         print(
-            f"  {label:<36} {secs:7.2f} s  {rows / secs / 1e6:6.2f} M rows/s  "
-            f"{secs / floor:5.2f}x floor  {secs / native:5.2f}x Spark"
+            f"  {label:<36} {med:7.2f} s  {rows / med / 1e6:6.2f} M rows/s  "
+            f"{ratio(label, floor_label):5.2f}x floor  {ratio(label, spark_label):5.2f}x Spark"
         )
 
 
