@@ -14,6 +14,10 @@
 //! spread over the whole `i64` range: the key table's hash index instead of its
 //! dense-integer map). Every tracker reads a `ManualClock`.
 
+// The allocator the Python module ships with (see rust/tidemark-py/src/lib.rs).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::hint::black_box;
 use std::sync::Arc;
 

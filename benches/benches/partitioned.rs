@@ -12,6 +12,10 @@
 //! Every tracker reads a `ManualClock` (an atomic load) except where the group name
 //! says `system_clock`, which reads the monotonic clock on every update.
 
+// The allocator the Python module ships with (see rust/tidemark-py/src/lib.rs).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::hint::black_box;
 use std::sync::Arc;
 

@@ -14,6 +14,10 @@
 //! The Python-level figures (same workload through `tidemark.Pipeline`, compared with
 //! polars `group_by` in the same run) come from `benches/pipeline_vs_polars.py`.
 
+// The allocator the Python module ships with (see rust/tidemark-py/src/lib.rs).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::hint::black_box;
 use std::sync::Arc;
 

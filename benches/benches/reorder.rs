@@ -13,6 +13,10 @@
 //! (1M rows) through a fresh operator and flushes it: every row is sorted, merged and
 //! released once.
 
+// The allocator the Python module ships with (see rust/tidemark-py/src/lib.rs).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -10,6 +10,10 @@
 //! Throughput is reported in elements (rows): criterion prints rows/s, and
 //! ns per row = 1e9 / (rows/s).
 
+// The allocator the Python module ships with (see rust/tidemark-py/src/lib.rs).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::hint::black_box;
 use std::sync::Arc;
 

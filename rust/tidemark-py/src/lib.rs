@@ -19,6 +19,15 @@ mod runtime;
 
 use pyo3::prelude::*;
 
+/// Rust's allocations in this module (operator state, output columns) come from
+/// mimalloc, which keeps freed pages for reuse. The system allocator returns large
+/// blocks to the OS when they are freed, so every operator (every Spark task) faults
+/// its pages in again: about 25K page faults per 500K-row task, a quarter of its
+/// time. Python's and pyarrow's own allocations are not affected (mimalloc does not
+/// replace `malloc`), and it starts no threads.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
