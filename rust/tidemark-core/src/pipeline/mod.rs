@@ -940,6 +940,13 @@ impl Operator {
         self.ensure_bound(batch.schema_ref())?;
         let bound = self.bound.clone().expect("bound");
         let n = batch.num_rows();
+        // Room for a new window per row beyond the free states (every row's, for
+        // tumbling and session windows): grown by doubling instead, the state arrays
+        // were copied into fresh pages again and again, a tenth of a large call.
+        // Untouched capacity costs address space, not memory.
+        let new_states = n.saturating_sub(self.free_states.len());
+        self.accs.reserve(new_states * n_aggs(&self.cfg));
+        self.flags.reserve(new_states);
         self.metrics.batches += 1;
         self.metrics.rows_in += n as u64;
         let mut errors: Vec<(usize, String)> = Vec::new();
