@@ -31,7 +31,7 @@ def names(store: StateStore, rel_dir: str) -> list[str]:
     return sorted(i.base_name for i in store.fs.get_file_info(sel))
 
 
-def test_files_round_trip_and_replace_atomically(store: StateStore) -> None:
+def test_files_round_trip_replace_and_leave_no_temporary_files(store: StateStore) -> None:
     assert store.read("partitions/0/1.snap") is None
     assert store.read_json("driver/1.json") is None
     store.write("partitions/0/1.snap", b"first")
