@@ -8,6 +8,7 @@
 //! | `pipeline/tumbling_count_sum_10k_keys` (64K-row batches, per-key watermarks) | >= 10M events/s |
 //! | `pipeline/session_30s_10k_keys` | >= 5M events/s |
 //! | `pipeline/one_unit_500k_rows_10s_windows_of_2500_keys` | a `tidemark.spark.aggregate` task: one arrival unit, ~384K windows at its flush |
+//! | `state/{snapshot,restore}_100k_keys`, `state/micro_batch_10k_rows_on_100k_keys` | a streaming state partition's work per micro-batch: restore, process, snapshot |
 //! | `runtime/tumbling_10k_keys/cores=N` | scaling 1 -> 2 cores >= 90% |
 //! | `runtime/skewed_half_one_key/*` | hot-key spreading vs plain hash routing (global watermark) |
 //!
@@ -158,6 +159,48 @@ fn one_unit(rows: usize, keys: u64) -> RecordBatch {
     kv_batch(k, ts, v)
 }
 
+/// What a streaming state partition does each micro-batch (`StreamProcessor`): restore
+/// its operator from the last snapshot, process the batch, write a snapshot. The state
+/// holds 100K keys (random order, one open window each, per-key watermarks).
+fn bench_state(c: &mut Criterion) {
+    const STATE_KEYS: u64 = 100_000;
+    let window = WindowSpec::Tumbling {
+        size: 60_000_000,
+        offset: 0,
+    };
+    let mut rnd = xorshift(0x5DEE_CE66_D1CE_4E5B);
+    let mut batch = |rows: usize, t0: i64| {
+        let k: Vec<i64> = (0..rows).map(|_| (rnd() % STATE_KEYS) as i64).collect();
+        let ts: Vec<i64> = (0..rows)
+            .map(|_| t0 + (rnd() % 50_000_000) as i64)
+            .collect();
+        let v: Vec<f64> = (0..rows).map(|_| (rnd() % 1000) as f64 / 7.0).collect();
+        kv_batch(k, ts, v)
+    };
+    let fill = batch(2 * STATE_KEYS as usize, 0);
+    let next = batch(10_000, 10_000_000);
+    let clock = Arc::new(ManualClock::new(0));
+    let mut op = Operator::new(config(window), clock.clone()).unwrap();
+    op.process(&fill, None).unwrap();
+    let snap = op.snapshot();
+    let mut g = c.benchmark_group("state");
+    g.sample_size(20);
+    g.bench_function("snapshot_100k_keys", |b| {
+        b.iter(|| black_box(op.snapshot()))
+    });
+    g.bench_function("restore_100k_keys", |b| {
+        b.iter(|| black_box(Operator::restore(config(window), clock.clone(), &snap).unwrap()))
+    });
+    g.bench_function("micro_batch_10k_rows_on_100k_keys", |b| {
+        b.iter(|| {
+            let mut op = Operator::restore(config(window), clock.clone(), &snap).unwrap();
+            black_box(op.process(&next, None).unwrap());
+            black_box(op.snapshot())
+        })
+    });
+    g.finish();
+}
+
 /// The thread-per-core runtime on the tumbling workload: 1 and 2 cores (and more when
 /// the machine has them). Scaling efficiency = rate(N) / (N * rate(1)).
 fn bench_runtime(c: &mut Criterion) {
@@ -276,5 +319,11 @@ fn bench_timers(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_timers, bench_pipeline, bench_runtime);
+criterion_group!(
+    benches,
+    bench_timers,
+    bench_pipeline,
+    bench_state,
+    bench_runtime
+);
 criterion_main!(benches);

@@ -1339,6 +1339,13 @@ impl Dense {
                 true
             }
             Dense::On { base, slots, keys } => {
+                if let Some(i) = offset(*base, v, slots.len()) {
+                    // Inside the map's range: it fits whatever the key count (the
+                    // range was within the limit when it was reserved or grown).
+                    slots[i] = slot + 1;
+                    *keys += 1;
+                    return true;
+                }
                 // In i128: the range of two i64 values may not fit an i64.
                 let (b, x, len) = (i128::from(*base), i128::from(v), slots.len() as i128);
                 let limit = i128::from(dense_limit(*keys + 1));
@@ -1363,6 +1370,28 @@ impl Dense {
                 true
             }
             Dense::Off => false,
+        }
+    }
+
+    /// Prepares an unused map for `keys` integer keys from `lo` to `hi`, if that range
+    /// is within [`dense_limit`] of the count: they then stay in the map in whatever
+    /// order they come (inserted one by one, a far-off early key would turn it off).
+    /// `true` if the map will hold them.
+    fn presize(&mut self, lo: i64, hi: i64, keys: usize) -> bool {
+        let span = i128::from(hi) - i128::from(lo) + 1;
+        match self {
+            Dense::Unused if span <= i128::from(dense_limit(keys)) => {
+                *self = Dense::On {
+                    base: lo,
+                    slots: vec![0; span as usize],
+                    keys: 0,
+                };
+                true
+            }
+            Dense::On { base, slots, .. } => {
+                offset(*base, lo, slots.len()).is_some() && offset(*base, hi, slots.len()).is_some()
+            }
+            _ => false,
         }
     }
 
@@ -1565,6 +1594,32 @@ impl<V: Copy + Default> KeyTable<V> {
             return Ok((s, false));
         }
         self.insert_new(key, hash).map(|s| (s, true))
+    }
+
+    /// Makes room for `keys` (encoded, absent from the table, each once) before
+    /// inserting them: every array is allocated once and the hash index rehashed once
+    /// at most, instead of growing by doubling (a restore of a million keys). Integer
+    /// keys go to the dense map if their range fits it, whatever the insertion order.
+    pub fn reserve_keys<'k>(&mut self, keys: impl IntoIterator<Item = &'k [u8]>) {
+        let (mut n, mut ints, mut arena) = (0usize, 0usize, 0usize);
+        let (mut lo, mut hi) = (i64::MAX, i64::MIN);
+        for key in keys {
+            n += 1;
+            if let Some(v) = int_of(key) {
+                ints += 1;
+                (lo, hi) = (lo.min(v), hi.max(v));
+            } else if Head::of(key, 0).tag() == Head::LONG {
+                arena += key.len();
+            }
+        }
+        self.entries.reserve(n.saturating_sub(self.free.len()));
+        self.arena.reserve(arena);
+        let dense = ints > 0 && self.dense.presize(lo, hi, self.dense.keys() + ints);
+        let hashed = if dense { n - ints } else { n };
+        let (arena, entries) = (&self.arena, &self.entries);
+        self.table.reserve(self.table.len() + hashed, |s| {
+            entries[s as usize].head.hash(arena)
+        });
     }
 
     /// Inserts a key known to be absent.
@@ -1983,6 +2038,54 @@ mod tests {
     }
 
     #[test]
+    fn reserved_keys_insert_without_growth_and_dense_ints_in_any_order() {
+        // Integer keys over a range wider than the dense map's floor (64K values),
+        // inserted in a scattered order: one at a time, the second key would have
+        // turned the map off; reserved first, they all stay in it.
+        let ints: Vec<Vec<u8>> = (0..100_000i64)
+            .map(|i| enc(i * 7_919 % 100_000 * 3))
+            .collect();
+        let mut t = KeyTable::new();
+        t.reserve_keys(ints.iter().map(Vec::as_slice));
+        let entries = t.entries.capacity();
+        for k in &ints {
+            t.insert_new(k, hash_key(k)).unwrap();
+        }
+        assert!(matches!(t.dense, Dense::On { .. }));
+        assert_eq!(
+            (t.table.len(), t.len(), t.entries.capacity()),
+            (0, 100_000, entries)
+        );
+        for k in &ints {
+            assert_eq!(t.key(t.get(k).unwrap()), k.as_slice());
+        }
+        // Strings (short and long): the hash index is sized once.
+        let strs: Vec<Vec<u8>> = (0..50_000)
+            .map(|i| enc(format!("{i}{}", "x".repeat(i % 3 * 10))))
+            .collect();
+        let mut t = KeyTable::new();
+        t.reserve_keys(strs.iter().map(Vec::as_slice));
+        let (chunks, arena) = (t.table.chunks_len(), t.arena.capacity());
+        for k in &strs {
+            t.insert_new(k, hash_key(k)).unwrap();
+        }
+        assert_eq!((t.table.chunks_len(), t.arena.capacity()), (chunks, arena));
+        assert!(strs
+            .iter()
+            .all(|k| t.key(t.get(k).unwrap()) == k.as_slice()));
+        // Integers too far apart for the dense map: reserved in the hash index.
+        let far: Vec<Vec<u8>> = (0..1_000i64).map(|i| enc(i << 40)).collect();
+        let mut t = KeyTable::new();
+        t.reserve_keys(far.iter().map(Vec::as_slice));
+        let chunks = t.table.chunks_len();
+        for k in &far {
+            t.insert_new(k, hash_key(k)).unwrap();
+        }
+        assert_eq!(t.table.chunks_len(), chunks);
+        assert!(far.iter().all(|k| t.key(t.get(k).unwrap()) == k.as_slice()));
+    }
+
+    #[test]
     fn table_interns_and_reuses_slots() {
         let mut t = KeyTable::new();
         let (a, new) = t.get_or_insert(&enc("a")).unwrap();
@@ -2300,14 +2403,22 @@ mod tests {
             6 => -300i64..300,
             1 => Just(i64::MIN), 1 => Just(i64::MAX),
             1 => any::<i64>(),
-        ]), 1..1500), far_late in any::<bool>()) {
+        ]), 1..1500), far_late in any::<bool>(), reserve in any::<bool>()) {
             let mut t = KeyTable::new();
             let mut model = Model::default();
             let n = ops.len();
-            for (i, (op, v)) in ops.into_iter().enumerate() {
+            let steps: Vec<(u8, i64, Vec<u8>)> = ops.into_iter().enumerate().map(|(i, (op, v))| {
                 // Without `far_late`, far-off values only come in the last tenth.
                 let v = if far_late || i * 10 >= n * 9 || (-300..300).contains(&v) { v } else { v % 300 };
-                let key = if op == 3 { enc(format!("s{v}")) } else { enc(v) };
+                (op, v, if op == 3 { enc(format!("s{v}")) } else { enc(v) })
+            }).collect();
+            if reserve {
+                // A reserve (for the distinct keys, as a restore makes) is a hint only.
+                let distinct: std::collections::BTreeSet<&[u8]> =
+                    steps.iter().map(|s| s.2.as_slice()).collect();
+                t.reserve_keys(distinct);
+            }
+            for (op, v, key) in steps {
                 apply_to_both(&mut t, &mut model, key, op != 2)?;
                 let w = WordKey::int(v);
                 prop_assert_eq!(t.get_word(w, w.hash()), model.get(&enc(v)).copied());

@@ -80,6 +80,12 @@ impl SlotIndex {
     }
 
     /// Heap bytes held.
+    /// Number of chunks (for tests of growth).
+    #[cfg(test)]
+    pub(crate) fn chunks_len(&self) -> usize {
+        self.chunks.len()
+    }
+
     pub(crate) fn heap_bytes(&self) -> usize {
         self.chunks.capacity() * std::mem::size_of::<Chunk>()
     }
@@ -159,7 +165,20 @@ impl SlotIndex {
 
     #[cold]
     fn grow(&mut self, rehash: impl Fn(u32) -> u64) {
-        let n = (self.chunks.len() * 2).max(1);
+        self.grow_to((self.chunks.len() * 2).max(1), rehash);
+    }
+
+    /// Makes room for `total` slots in all: inserting up to that many grows the index
+    /// no further (one rehash here at most, instead of one per doubling).
+    pub(crate) fn reserve(&mut self, total: usize, rehash: impl Fn(u32) -> u64) {
+        let n = total.div_ceil(MAX_PER_CHUNK).next_power_of_two();
+        if total > self.chunks.len() * MAX_PER_CHUNK && n > self.chunks.len() {
+            self.grow_to(n, rehash);
+        }
+    }
+
+    /// Rehashes every slot into `n` chunks (a power of two).
+    fn grow_to(&mut self, n: usize, rehash: impl Fn(u32) -> u64) {
         let old = std::mem::replace(&mut self.chunks, vec![Chunk::EMPTY; n]);
         for c in &old {
             for j in 0..SLOTS {
@@ -260,6 +279,11 @@ mod tests {
     /// Every hash in few chunks (`spread` bits): long probe paths, full chunks and
     /// saturated overflow counts.
     fn check_against_model(ops: &[(bool, u16)], spread: u32) {
+        check_with_reserve(ops, spread, None);
+    }
+
+    /// [`check_against_model`], with `reserve` slots in all reserved before op `at`.
+    fn check_with_reserve(ops: &[(bool, u16)], spread: u32, reserve: Option<(usize, usize)>) {
         let hash_of = |k: u16| {
             let h = u64::from(k).wrapping_mul(0x9E37_79B9_7F4A_7C15);
             (h & !((1u64 << 57) - 1)) | (h & ((1 << spread) - 1))
@@ -267,7 +291,10 @@ mod tests {
         let mut index = SlotIndex::default();
         // Key k is stored in slot k + 1000 (slots are ids, not keys).
         let mut model: HashMap<u16, u32> = HashMap::new();
-        for &(insert, k) in ops {
+        for (i, &(insert, k)) in ops.iter().enumerate() {
+            if let Some((_, total)) = reserve.filter(|&(at, _)| at == i) {
+                index.reserve(total, |s| hash_of((s - 1000) as u16));
+            }
             let slot = u32::from(k) + 1000;
             if insert {
                 if let std::collections::hash_map::Entry::Vacant(e) = model.entry(k) {
@@ -300,7 +327,37 @@ mod tests {
         check_against_model(&ops, 0);
     }
 
+    #[test]
+    fn inserting_what_was_reserved_does_not_grow_the_index() {
+        let hash_of = |k: u32| u64::from(k).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        for total in [1usize, 10, 11, 1_000, 12_345] {
+            let mut index = SlotIndex::default();
+            index.insert(hash_of(0), 0, hash_of);
+            index.reserve(total, hash_of);
+            let chunks = index.chunks.len();
+            assert!(chunks * MAX_PER_CHUNK >= total && chunks.is_power_of_two());
+            for k in 1..total as u32 {
+                index.insert(hash_of(k), k, hash_of);
+            }
+            assert_eq!(index.chunks.len(), chunks, "{total} slots");
+            assert!((0..total as u32).all(|k| index.find(hash_of(k), |s| s == k) == Some(k)));
+            // Reserving less than it holds changes nothing.
+            index.reserve(total / 2, hash_of);
+            assert_eq!(index.chunks.len(), chunks);
+        }
+    }
+
     proptest! {
+        #[test]
+        fn index_matches_a_hashmap_after_a_reserve(
+            ops in prop::collection::vec((any::<bool>(), 0u16..512), 0..1_000),
+            at in 0usize..1_000,
+            total in 0usize..3_000,
+            spread in prop::sample::select(vec![0u32, 2, 20]),
+        ) {
+            check_with_reserve(&ops, spread, Some((at, total)));
+        }
+
         #[test]
         fn index_matches_a_hashmap(
             ops in prop::collection::vec((any::<bool>(), 0u16..512), 0..2_000),

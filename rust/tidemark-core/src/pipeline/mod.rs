@@ -1756,13 +1756,18 @@ impl Operator {
 
     /// The operator's whole state as bytes (versioned, checksummed).
     pub fn snapshot(&self) -> Vec<u8> {
-        let mut w = Writer::new();
+        // Sealed in place, in a buffer sized for the state up front (an estimate: a
+        // key's record and a window's bounds, flags and accumulators), so that a
+        // large state is neither regrown by doubling nor copied into an envelope.
+        let n = n_aggs(&self.cfg);
+        let windows = (self.accs.len() / n.max(1)).saturating_sub(self.free_states.len());
+        let mut w =
+            Writer::sealed(1024 + self.keys.total_key_count() * 48 + windows * (24 + 32 * n));
         write_fields(
             &mut w,
             self.bound.as_ref().map(|b| b.used_fields.as_slice()),
         );
         self.keys.write_state(&mut w);
-        let n = n_aggs(&self.cfg);
         for slot in self.keys.activity_order() {
             let list = self
                 .wins
@@ -1804,7 +1809,7 @@ impl Operator {
         ] {
             w.u64(v);
         }
-        state::seal(SnapshotKind::Pipeline, self.fingerprint, &w.finish())
+        w.seal(SnapshotKind::Pipeline, self.fingerprint)
     }
 
     /// An operator restored from [`Self::snapshot`] bytes. Fails with
@@ -1821,11 +1826,18 @@ impl Operator {
         let order = op.keys.read_state(&mut r)?;
         let n = n_aggs(&op.cfg);
         let aggs = op.bound.as_ref().map(|b| b.aggs.clone());
+        // Room for a window per key up front (the arrays would otherwise grow by
+        // doubling, copying themselves into fresh pages each time).
+        op.wins
+            .reserve(order.iter().max().map_or(0, |&s| s as usize + 1));
+        op.accs.reserve(order.len() * n);
+        op.flags.reserve(order.len());
         for slot in order {
             let count = r.len(17)?;
             if op.wins.len() <= slot as usize {
                 op.wins.resize_with(slot as usize + 1, Vec::new);
             }
+            op.wins[slot as usize].reserve_exact(count);
             for _ in 0..count {
                 let (start, end, flags) = (r.i64()?, r.i64()?, r.u8()?);
                 let aggs = aggs.as_ref().ok_or_else(|| {

@@ -66,16 +66,9 @@ impl SnapshotKind {
 
 /// Wraps a payload in the envelope.
 pub fn seal(kind: SnapshotKind, fingerprint: u64, payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER + payload.len() + 4);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    out.push(kind as u8);
-    out.extend_from_slice(&fingerprint.to_le_bytes());
-    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    out.extend_from_slice(payload);
-    let crc = crc32fast::hash(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
+    let mut w = Writer::sealed(payload.len());
+    w.raw(payload);
+    w.seal(kind, fingerprint)
 }
 
 /// The kind of a snapshot, from its header (`None`: not a tidemark snapshot).
@@ -147,6 +140,8 @@ pub fn open(bytes: &[u8], kind: SnapshotKind, fingerprint: Option<u64>) -> Resul
 #[derive(Debug, Default)]
 pub struct Writer {
     buf: Vec<u8>,
+    /// Bytes before the payload: room for the envelope's header ([`Self::sealed`]).
+    start: usize,
 }
 
 impl Writer {
@@ -154,8 +149,42 @@ impl Writer {
     pub fn new() -> Self {
         Self::default()
     }
+
+    /// An empty payload to be wrapped in the envelope by [`Self::seal`], in the same
+    /// buffer (with room for `capacity` payload bytes): the payload is not copied
+    /// into a second buffer, as [`seal`] copies it.
+    pub fn sealed(capacity: usize) -> Self {
+        let mut buf = Vec::with_capacity(HEADER + capacity + 4);
+        buf.resize(HEADER, 0);
+        Self { buf, start: HEADER }
+    }
+
+    /// The envelope around the payload of a [`Self::sealed`] writer: the same bytes
+    /// [`seal`] gives.
+    pub fn seal(mut self, kind: SnapshotKind, fingerprint: u64) -> Vec<u8> {
+        assert_eq!(
+            self.start, HEADER,
+            "Writer::seal needs a Writer::sealed writer"
+        );
+        let len = (self.buf.len() - HEADER) as u64;
+        let mut head = [0u8; HEADER];
+        head[..4].copy_from_slice(MAGIC);
+        head[4..6].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        head[6] = kind as u8;
+        head[7..15].copy_from_slice(&fingerprint.to_le_bytes());
+        head[15..].copy_from_slice(&len.to_le_bytes());
+        self.buf[..HEADER].copy_from_slice(&head);
+        let crc = crc32fast::hash(&self.buf);
+        self.buf.extend_from_slice(&crc.to_le_bytes());
+        self.buf
+    }
+
     /// The payload.
     pub fn finish(self) -> Vec<u8> {
+        assert_eq!(
+            self.start, 0,
+            "a Writer::sealed writer ends with Writer::seal"
+        );
         self.buf
     }
     /// Writes a byte.
@@ -339,6 +368,29 @@ mod tests {
         for cut in 0..snap.len() {
             assert!(open(&snap[..cut], SnapshotKind::Pipeline, Some(42)).is_err());
         }
+    }
+
+    #[test]
+    fn a_sealed_writer_gives_the_bytes_of_seal() {
+        for capacity in [0, 3, 1 << 10] {
+            let mut w = Writer::sealed(capacity);
+            let mut plain = Writer::new();
+            for v in [7i64, -1, i64::MAX] {
+                w.i64(v);
+                plain.i64(v);
+            }
+            w.str("key");
+            plain.str("key");
+            let snap = w.seal(SnapshotKind::Reorder, 99);
+            assert_eq!(snap, seal(SnapshotKind::Reorder, 99, &plain.finish()));
+            let mut r = Reader::new(open(&snap, SnapshotKind::Reorder, Some(99)).unwrap());
+            assert_eq!((r.i64().unwrap(), r.i64().unwrap()), (7, -1));
+        }
+        // An empty payload too.
+        assert_eq!(
+            Writer::sealed(0).seal(SnapshotKind::Timers, 1),
+            seal(SnapshotKind::Timers, 1, &[])
+        );
     }
 
     #[test]

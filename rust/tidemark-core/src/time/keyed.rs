@@ -1377,10 +1377,17 @@ impl KeyedWatermarkTracker {
     /// Returns the new slots in the written activity order.
     pub fn read_state(&mut self, r: &mut Reader<'_>) -> Result<Vec<u32>> {
         let n = r.len(8 + 8 + 8 + 1)?;
-        let mut slots = Vec::with_capacity(n);
+        let mut records = Vec::with_capacity(n);
         for _ in 0..n {
-            let key = r.bytes()?;
-            let (max_event, last, idle) = (r.i64()?, r.i64()?, r.bool()?);
+            records.push((r.bytes()?, r.i64()?, r.i64()?, r.bool()?));
+        }
+        // Every array sized once for the keys (a restore of a million keys otherwise
+        // spends much of its time growing and rehashing them).
+        self.keys.reserve_keys(records.iter().map(|k| k.0));
+        self.cold
+            .reserve((self.keys.len() + n).saturating_sub(self.cold.len()));
+        let mut slots = Vec::with_capacity(n);
+        for (key, max_event, last, idle) in records {
             let hash = hash_key(key);
             if self.keys.get_hashed(key, hash).is_some() {
                 return Err(TidemarkError::StateCorrupted(
@@ -1405,10 +1412,14 @@ impl KeyedWatermarkTracker {
                 }
             } else {
                 self.metrics.active_keys += 1;
-                self.fix(s, None);
             }
             slots.push(slot);
         }
+        // The minimum tree loaded in one pass over every slot (idle and free slots
+        // take no part).
+        let (keys, delay) = (&self.keys, self.cfg.bounded_delay);
+        self.active
+            .build(keys.slot_bound(), |i| Self::leaf(keys, delay, i));
         let cursor_index = r.len(0)?;
         self.cursor = slots.get(cursor_index).copied().unwrap_or(NIL);
         self.global = r.i64()?;

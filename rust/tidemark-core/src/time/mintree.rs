@@ -232,6 +232,14 @@ impl NodeMinTree {
         self.nodes = nodes;
     }
 
+    /// Recomputes the whole tree from the leaves `0..n` (a bulk load: O(n), where a
+    /// [`Self::fix`] per leaf costs O(n log n) and regrows the tree as it goes).
+    pub fn build(&mut self, n: usize, leaf: impl Fn(usize) -> i64) {
+        let cap = n.next_power_of_two().max(self.cap).max(2);
+        self.cap = 0;
+        self.rebuild(cap, leaf);
+    }
+
     /// Restores the invariant after leaf `slot` changed: O(log n), stopping at the
     /// first node whose value does not change. `leaf(i)` must give leaf `i`'s value
     /// ([`MinTree::EMPTY`] for slots that take no part, including ones past the end).
