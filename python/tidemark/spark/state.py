@@ -71,7 +71,9 @@ class StateStore:
         info = self.fs.get_file_info(p)
         if info.type == pafs.FileType.NotFound:
             return None
-        with self.fs.open_input_stream(p) as f:
+        # A random-access file reads its known size in one call; a stream reads in
+        # chunks it then joins (twice as slow for a 100 MB snapshot).
+        with self.fs.open_input_file(p) as f:
             data: bytes = f.read()
         return data
 
