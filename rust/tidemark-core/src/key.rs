@@ -1598,7 +1598,9 @@ impl<V: Copy + Default> KeyTable<V> {
 
     /// Makes room for `keys` (encoded, absent from the table, each once) before
     /// inserting them: every array is allocated once and the hash index rehashed once
-    /// at most, instead of growing by doubling (a restore of a million keys). Integer
+    /// at most, instead of growing by doubling (a restore of a million keys). The room
+    /// is for half as many keys again, so that the first keys added afterwards (the
+    /// next micro-batch's) do not copy every array into one twice its size. Integer
     /// keys go to the dense map if their range fits it, whatever the insertion order.
     pub fn reserve_keys<'k>(&mut self, keys: impl IntoIterator<Item = &'k [u8]>) {
         let (mut n, mut ints, mut arena) = (0usize, 0usize, 0usize);
@@ -1612,14 +1614,17 @@ impl<V: Copy + Default> KeyTable<V> {
                 arena += key.len();
             }
         }
-        self.entries.reserve(n.saturating_sub(self.free.len()));
-        self.arena.reserve(arena);
+        let headroom = |k: usize| k + k / 2;
+        self.entries
+            .reserve(headroom(n).saturating_sub(self.free.len()));
+        self.arena.reserve(headroom(arena));
         let dense = ints > 0 && self.dense.presize(lo, hi, self.dense.keys() + ints);
         let hashed = if dense { n - ints } else { n };
         let (arena, entries) = (&self.arena, &self.entries);
-        self.table.reserve(self.table.len() + hashed, |s| {
-            entries[s as usize].head.hash(arena)
-        });
+        self.table
+            .reserve(self.table.len() + headroom(hashed), |s| {
+                entries[s as usize].head.hash(arena)
+            });
     }
 
     /// Inserts a key known to be absent.

@@ -1826,12 +1826,14 @@ impl Operator {
         let order = op.keys.read_state(&mut r)?;
         let n = n_aggs(&op.cfg);
         let aggs = op.bound.as_ref().map(|b| b.aggs.clone());
-        // Room for a window per key up front (the arrays would otherwise grow by
-        // doubling, copying themselves into fresh pages each time).
+        // Room for a window per key and half as many again up front: the arrays would
+        // otherwise grow by doubling, copying themselves into fresh pages each time,
+        // and the next batch's first new windows would copy them once more.
+        let room = order.len() + order.len() / 2;
         op.wins
             .reserve(order.iter().max().map_or(0, |&s| s as usize + 1));
-        op.accs.reserve(order.len() * n);
-        op.flags.reserve(order.len());
+        op.accs.reserve(room * n);
+        op.flags.reserve(room);
         for slot in order {
             let count = r.len(17)?;
             if op.wins.len() <= slot as usize {

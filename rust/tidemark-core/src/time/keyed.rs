@@ -1381,11 +1381,12 @@ impl KeyedWatermarkTracker {
         for _ in 0..n {
             records.push((r.bytes()?, r.i64()?, r.i64()?, r.bool()?));
         }
-        // Every array sized once for the keys (a restore of a million keys otherwise
-        // spends much of its time growing and rehashing them).
+        // Every array sized once for the keys and half as many again (a restore of a
+        // million keys otherwise spends much of its time growing and rehashing them;
+        // see `KeyTable::reserve_keys`).
         self.keys.reserve_keys(records.iter().map(|k| k.0));
         self.cold
-            .reserve((self.keys.len() + n).saturating_sub(self.cold.len()));
+            .reserve((self.keys.len() + n + n / 2).saturating_sub(self.cold.len()));
         let mut slots = Vec::with_capacity(n);
         for (key, max_event, last, idle) in records {
             let hash = hash_key(key);
