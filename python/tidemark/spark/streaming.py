@@ -204,6 +204,7 @@ def _task(
             raise StateCorruptedError(
                 f"{store.path(f'partitions/{p}/{prev_batch}{_SNAP}')}: {e}"
             ) from None
+        del state  # the snapshot's bytes, freed before the next one is taken
         if not isinstance(pipe.window, Rows):  # ROWS windows have no watermark
             op.set_external_watermark(watermark)
         out = op.flush() if flush else op.process(table)

@@ -2045,11 +2045,16 @@ mod tests {
     #[test]
     fn reserved_keys_insert_without_growth_and_dense_ints_in_any_order() {
         // Integer keys over a range wider than the dense map's floor (64K values),
-        // inserted in a scattered order: one at a time, the second key would have
-        // turned the map off; reserved first, they all stay in it.
+        // inserted in a scattered order: one at a time, an early far-off key would
+        // have turned the map off; reserved first, they all stay in it.
         let ints: Vec<Vec<u8>> = (0..100_000i64)
             .map(|i| enc(i * 7_919 % 100_000 * 3))
             .collect();
+        let mut unreserved = KeyTable::new();
+        for k in &ints[..10] {
+            unreserved.insert_new(k, hash_key(k)).unwrap();
+        }
+        assert!(matches!(unreserved.dense, Dense::Off));
         let mut t = KeyTable::new();
         t.reserve_keys(ints.iter().map(Vec::as_slice));
         let entries = t.entries.capacity();
