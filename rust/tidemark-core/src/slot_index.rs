@@ -79,13 +79,13 @@ impl SlotIndex {
         self.len
     }
 
-    /// Heap bytes held.
     /// Number of chunks (for tests of growth).
     #[cfg(test)]
     pub(crate) fn chunks_len(&self) -> usize {
         self.chunks.len()
     }
 
+    /// Heap bytes held.
     pub(crate) fn heap_bytes(&self) -> usize {
         self.chunks.capacity() * std::mem::size_of::<Chunk>()
     }
