@@ -95,7 +95,7 @@ fn pow2(e: i32) -> f64 {
 
 impl ExactSum {
     #[inline]
-    fn special(&self) -> Option<f64> {
+    pub(crate) fn special(&self) -> Option<f64> {
         self.extra.as_ref().and_then(|e| e.special)
     }
 
@@ -186,7 +186,7 @@ impl ExactSum {
     }
 
     /// Calls `f` with finite doubles whose exact sum is the finite part of the sum.
-    fn for_each_part(&self, mut f: impl FnMut(f64)) {
+    pub(crate) fn for_each_part(&self, mut f: impl FnMut(f64)) {
         if self.lsb == NEG_ZERO {
             f(-0.0);
         }
@@ -255,9 +255,15 @@ impl ExactSum {
         let mut s = ExactSum::default();
         partials.into_iter().for_each(|p| s.add(p));
         if let Some(sp) = special {
-            s.extra_mut().special = Some(sp);
+            s.set_special(sp);
         }
         s
+    }
+
+    /// Sets the non-finite part (as [`Self::parts`] gave it), for a sum rebuilt from
+    /// its parts.
+    pub(crate) fn set_special(&mut self, special: f64) {
+        self.extra_mut().special = Some(special);
     }
 }
 

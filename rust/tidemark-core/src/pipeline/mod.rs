@@ -1761,14 +1761,13 @@ impl Operator {
         // large state is neither regrown by doubling nor copied into an envelope.
         let n = n_aggs(&self.cfg);
         let windows = (self.accs.len() / n.max(1)).saturating_sub(self.free_states.len());
-        let mut w =
-            Writer::sealed(1024 + self.keys.total_key_count() * 48 + windows * (24 + 32 * n));
+        let keys = self.keys.total_key_count() * 48 + self.keys.key_bytes();
+        let mut w = Writer::sealed(1024 + keys + windows * (24 + 32 * n));
         write_fields(
             &mut w,
             self.bound.as_ref().map(|b| b.used_fields.as_slice()),
         );
-        self.keys.write_state(&mut w);
-        for slot in self.keys.activity_order() {
+        for slot in self.keys.write_state(&mut w) {
             let list = self
                 .wins
                 .get(slot as usize)
@@ -2033,21 +2032,31 @@ fn read_scalar(r: &mut Reader<'_>) -> Result<Scalar> {
 }
 
 fn write_sum(w: &mut Writer, s: &ExactSum) {
-    let (parts, special) = s.parts();
-    w.len(parts.len());
-    for &p in &parts {
+    // The parts as they come, their count after them (no vector per accumulator).
+    let at = w.len_later();
+    let mut n = 0;
+    s.for_each_part(|p| {
         w.f64(p);
-    }
+        n += 1;
+    });
+    w.set_len(at, n);
+    let special = s.special();
     w.bool(special.is_some());
     w.f64(special.unwrap_or(0.0));
 }
 
 fn read_sum(r: &mut Reader<'_>) -> Result<ExactSum> {
-    let n = r.len(8)?;
-    let parts = (0..n).map(|_| r.f64()).collect::<Result<Vec<_>>>()?;
+    // `ExactSum::from_parts`, the parts added as they are read (no vector).
+    let mut s = ExactSum::default();
+    for _ in 0..r.len(8)? {
+        s.add(r.f64()?);
+    }
     let has = r.bool()?;
     let sp = r.f64()?;
-    Ok(ExactSum::from_parts(parts, has.then_some(sp)))
+    if has {
+        s.set_special(sp);
+    }
+    Ok(s)
 }
 
 fn write_acc(w: &mut Writer, a: &Acc) {

@@ -219,6 +219,18 @@ impl Writer {
     pub fn len(&mut self, n: usize) {
         self.u64(n as u64);
     }
+
+    /// Writes a length not known yet (0 for now), for [`Self::set_len`]: where it lies.
+    pub fn len_later(&mut self) -> usize {
+        let at = self.buf.len();
+        self.len(0);
+        at
+    }
+
+    /// Sets the length that [`Self::len_later`] wrote at `at`.
+    pub fn set_len(&mut self, at: usize, n: usize) {
+        self.buf[at..at + 8].copy_from_slice(&(n as u64).to_le_bytes());
+    }
     /// Appends bytes as they are (an already encoded part).
     pub fn raw(&mut self, v: &[u8]) {
         self.buf.extend_from_slice(v);
@@ -381,6 +393,11 @@ mod tests {
             }
             w.str("key");
             plain.str("key");
+            let at = w.len_later();
+            w.u8(1);
+            w.set_len(at, 2);
+            plain.len(2);
+            plain.u8(1);
             let snap = w.seal(SnapshotKind::Reorder, 99);
             assert_eq!(snap, seal(SnapshotKind::Reorder, 99, &plain.finish()));
             let mut r = Reader::new(open(&snap, SnapshotKind::Reorder, Some(99)).unwrap());

@@ -1287,6 +1287,11 @@ impl KeyedWatermarkTracker {
         self.metrics.total_keys
     }
 
+    /// Bytes of the tracked keys themselves (see [`KeyTable::key_bytes`]).
+    pub fn key_bytes(&self) -> usize {
+        self.keys.key_bytes()
+    }
+
     /// Metrics.
     pub fn metrics(&self) -> &KeyedWatermarkMetrics {
         &self.metrics
@@ -1351,7 +1356,10 @@ impl KeyedWatermarkTracker {
     }
 
     /// Writes the tracker's state (keys in activity order, watermarks, metrics).
-    pub fn write_state(&self, w: &mut Writer) {
+    /// Returns the slots in the order written ([`Self::activity_order`]), as
+    /// [`Self::read_state`] returns them: per-key state written after this follows
+    /// it without walking the activity list again.
+    pub fn write_state(&self, w: &mut Writer) -> Vec<u32> {
         let order = self.activity_order();
         w.len(order.len());
         let mut cursor_index = order.len();
@@ -1371,6 +1379,7 @@ impl KeyedWatermarkTracker {
         w.u64(self.metrics.evicted_keys);
         w.u64(self.metrics.global_advances);
         w.u64(self.metrics.key_advances);
+        order
     }
 
     /// Restores state written by [`Self::write_state`] into this (empty) tracker.
