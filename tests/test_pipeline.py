@@ -254,6 +254,26 @@ def test_aggregates_match_polars() -> None:
             assert math.isclose(a, b, rel_tol=1e-9), (c, a, b)
 
 
+def test_float_sums_are_exact_and_overflow_to_infinity_not_nan() -> None:
+    # Exact in any order; a sum beyond the double range is inf, as Spark's and
+    # Python's sum give, never NaN.
+    big = 1.7976931348623157e308
+    cases = {
+        "cancel": [1e100, 1.0, -1e100],
+        "overflow": [1e308, 1e308],
+        "underflow": [-big, -big, 1.0],
+        "top": [big, -big, big],
+    }
+    rows = [(k, 1.0, v) for k, vals in cases.items() for v in vals]
+    want = {"cancel": 1.0, "overflow": math.inf, "underflow": -math.inf, "top": big}
+    for order in (rows, rows[::-1]):
+        op = simple(aggs={"sum": tm.sum("value")}).operator()
+        op.process(events(order))
+        out = op.flush().windows
+        got = dict(zip(out["device_id"].to_pylist(), out["sum"].to_pylist(), strict=True))
+        assert got == want
+
+
 def test_sliding_and_session_windows() -> None:
     rows = [("a", 1, 1), ("a", 7, 2), ("a", 30, 4)]
     pipe = simple(window=tm.Sliding("10s", every="5s"), watermark=tm.BoundedOutOfOrderness("0s"))

@@ -163,7 +163,8 @@ def count(column: str | None = None) -> Agg:
 
 
 def sum(column: str) -> Agg:
-    """Sum (int64 for integer columns, float64 for floats; exact, order independent)."""
+    """Sum (int64 for integer columns, float64 for floats; exact, order independent;
+    a float sum beyond the double range is ±inf)."""
     return Agg("sum", column)
 
 

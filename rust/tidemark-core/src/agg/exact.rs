@@ -11,7 +11,11 @@
 //! integer shift and add. A value whose bits fall outside that window (much smaller
 //! or much larger than the first, or a sum that would overflow it) goes to a list of
 //! non-overlapping partials (Shewchuk's algorithm, as `math.fsum`), which is exact
-//! for any values; non-finite values are summed apart, as `math.fsum` does.
+//! for any values; non-finite values are summed apart, as `math.fsum` does. A sum
+//! whose finite part leaves the double range (a partial sum beyond ±`f64::MAX`)
+//! becomes ±inf, as an IEEE sum that overflows (`math.fsum` raises instead): then,
+//! and only then, the result can depend on the order of values of mixed signs
+//! (`[MAX, MAX, -MAX]` overflows, `[MAX, -MAX, MAX]` gives `MAX`).
 
 /// An exact sum of `f64` values.
 ///
@@ -74,11 +78,17 @@ impl PartialEq for ExactSum {
         if self.special().map(f64::to_bits) != other.special().map(f64::to_bits) {
             return false;
         }
+        if self.special().is_some() {
+            return true; // the value is the non-finite part, whatever the finite part
+        }
         let mut d = Partials::default();
-        self.for_each_part(|p| d.add(p));
-        other.for_each_part(|p| d.add(-p));
+        let mut fits = true;
+        self.for_each_part(|p| fits &= d.add(p).is_ok());
+        other.for_each_part(|p| fits &= d.add(-p).is_ok());
         let (a, b) = (self.value(), other.value());
         match d.value() {
+            // The difference overflows: compare the values.
+            _ if !fits => a.to_bits() == b.to_bits(),
             // Sums near the top of the double range: the difference overflows.
             dv if !dv.is_finite() => a.to_bits() == b.to_bits(),
             dv => dv == 0.0 && a.is_sign_negative() == b.is_sign_negative(),
@@ -138,7 +148,21 @@ impl ExactSum {
                 return;
             }
         }
-        self.extra_mut().partials.add(x);
+        if let Err(inf) = self.extra_mut().partials.add(x) {
+            self.overflow(inf);
+        }
+    }
+
+    /// The finite part's sum left the double range (`inf`: ±inf, its direction): the
+    /// sum is that infinity from now on, as an IEEE sum that overflows, and the finite
+    /// part is dropped (no finite value can be represented next to it).
+    #[cold]
+    fn overflow(&mut self, inf: f64) {
+        self.fixed = 0;
+        self.lsb = UNSET;
+        let e = self.extra_mut();
+        e.partials = Partials::default();
+        e.special = Some(e.special.map_or(inf, |s| s + inf));
     }
 
     /// Zeros and non-finite values.
@@ -235,7 +259,11 @@ impl ExactSum {
             Some(e) => {
                 let mut p = e.partials.clone();
                 if self.has_window() && self.fixed != 0 {
-                    self.chunks().into_iter().for_each(|c| p.add(c));
+                    for c in self.chunks() {
+                        if let Err(inf) = p.add(c) {
+                            return inf; // window and partials together overflow
+                        }
+                    }
                 }
                 p.value()
             }
@@ -273,7 +301,9 @@ impl ExactSum {
 struct Partials(Vec<f64>);
 
 impl Partials {
-    fn add(&mut self, x: f64) {
+    /// Adds `x`. `Err(±inf)` if a partial sum leaves the double range (the partials
+    /// are then left in no useful state: the caller drops them).
+    fn add(&mut self, x: f64) -> Result<(), f64> {
         let p = &mut self.0;
         let mut x = x;
         let mut i = 0;
@@ -283,6 +313,9 @@ impl Partials {
                 std::mem::swap(&mut x, &mut y);
             }
             let hi = x + y;
+            if hi.is_infinite() {
+                return Err(hi);
+            }
             let lo = y - (hi - x);
             if lo != 0.0 {
                 p[i] = lo;
@@ -292,6 +325,7 @@ impl Partials {
         }
         p.truncate(i);
         p.push(x);
+        Ok(())
     }
 
     fn value(&self) -> f64 {
@@ -332,6 +366,38 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn sum(xs: &[f64]) -> f64 {
+        let mut s = ExactSum::default();
+        xs.iter().for_each(|&x| s.add(x));
+        s.value()
+    }
+
+    #[test]
+    fn a_sum_beyond_the_double_range_is_infinite_not_nan() {
+        const M: f64 = f64::MAX;
+        assert_eq!(sum(&[M, M]), f64::INFINITY);
+        assert_eq!(sum(&[1e308, 1e308]), f64::INFINITY);
+        assert_eq!(sum(&[-M, -M, 1.0]), f64::NEG_INFINITY);
+        assert_eq!(sum(&[1.0, -1e308, -1e308, 5.0]), f64::NEG_INFINITY);
+        // Overflowed, then more values: still the infinity (inf - inf is NaN).
+        assert_eq!(sum(&[M, M, -M]), f64::INFINITY);
+        assert!(sum(&[M, M, f64::NEG_INFINITY]).is_nan());
+        // Within the range the sum stays exact, near the top included.
+        assert_eq!(sum(&[M, -M, M]), M);
+        assert_eq!(sum(&[M, 1.0, -1.0]), M);
+        assert_eq!(sum(&[M / 2.0, M / 2.0]), M);
+        // Two overflowed sums compare equal; merged, they stay infinite.
+        let (mut a, mut b) = (ExactSum::default(), ExactSum::default());
+        [M, M, 3.0].iter().for_each(|&x| a.add(x));
+        [M, M].iter().for_each(|&x| b.add(x));
+        assert_eq!(a, b);
+        a.merge(&b);
+        assert_eq!(a.value(), f64::INFINITY);
+        // The parts a snapshot keeps rebuild the same sum.
+        let (parts, special) = a.parts();
+        assert_eq!(ExactSum::from_parts(parts, special).value(), f64::INFINITY);
+    }
+
     proptest! {
         #[test]
         fn order_does_not_matter(mut xs in proptest::collection::vec(-1e12f64..1e12, 0..60), seed in any::<u64>()) {
@@ -371,7 +437,8 @@ mod tests {
     /// The reference: Shewchuk's partials alone (the `math.fsum` algorithm).
     fn reference(xs: &[f64]) -> f64 {
         let mut p = Partials::default();
-        xs.iter().for_each(|&x| p.add(x));
+        xs.iter()
+            .for_each(|&x| p.add(x).expect("the test values stay within the range"));
         p.value()
     }
 
