@@ -473,24 +473,14 @@ fn float_sums_survive_a_snapshot_exactly_special_values_included() {
         Scope::Global,
     );
     c.aggs = vec![AggSpec::new("s", AggKind::Sum, Some("f"))];
+    // `batch`'s key and time columns, with a float column `f`.
     let mk = |rows: &[(&str, f64)]| {
+        let b = batch(&rows.iter().map(|r| (r.0, 1, 0)).collect::<Vec<_>>());
+        let f = Float64Array::from(rows.iter().map(|r| r.1).collect::<Vec<_>>());
         RecordBatch::try_from_iter(vec![
-            (
-                "k",
-                Arc::new(StringArray::from(
-                    rows.iter().map(|r| r.0).collect::<Vec<_>>(),
-                )) as ArrayRef,
-            ),
-            (
-                "ts",
-                Arc::new(TimestampMicrosecondArray::from(vec![1; rows.len()])) as ArrayRef,
-            ),
-            (
-                "f",
-                Arc::new(Float64Array::from(
-                    rows.iter().map(|r| r.1).collect::<Vec<_>>(),
-                )) as ArrayRef,
-            ),
+            ("k", b.column(0).clone()),
+            ("ts", b.column(1).clone()),
+            ("f", Arc::new(f) as ArrayRef),
         ])
         .unwrap()
     };
