@@ -87,10 +87,8 @@ impl PartialEq for ExactSum {
         other.for_each_part(|p| fits &= d.add(-p).is_ok());
         let (a, b) = (self.value(), other.value());
         match d.value() {
-            // The difference overflows: compare the values.
-            _ if !fits => a.to_bits() == b.to_bits(),
             // Sums near the top of the double range: the difference overflows.
-            dv if !dv.is_finite() => a.to_bits() == b.to_bits(),
+            dv if !fits || !dv.is_finite() => a.to_bits() == b.to_bits(),
             dv => dv == 0.0 && a.is_sign_negative() == b.is_sign_negative(),
         }
     }
@@ -278,20 +276,14 @@ impl ExactSum {
         (out, self.special())
     }
 
-    /// Rebuilds from [`Self::parts`].
-    pub fn from_parts(partials: Vec<f64>, special: Option<f64>) -> Self {
+    /// Rebuilds from [`Self::parts`] (the parts as a vector, or read one by one).
+    pub fn from_parts(partials: impl IntoIterator<Item = f64>, special: Option<f64>) -> Self {
         let mut s = ExactSum::default();
         partials.into_iter().for_each(|p| s.add(p));
         if let Some(sp) = special {
-            s.set_special(sp);
+            s.extra_mut().special = Some(sp);
         }
         s
-    }
-
-    /// Sets the non-finite part (as [`Self::parts`] gave it), for a sum rebuilt from
-    /// its parts.
-    pub(crate) fn set_special(&mut self, special: f64) {
-        self.extra_mut().special = Some(special);
     }
 }
 

@@ -2046,17 +2046,11 @@ fn write_sum(w: &mut Writer, s: &ExactSum) {
 }
 
 fn read_sum(r: &mut Reader<'_>) -> Result<ExactSum> {
-    // `ExactSum::from_parts`, the parts added as they are read (no vector).
-    let mut s = ExactSum::default();
-    for _ in 0..r.len(8)? {
-        s.add(r.f64()?);
-    }
+    let n = r.len(8)?;
+    let parts = r.f64s(n)?;
     let has = r.bool()?;
     let sp = r.f64()?;
-    if has {
-        s.set_special(sp);
-    }
-    Ok(s)
+    Ok(ExactSum::from_parts(parts, has.then_some(sp)))
 }
 
 fn write_acc(w: &mut Writer, a: &Acc) {

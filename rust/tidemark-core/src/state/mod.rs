@@ -308,6 +308,15 @@ impl<'a> Reader<'a> {
     pub fn f64(&mut self) -> Result<f64> {
         Ok(f64::from_bits(self.u64()?))
     }
+    /// Reads `n` `f64`s (bit-exact), yielded from the buffer as they are consumed.
+    pub fn f64s(&mut self, n: usize) -> Result<impl Iterator<Item = f64> + 'a> {
+        let bytes = self.take(n.checked_mul(8).ok_or_else(|| {
+            TidemarkError::StateCorrupted(format!("{n} doubles exceed any snapshot"))
+        })?)?;
+        Ok(bytes
+            .chunks_exact(8)
+            .map(|b| f64::from_bits(u64::from_le_bytes(b.try_into().expect("8 bytes")))))
+    }
     /// Reads a length, checked against the bytes left (each item takes at least
     /// `min_item_bytes`), so a corrupted length cannot trigger a huge allocation.
     pub fn len(&mut self, min_item_bytes: usize) -> Result<usize> {
@@ -408,6 +417,21 @@ mod tests {
             Writer::sealed(0).seal(SnapshotKind::Timers, 1),
             seal(SnapshotKind::Timers, 1, &[])
         );
+    }
+
+    #[test]
+    fn doubles_read_in_a_run_are_bit_exact_and_bounded() {
+        let vals = [1.5, -0.0, f64::NAN, f64::MAX];
+        let mut w = Writer::new();
+        vals.iter().for_each(|&v| w.f64(v));
+        w.u8(7);
+        let payload = w.finish();
+        let mut r = Reader::new(&payload);
+        let got: Vec<u64> = r.f64s(vals.len()).unwrap().map(f64::to_bits).collect();
+        assert_eq!(got, vals.map(f64::to_bits));
+        assert_eq!(r.u8().unwrap(), 7);
+        assert!(Reader::new(&payload).f64s(5).is_err());
+        assert!(Reader::new(&payload).f64s(usize::MAX).is_err());
     }
 
     #[test]
