@@ -261,11 +261,11 @@ def test_float_sums_are_exact_and_overflow_to_infinity_not_nan() -> None:
     cases = {
         "cancel": [1e100, 1.0, -1e100],
         "overflow": [1e308, 1e308],
-        "underflow": [-big, -big, 1.0],
+        "negative_overflow": [-big, -big, 1.0],
         "top": [big, -big, big],
     }
     rows = [(k, 1.0, v) for k, vals in cases.items() for v in vals]
-    want = {"cancel": 1.0, "overflow": math.inf, "underflow": -math.inf, "top": big}
+    want = {"cancel": 1.0, "overflow": math.inf, "negative_overflow": -math.inf, "top": big}
     for order in (rows, rows[::-1]):
         op = simple(aggs={"sum": tm.sum("value")}).operator()
         op.process(events(order))

@@ -218,9 +218,20 @@ impl NodeMinTree {
         }
     }
 
-    /// Rebuilds with room for at least `n` leaves, reading every leaf.
+    /// Rebuilds with room for at least `n` leaves (and at least twice the current
+    /// room: it grows by doubling), reading every leaf.
     fn rebuild(&mut self, n: usize, leaf: impl Fn(usize) -> i64) {
-        let cap = n.next_power_of_two().max(self.cap * 2).max(2);
+        self.fill(n.next_power_of_two().max(self.cap * 2).max(2), leaf);
+    }
+
+    /// Recomputes the whole tree from the leaves `0..n` (a bulk load: O(n), where a
+    /// [`Self::fix`] per leaf costs O(n log n) and regrows the tree as it goes).
+    pub fn build(&mut self, n: usize, leaf: impl Fn(usize) -> i64) {
+        self.fill(n.next_power_of_two().max(self.cap).max(2), leaf);
+    }
+
+    /// Recomputes every node for `cap` leaves (a power of two), reading every leaf.
+    fn fill(&mut self, cap: usize, leaf: impl Fn(usize) -> i64) {
         let mut nodes = vec![MinTree::EMPTY; cap];
         for (i, node) in nodes.iter_mut().enumerate().skip(cap / 2) {
             *node = leaf(2 * i - cap).min(leaf(2 * i + 1 - cap));
@@ -230,14 +241,6 @@ impl NodeMinTree {
         }
         self.cap = cap;
         self.nodes = nodes;
-    }
-
-    /// Recomputes the whole tree from the leaves `0..n` (a bulk load: O(n), where a
-    /// [`Self::fix`] per leaf costs O(n log n) and regrows the tree as it goes).
-    pub fn build(&mut self, n: usize, leaf: impl Fn(usize) -> i64) {
-        let cap = n.next_power_of_two().max(self.cap).max(2);
-        self.cap = 0;
-        self.rebuild(cap, leaf);
     }
 
     /// Restores the invariant after leaf `slot` changed: O(log n), stopping at the
