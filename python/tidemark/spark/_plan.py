@@ -260,23 +260,41 @@ def split_packed(plan: Plan, packed: Any) -> tuple[Any, Any, Any]:
     return out[0], out[1], out[2]
 
 
+def spark_context(spark: Any) -> Any | None:
+    """The ``SparkContext`` of a classic session; ``None`` for a Spark Connect session,
+    which has none (``spark.sparkContext`` raises there)."""
+    try:
+        return spark.sparkContext
+    except Exception:  # PySparkAttributeError under Spark Connect
+        return None
+
+
 class ShippedPipeline:
     """A pipeline as executors receive it: a lookup table (``Pipeline.enrich``)
     travels as a Spark broadcast variable (once per executor), not inside every
-    task's closure."""
+    task's closure. Spark Connect has no broadcast variables: there the table travels
+    inside the closure."""
 
     def __init__(self, pipe: Pipeline, spark: Any) -> None:
         lk = pipe.lookup
         self.bare = pipe.without_lookup()
         self.spec = None if lk is None else (lk.on, lk.how, lk.prefix)
-        self.table = None if lk is None else spark.sparkContext.broadcast(lk.table)
+        self.table: Any = None
+        self.inline: pa.Table | None = None
+        if lk is not None:
+            sc = spark_context(spark)
+            if sc is None:
+                self.inline = lk.table
+            else:
+                self.table = sc.broadcast(lk.table)
 
     def get(self) -> Pipeline:
-        """The pipeline, with its lookup table read from the broadcast variable."""
-        if self.spec is None or self.table is None:
+        """The pipeline, with its lookup table (read from the broadcast variable)."""
+        if self.spec is None:
             return self.bare
+        table = self.inline if self.table is None else self.table.value
         on, how, prefix = self.spec
-        return self.bare.enrich(self.table.value, on, how, prefix)
+        return self.bare.enrich(table, on, how, prefix)
 
 
 def quoted(name: str) -> str:
@@ -312,10 +330,12 @@ def estimated_bytes(df: Any) -> int | None:
 def fits_one_task(spark: Any, size: int | None) -> bool:
     """Whether an input of ``size`` estimated bytes runs in one task with no shuffle:
     below ``SINGLE_TASK_BYTES`` with 2 cores, ``2 / cores`` of it with more
-    (``SparkContext.defaultParallelism``); never without an estimate."""
+    (``SparkContext.defaultParallelism``; 2 under Spark Connect, which does not tell);
+    never without an estimate."""
     if size is None:
         return False
-    cores = max(2, int(spark.sparkContext.defaultParallelism))
+    sc = spark_context(spark)
+    cores = 2 if sc is None else max(2, int(sc.defaultParallelism))
     return size * cores < SINGLE_TASK_BYTES * 2
 
 

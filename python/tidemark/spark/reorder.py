@@ -366,11 +366,12 @@ class ReorderStream:
 
         from tidemark.spark.streaming import _exact_partitions
 
-        combined = (
-            _partitioned(df, self.num_partitions, self.partition_by)
-            .mapInArrow(run, plan.combined_spark)
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
+        # A flush reads no rows, but every state partition must run its task: one row
+        # per partition (an empty input would run none under Spark Connect, whose
+        # empty DataFrames are local relations the optimizer prunes).
+        n = self.num_partitions
+        source = spark.range(0, n, 1, n) if flush else _partitioned(df, n, self.partition_by)
+        combined = source.mapInArrow(run, plan.combined_spark).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             with _exact_partitions(spark), state_errors_surface():
                 progress = ReorderPlan.progress_of(combined)  # the one job of this batch

@@ -57,6 +57,7 @@ from tidemark.spark._plan import (
     fits_one_task,
     quoted,
     session_arrow_settings,
+    spark_context,
     used_input,
 )
 from tidemark.spark.state import StateStore, state_errors_surface
@@ -119,8 +120,9 @@ def _placeholders(spark: Any, n: int, slices: int) -> Any:
     Spark partitions: built once per Spark application and reused by every
     micro-batch (saving its driver-to-JVM calls). ``foreachBatch`` hands each
     micro-batch a new session, so the cache is keyed by the SparkContext (a key by
-    session would miss every time and keep the sessions alive)."""
-    key = (spark.sparkContext, n, slices)
+    session would miss every time and keep the sessions alive); under Spark Connect,
+    which has no SparkContext, by the session."""
+    key = (spark_context(spark) or spark, n, slices)
     df = _PLACEHOLDERS.get(key)
     if df is None:
         if len(_PLACEHOLDERS) >= 16:

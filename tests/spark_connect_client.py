@@ -1,0 +1,191 @@
+"""A Spark Connect client: runs tidemark.spark against the server that ``SPARK_REMOTE``
+names and checks it against the local operator (used by
+tests/test_spark_connect.py, which starts the server).
+
+Checks the batch ``aggregate`` (persisted default, ``cache=False``, a lookup table,
+which travels in the closure because Spark Connect has no broadcast variables),
+``reorder``, ``observe_partitions``, and a ``StreamProcessor`` and a ``ReorderStream``
+under ``foreachBatch`` (run by the server's Python process), each flushed from this
+client.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+import tidemark as tm
+from tidemark.spark import (
+    ReorderStream,
+    StreamProcessor,
+    aggregate,
+    observe_partitions,
+    reorder,
+)
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def batch_table(b: int) -> pa.Table:
+    """Micro-batch ``b``: 6 devices, 5 events each, 70 s after the last batch; device
+    d5 reports 2 minutes behind the others (late under a global watermark, on time
+    under its own)."""
+    devices, ts, values = [], [], []
+    for k in range(6):
+        for j in range(5):
+            lag = 120 if k == 5 else 0
+            devices.append(f"d{k}")
+            ts.append(T0 + dt.timedelta(seconds=b * 70 + j * 3 - lag))
+            values.append(float(k + j))
+    return pa.table(
+        {
+            "device": devices,
+            "ts": pa.array(ts, pa.timestamp("us", tz="UTC")),
+            "value": values,
+        }
+    )
+
+
+def windows_of(rows: list[Any]) -> list[tuple]:
+    return sorted(
+        (r["device"], r["window_start"].replace(tzinfo=None), r["n"], r["s"]) for r in rows
+    )
+
+
+def local(pipe: tm.Pipeline, tables: list[pa.Table]) -> list[tuple]:
+    op = pipe.operator()
+    out = []
+    for t in tables:
+        out += op.process(t).windows.to_pylist()
+    out += op.flush().windows.to_pylist()
+    return windows_of(out)
+
+
+def main(tmp: str) -> None:
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    spark = SparkSession.builder.getOrCreate()  # SPARK_REMOTE: a Spark Connect session
+    assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
+    work = Path(tmp)
+    tables = [batch_table(b) for b in range(3)]
+    pipe = tm.Pipeline(
+        key="device",
+        event_time="ts",
+        watermark=tm.BoundedOutOfOrderness("5s", per="key"),
+        window=tm.Tumbling("1m"),
+        aggs={"n": tm.count(), "s": tm.sum("value")},
+    )
+
+    # Batch: the whole input is one arrival unit.
+    whole = pa.concat_tables(tables)
+    pq.write_table(whole, work / "whole.parquet")
+    df = spark.read.parquet(str(work / "whole.parquet"))
+    want = local(pipe, [whole])
+    res = aggregate(df, pipe)
+    assert windows_of(res.windows.collect()) == want, "aggregate default"
+    assert res.late.count() == 0 and res.errors.count() == 0
+    res.unpersist()
+    got = windows_of(aggregate(df, pipe, cache=False, num_partitions=3).windows.collect())
+    assert got == want, "aggregate cache=False"
+    weights = pa.table({"device": [f"d{i}" for i in range(5)], "w": [1.0, 2.0, 3.0, 4.0, 5.0]})
+    looked_up = tm.Pipeline(
+        key="device",
+        event_time="ts",
+        watermark=tm.BoundedOutOfOrderness("5s", per="key"),
+        window=tm.Tumbling("1m"),
+        aggs={"n": tm.count(), "s": tm.sum("w")},
+    ).enrich(weights, on="device", how="inner")
+    got = windows_of(aggregate(df, looked_up, num_partitions=2).windows.collect())
+    assert got == local(looked_up, [whole]), "aggregate with a lookup"
+    assert "d5" not in {g[0] for g in got}  # no lookup row: dropped by the inner join
+
+    # Streaming: one file per micro-batch; foreachBatch runs on the server.
+    # Reordering and per-source-partition progress.
+    r = tm.Reorder("ts", late_tolerance="3s", late="side_output")
+    rr = reorder(df, r, partition_by=["device"], num_partitions=2)
+    released = rr.rows.select("device", "ts").collect()
+    assert len(released) + rr.late.count() == whole.num_rows, "nothing lost"
+    assert rr.errors.count() == 0
+    by_device: dict[str, list[Any]] = {}
+    for row in released:
+        by_device.setdefault(row[0], []).append(row[1])
+    assert all(ts == sorted(ts) for ts in by_device.values()), "event-time order per key"
+    rr.unpersist()
+    seen = {
+        (row.partition, row.watermark)
+        for row in observe_partitions(
+            df.withColumn("partition", F.pmod(F.hash("device"), F.lit(2))),
+            event_time="ts",
+            max_lateness="1s",
+        ).collect()
+    }
+    assert {p for p, _ in seen} <= {0, 1} and seen, seen
+    latest = pc.max(whole.column("ts").cast(pa.int64())).as_py()
+    assert max(w for _, w in seen) == latest - 1_000_000, (seen, latest)
+
+    # Spark reads the files in modification-time order: one second apart.
+    (work / "in").mkdir()
+    for b, t in enumerate(tables):
+        path = work / "in" / f"part-{b}.parquet"
+        pq.write_table(t, path)
+        os.utime(path, (1_700_000_000 + b, 1_700_000_000 + b))
+    out = work / "out"
+    proc = StreamProcessor(
+        pipe,
+        str(work / "state"),
+        num_partitions=2,
+        sink=lambda w, batch_id: w.write.mode("append").parquet(str(out)),
+    )
+    schema = spark.read.parquet(str(work / "in")).schema
+    q = (
+        spark.readStream.schema(schema)
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(work / "in"))
+        .writeStream.foreachBatch(proc)
+        .option("checkpointLocation", str(work / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination()
+    assert q.exception() is None, q.exception()
+    flushed = windows_of(proc.flush(spark, schema).collect())  # from this client
+    streamed = windows_of(spark.read.parquet(str(out)).collect())
+    assert flushed and set(flushed) <= set(streamed), "the flush reaches the sink"
+    assert streamed == local(pipe, tables), "StreamProcessor under Spark Connect"
+    # The reorder buffer across micro-batches, state under state_location.
+    rs = ReorderStream(
+        tm.Reorder("ts", late_tolerance="3s", late="side_output"),
+        str(work / "reorder-state"),
+        num_partitions=1,
+        sink=lambda w, batch_id: w.write.mode("append").parquet(str(work / "released")),
+        late_sink=lambda w, batch_id: w.write.mode("append").parquet(str(work / "late")),
+    )
+    q = (
+        spark.readStream.schema(schema)
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(work / "in"))
+        .writeStream.foreachBatch(rs)
+        .option("checkpointLocation", str(work / "chk-reorder"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination()
+    assert q.exception() is None, q.exception()
+    rs.flush(spark, schema)
+    released_ts = [row.ts for row in spark.read.parquet(str(work / "released")).collect()]
+    late_rows = spark.read.parquet(str(work / "late")).count() if (work / "late").exists() else 0
+    assert len(released_ts) + late_rows == whole.num_rows, "nothing lost"
+
+    print("CONNECT OK", len(want), "batch windows,", len(streamed), "streamed windows")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
