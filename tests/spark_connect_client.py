@@ -160,6 +160,16 @@ def main(tmp: str) -> None:
     streamed = windows_of(spark.read.parquet(str(out)).collect())
     assert flushed and set(flushed) <= set(streamed), "the flush reaches the sink"
     assert streamed == local(pipe, tables), "StreamProcessor under Spark Connect"
+    # A damaged state file surfaces on this client as tm.StateCorruptedError naming it.
+    snap = work / "state" / "partitions" / "1" / "3.snap"  # the flush was batch 3
+    snap.write_bytes(snap.read_bytes()[:-10])
+    try:
+        proc(spark.read.parquet(str(work / "in" / "part-0.parquet")), 4)
+    except tm.StateCorruptedError as e:
+        assert str(snap) in str(e) and "truncated" in str(e), e
+    else:
+        raise AssertionError("a truncated snapshot was not reported")
+
     # The reorder buffer across micro-batches, state under state_location.
     rs = ReorderStream(
         tm.Reorder("ts", late_tolerance="3s", late="side_output"),
