@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,3 +23,23 @@ def spark() -> Iterator[Any]:
     session = local_session("local[2]", app_name="tidemark-tests", shuffle_partitions=2)
     yield session
     session.stop()
+
+
+def _run_job(script: str, arg: Path, env: dict[str, str] | None = None) -> str:
+    """Runs ``tests/<script>`` with this interpreter in its own process (argument
+    ``arg``); fails the test with the tail of its output unless it exits 0. Its stdout."""
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).parent / script), str(arg)],
+        env=dict(os.environ, PYSPARK_PYTHON=sys.executable, **(env or {})),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc.stdout
+
+
+@pytest.fixture
+def run_job() -> Callable[..., str]:
+    """Runs a Spark job script from ``tests/`` in a separate process (see ``_run_job``)."""
+    return _run_job

@@ -68,6 +68,22 @@ def local(pipe: tm.Pipeline, tables: list[pa.Table]) -> list[tuple]:
     return windows_of(out)
 
 
+def run_stream(spark: Any, schema: Any, inp: Path, fn: Any, chk: Path) -> None:
+    """A file stream over ``inp``, one file per micro-batch, into ``foreachBatch(fn)``
+    until every file is read."""
+    q = (
+        spark.readStream.schema(schema)
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(inp))
+        .writeStream.foreachBatch(fn)
+        .option("checkpointLocation", str(chk))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination()
+    assert q.exception() is None, q.exception()
+
+
 def main(tmp: str) -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
@@ -145,17 +161,7 @@ def main(tmp: str) -> None:
         sink=lambda w, batch_id: w.write.mode("append").parquet(str(out)),
     )
     schema = spark.read.parquet(str(work / "in")).schema
-    q = (
-        spark.readStream.schema(schema)
-        .option("maxFilesPerTrigger", 1)
-        .parquet(str(work / "in"))
-        .writeStream.foreachBatch(proc)
-        .option("checkpointLocation", str(work / "chk"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    q.awaitTermination()
-    assert q.exception() is None, q.exception()
+    run_stream(spark, schema, work / "in", proc, work / "chk")
     flushed = windows_of(proc.flush(spark, schema).collect())  # from this client
     streamed = windows_of(spark.read.parquet(str(out)).collect())
     assert flushed and set(flushed) <= set(streamed), "the flush reaches the sink"
@@ -178,17 +184,7 @@ def main(tmp: str) -> None:
         sink=lambda w, batch_id: w.write.mode("append").parquet(str(work / "released")),
         late_sink=lambda w, batch_id: w.write.mode("append").parquet(str(work / "late")),
     )
-    q = (
-        spark.readStream.schema(schema)
-        .option("maxFilesPerTrigger", 1)
-        .parquet(str(work / "in"))
-        .writeStream.foreachBatch(rs)
-        .option("checkpointLocation", str(work / "chk-reorder"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    q.awaitTermination()
-    assert q.exception() is None, q.exception()
+    run_stream(spark, schema, work / "in", rs, work / "chk-reorder")
     rs.flush(spark, schema)
     released_ts = [row.ts for row in spark.read.parquet(str(work / "released")).collect()]
     late_rows = spark.read.parquet(str(work / "late")).count() if (work / "late").exists() else 0

@@ -8,10 +8,7 @@ port) and runs ``tests/spark_connect_client.py`` as a separate Python process wh
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +32,8 @@ def connect_port(spark: Any) -> Iterator[int]:
         cls.stop(getattr(cls, "stop$default$1")(), getattr(cls, "stop$default$2")())
 
 
-def test_tidemark_spark_through_spark_connect(connect_port: int, tmp_path: Path) -> None:
-    script = Path(__file__).parent / "spark_connect_client.py"
-    env = dict(os.environ, SPARK_REMOTE=f"sc://localhost:{connect_port}")
-    proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    assert "CONNECT OK" in proc.stdout
+def test_tidemark_spark_through_spark_connect(
+    connect_port: int, run_job: Callable[..., str], tmp_path: Path
+) -> None:
+    env = {"SPARK_REMOTE": f"sc://localhost:{connect_port}"}
+    assert "CONNECT OK" in run_job("spark_connect_client.py", tmp_path, env)

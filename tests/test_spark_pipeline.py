@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -811,16 +810,6 @@ def test_streaming_state_errors(spark: Any, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_local_cluster_mode(tmp_path: Path) -> None:
+def test_local_cluster_mode(run_job: Callable[..., str], tmp_path: Path) -> None:
     """Separate executor processes: state partitions move between Python workers."""
-    script = Path(__file__).parent / "spark_local_cluster_job.py"
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "LOCAL-CLUSTER OK" in proc.stdout
+    assert "LOCAL-CLUSTER OK" in run_job("spark_local_cluster_job.py", tmp_path)
