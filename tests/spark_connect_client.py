@@ -53,6 +53,17 @@ def batch_table(b: int) -> pa.Table:
     )
 
 
+def pipeline(summed: str) -> tm.Pipeline:
+    """Per-device 1-minute windows: a count and the sum of column ``summed``."""
+    return tm.Pipeline(
+        key="device",
+        event_time="ts",
+        watermark=tm.BoundedOutOfOrderness("5s", per="key"),
+        window=tm.Tumbling("1m"),
+        aggs={"n": tm.count(), "s": tm.sum(summed)},
+    )
+
+
 def windows_of(rows: list[Any]) -> list[tuple]:
     return sorted(
         (r["device"], r["window_start"].replace(tzinfo=None), r["n"], r["s"]) for r in rows
@@ -92,13 +103,7 @@ def main(tmp: str) -> None:
     assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
     work = Path(tmp)
     tables = [batch_table(b) for b in range(3)]
-    pipe = tm.Pipeline(
-        key="device",
-        event_time="ts",
-        watermark=tm.BoundedOutOfOrderness("5s", per="key"),
-        window=tm.Tumbling("1m"),
-        aggs={"n": tm.count(), "s": tm.sum("value")},
-    )
+    pipe = pipeline("value")
 
     # Batch: the whole input is one arrival unit.
     whole = pa.concat_tables(tables)
@@ -112,13 +117,7 @@ def main(tmp: str) -> None:
     got = windows_of(aggregate(df, pipe, cache=False, num_partitions=3).windows.collect())
     assert got == want, "aggregate cache=False"
     weights = pa.table({"device": [f"d{i}" for i in range(5)], "w": [1.0, 2.0, 3.0, 4.0, 5.0]})
-    looked_up = tm.Pipeline(
-        key="device",
-        event_time="ts",
-        watermark=tm.BoundedOutOfOrderness("5s", per="key"),
-        window=tm.Tumbling("1m"),
-        aggs={"n": tm.count(), "s": tm.sum("w")},
-    ).enrich(weights, on="device", how="inner")
+    looked_up = pipeline("w").enrich(weights, on="device", how="inner")
     got = windows_of(aggregate(df, looked_up, num_partitions=2).windows.collect())
     assert got == local(looked_up, [whole]), "aggregate with a lookup"
     assert "d5" not in {g[0] for g in got}  # no lookup row: dropped by the inner join
