@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 
 from tidemark.cli import build_parser
-from tidemark.demo_streaming import run_demo, write_report
+from tidemark.demo_streaming import (
+    demo_stream,
+    micro_batches,
+    run_demo,
+    spark_rule_share,
+    write_report,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -21,12 +27,17 @@ def test_demo_runs_end_to_end(spark: Any, tmp_path: Path) -> None:
     glob = by_name["tidemark, global watermark"]
     assert keyed.events_counted == 1.0 and keyed.windows_right == 1.0 and keyed.late_rows == 0
     assert native.events_counted < 0.95
+    # Spark's share is its late-row rule replayed (docs/guide/late-data.md): a row
+    # counts while its window ends after the previous micro-batch's watermark.
+    replay = micro_batches(demo_stream(20_000, 20), 20)
+    assert native.events_counted == pytest.approx(spark_rule_share(replay), abs=1e-12)
+    assert native.events_counted > spark_rule_share(replay, lag=1)
     assert glob.events_counted < 0.95
     # Its late rows, counted by each batch's own job (StreamProcessor.last_progress),
     # are the events it did not count.
     assert glob.late_rows == round(result.events * (1 - glob.events_counted))
     page = write_report(result, tmp_path / "report")
-    assert "per-key" in page.read_text()
+    assert "per-key" in page.read_text() and "late-data.md" in page.read_text()
     assert (tmp_path / "report" / "accuracy.png").stat().st_size > 1_000
 
 

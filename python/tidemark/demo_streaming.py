@@ -32,11 +32,28 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tidemark.datagen import StreamSpec, multi_tenant_stream
+from tidemark.datagen import batches as split_rows
 
-__all__ = ["DemoResult", "SystemResult", "run_demo"]
+__all__ = [
+    "DemoResult",
+    "SystemResult",
+    "demo_stream",
+    "micro_batches",
+    "run_demo",
+    "spark_rule_share",
+]
 
 WINDOW = "1 minute"
 DELAY = "5 seconds"
+WINDOW_US = 60_000_000
+DELAY_US = 5_000_000
+#: Why the two global watermarks count different shares (docs/guide/late-data.md).
+RULES_NOTE = (
+    "Spark and tidemark's global scope share one watermark but not the rule for a late "
+    "row: Spark drops a row only when its window closed by the previous micro-batch's "
+    "watermark, tidemark marks every row behind the watermark late "
+    "(docs/guide/late-data.md, benches/late_rules.py)."
+)
 
 
 @dataclass
@@ -66,26 +83,55 @@ class DemoResult:
     setup_seconds: float = 0.0
 
 
+def demo_stream(events: int, tenants: int) -> pa.Table:
+    """The demo's stream in arrival order: half of the tenants report late."""
+    spec = StreamSpec(keys=tenants, events=events, duration_s=1_800, delayed_fraction=0.5, skew=0.8)
+    return multi_tenant_stream(spec).select(["tenant", "event_time", "value"])
+
+
+def micro_batches(stream: pa.Table, batches: int) -> list[pa.Table]:
+    """The stream cut into (at most) ``batches`` micro-batches of equal row counts, in
+    arrival order: the demo's files, one per micro-batch."""
+    return split_rows(stream, max(1, -(-stream.num_rows // batches)))
+
+
+def spark_rule_share(batches: list[pa.Table], lag: int = 2) -> float:
+    """The share of events Spark's windowed count keeps, replayed without Spark: a row
+    counts while its window ends after the watermark of ``lag`` batches before (2:
+    Spark judges late rows against the previous batch's watermark; 1: the current
+    one), the watermark being the largest event time of the batches before, minus the
+    delay. On the demo's stream this reproduces Spark's own figure."""
+    marks: list[int] = []
+    seen: int | None = None
+    counted = total = 0
+    for b in batches:
+        us = pc.cast(b.column("event_time"), pa.int64())
+        total += len(us)
+        if len(marks) >= lag:
+            end = pc.multiply(pc.add(pc.divide(us, WINDOW_US), 1), WINDOW_US)
+            counted += pc.sum(pc.greater(end, marks[-lag])).as_py() or 0
+        else:
+            counted += len(us)
+        top = pc.max(us).as_py()
+        seen = top if seen is None else max(seen, top)
+        marks.append(seen - DELAY_US)
+    return counted / total if total else 1.0
+
+
 def _write_files(stream: pa.Table, directory: Path, batches: int) -> int:
     """Writes the stream in arrival order, one Parquet file per micro-batch."""
     directory.mkdir(parents=True)
-    rows = -(-stream.num_rows // batches)
-    table = stream.select(["tenant", "event_time", "value"])
-    n = 0
-    for i in range(batches):
-        part = table.slice(i * rows, rows)
-        if part.num_rows == 0:
-            break
+    parts = micro_batches(stream.select(["tenant", "event_time", "value"]), batches)
+    for i, part in enumerate(parts):
         f = directory / f"batch-{i:05d}.parquet"
         pq.write_table(part, f)
         # The file source orders files by modification time: make it the batch order.
         os.utime(f, (1_700_000_000 + i, 1_700_000_000 + i))
-        n += 1
-    return n
+    return len(parts)
 
 
 def _truth(stream: pa.Table) -> dict[tuple[str, int], int]:
-    minute = 60_000_000
+    minute = WINDOW_US
     us = pc.cast(stream.column("event_time"), pa.int64())
     start = pc.multiply(pc.divide(us, minute), minute)
     t = pa.table({"tenant": stream.column("tenant"), "start": start})
@@ -223,8 +269,7 @@ def run_demo(
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     started = time.perf_counter()
-    spec = StreamSpec(keys=tenants, events=events, duration_s=1_800, delayed_fraction=0.5, skew=0.8)
-    stream = multi_tenant_stream(spec)
+    stream = demo_stream(events, tenants)
     work = Path(tempfile.mkdtemp(prefix="tidemark-demo-"))
     try:
         source = work / "stream"
@@ -295,6 +340,7 @@ def render(result: DemoResult, console: Any) -> None:
             style=style,
         )
     console.print(table)
+    console.print(f"[dim]{RULES_NOTE}[/dim]")
 
 
 def write_report(result: DemoResult, out_dir: Path) -> Path:
@@ -349,6 +395,7 @@ Tumbling window {WINDOW}, bounded delay {DELAY}, the same for every system.</p>
 <p><img src="accuracy.png" alt="accuracy chart"></p>
 <p>Ground truth: a batch GROUP BY over all {result.events:,} events
 ({result.truth_windows:,} windows).</p>
+<p>{html.escape(RULES_NOTE)}</p>
 </body></html>
 """
     )
