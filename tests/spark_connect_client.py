@@ -29,6 +29,7 @@ from tidemark.spark import (
     observe_partitions,
     reorder,
 )
+from tidemark.spark._plan import estimated_bytes, fits_one_task
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -110,6 +111,11 @@ def main(tmp: str) -> None:
     pq.write_table(whole, work / "whole.parquet")
     df = spark.read.parquet(str(work / "whole.parquet"))
     want = local(pipe, [whole])
+    # Spark Connect has no JVM handle: the size estimate comes from the cost plan, so a
+    # small input still runs in one task with no shuffle.
+    size = estimated_bytes(df)
+    assert size is not None and 0 < size < (work / "whole.parquet").stat().st_size * 10, size
+    assert fits_one_task(spark, size)
     res = aggregate(df, pipe)
     assert windows_of(res.windows.collect()) == want, "aggregate default"
     assert res.late.count() == 0 and res.errors.count() == 0

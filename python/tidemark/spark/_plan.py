@@ -16,6 +16,7 @@ exact Arrow schema Spark expects (string vs large_string, session time zone).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -319,12 +320,36 @@ def used_input(pipe: Pipeline, schema: Any) -> Any:
 
 
 def estimated_bytes(df: Any) -> int | None:
-    """Spark's size estimate of ``df`` (optimizer statistics), if it has one."""
+    """Spark's size estimate of ``df`` (optimizer statistics), if it has one. A Spark
+    Connect DataFrame has no JVM handle: its estimate is read from the cost plan
+    (one request to the server)."""
     try:
         stats = df._jdf.queryExecution().optimizedPlan().stats()
         return int(stats.sizeInBytes())
     except Exception:  # an API Spark does not promise: no estimate, not an error
+        pass
+    try:
+        return size_in_cost_plan(df._explain_string(mode="cost"))
+    except Exception:
         return None
+
+
+_UNITS = {"B": 0, "KiB": 1, "MiB": 2, "GiB": 3, "TiB": 4, "PiB": 5, "EiB": 6}
+
+
+def size_in_cost_plan(text: str) -> int | None:
+    """The root's ``sizeInBytes`` in the optimized plan of ``explain(mode="cost")``
+    text (``Statistics(sizeInBytes=1239.3 KiB)``), or ``None`` where it has none.
+
+    >>> size_in_cost_plan("== Optimized Logical Plan ==\\nRelation [a#1L] parquet, "
+    ...                   "Statistics(sizeInBytes=1.5 KiB)\\n\\n== Physical Plan ==")
+    1536
+    """
+    _, found, plan = text.partition("== Optimized Logical Plan ==")
+    m = re.search(r"Statistics\(sizeInBytes=([0-9.]+) ([KMGTPE]iB|B)\b", plan) if found else None
+    if m is None:
+        return None
+    return int(float(m.group(1)) * 1024 ** _UNITS[m.group(2)])
 
 
 def fits_one_task(spark: Any, size: int | None) -> bool:
