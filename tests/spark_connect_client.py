@@ -171,6 +171,10 @@ def main(tmp: str) -> None:
     streamed = windows_of(spark.read.parquet(str(out)).collect())
     assert flushed and set(flushed) <= set(streamed), "the flush reaches the sink"
     assert streamed == local(pipe, tables), "StreamProcessor under Spark Connect"
+    # The copy in the server's foreachBatch process counted the batches; this client
+    # reads the counts from the state store.
+    last = proc.progress(len(tables) - 1)
+    assert last is not None and last["input_rows"] == tables[-1].num_rows, last
     # A damaged state file surfaces on this client as tm.StateCorruptedError naming it.
     snap = work / "state" / "partitions" / "1" / "3.snap"  # the flush was batch 3
     snap.write_bytes(snap.read_bytes()[:-10])

@@ -448,6 +448,11 @@ def test_streaming_matches_local_operator_and_replays_exactly(
         assert pr["error_rows"] == 0
     assert progress[len(batches)]["input_rows"] == 0  # the flush
     assert progress[len(batches)]["window_rows"] == len(final)
+    # The same counts, recorded in the state store for other processes (the last
+    # `retention` batches; older records are pruned).
+    assert proc.progress() == progress[len(batches)]
+    assert proc.progress(len(batches) - 1) == progress[len(batches) - 1]
+    assert proc.progress(0) is None and proc.progress(99) is None
 
     # Replay the last streamed batch (as Spark does after a crash): same output.
     last = len(batches) - 1

@@ -346,7 +346,8 @@ class StreamProcessor:
         ``batch_id``, ``input_rows``, ``window_rows``, ``late_rows`` (Spark's
         ``numRowsDroppedByWatermark``), ``error_rows``, the ``watermark`` it ran with
         and ``next_watermark`` (epoch microseconds). Counted by the batch's own job:
-        reading it costs no Spark job.
+        reading it costs no Spark job. Also recorded in ``state_location``: see
+        :meth:`progress`.
     """
 
     def __init__(
@@ -638,7 +639,7 @@ class StreamProcessor:
                     f"{self.store.path('partitions')}"
                 )
             self._combine(rec, progress)
-            self.last_progress = _counts(batch_id, rec, progress)
+            self.last_progress = rec["progress"] = _counts(batch_id, rec, progress)
         except BaseException:
             combined.unpersist()
             raise
@@ -675,6 +676,24 @@ class StreamProcessor:
             batch_id = next_flush_batch(self.store, "state_after")
         windows, _, _ = self._run(spark.range(0), batch_id, flush=True, schema=schema)
         return windows
+
+    def progress(self, batch_id: int | None = None) -> dict[str, Any] | None:
+        """A finished batch's counts (the keys of :attr:`last_progress`), read from
+        ``state_location``: batch ``batch_id``, or the last finished one. ``None`` if
+        it did not finish or was pruned (``retention``).
+
+        Works from any process that reaches ``state_location``: under Spark Connect
+        the processor runs in the server's ``foreachBatch`` process, and this is how
+        the client reads its progress.
+        """
+        done = self.store.versions("driver", _JSON)
+        if batch_id is not None:
+            done = [v for v in done if v == batch_id]
+        for v in reversed(done):
+            rec = self.store.read_json(f"driver/{v}{_JSON}") or {}
+            if "progress" in rec:
+                return dict(rec["progress"])
+        return None
 
     def watermark(self) -> int | None:
         """The watermark the next batch will use (epoch microseconds)."""
