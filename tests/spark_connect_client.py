@@ -3,10 +3,11 @@ names and checks it against the local operator (used by
 tests/test_spark_connect.py, which starts the server).
 
 Checks the batch ``aggregate`` (persisted default, ``cache=False``, a lookup table,
-which travels in the closure because Spark Connect has no broadcast variables),
-``reorder``, ``observe_partitions``, and a ``StreamProcessor`` and a ``ReorderStream``
-under ``foreachBatch`` (run by the server's Python process), each flushed from this
-client.
+which travels in the closure because Spark Connect has no broadcast variables, and
+the size estimate read from the cost plan), ``reorder``, ``observe_partitions``, and a
+``StreamProcessor`` and a ``ReorderStream`` under ``foreachBatch`` (run by the
+server's Python process), each flushed from this client; the processor's counts read
+from the state store, and a damaged snapshot reported as ``tm.StateCorruptedError``.
 """
 
 from __future__ import annotations
