@@ -129,7 +129,6 @@ def main(tmp: str) -> None:
     assert got == local(looked_up, [whole]), "aggregate with a lookup"
     assert "d5" not in {g[0] for g in got}  # no lookup row: dropped by the inner join
 
-    # Streaming: one file per micro-batch; foreachBatch runs on the server.
     # Reordering and per-source-partition progress.
     r = tm.Reorder("ts", late_tolerance="3s", late="side_output")
     rr = reorder(df, r, partition_by=["device"], num_partitions=2)
@@ -153,7 +152,8 @@ def main(tmp: str) -> None:
     latest = pc.max(whole.column("ts").cast(pa.int64())).as_py()
     assert max(w for _, w in seen) == latest - 1_000_000, (seen, latest)
 
-    # Spark reads the files in modification-time order: one second apart.
+    # Streaming: one file per micro-batch; foreachBatch runs on the server. Spark
+    # reads the files in modification-time order: one second apart.
     (work / "in").mkdir()
     for b, t in enumerate(tables):
         path = work / "in" / f"part-{b}.parquet"
@@ -172,6 +172,19 @@ def main(tmp: str) -> None:
     streamed = windows_of(spark.read.parquet(str(out)).collect())
     assert flushed and set(flushed) <= set(streamed), "the flush reaches the sink"
     assert streamed == local(pipe, tables), "StreamProcessor under Spark Connect"
+    # The same stream shuffled to its state partitions (adaptive coalescing is turned
+    # off for the batch's job through the session's conf, then restored).
+    shuffled_out = work / "out-shuffled"
+    shuffled = StreamProcessor(
+        pipe,
+        str(work / "state-shuffled"),
+        num_partitions=2,
+        sink=lambda w, batch_id: w.write.mode("append").parquet(str(shuffled_out)),
+        shuffle=True,
+    )
+    run_stream(spark, schema, work / "in", shuffled, work / "chk-shuffled")
+    shuffled.flush(spark, schema)
+    assert windows_of(spark.read.parquet(str(shuffled_out)).collect()) == streamed
     # The copy in the server's foreachBatch process counted the batches; this client
     # reads the counts from the state store.
     last = proc.progress(len(tables) - 1)
