@@ -163,8 +163,10 @@ def count(column: str | None = None) -> Agg:
 
 
 def sum(column: str) -> Agg:
-    """Sum (int64 for integer columns, float64 for floats; exact, order independent;
-    a float sum beyond the double range is ±inf)."""
+    """Sum: int64 for integer columns, float64 for floats, ``decimal(min(38, p + 10),
+    s)`` for ``decimal(p, s)`` (Spark's type for ``sum``). Exact and order
+    independent; an integer or decimal sum beyond its output type is null, a float sum
+    beyond the double range is ±inf."""
     return Agg("sum", column)
 
 
@@ -179,17 +181,19 @@ def max(column: str) -> Agg:
 
 
 def mean(column: str) -> Agg:
-    """Arithmetic mean (float64)."""
+    """Arithmetic mean: float64, or ``decimal(min(38, p + 4), min(38, s + 4))`` for
+    ``decimal(p, s)`` (Spark's type for ``avg``), rounded half away from zero."""
     return Agg("mean", column)
 
 
 def variance(column: str, ddof: int = 1) -> Agg:
-    """Variance (``ddof=1``: sample, as Spark's ``variance``; ``0``: population)."""
+    """Variance, float64 (``ddof=1``: sample, as Spark's ``variance``; ``0``:
+    population)."""
     return Agg("variance", column, ddof)
 
 
 def stddev(column: str, ddof: int = 1) -> Agg:
-    """Standard deviation (``ddof=1``: sample; ``0``: population)."""
+    """Standard deviation, float64 (``ddof=1``: sample; ``0``: population)."""
     return Agg("stddev", column, ddof)
 
 

@@ -12,26 +12,34 @@
 //! | `count()` | none (rows) | int64 |
 //! | `count(col)` | any | int64 (non-null values) |
 //! | `sum(col)` | integer / float | int64 / float64 (null if no values or on int64 overflow) |
+//! | `sum(col)` | `decimal(p, s)` | `decimal(min(38, p + 10), s)` (null if no values or beyond that precision) |
 //! | `mean(col)` | integer / float | float64 |
-//! | `variance(col, ddof)`, `stddev(col, ddof)` | integer / float | float64 (null if fewer than `ddof + 1` values) |
-//! | `min`, `max`, `first`, `last` | integer, float, boolean, temporal, string, binary | the input type |
+//! | `mean(col)` | `decimal(p, s)` | `decimal(min(38, p + 4), min(38, s + 4))`, rounded half away from zero |
+//! | `variance(col, ddof)`, `stddev(col, ddof)` | integer / float / decimal | float64 (null if fewer than `ddof + 1` values) |
+//! | `min`, `max`, `first`, `last` | integer, float, decimal, boolean, temporal, string, binary | the input type |
+//!
+//! Decimal sums and means are exact ([`WideSum`]) and follow Spark's result types for
+//! `sum` and `avg` of a `DecimalType` column.
 
+mod decimal;
 mod exact;
 
 use std::cmp::Ordering;
 use std::sync::Arc;
 
 use arrow_array::builder::{
-    BinaryBuilder, BooleanBuilder, Float64Builder, Int64Builder, UInt64Builder,
+    BinaryBuilder, BooleanBuilder, Decimal128Builder, Float64Builder, Int64Builder, UInt64Builder,
 };
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
 use arrow_array::{
-    Array, ArrayRef, BinaryViewArray, BooleanArray, Float64Array, Int64Array, UInt64Array,
+    Array, ArrayRef, BinaryViewArray, BooleanArray, Decimal128Array, Float64Array, Int64Array,
+    UInt64Array,
 };
 use arrow_buffer::NullBuffer;
 use arrow_schema::{DataType, Field, Schema};
 
+pub use decimal::{Unscaled, WideSum};
 pub use exact::ExactSum;
 
 use crate::error::{Result, TidemarkError};
@@ -137,6 +145,8 @@ enum Class {
     Float,
     Bool,
     Bytes,
+    /// `Decimal128`: unscaled `i128` values.
+    Decimal,
 }
 
 fn class_of(dt: &DataType) -> Option<Class> {
@@ -144,6 +154,7 @@ fn class_of(dt: &DataType) -> Option<Class> {
         DataType::UInt64 => Class::UInt,
         DataType::Float16 | DataType::Float32 | DataType::Float64 => Class::Float,
         DataType::Boolean => Class::Bool,
+        DataType::Decimal128(_, _) => Class::Decimal,
         DataType::Utf8
         | DataType::LargeUtf8
         | DataType::Utf8View
@@ -221,7 +232,10 @@ impl BoundAgg {
                 )
             })?
         };
-        let numeric = matches!(class, Class::Int | Class::UInt | Class::Float);
+        let numeric = matches!(
+            class,
+            Class::Int | Class::UInt | Class::Float | Class::Decimal
+        );
         let temporal = matches!(
             value_type(&dt),
             DataType::Date32
@@ -243,12 +257,25 @@ impl BoundAgg {
                         ),
                     ));
                 }
-                match (spec.kind, class) {
-                    (AggKind::Sum, Class::Int | Class::UInt) => DataType::Int64,
+                match (spec.kind, class, value_type(&dt)) {
+                    (AggKind::Sum, Class::Int | Class::UInt, _) => DataType::Int64,
+                    (AggKind::Sum, Class::Decimal, &DataType::Decimal128(p, s)) => {
+                        let (p, s) = decimal::sum_type(p, s);
+                        DataType::Decimal128(p, s)
+                    }
+                    (AggKind::Mean, Class::Decimal, &DataType::Decimal128(p, s)) => {
+                        let (p, s) = decimal::mean_type(p, s);
+                        DataType::Decimal128(p, s)
+                    }
                     _ => DataType::Float64,
                 }
             }
             AggKind::Min | AggKind::Max | AggKind::First | AggKind::Last => value_type(&dt).clone(),
+        };
+        // Variance and stddev read decimals as doubles (as Spark does).
+        let class = match (spec.kind, class) {
+            (AggKind::Variance { .. } | AggKind::Stddev { .. }, Class::Decimal) => Class::Float,
+            _ => class,
         };
         Ok(BoundAgg {
             spec: spec.clone(),
@@ -269,6 +296,7 @@ impl BoundAgg {
         match (self.spec.kind, self.class) {
             (AggKind::Count, _) => Acc::Count(0),
             (AggKind::Sum, Class::Float) => Acc::SumF(ExactSum::default(), 0),
+            (AggKind::Sum | AggKind::Mean, Class::Decimal) => Acc::Dec(WideSum::default(), 0),
             (AggKind::Sum, _) => Acc::SumI(0, 0),
             (AggKind::Mean, Class::Float) => Acc::MeanF(ExactSum::default(), 0),
             (AggKind::Mean, _) => Acc::MeanI(0, 0),
@@ -313,6 +341,7 @@ impl BoundAgg {
                     .clone(),
             ),
             Class::Bool => Input::Bool(col.as_boolean().clone()),
+            Class::Decimal => Input::Dec(col.as_primitive::<Decimal128Type>().clone()),
             Class::Bytes => Input::Bytes(
                 arrow_cast::cast(&col, &DataType::BinaryView)?
                     .as_binary_view()
@@ -331,6 +360,28 @@ impl BoundAgg {
                 }
                 Arc::new(b.finish())
             }
+            AggKind::Sum | AggKind::Mean if self.class == Class::Decimal => {
+                let DataType::Decimal128(p, s) = self.output_type else {
+                    unreachable!("decimal sums and means output decimals")
+                };
+                // A mean has 4 more decimal places than its input (fewer at scale 38).
+                let extra = match value_type(&self.input_type) {
+                    DataType::Decimal128(_, in_s) => (s - in_s) as u32,
+                    _ => 0,
+                };
+                let mut b = Decimal128Builder::with_capacity(0);
+                for a in accs {
+                    let v = match a {
+                        Acc::Dec(sum, n) if *n > 0 => match self.spec.kind {
+                            AggKind::Mean => sum.scaled_div(extra, *n as u64),
+                            _ => sum.get(),
+                        },
+                        _ => None,
+                    };
+                    b.append_option(v.filter(|v| decimal::fits(*v, p)));
+                }
+                Arc::new(b.finish().with_precision_and_scale(p, s)?)
+            }
             AggKind::Sum if self.output_type == DataType::Int64 => {
                 let mut b = Int64Builder::new();
                 for a in accs {
@@ -347,7 +398,7 @@ impl BoundAgg {
             }
             AggKind::Min | AggKind::Max | AggKind::First | AggKind::Last => {
                 let scalars = accs.map(|a| a.scalar());
-                let arr = scalars_to_array(scalars, self.class)?;
+                let arr = scalars_to_array(scalars, self.class, &self.output_type)?;
                 return Ok(arrow_cast::cast(&arr, &self.output_type)?);
             }
         };
@@ -368,8 +419,22 @@ fn int64(col: &ArrayRef) -> Result<ArrayRef> {
 fn scalars_to_array<'a>(
     scalars: impl Iterator<Item = Option<&'a Scalar>>,
     class: Class,
+    output: &DataType,
 ) -> Result<ArrayRef> {
     Ok(match class {
+        Class::Decimal => {
+            let DataType::Decimal128(p, s) = *output else {
+                unreachable!("decimal column")
+            };
+            let mut b = Decimal128Builder::new();
+            for v in scalars {
+                b.append_option(v.map(|v| match v {
+                    Scalar::D(v) => v.get(),
+                    _ => unreachable!("decimal column"),
+                }));
+            }
+            Arc::new(b.finish().with_precision_and_scale(p, s)?)
+        }
         Class::Int => {
             let mut b = Int64Builder::new();
             for s in scalars {
@@ -442,6 +507,8 @@ pub enum Input {
     Float(Float64Array),
     /// Booleans.
     Bool(BooleanArray),
+    /// Decimals (unscaled values).
+    Dec(Decimal128Array),
     /// Strings and binary as `BinaryView`.
     Bytes(BinaryViewArray),
 }
@@ -472,6 +539,9 @@ impl Input {
             Input::UInt(a) => a.is_valid(row).then(|| Scalar::U(a.value(row))),
             Input::Float(a) => a.is_valid(row).then(|| Scalar::F(a.value(row))),
             Input::Bool(a) => a.is_valid(row).then(|| Scalar::Bool(a.value(row))),
+            Input::Dec(a) => a
+                .is_valid(row)
+                .then(|| Scalar::D(Unscaled::new(a.value(row)))),
             Input::Bytes(a) => a.is_valid(row).then(|| Scalar::B(a.value(row).to_vec())),
         }
     }
@@ -490,6 +560,8 @@ pub enum Scalar {
     Bool(bool),
     /// String or binary bytes.
     B(Vec<u8>),
+    /// Unscaled decimal value.
+    D(Unscaled),
 }
 
 impl Scalar {
@@ -510,6 +582,7 @@ impl Scalar {
             (Scalar::F(a), Scalar::F(b)) => norm(*a).total_cmp(&norm(*b)),
             (Scalar::Bool(a), Scalar::Bool(b)) => a.cmp(b),
             (Scalar::B(a), Scalar::B(b)) => a.cmp(b),
+            (Scalar::D(a), Scalar::D(b)) => a.get().cmp(&b.get()),
             _ => Ordering::Equal,
         }
     }
@@ -520,7 +593,7 @@ impl Scalar {
             Scalar::U(v) => *v as f64,
             Scalar::F(v) => *v,
             Scalar::Bool(v) => *v as u8 as f64,
-            Scalar::B(_) => f64::NAN,
+            Scalar::B(_) | Scalar::D(_) => f64::NAN,
         }
     }
 
@@ -528,6 +601,7 @@ impl Scalar {
         match self {
             Scalar::I(v) => *v as i128,
             Scalar::U(v) => *v as i128,
+            Scalar::D(v) => v.get(),
             _ => 0,
         }
     }
@@ -546,6 +620,8 @@ pub enum Acc {
     MeanI(i128, i64),
     /// Float sum for a mean.
     MeanF(ExactSum, i64),
+    /// Exact sum of unscaled decimal values and their number (decimal sum and mean).
+    Dec(WideSum, i64),
     /// Sum, sum of squares and count (variance, stddev).
     Moments(Box<[ExactSum; 2]>, i64),
     /// Smallest value.
@@ -581,6 +657,12 @@ impl Acc {
                     *n += 1;
                 }
             }
+            (Acc::Dec(s, n), Input::Dec(a)) => {
+                if a.is_valid(row) {
+                    s.add(a.value(row));
+                    *n += 1;
+                }
+            }
             _ => {
                 if let Some(v) = input.value(row) {
                     self.update_value(v, ts);
@@ -598,6 +680,10 @@ impl Acc {
             }
             Acc::SumF(s, n) | Acc::MeanF(s, n) => {
                 s.add(v.as_f64());
+                *n += 1;
+            }
+            Acc::Dec(s, n) => {
+                s.add(v.as_i128());
                 *n += 1;
             }
             Acc::Moments(m, n) => {
@@ -649,6 +735,10 @@ impl Acc {
                 *n += n2;
             }
             (Acc::SumF(s, n), Acc::SumF(s2, n2)) | (Acc::MeanF(s, n), Acc::MeanF(s2, n2)) => {
+                s.merge(s2);
+                *n += n2;
+            }
+            (Acc::Dec(s, n), Acc::Dec(s2, n2)) => {
                 s.merge(s2);
                 *n += n2;
             }
@@ -839,6 +929,86 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("needs a column"), "{e}");
+    }
+
+    #[test]
+    fn decimals_follow_spark_types_and_stay_exact() {
+        use arrow_array::Decimal128Array;
+        let sch = Schema::new(vec![Field::new("d", DataType::Decimal128(10, 2), true)]);
+        // 1.25, -0.50, null, 3.00, 0.01
+        let col: ArrayRef = Arc::new(
+            Decimal128Array::from(vec![Some(125), Some(-50), None, Some(300), Some(1)])
+                .with_precision_and_scale(10, 2)
+                .unwrap(),
+        );
+        let out = |kind: AggKind| {
+            let b = BoundAgg::bind(&AggSpec::new("x", kind, Some("d")), &sch).unwrap();
+            let input = b.input(std::slice::from_ref(&col)).unwrap();
+            let (mut l, mut r) = (b.new_acc(), b.new_acc());
+            for row in 0..5 {
+                let acc = if row % 2 == 0 { &mut l } else { &mut r };
+                acc.update(&input, row, row as i64);
+            }
+            l.merge(&r);
+            (
+                b.output_field().data_type().clone(),
+                b.finish(std::iter::once(&l)).unwrap(),
+            )
+        };
+        let dec = |a: &ArrayRef| a.as_primitive::<Decimal128Type>().value(0);
+        let (t, a) = out(AggKind::Sum);
+        assert_eq!((t, dec(&a)), (DataType::Decimal128(20, 2), 376));
+        // 3.76 / 4 = 0.94 at 4 more places.
+        let (t, a) = out(AggKind::Mean);
+        assert_eq!((t, dec(&a)), (DataType::Decimal128(14, 6), 940_000));
+        let (t, a) = out(AggKind::Min);
+        assert_eq!((t, dec(&a)), (DataType::Decimal128(10, 2), -50));
+        let (_, a) = out(AggKind::Max);
+        assert_eq!(dec(&a), 300);
+        let (_, a) = out(AggKind::Last);
+        assert_eq!(dec(&a), 1);
+        let (t, a) = out(AggKind::Variance { ddof: 0 });
+        assert_eq!(t, DataType::Float64);
+        let v = a.as_primitive::<Float64Type>().value(0);
+        let xs = [1.25f64, -0.5, 3.0, 0.01];
+        let m = xs.iter().sum::<f64>() / 4.0;
+        let want = xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / 4.0;
+        assert!((v - want).abs() < 1e-12, "{v} vs {want}");
+
+        // A sum beyond the output precision is null, not a wrapped value.
+        let sch = Schema::new(vec![Field::new("d", DataType::Decimal128(38, 0), true)]);
+        let big: ArrayRef = Arc::new(
+            Decimal128Array::from(vec![decimal::pow10(38) - 1; 3])
+                .with_precision_and_scale(38, 0)
+                .unwrap(),
+        );
+        let b = BoundAgg::bind(&AggSpec::new("x", AggKind::Sum, Some("d")), &sch).unwrap();
+        let input = b.input(&[big]).unwrap();
+        let mut acc = b.new_acc();
+        (0..3).for_each(|row| acc.update(&input, row, 0));
+        assert!(b.finish(std::iter::once(&acc)).unwrap().is_null(0));
+        // The mean of 20,000 copies of 10^34 - 1 (a decimal(38, 4) mean) is that value,
+        // though their sum leaves the i128 range.
+        let copies: ArrayRef = Arc::new(
+            Decimal128Array::from(vec![decimal::pow10(34) - 1; 20_000])
+                .with_precision_and_scale(38, 0)
+                .unwrap(),
+        );
+        let m = BoundAgg::bind(&AggSpec::new("x", AggKind::Mean, Some("d")), &sch).unwrap();
+        let input = m.input(&[copies]).unwrap();
+        let mut acc = m.new_acc();
+        (0..20_000).for_each(|row| acc.update(&input, row, 0));
+        let mean = m.finish(std::iter::once(&acc)).unwrap();
+        assert_eq!(mean.data_type(), &DataType::Decimal128(38, 4));
+        assert_eq!(dec(&mean), (decimal::pow10(34) - 1) * 10_000);
+    }
+
+    /// Every open window holds one state per aggregate: decimal states (128-bit values)
+    /// must not make all of them larger.
+    #[test]
+    fn states_stay_small() {
+        assert!(std::mem::size_of::<Acc>() <= 48);
+        assert!(std::mem::size_of::<Scalar>() <= 24);
     }
 
     #[test]

@@ -33,7 +33,7 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 pub use config::{EmitMode, LatePolicy, PipelineConfig, Scope, TimeMode};
 
-use crate::agg::{Acc, BoundAgg, ExactSum, Input, Scalar};
+use crate::agg::{Acc, BoundAgg, ExactSum, Input, Scalar, Unscaled, WideSum};
 use crate::clock::ClockRef;
 use crate::error::{Result, TidemarkError};
 use crate::key::{decode_key_columns, is_key_type, KeyBytes, KeyColumns, KeyRows};
@@ -2013,6 +2013,10 @@ fn write_scalar(w: &mut Writer, s: &Scalar) {
             w.u8(4);
             w.bytes(v)
         }
+        Scalar::D(v) => {
+            w.u8(5);
+            w.i128(v.get())
+        }
     }
 }
 
@@ -2023,6 +2027,7 @@ fn read_scalar(r: &mut Reader<'_>) -> Result<Scalar> {
         2 => Scalar::F(r.f64()?),
         3 => Scalar::Bool(r.bool()?),
         4 => Scalar::B(r.bytes()?.to_vec()),
+        5 => Scalar::D(Unscaled::new(r.i128()?)),
         t => {
             return Err(TidemarkError::StateCorrupted(format!(
                 "unknown value tag {t}"
@@ -2116,6 +2121,13 @@ fn write_acc(w: &mut Writer, a: &Acc) {
             w.u8(9);
             opt_t(w, s)
         }
+        Acc::Dec(s, n) => {
+            let (lo, carry) = s.parts();
+            w.u8(10);
+            w.i128(lo);
+            w.i64(carry);
+            w.i64(*n)
+        }
     }
 }
 
@@ -2145,6 +2157,7 @@ fn read_acc(r: &mut Reader<'_>) -> Result<Acc> {
         7 => Acc::Max(opt(r)?),
         8 => Acc::First(opt_t(r)?),
         9 => Acc::Last(opt_t(r)?),
+        10 => Acc::Dec(WideSum::from_parts(r.i128()?, r.i64()?), r.i64()?),
         t => {
             return Err(TidemarkError::StateCorrupted(format!(
                 "unknown aggregate tag {t}"
