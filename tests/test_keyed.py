@@ -148,6 +148,26 @@ def test_arrow_key_column_types(column: pa.Array) -> None:
     assert late.to_pylist() == [True, True, False]
 
 
+def test_decimal_key_columns() -> None:
+    import decimal
+
+    # Account numbers as Spark reads them from JDBC sources: decimal(18, 0).
+    accounts = pa.array(
+        [decimal.Decimal(10**15 + 1), decimal.Decimal(7), None] * 2, pa.decimal128(18, 0)
+    )
+    t = tm.KeyedWatermarkTracker(bounded_delay=0)
+    t.update_batch(accounts, pa.array([10, 20, 5, 11, 21, 6]))
+    assert t.total_key_count() == 3  # two accounts and the null key
+    assert t.is_late_batch(accounts, pa.array([10, 22, 6, 12, 20, 5])).to_pylist() == [
+        True,
+        False,
+        False,
+        False,
+        True,
+        True,
+    ]
+
+
 def test_tables_and_polars_as_key_columns() -> None:
     table = pa.table({"region": ["eu", "eu", "us"], "id": [1, 1, 2]})
     times = pa.chunked_array([[5, 9], [7]])

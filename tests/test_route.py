@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 from typing import Any
 
 import polars as pl
@@ -154,12 +155,17 @@ def test_spark_mode_matches_spark_repartition_on_mixed_types(spark: Any) -> None
                 base + dt.timedelta(microseconds=i * 123_457),
                 i % 120,
                 bytes([i % 256, (i * 3) % 256, 7][: 1 + i % 3]),
+                None if i % 19 == 0 else decimal.Decimal(i * 7919 - 1_500_000) / 100,
+                decimal.Decimal(-(i**9) + 3 * i) / 10_000,  # up to 26 digits
             )
         )
-    schema = "l long, s string, d double, b boolean, dt date, ts timestamp, i int, bin binary"
+    schema = (
+        "l long, s string, d double, b boolean, dt date, ts timestamp, i int, bin binary, "
+        "dec decimal(10,2), big decimal(30,4)"
+    )
     df = spark.createDataFrame(rows, schema).withColumn("sh", F.col("i").cast("short"))
-    cols = ["l", "s", "d", "b", "dt", "ts", "i", "bin", "sh"]
-    for keys in (cols, ["s"], ["l", "ts"], ["d", "b", "sh"], ["bin", "dt"]):
+    cols = ["l", "s", "d", "b", "dt", "ts", "i", "bin", "sh", "dec", "big"]
+    for keys in (cols, ["s"], ["l", "ts"], ["d", "b", "sh"], ["bin", "dt"], ["dec"], ["big"]):
         n = 7
         with_pid = df.repartition(n, *keys).withColumn("pid", F.spark_partition_id())
         table = with_pid.toArrow()

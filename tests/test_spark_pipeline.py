@@ -322,20 +322,21 @@ def test_batch_replay_in_arrival_order_reports_late_rows(spark: Any) -> None:
 def test_decimal_aggregates_match_spark(spark: Any) -> None:
     """sum, mean, min and max of a DecimalType column give Spark's own result types
     and values (``avg`` rounded half up at 4 more places); stddev reads decimals as
-    doubles, as Spark does."""
+    doubles, as Spark does. The key is a decimal too (an account number as JDBC
+    sources deliver one)."""
     import decimal
 
     from pyspark.sql import functions as F
 
     rows = [
         (
-            f"d{i % 3}",
+            decimal.Decimal((i % 3) * 10**15 + 7),
             T0 + dt.timedelta(seconds=(i * 53) % 300),
             None if i % 11 == 0 else decimal.Decimal((i * 7919) % 200_001 - 100_000) / 100,
         )
         for i in range(400)
     ]
-    df = spark.createDataFrame(rows, "device string, ts timestamp, amount decimal(10,2)")
+    df = spark.createDataFrame(rows, "device decimal(18,0), ts timestamp, amount decimal(10,2)")
     pipe = tm.Pipeline(
         key="device",
         event_time="ts",
@@ -358,7 +359,7 @@ def test_decimal_aggregates_match_spark(spark: Any) -> None:
         F.stddev("amount").alias("sd"),
     )
     native = native.select("device", F.col("window.start").alias("window_start"), "*")
-    for name in ("total", "avg", "lo", "hi", "sd"):
+    for name in ("device", "total", "avg", "lo", "hi", "sd"):
         assert got.schema[name].dataType == native.schema[name].dataType, name
     assert str(got.schema["total"].dataType) == "DecimalType(20,2)"
     assert str(got.schema["avg"].dataType) == "DecimalType(14,6)"

@@ -251,7 +251,8 @@ class Pipeline:
     Parameters
     ----------
     key : str, list of str, or None
-        Key columns (``None``: one global group).
+        Key columns (``None``: one global group): integer, float, decimal, boolean,
+        date, time, timestamp, string, binary or dictionary columns.
     event_time : str
         The event-time column: an Arrow timestamp or date, or any column with an
         ``event_time_type``.

@@ -421,7 +421,7 @@ class KeyedWatermarkTracker:
 
     Keys may be ``str``, ``bytes``, ``int``, ``float``, ``bool``, ``None`` or tuples of
     them; Arrow key columns may be any integer, string, binary, dictionary (and
-    float/bool/date/timestamp) type, and several columns together. The Python key
+    float/bool/date/timestamp/decimal) type, and several columns together. The Python key
     ``("eu", 7)`` and the Arrow row ``region="eu", id=7`` are the same key.
 
     Examples

@@ -480,7 +480,8 @@ pub fn is_key_type(dt: &DataType) -> bool {
         | DataType::Binary
         | DataType::LargeBinary
         | DataType::BinaryView
-        | DataType::FixedSizeBinary(_) => true,
+        | DataType::FixedSizeBinary(_)
+        | DataType::Decimal128(_, _) => true,
         dt => int_like(dt),
     }
 }
@@ -502,8 +503,8 @@ fn unsupported(dt: &DataType) -> TidemarkError {
     TidemarkError::config(
         "key",
         format!(
-            "a {dt} column cannot be a key; keys may be integer, float, boolean, date, time, \
-             timestamp, string, binary or dictionary columns"
+            "a {dt} column cannot be a key; keys may be integer, float, decimal, boolean, date, \
+             time, timestamp, string, binary or dictionary columns"
         ),
     )
 }
@@ -536,6 +537,16 @@ impl Col {
             DataType::LargeBinary => Col::LargeBinary(a.clone()),
             DataType::BinaryView => Col::BinaryView(a.clone()),
             DataType::FixedSizeBinary(_) => Col::FixedBinary(a.clone()),
+            DataType::Decimal128(_, _) => {
+                // The 16 little-endian bytes of each unscaled value (one type per column,
+                // so equal bytes are equal values), read in place.
+                let d = a.as_primitive::<Decimal128Type>();
+                Col::FixedBinary(Arc::new(arrow_array::FixedSizeBinaryArray::new(
+                    16,
+                    d.values().inner().clone(),
+                    d.nulls().cloned(),
+                )))
+            }
             DataType::Dictionary(_, _) => {
                 let dict = a.as_any_dictionary();
                 let values = Col::new(dict.values())?;
@@ -1908,6 +1919,24 @@ pub fn decode_key_columns(keys: &[&[u8]], types: &[DataType]) -> Result<Vec<Arra
                 }
                 arrow_cast::cast(&(Arc::new(b.finish()) as ArrayRef), target)?
             }
+            DataType::Decimal128(p, sc) => {
+                let mut b = Decimal128Builder::new();
+                for v in vals {
+                    match v {
+                        Decoded::Bin(s) => {
+                            let bytes: [u8; 16] = (*s).try_into().map_err(|_| {
+                                TidemarkError::StateCorrupted(format!(
+                                    "a decimal key of {} bytes, not 16",
+                                    s.len()
+                                ))
+                            })?;
+                            b.append_value(i128::from_le_bytes(bytes))
+                        }
+                        _ => b.append_null(),
+                    }
+                }
+                Arc::new(b.finish().with_precision_and_scale(*p, *sc)?)
+            }
             DataType::FixedSizeBinary(n) => {
                 let mut b = FixedSizeBinaryBuilder::new(*n);
                 for v in vals {
@@ -1997,6 +2026,18 @@ mod tests {
             Arc::new(UInt64Array::from(vec![u64::MAX, 1])),
             Arc::new(arrow_array::Date32Array::from(vec![3, 4])),
             Arc::new(arrow_array::BooleanArray::from(vec![true, false])),
+            Arc::new(
+                arrow_array::Decimal128Array::from(vec![Some(-12_345), None])
+                    .with_precision_and_scale(30, 2)
+                    .unwrap(),
+            ),
+            // A slice: the key reads the values at the array's offset.
+            Arc::new(
+                arrow_array::Decimal128Array::from(vec![7, i128::MIN, i128::MAX])
+                    .with_precision_and_scale(38, 0)
+                    .unwrap()
+                    .slice(1, 2),
+            ),
         ];
         let kc = KeyColumns::new(&cols).unwrap();
         let keys: Vec<Vec<u8>> = (0..2).map(|i| kc.key(i)).collect();

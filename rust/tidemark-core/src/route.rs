@@ -624,6 +624,20 @@ impl PMod {
     }
 }
 
+/// Java's `BigInteger.toByteArray` of `v`: the shortest big-endian two's complement
+/// bytes that hold it (at least one).
+fn java_big_integer_bytes(v: i128) -> Vec<u8> {
+    let b = v.to_be_bytes();
+    let mut start = 0;
+    // A leading byte is redundant while it only extends the sign of the next one.
+    while start < 15
+        && ((b[start] == 0 && b[start + 1] < 0x80) || (b[start] == 0xFF && b[start + 1] >= 0x80))
+    {
+        start += 1;
+    }
+    b[start..].to_vec()
+}
+
 /// Types whose Spark hash [`HashAlgo::Spark`] reproduces.
 pub fn spark_hashable(dt: &DataType) -> bool {
     match dt {
@@ -643,7 +657,8 @@ pub fn spark_hashable(dt: &DataType) -> bool {
         | DataType::Utf8View
         | DataType::Binary
         | DataType::LargeBinary
-        | DataType::BinaryView => true,
+        | DataType::BinaryView
+        | DataType::Decimal128(_, _) => true,
         _ => false,
     }
 }
@@ -743,6 +758,18 @@ fn spark_hash_column(c: &ArrayRef, h: &mut [i32]) -> Result<()> {
                 spark_hash_long(bits, s)
             });
         }
+        DataType::Decimal128(p, _) => {
+            let a = c.as_primitive::<Decimal128Type>();
+            if *p <= 18 {
+                // Spark hashes a decimal of up to 18 digits as its unscaled long.
+                each(a, h, |i, s| spark_hash_long(a.value(i) as i64, s));
+            } else {
+                // Wider ones as the bytes of Java's BigInteger.toByteArray.
+                each(a, h, |i, s| {
+                    spark_hash_bytes(&java_big_integer_bytes(a.value(i)), s)
+                });
+            }
+        }
         DataType::Utf8 => {
             let a = c.as_string::<i32>();
             each(a, h, |i, s| spark_hash_bytes(a.value(i).as_bytes(), s));
@@ -838,6 +865,33 @@ mod tests {
             for h in [0, 1, -1, 42, i32::MIN, i32::MAX, -123_456_789, 987_654_321] {
                 assert_eq!(m.pmod(h), spark_pmod(h, n), "{h} {n}");
             }
+        }
+    }
+
+    #[test]
+    fn decimal_bytes_are_java_big_integer_bytes() {
+        let cases: [(i128, &[u8]); 9] = [
+            (0, &[0]),
+            (127, &[0x7F]),
+            (128, &[0x00, 0x80]),
+            (-1, &[0xFF]),
+            (-128, &[0x80]),
+            (-129, &[0xFF, 0x7F]),
+            (65_535, &[0x00, 0xFF, 0xFF]),
+            (
+                i128::MAX,
+                &[
+                    0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+                    0xFF, 0xFF, 0xFF,
+                ],
+            ),
+            (
+                i128::MIN,
+                &[0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            ),
+        ];
+        for (v, want) in cases {
+            assert_eq!(java_big_integer_bytes(v), want, "{v}");
         }
     }
 
