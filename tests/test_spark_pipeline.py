@@ -779,6 +779,47 @@ def test_streaming_rescales_state_partitions_between_runs(spark: Any, tmp_path: 
     assert list((tmp_path / "state/partitions/2").glob("*.snap")) == []
 
 
+def test_column_names_with_dots_spaces_and_backticks(spark: Any, tmp_path: Path) -> None:
+    """Flattened JSON gives columns such as ``user.id``: Spark reads a bare dotted
+    name as a struct field, and PySpark's own ``mapInArrow`` cannot resolve one. Every
+    Spark entry point takes such names, and its outputs keep them."""
+    from tidemark.spark import observe_partitions, reorder
+
+    rows = [(f"u{i % 3}", "x", T0 + dt.timedelta(seconds=i * 7), float(i), 0) for i in range(40)]
+    rows.append(("u1", "x", None, 1.0, 0))
+    schema = "`user.id` string, `a b` string, `event.time` timestamp, `v``x` double, `src.p` int"
+    df = spark.createDataFrame(rows, schema)
+    pipe = tm.Pipeline(
+        key=["user.id", "a b"],
+        event_time="event.time",
+        watermark=tm.BoundedOutOfOrderness("10s", per="key"),
+        window=tm.Tumbling("1m"),
+        aggs={"n": tm.count(), "s": tm.sum("v`x")},
+    )
+    table = df.toArrow()
+    op = pipe.operator()
+    local = op.process(table.filter(pa.compute.is_valid(table["event.time"]))).windows.to_pylist()
+    local += op.flush().windows.to_pylist()
+    want = sorted(
+        (r["user.id"], r["window_start"].replace(tzinfo=None), r["n"], r["s"]) for r in local
+    )
+    cols = ["user.id", "window_start", "n", "s"]
+    for kw in ({}, {"num_partitions": 3}, {"cache": False}):
+        res = aggregate(df, pipe, **kw)
+        assert res.windows.columns[:2] == ["user.id", "a b"]
+        assert rows_of(res.windows, cols) == want, kw
+        (err,) = res.errors.collect()
+        assert (err["user.id"], err["v`x"], err["reason"]) == ("u1", 1.0, "event time is null")
+    proc = StreamProcessor(pipe, str(tmp_path / "state"), num_partitions=2, sink=None)
+    proc(df.filter("`event.time` IS NOT NULL"), 0)
+    assert proc.last_progress["input_rows"] == 40
+    r = tm.Reorder("event.time", late_tolerance="1m")
+    out = reorder(df, r, partition_by=["user.id"], num_partitions=2)
+    assert out.rows.count() == 40 and out.rows.columns == df.columns
+    marks = observe_partitions(df, partition_column="src.p", event_time="event.time").collect()
+    assert {m.partition for m in marks} == {0}
+
+
 def test_rows_windows_on_spark_batch_and_streaming(spark: Any, tmp_path: Path) -> None:
     pipe = tm.Pipeline(
         key="device",
@@ -865,6 +906,16 @@ def test_streaming_state_errors(spark: Any, tmp_path: Path) -> None:
     snap.unlink()
     with pytest.raises(tm.StateCorruptedError, match=f"{snap}: missing"):
         proc(df, 2)
+    # A streaming DataFrame handed to the batch API: told what to use instead.
+    inp = tmp_path / "in"
+    write_stream_files(inp, batches)
+    stream = spark.readStream.schema(schema).parquet(str(inp))
+    with pytest.raises(tm.ConfigError, match=r"batch DataFrame.*StreamProcessor.*foreachBatch"):
+        aggregate(stream, pipe)
+    from tidemark.spark import reorder
+
+    with pytest.raises(tm.ConfigError, match=r"reorder\(\) takes a batch.*ReorderStream"):
+        reorder(stream, tm.Reorder("ts"))
 
 
 @pytest.mark.slow

@@ -303,6 +303,42 @@ def quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def map_in_arrow(df: Any, fn: Any, schema: Any) -> Any:
+    """``df.mapInArrow(fn, schema)`` for any column names. PySpark's ``mapInArrow``
+    resolves each input column by its name, which fails for a name with a dot or a
+    backtick (``user.id`` from flattened JSON): such an input travels under
+    positional names, and ``fn`` sees batches with the real names again."""
+    names = list(df.columns)
+    if not any("." in n or "`" in n for n in names):
+        return df.mapInArrow(fn, schema)
+    safe = df.selectExpr(*[f"{quoted(n)} AS `__tm_c{i}`" for i, n in enumerate(names)])
+
+    def renamed(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return fn(b.rename_columns(names) for b in batches)  # type: ignore[no-any-return]
+
+    return safe.mapInArrow(renamed, schema)
+
+
+def require_batch(df: Any, call: str, streaming_way: str) -> None:
+    """Raises :class:`~tidemark.ConfigError` for a streaming DataFrame (Spark's own
+    error would come later, from the first action, and not say what to use)."""
+    if df.isStreaming:
+        from tidemark.errors import ConfigError
+
+        raise ConfigError(
+            f"{call} takes a batch DataFrame; for a streaming one, pass "
+            f"{streaming_way} to df.writeStream.foreachBatch(...)"
+        )
+
+
+def column(name: str) -> Any:
+    """The top-level column ``name``, whatever characters it holds (Spark reads a bare
+    ``"a.b"`` as field ``b`` of struct ``a``)."""
+    from pyspark.sql import functions as F
+
+    return F.col(quoted(name))
+
+
 def used_input(pipe: Pipeline, schema: Any) -> Any:
     """The fields of ``schema`` (a Spark ``StructType``) the pipeline's windows read:
     keys, event time, source partition, aggregate inputs, in input order. With a

@@ -15,11 +15,14 @@ from tidemark.spark._plan import (
     KIND_WINDOW,
     Plan,
     ShippedPipeline,
+    column,
     concat_input,
     estimated_bytes,
     fits_one_task,
+    map_in_arrow,
     packed_spark,
     quoted,
+    require_batch,
     session_arrow_settings,
     split_packed,
     used_input,
@@ -166,6 +169,7 @@ def aggregate(
     from pyspark import StorageLevel
     from pyspark.sql.types import StructType
 
+    require_batch(df, "aggregate()", "a tidemark.spark.StreamProcessor")
     if (order_by is None) != (batch_rows is None):
         from tidemark.errors import ConfigError
 
@@ -180,8 +184,9 @@ def aggregate(
     def parted(inp: Any) -> Any:
         if single:
             return inp.coalesce(1)
-        out = inp.repartition(n, *pipe.key) if pipe.key else inp.repartition(1)
-        return out if order_by is None else out.sortWithinPartitions(order_by)
+        keys = [column(k) for k in pipe.key]
+        out = inp.repartition(n, *keys) if keys else inp.repartition(1)
+        return out if order_by is None else out.sortWithinPartitions(column(order_by))
 
     shipped = ShippedPipeline(pipe, spark)
     if not cache:
@@ -200,7 +205,8 @@ def aggregate(
             KIND_ERROR: (full, plan),
         }
         one = {
-            kind: rows.mapInArrow(
+            kind: map_in_arrow(
+                rows,
                 _task(shipped, kind_plan, order_by, batch_rows, cores, kind),
                 plan.single_spark[kind],
             )
@@ -209,7 +215,7 @@ def aggregate(
         return AggregateResult(one[KIND_WINDOW], one[KIND_LATE], one[KIND_ERROR], None)
     packed = size is None or size >= PACK_FROM_BYTES
     task = _task(shipped, plan, order_by, batch_rows, cores, packed=packed)
-    combined = parted(df).mapInArrow(task, packed_spark() if packed else plan.combined_spark)
+    combined = map_in_arrow(parted(df), task, packed_spark() if packed else plan.combined_spark)
     combined = combined.persist(storage_level or StorageLevel.MEMORY_AND_DISK)
     split = split_packed(plan, combined) if packed else plan.split(combined)
     return AggregateResult(*split, combined)

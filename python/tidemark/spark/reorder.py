@@ -37,8 +37,11 @@ from tidemark.errors import ConfigError, StateCorruptedError
 from tidemark.reorder import Reorder, ReorderOutput
 from tidemark.spark._plan import (
     arrow_schema_of,
+    column,
     combined_block,
     concat_input,
+    map_in_arrow,
+    require_batch,
     session_arrow_settings,
 )
 from tidemark.spark.state import StateStore, state_errors_surface
@@ -116,7 +119,7 @@ class ReorderPlan:
         from pyspark.sql import functions as F
 
         kind = F.col(_KIND)
-        cols = [F.col(n) for n in self.input_names]
+        cols = [column(n) for n in self.input_names]
         return (
             combined.filter(kind == ROWS).select(*cols),
             combined.filter(kind == LATE).select(*cols),
@@ -148,7 +151,9 @@ class ReorderResult:
 
 
 def _partitioned(df: Any, n: int, partition_by: list[str] | None) -> Any:
-    return df.repartition(n, *partition_by) if partition_by else df.repartition(n)
+    if not partition_by:
+        return df.repartition(n)
+    return df.repartition(n, *[column(c) for c in partition_by])
 
 
 def _check_columns(r: Reorder, df: Any, partition_by: list[str] | None) -> None:
@@ -204,6 +209,7 @@ def reorder(
     """
     from pyspark import StorageLevel
 
+    require_batch(df, "reorder()", "a tidemark.spark.ReorderStream")
     _check_columns(r, df, partition_by)
     spark = df.sparkSession
     tz, large = session_arrow_settings(spark)
@@ -230,8 +236,8 @@ def reorder(
         n = num_partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
         parted = _partitioned(df, n, partition_by)
     if sort_within is not None:
-        parted = parted.sortWithinPartitions(sort_within)
-    combined = parted.mapInArrow(run, plan.combined_spark).persist(
+        parted = parted.sortWithinPartitions(column(sort_within))
+    combined = map_in_arrow(parted, run, plan.combined_spark).persist(
         storage_level or StorageLevel.MEMORY_AND_DISK
     )
     rows, late, errors = plan.split(combined)
@@ -371,7 +377,8 @@ class ReorderStream:
         # empty DataFrames are local relations the optimizer prunes).
         n = self.num_partitions
         source = spark.range(0, n, 1, n) if flush else _partitioned(df, n, self.partition_by)
-        combined = source.mapInArrow(run, plan.combined_spark).persist(StorageLevel.MEMORY_AND_DISK)
+        combined = map_in_arrow(source, run, plan.combined_spark)
+        combined = combined.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             with _exact_partitions(spark), state_errors_surface():
                 progress = ReorderPlan.progress_of(combined)  # the one job of this batch

@@ -55,6 +55,7 @@ from tidemark.spark._plan import (
     ShippedPipeline,
     estimated_bytes,
     fits_one_task,
+    map_in_arrow,
     quoted,
     session_arrow_settings,
     spark_context,
@@ -607,10 +608,10 @@ class StreamProcessor:
             fields.fieldNames() if windows_only else None,
         )
         if windows_only:
-            combined = parted.mapInArrow(task, plan.single_spark[KIND_WINDOW])
+            combined = map_in_arrow(parted, task, plan.single_spark[KIND_WINDOW])
             windows, late, errors = combined, None, None
         else:
-            combined = parted.mapInArrow(task, plan.combined_spark).persist(
+            combined = map_in_arrow(parted, task, plan.combined_spark).persist(
                 StorageLevel.MEMORY_AND_DISK
             )
             windows, late, errors = plan.split(combined)

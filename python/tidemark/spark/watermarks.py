@@ -8,6 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from tidemark._duration import Duration, to_micros
+from tidemark.spark._plan import map_in_arrow
 from tidemark.watermarks import PartitionedWatermarkTracker
 
 __all__ = ["PARTITION_PROGRESS_SCHEMA", "observe_partitions"]
@@ -87,4 +88,4 @@ def observe_partitions(
     """
     lateness = to_micros(max_lateness, "max_lateness")
     fn = _observe_task(source_id, partition_column, event_time, event_time_type, lateness)
-    return df.mapInArrow(fn, PARTITION_PROGRESS_SCHEMA)
+    return map_in_arrow(df, fn, PARTITION_PROGRESS_SCHEMA)
