@@ -231,3 +231,28 @@ def test_without_late_rows_any_batching_gives_the_same_windows(
         return sorted(out)
 
     assert run(sizes) == run([len(in_order)])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(rows_st, min_size=1, max_size=5), config_st, st.integers(0, 4))
+def test_decimal_values_aggregate_as_their_integers(
+    batches: list[list[Row]], config: Any, cut: int
+) -> None:
+    """The same stream with ``v`` as decimal(10, 2) cents: every window (session
+    merges and a snapshot restore included) sums to the integer sum / 100."""
+    import decimal
+
+    def as_cents(t: pa.Table) -> pa.Table:
+        cents = [None if v is None else decimal.Decimal(v).scaleb(-2) for v in t["v"].to_pylist()]
+        return t.set_column(2, "v", pa.array(cents, pa.decimal128(10, 2)))
+
+    pipe = make_pipeline(*config)
+    ints, cents = pipe.operator(), pipe.operator()
+    for i, rows in enumerate([*batches, None]):
+        if i == cut:
+            cents = pipe.operator(state=cents.snapshot())
+        a = ints.flush() if rows is None else ints.process(table(rows))
+        b = cents.flush() if rows is None else cents.process(as_cents(table(rows)))
+        assert b.windows.schema.field("s").type == pa.decimal128(20, 2)
+        want = [(*w[:4], decimal.Decimal(w[4]).scaleb(-2)) for w in wins(a.windows)]
+        assert wins(b.windows) == want
