@@ -121,3 +121,40 @@ def test_streaming_reorder_keeps_the_buffer_and_replays_exactly(spark: Any, tmp_
     )
     with pytest.raises(tm.StateCorruptedError, match="configuration"):
         other(spark.read.parquet(str(inp / "part-00000.parquet")), 9)
+
+
+def test_streaming_reorder_with_an_empty_partition_and_the_default_time_zone(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A state partition that gets no rows in one micro-batch and rows in the next,
+    with the session time zone left at the JVM's default: its buffer keeps one
+    schema (the empty partition's table takes the zone Spark's batches carry, e.g.
+    Etc/UTC, not "UTC")."""
+    import datetime as dt
+
+    old_tz = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.unset("spark.sql.session.timeZone")
+    try:
+        t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+        schema = "device string, ts timestamp, seq long"
+
+        def batch(rows: list[tuple[str, int, int]]) -> Any:
+            return spark.createDataFrame(
+                [(d, t0 + dt.timedelta(seconds=s), q) for d, s, q in rows], schema
+            )
+
+        released: list[int] = []
+        rs = ReorderStream(
+            tm.Reorder("ts", late_tolerance="10s"),
+            str(tmp_path / "state"),
+            num_partitions=2,
+            partition_by=["device"],
+            sink=lambda df, b: released.extend(r.seq for r in df.collect()),
+        )
+        # Every row of batch 0 hashes to one state partition: the other runs empty.
+        rs(batch([("d0", s, s) for s in range(5)]), 0)
+        rs(batch([(d, 100 + i, 100 + i) for i, d in enumerate(["d0", "d1", "d2", "d3"])]), 1)
+        rs.flush(spark, batch([]).schema)
+        assert sorted(released) == [0, 1, 2, 3, 4, 100, 101, 102, 103]
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", old_tz)

@@ -59,8 +59,13 @@ def combined_block(
 
 
 def session_arrow_settings(spark: Any) -> tuple[str, bool]:
-    """The session time zone and whether strings travel as large_string."""
-    tz = spark.conf.get("spark.sql.session.timeZone", "UTC")
+    """The session time zone and whether strings travel as large_string. The zone is
+    read without a default: unset, it is the JVM's zone (``get(key, "UTC")`` would
+    answer "UTC" where Spark's Arrow batches say, e.g., "Etc/UTC")."""
+    try:
+        tz = spark.conf.get("spark.sql.session.timeZone") or "UTC"
+    except Exception:  # a session that cannot say: Spark's own fallback
+        tz = "UTC"
     large = str(spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower()
     return tz, large == "true"
 
