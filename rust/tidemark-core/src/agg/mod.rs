@@ -975,30 +975,25 @@ mod tests {
         let want = xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / 4.0;
         assert!((v - want).abs() < 1e-12, "{v} vs {want}");
 
-        // A sum beyond the output precision is null, not a wrapped value.
+        // The aggregate of `n` copies of one decimal(38, 0) value.
         let sch = Schema::new(vec![Field::new("d", DataType::Decimal128(38, 0), true)]);
-        let big: ArrayRef = Arc::new(
-            Decimal128Array::from(vec![decimal::pow10(38) - 1; 3])
-                .with_precision_and_scale(38, 0)
-                .unwrap(),
-        );
-        let b = BoundAgg::bind(&AggSpec::new("x", AggKind::Sum, Some("d")), &sch).unwrap();
-        let input = b.input(&[big]).unwrap();
-        let mut acc = b.new_acc();
-        (0..3).for_each(|row| acc.update(&input, row, 0));
-        assert!(b.finish(std::iter::once(&acc)).unwrap().is_null(0));
+        let over_copies = |kind: AggKind, v: i128, n: usize| {
+            let col: ArrayRef = Arc::new(
+                Decimal128Array::from(vec![v; n])
+                    .with_precision_and_scale(38, 0)
+                    .unwrap(),
+            );
+            let b = BoundAgg::bind(&AggSpec::new("x", kind, Some("d")), &sch).unwrap();
+            let input = b.input(&[col]).unwrap();
+            let mut acc = b.new_acc();
+            (0..n).for_each(|row| acc.update(&input, row, 0));
+            b.finish(std::iter::once(&acc)).unwrap()
+        };
+        // A sum beyond the output precision is null, not a wrapped value.
+        assert!(over_copies(AggKind::Sum, decimal::pow10(38) - 1, 3).is_null(0));
         // The mean of 20,000 copies of 10^34 - 1 (a decimal(38, 4) mean) is that value,
         // though their sum leaves the i128 range.
-        let copies: ArrayRef = Arc::new(
-            Decimal128Array::from(vec![decimal::pow10(34) - 1; 20_000])
-                .with_precision_and_scale(38, 0)
-                .unwrap(),
-        );
-        let m = BoundAgg::bind(&AggSpec::new("x", AggKind::Mean, Some("d")), &sch).unwrap();
-        let input = m.input(&[copies]).unwrap();
-        let mut acc = m.new_acc();
-        (0..20_000).for_each(|row| acc.update(&input, row, 0));
-        let mean = m.finish(std::iter::once(&acc)).unwrap();
+        let mean = over_copies(AggKind::Mean, decimal::pow10(34) - 1, 20_000);
         assert_eq!(mean.data_type(), &DataType::Decimal128(38, 4));
         assert_eq!(dec(&mean), (decimal::pow10(34) - 1) * 10_000);
     }
