@@ -72,6 +72,17 @@ impl WideSum {
     /// (`k <= 19`, `n > 0`): the mean of `n` values at `k` more decimal places.
     pub fn scaled_div(&self, k: u32, n: u64) -> Option<i128> {
         assert!(k <= 19 && n > 0, "scaled_div(k = {k}, n = {n})");
+        // Most means (sums of a window's values, at 4 more places) fit an i64: one
+        // native division instead of the long division below.
+        if let (0, Ok(n64)) = (self.carry, i64::try_from(n)) {
+            let num = self.lo.get().checked_mul(10i128.pow(k)).map(i64::try_from);
+            if let Some(Ok(num)) = num {
+                let (q, r) = (num / n64, num % n64);
+                // 2|r| < 2n <= 2^64: no overflow.
+                let up = 2 * r.unsigned_abs() >= n;
+                return Some(i128::from(q) + if up { i128::from(num.signum()) } else { 0 });
+            }
+        }
         let (negative, mut mag) = self.magnitude();
         // mag * 10^k: a 256-bit magnitude (below 2^192) times a 64-bit factor.
         let mul = 10u64.pow(k);

@@ -522,6 +522,7 @@ impl Input {
             Input::Int(a) => crate::prefetch_at(a.values(), row),
             Input::UInt(a) => crate::prefetch_at(a.values(), row),
             Input::Float(a) => crate::prefetch_at(a.values(), row),
+            Input::Dec(a) => crate::prefetch_at(a.values(), row),
             _ => {}
         }
     }
