@@ -625,8 +625,9 @@ impl PMod {
 }
 
 /// Java's `BigInteger.toByteArray` of `v`: the shortest big-endian two's complement
-/// bytes that hold it (at least one).
-fn java_big_integer_bytes(v: i128) -> Vec<u8> {
+/// bytes that hold it (at least one), as `bytes[start..]` of the returned pair (no
+/// allocation per row).
+fn java_big_integer_bytes(v: i128) -> ([u8; 16], usize) {
     let b = v.to_be_bytes();
     let mut start = 0;
     // A leading byte is redundant while it only extends the sign of the next one.
@@ -635,7 +636,7 @@ fn java_big_integer_bytes(v: i128) -> Vec<u8> {
     {
         start += 1;
     }
-    b[start..].to_vec()
+    (b, start)
 }
 
 /// Types whose Spark hash [`HashAlgo::Spark`] reproduces.
@@ -766,7 +767,8 @@ fn spark_hash_column(c: &ArrayRef, h: &mut [i32]) -> Result<()> {
             } else {
                 // Wider ones as the bytes of Java's BigInteger.toByteArray.
                 each(a, h, |i, s| {
-                    spark_hash_bytes(&java_big_integer_bytes(a.value(i)), s)
+                    let (bytes, start) = java_big_integer_bytes(a.value(i));
+                    spark_hash_bytes(&bytes[start..], s)
                 });
             }
         }
@@ -891,7 +893,8 @@ mod tests {
             ),
         ];
         for (v, want) in cases {
-            assert_eq!(java_big_integer_bytes(v), want, "{v}");
+            let (bytes, start) = java_big_integer_bytes(v);
+            assert_eq!(&bytes[start..], want, "{v}");
         }
     }
 
