@@ -93,11 +93,18 @@ def test_streaming_reorder_keeps_the_buffer_and_replays_exactly(spark: Any, tmp_
         sink=lambda df, b: got.__setitem__(b, [r.seq for r in df.collect()]),
         late_sink=lambda df, b: late.extend(r.seq for r in df.collect()),
     )
+    progress: dict[int, dict[str, Any]] = {}
+
+    def each_batch(df: Any, b: int) -> None:
+        rs(df, b)
+        assert rs.last_progress is not None
+        progress[b] = rs.last_progress
+
     q = (
         spark.readStream.schema(schema)
         .option("maxFilesPerTrigger", 1)
         .parquet(str(inp))
-        .writeStream.foreachBatch(rs)
+        .writeStream.foreachBatch(each_batch)
         .option("checkpointLocation", str(tmp_path / "chk"))
         .trigger(availableNow=True)
         .start()
@@ -109,7 +116,30 @@ def test_streaming_reorder_keeps_the_buffer_and_replays_exactly(spark: Any, tmp_
     before = got[last]
     rs(spark.read.parquet(str(inp / f"part-{last:05d}.parquet")), last)
     assert got[last] == before
+    assert rs.last_progress == progress[last], "a replay counts the same"
     rs.flush(spark, schema)
+    progress[last + 1] = rs.progress()
+    # Per batch: what came in, what left, what the buffer holds; nothing unaccounted.
+    buffered = 0
+    for b, p in sorted(progress.items()):
+        assert p["batch_id"] == b
+        assert p["input_rows"] == (batches[b].num_rows if b <= last else 0)
+        assert p["released_rows"] == len(got[b])
+        assert p["late_rows"] == (1 if b == 3 else 0)
+        assert p["error_rows"] == 0
+        buffered += p["input_rows"] - p["released_rows"] - p["late_rows"] - p["error_rows"]
+        assert p["buffered_rows"] == buffered
+        assert (p["buffer_bytes"] > 0) == (buffered > 0)
+    assert buffered == 0, "the flush empties the buffer"
+    # Recorded with the state: another process (a fresh object) reads it back.
+    again = ReorderStream(
+        tm.Reorder("ts", "unixtimestamp_ms", late_tolerance="3s", late="side_output"),
+        str(tmp_path / "state"),
+        num_partitions=1,
+    )
+    assert again.progress() == progress[last + 1]
+    assert again.progress(last) == progress[last]
+    assert again.progress(0) is None, "pruned after retention"
     streamed = [s for b in sorted(got) for s in got[b]]
     want_rows, want_late = local(batches)
     # One state partition: exactly the local operator's order, across micro-batches.

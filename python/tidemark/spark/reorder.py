@@ -53,6 +53,17 @@ _KIND = "__tm_kind"
 _REASON = "__tm_reason"
 _PART = "__tm_partition"
 _WM = "__tm_watermark"
+_COUNTS = "__tm_counts"
+#: A batch's counts, in the order of a progress row's ``__tm_counts`` (per state
+#: partition; the buffer's figures are after the batch).
+COUNTS = (
+    "input_rows",
+    "released_rows",
+    "late_rows",
+    "error_rows",
+    "buffered_rows",
+    "buffer_bytes",
+)
 _SNAP = ".snap"
 _JSON = ".json"
 
@@ -62,7 +73,7 @@ Sink = Callable[[Any, int], None]
 @dataclass(frozen=True)
 class ReorderPlan:
     """Schemas of a reorder over one input schema: the input columns plus a kind code,
-    the error reason, and the partition / watermark of progress rows."""
+    the error reason, and the partition, watermark and counts of progress rows."""
 
     input_names: list[str]
     combined_arrow: pa.Schema
@@ -71,7 +82,14 @@ class ReorderPlan:
 
     @staticmethod
     def build(df_schema: Any, tz: str, large: bool) -> ReorderPlan:
-        from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+        from pyspark.sql.types import (
+            ArrayType,
+            IntegerType,
+            LongType,
+            StringType,
+            StructField,
+            StructType,
+        )
 
         fields = [StructField(f.name, f.dataType, True) for f in df_schema.fields]
         fields += [
@@ -79,6 +97,7 @@ class ReorderPlan:
             StructField(_REASON, StringType(), True),
             StructField(_PART, IntegerType(), True),
             StructField(_WM, LongType(), True),
+            StructField(_COUNTS, ArrayType(LongType(), False), True),
         ]
         combined = StructType(fields)
         names = list(df_schema.fieldNames())
@@ -106,12 +125,17 @@ class ReorderPlan:
                 cols[_REASON] = table.column(table.num_columns - 1).combine_chunks()
             yield self._block(table.num_rows, kind, cols)
 
-    def progress(self, partition: int, watermark: int | None) -> pa.RecordBatch:
-        """One progress row: the partition's watermark after the task."""
+    def progress(self, partition: int, watermark: int | None, counts: list[int]) -> pa.RecordBatch:
+        """One progress row: the partition's watermark after the task and its
+        :data:`COUNTS`."""
         return self._block(
             1,
             PROGRESS,
-            {_PART: pa.array([partition], pa.int32()), _WM: pa.array([watermark], pa.int64())},
+            {
+                _PART: pa.array([partition], pa.int32()),
+                _WM: pa.array([watermark], pa.int64()),
+                _COUNTS: pa.array([counts], pa.list_(pa.int64())),
+            },
         )
 
     def split(self, combined: Any) -> tuple[Any, Any, Any]:
@@ -127,12 +151,26 @@ class ReorderPlan:
         )
 
     @staticmethod
-    def progress_of(combined: Any) -> dict[int, int | None]:
-        """Each state partition's watermark (collected to the driver)."""
+    def progress_of(combined: Any) -> dict[int, tuple[int | None, list[int]]]:
+        """Each state partition's watermark and :data:`COUNTS` (collected to the
+        driver)."""
         from pyspark.sql import functions as F
 
-        rows = combined.filter(F.col(_KIND) == PROGRESS).select(_PART, _WM).collect()
-        return {int(r[0]): r[1] for r in rows}
+        rows = combined.filter(F.col(_KIND) == PROGRESS).select(_PART, _WM, _COUNTS).collect()
+        return {int(r[0]): (r[1], list(r[2])) for r in rows}
+
+
+def batch_counts(before: dict[str, Any], after: dict[str, Any], input_rows: int) -> list[int]:
+    """A task's :data:`COUNTS` from its operator's metrics before and after the batch
+    (the late count includes dropped rows)."""
+    return [
+        input_rows,
+        after["rows_released"] - before["rows_released"],
+        after["late_dropped_count"] - before["late_dropped_count"],
+        after["rows_error"] - before["rows_error"],
+        after["buffer_size"],
+        after["buffer_bytes"],
+    ]
 
 
 @dataclass
@@ -264,6 +302,16 @@ class ReorderStream:
         Versions kept per partition (at least 2, so the last batch can be replayed).
     start_fresh : bool
         Start empty if the state location has no version for the previous batch.
+
+    Attributes
+    ----------
+    last_progress : dict or None
+        The last batch, set once it is done: ``batch_id``, its ``input_rows``,
+        ``released_rows``, ``late_rows`` (dropped or sent to ``late_sink``) and
+        ``error_rows``; the buffer after it, ``buffered_rows`` and ``buffer_bytes``
+        (summed over state partitions); and the stream's ``watermark`` (epoch
+        microseconds). Counted by the batch's own job, and recorded in
+        ``state_location``: see :meth:`progress`.
     """
 
     def __init__(
@@ -291,6 +339,7 @@ class ReorderStream:
         self.retention = retention
         self.start_fresh = start_fresh
         self._checked = False
+        self.last_progress: dict[str, Any] | None = None
 
     def _check_meta(self) -> None:
         if self._checked:
@@ -364,11 +413,13 @@ class ReorderStream:
                 rel = f"partitions/{p}/{prev}{_SNAP}"
                 raise StateCorruptedError(f"{store.path(rel)}: {e}") from None
             table = concat_input(batches, input_arrow)
+            before = op.metrics()
             out = op.flush() if flush else op.process(table)
             yield from plan.encode(out)
             store.write(f"partitions/{p}/{batch_id}{_SNAP}", op.snapshot())
             store.prune(f"partitions/{p}", _SNAP, batch_id - retention + 1)
-            yield plan.progress(p, op.watermark)
+            counts = batch_counts(before, op.metrics(), 0 if flush else table.num_rows)
+            yield plan.progress(p, op.watermark, counts)
 
         from tidemark.spark.streaming import _exact_partitions
 
@@ -394,12 +445,20 @@ class ReorderStream:
         except BaseException:
             combined.unpersist()
             raise
-        marks = [w for w in progress.values() if w is not None]
+        marks = [w for w, _ in progress.values() if w is not None]
+        # The stream's watermark: every partition has released up to it.
+        watermark = min(marks) if len(marks) == len(progress) else None
+        totals = [sum(c[i] for _, c in progress.values()) for i in range(len(COUNTS))]
+        self.last_progress = {
+            "batch_id": batch_id,
+            **dict(zip(COUNTS, totals, strict=True)),
+            "watermark": watermark,
+        }
         done: dict[str, Any] = {
             "batch_id": batch_id,
             "prev_batch": prev,
-            # The stream's watermark: every partition has released up to it.
-            "watermark": min(marks) if len(marks) == len(progress) else None,
+            "watermark": watermark,
+            "progress": self.last_progress,
         }
         if flush:
             done["flush"] = True
@@ -423,6 +482,14 @@ class ReorderStream:
             batch_id = next_flush_batch(self.store, "watermark")
         rows, _, _ = self._run(spark.createDataFrame([], schema), batch_id, flush=True)
         return rows
+
+    def progress(self, batch_id: int | None = None) -> dict[str, Any] | None:
+        """A finished batch's counts (the keys of :attr:`last_progress`), read from
+        ``state_location``: batch ``batch_id``, or the last finished one. ``None`` if
+        it did not finish or was pruned (``retention``). Works from any process that
+        reaches ``state_location`` (e.g. a Spark Connect client).
+        """
+        return self.store.batch_progress(batch_id)
 
     def watermark(self) -> int | None:
         """The stream's watermark after the last batch (minimum over partitions)."""

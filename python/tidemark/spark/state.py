@@ -113,6 +113,19 @@ class StateStore:
             if v > keep_until:
                 self.fs.delete_file(self.path(rel_dir, f"{v}{suffix}"))
 
+    def batch_progress(self, batch_id: int | None = None) -> dict[str, Any] | None:
+        """The ``progress`` of a finished batch's driver record (``driver/<id>.json``):
+        batch ``batch_id``, or the last finished one; ``None`` if it did not finish
+        or was pruned."""
+        done = self.versions("driver", ".json")
+        if batch_id is not None:
+            done = [v for v in done if v == batch_id]
+        for v in reversed(done):
+            rec = self.read_json(f"driver/{v}.json") or {}
+            if "progress" in rec:
+                return dict(rec["progress"])
+        return None
+
     def clean_temp(self) -> None:
         """Deletes temporary files left by writers that died mid-write (call when no
         task is running)."""

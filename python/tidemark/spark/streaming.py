@@ -687,14 +687,7 @@ class StreamProcessor:
         the processor runs in the server's ``foreachBatch`` process, and this is how
         the client reads its progress.
         """
-        done = self.store.versions("driver", _JSON)
-        if batch_id is not None:
-            done = [v for v in done if v == batch_id]
-        for v in reversed(done):
-            rec = self.store.read_json(f"driver/{v}{_JSON}") or {}
-            if "progress" in rec:
-                return dict(rec["progress"])
-        return None
+        return self.store.batch_progress(batch_id)
 
     def watermark(self) -> int | None:
         """The watermark the next batch will use (epoch microseconds)."""
