@@ -23,10 +23,18 @@ def as_tabular(data: ArrowData, what: str = "data") -> Tabular:
     """Views ``data`` as a pyarrow RecordBatch or Table without copying."""
     if isinstance(data, (pa.RecordBatch, pa.Table)):
         return data
-    if hasattr(data, "__arrow_c_array__"):
-        return pa.record_batch(data)
-    if hasattr(data, "__arrow_c_stream__"):
-        return pa.table(data)
+    try:
+        if hasattr(data, "__arrow_c_array__"):
+            return pa.record_batch(data)
+        if hasattr(data, "__arrow_c_stream__"):
+            return pa.table(data)
+    except pa.ArrowInvalid as e:
+        # A column (an array, a polars Series) exports a non-struct type.
+        raise TypeError(
+            f"{what} must be Arrow tabular data with named columns, got "
+            f"{type(data).__name__} ({e}); wrap a single column in a table, e.g. "
+            "pa.table({'name': array})"
+        ) from None
     raise TypeError(
         f"{what} must be Arrow tabular data (a pyarrow RecordBatch or Table, a polars "
         f"DataFrame, or any object with __arrow_c_array__ / __arrow_c_stream__), "

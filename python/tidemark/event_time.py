@@ -173,6 +173,12 @@ def parse_event_time(
     ([1500000, None], [{'row': 1, 'reason': 'event time is null'}])
     """
     if column_name is not None:
+        if isinstance(data, (pa.Array, pa.ChunkedArray)):
+            raise TypeError(
+                f"column_name={column_name!r} names a column of tabular data, but data is "
+                f"an array: parse it alone, e.g. parse_event_time(values, "
+                f"event_time_type={column_name!r})"
+            )
         values = column(as_tabular(data), column_name)
         label = column_name
     else:
