@@ -227,7 +227,10 @@ pub fn parse_event_time(array: &dyn Array, ty: EventTimeType) -> Result<ParsedEv
         }
         (EventTimeType::Native, DataType::Date32) => {
             let a = array.as_primitive::<Date32Type>();
-            map_checked(a, &mut errors, |d| Ok(d as i64 * MICROS_PER_DAY))
+            // Days beyond about 292,000 years from 1970 do not fit in microseconds.
+            map_checked(a, &mut errors, |d| {
+                Scale::Mul(MICROS_PER_DAY).apply(d as i64)
+            })
         }
         (EventTimeType::Native, DataType::Date64) => {
             let a: Int64Array = reinterpret::<Date64Type>(array);
@@ -523,9 +526,17 @@ mod tests {
         let p = parse_event_time(&ns, EventTimeType::Native).unwrap();
         assert_eq!(ok_values(&p), vec![Some(1), Some(-1)], "floor division");
 
-        let d = Date32Array::from(vec![1]);
+        let d = Date32Array::from(vec![1, -1, i32::MAX, i32::MIN]);
         let p = parse_event_time(&d, EventTimeType::Native).unwrap();
-        assert_eq!(ok_values(&p), vec![Some(MICROS_PER_DAY)]);
+        assert_eq!(
+            ok_values(&p),
+            vec![Some(MICROS_PER_DAY), Some(-MICROS_PER_DAY), None, None],
+            "days that overflow microseconds are error rows, not wrapped values"
+        );
+        assert_eq!(
+            p.errors[0],
+            (2, format!("event time {} is out of range", i32::MAX))
+        );
 
         let ms = Int32Array::from(vec![5]);
         let p = parse_event_time(&ms, EventTimeType::builtin("unixtimestamp_ms").unwrap()).unwrap();
