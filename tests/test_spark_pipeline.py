@@ -107,6 +107,95 @@ def test_batch_aggregate_matches_local(spark: Any) -> None:
     assert [(e.note, e.device) for e in wide.errors.collect()] == [("x", "d1")]
 
 
+def test_error_rows_known_from_the_input_match_the_pipelines(spark: Any) -> None:
+    """Without a replay no row is late, and for Spark timestamp or date event times a
+    row fails only for a null event time or a key longer than the core accepts: the
+    default then reads the error rows off the input (no persist) and runs the pipeline
+    once, for the windows. They are the rows and reasons the pipeline itself gives
+    (``cache=False`` runs it for each output), at the key-length limit too."""
+    limit = tm._native.MAX_KEY_BYTES
+    fits = limit - 5 - 9  # a string key column and an int one: 5 + len + 9 bytes
+    big = ["x" * fits, "y" * (fits + 1)]
+    rows = [
+        ("a", 1, T0, 1.0, "r"),
+        ("a", None, T0 + dt.timedelta(seconds=70), 2.0, None),
+        (None, 2, T0, 3.0, "r"),
+        ("b", 2, None, 4.0, "r"),
+        (None, None, None, 5.0, None),
+        (big[0], 3, T0, 6.0, "r"),
+        (big[1], 3, T0, 7.0, "r"),
+        (big[1], 3, None, 8.0, "r"),
+    ]
+    # A column already named "reason" (the reason becomes _tidemark_reason) and a
+    # dotted key name.
+    df = spark.createDataFrame(
+        rows, "`dev.id` string, k2 int, ts timestamp, value double, reason string"
+    )
+    pipe = tm.Pipeline(
+        key=["dev.id", "k2"],
+        event_time="ts",
+        window=tm.Tumbling("1m"),
+        aggs={"n": tm.count(), "s": tm.sum("value")},
+    )
+
+    def short(v: Any) -> Any:
+        return f"<{len(v)} x {v[0]}>" if isinstance(v, str) and len(v) > 99 else v
+
+    def outputs(res: Any) -> list[Any]:
+        """Each output's sorted rows (long keys shortened) and its schema."""
+        return [
+            out.schema
+            if i % 2
+            else sorted((tuple(short(v) for v in r) for r in out.collect()), key=str)
+            for out in (res.windows, res.late, res.errors)
+            for i in (0, 1)
+        ]
+
+    fast = aggregate(df, pipe, num_partitions=2)
+    assert fast.combined is None, "nothing persisted"
+    ran = aggregate(df, pipe, num_partitions=2, cache=False)
+    got = outputs(fast)
+    assert got == outputs(ran)
+    reasons = sorted((r["value"], r["_tidemark_reason"]) for r in fast.errors.collect())
+    assert reasons == [
+        (4.0, "event time is null"),
+        (5.0, "event time is null"),
+        (
+            7.0,
+            f"invalid configuration for key: a key of {limit + 1} bytes is longer than "
+            f"the supported {limit} bytes",
+        ),
+        (8.0, "event time is null"),
+    ]
+    assert got[2] == [] and fast.late.schema == df.schema
+    # A date event time: nulls only.
+    dates = df.selectExpr("`dev.id`", "k2", "CAST(ts AS DATE) AS day", "value").filter(
+        "length(`dev.id`) < 10 OR `dev.id` IS NULL"
+    )
+    daily = tm.Pipeline(
+        key=["dev.id", "k2"], event_time="day", window=tm.Tumbling("1d"), aggs={"n": tm.count()}
+    )
+    by_day = aggregate(dates, daily, num_partitions=2)
+    assert by_day.combined is None
+    assert outputs(by_day) == outputs(aggregate(dates, daily, num_partitions=2, cache=False))
+    # Where the pipeline can fail a row for more, its result is persisted as before.
+    for other in (
+        tm.Pipeline(
+            key="k2", event_time="ts", window=tm.Tumbling("1m"), aggs={"n": tm.count()}, max_keys=10
+        ),
+        tm.Pipeline(
+            key="k2",
+            event_time="ts",
+            window=tm.Tumbling("1m"),
+            aggs={"n": tm.count()},
+            watermark=tm.BoundedOutOfOrderness("1s", per="partition", partition_column="k2"),
+        ),
+    ):
+        res = aggregate(df, other, num_partitions=2)
+        assert res.combined is not None
+        res.unpersist()
+
+
 @pytest.mark.parametrize("large", [False, True])
 def test_packed_outputs_unpack_to_each_output_exactly(large: bool) -> None:
     """The persisted form of ``aggregate``: each output's batches as Arrow IPC blobs

@@ -7,7 +7,9 @@ objects behind them.
 from typing import Any, final
 
 __version__: str
+MAX_KEY_BYTES: int
 __all__ = [
+    "MAX_KEY_BYTES",
     "CompactKeyedWatermarkTracker",
     "KeyedWatermarkTracker",
     "ManualClock",

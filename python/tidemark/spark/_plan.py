@@ -23,6 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from tidemark import _native
 from tidemark.pipeline import Output, Pipeline
 
 KIND_WINDOW, KIND_LATE, KIND_ERROR = 0, 1, 2
@@ -358,6 +359,92 @@ def used_input(pipe: Pipeline, schema: Any) -> Any:
         used.add(cfg["partition_column"])
     used.update(a[2] for a in cfg["aggs"] if a[2] is not None)
     return StructType([f for f in schema.fields if f.name in used])
+
+
+#: Bytes a key column's value takes in the core's key encoding (``tidemark_core::key``):
+#: a tag and an 8-byte value for integers, temporal types and floats, a tag and a byte
+#: for booleans, a tag, a 4-byte length and 16 bytes for decimals; strings and
+#: binaries take a tag, a 4-byte length and their bytes, and a null the tag alone.
+_KEY_WIDTHS = {
+    "ByteType": 9,
+    "ShortType": 9,
+    "IntegerType": 9,
+    "LongType": 9,
+    "DateType": 9,
+    "TimestampType": 9,
+    "TimestampNTZType": 9,
+    "FloatType": 9,
+    "DoubleType": 9,
+    "BooleanType": 2,
+    "DecimalType": 21,
+}
+_VARIABLE_KEYS = ("StringType", "BinaryType")
+#: Event-time types whose only failing rows are nulls (Spark's timestamps and dates
+#: always fit the core's microseconds).
+_PLAIN_TIMES = ("TimestampType", "TimestampNTZType", "DateType")
+#: Window sizes, slides, offsets and gaps up to this many microseconds (31,700 years)
+#: cannot overflow a window bound for any Spark timestamp.
+_SAFE_WINDOW_MICROS = 10**18
+
+
+def known_late_and_errors(df: Any, pipe: Pipeline, plan: Plan) -> tuple[Any, Any] | None:
+    """The late and error rows of a batch ``aggregate`` (a partition per arrival unit,
+    no replay) as DataFrames of the input, where they follow from each row alone:
+    such a run has no late rows, and its error rows are those with a null event time
+    or a key longer than the core accepts, with the reasons the core gives. ``None``
+    where the pipeline can fail a row for more (a parsed event-time type, a source
+    partition column, ``max_keys``, a lookup): only running it tells.
+
+    The windows then need no persisted result: the pipeline runs once, for them."""
+    from pyspark.sql import functions as F
+
+    cfg = pipe.config
+    schema = df.schema
+    if (
+        pipe.lookup is not None
+        or pipe.max_keys is not None
+        or pipe.state_ttl is not None
+        or cfg["time"] != "event"
+        or pipe.event_time_type is not None
+        or cfg["scope"] == "partition"
+        or type(schema[pipe.event_time].dataType).__name__ not in _PLAIN_TIMES
+        or any(
+            abs(v) > _SAFE_WINDOW_MICROS
+            for k, v in cfg["window"].items()
+            if k in ("size", "slide", "offset", "gap")
+        )
+    ):
+        return None
+    key_bytes, longest = F.lit(0), 0
+    for k in pipe.key:
+        kind = type(schema[k].dataType).__name__
+        c = column(k)
+        if kind in _VARIABLE_KEYS:
+            key_bytes = key_bytes + F.when(c.isNull(), 1).otherwise(F.octet_length(c) + 5)
+            longest = _native.MAX_KEY_BYTES + 1  # unbounded
+        elif kind in _KEY_WIDTHS:
+            key_bytes = key_bytes + F.when(c.isNull(), 1).otherwise(_KEY_WIDTHS[kind])
+            longest += _KEY_WIDTHS[kind]
+        else:
+            return None
+    time_null = column(pipe.event_time).isNull()
+    failed = time_null
+    reason = F.when(time_null, F.lit("event time is null"))
+    if longest > _native.MAX_KEY_BYTES:
+        too_long = key_bytes > _native.MAX_KEY_BYTES
+        failed = failed | too_long
+        reason = reason.when(
+            too_long,
+            F.concat(
+                F.lit("invalid configuration for key: a key of "),
+                key_bytes.cast("string"),
+                F.lit(f" bytes is longer than the supported {_native.MAX_KEY_BYTES} bytes"),
+            ),
+        )
+    inputs = [column(n) for n in plan.input_names]
+    errors = df.filter(failed).select(*inputs, reason.alias(plan.reason_name))
+    late = df.filter(F.lit(False))
+    return late, errors
 
 
 def estimated_bytes(df: Any) -> int | None:

@@ -19,6 +19,7 @@ from tidemark.spark._plan import (
     concat_input,
     estimated_bytes,
     fits_one_task,
+    known_late_and_errors,
     map_in_arrow,
     packed_spark,
     quoted,
@@ -35,8 +36,14 @@ __all__ = ["AggregateResult", "aggregate"]
 class AggregateResult:
     """The three outputs of :func:`aggregate`.
 
-    By default ``windows``, ``late`` and ``errors`` are read from one persisted
-    result, ``combined``: the first action computes it, the others reuse it; call
+    By default the pipeline runs once for all three. Where the late and error rows
+    follow from the input alone (no ``order_by`` replay, so no row is late; error
+    rows are those with a null event time, given a Spark timestamp or date event
+    time and no ``max_keys``, lookup, ``state_ttl``, source-partition scope or
+    parsed event-time type), ``windows`` is the pipeline's job, ``errors`` a filter
+    of the input and ``late`` empty: nothing is persisted (``combined`` is
+    ``None``). Otherwise the three are read from one persisted result,
+    ``combined``: the first action computes it, the others reuse it; call
     :meth:`unpersist` when done. For a large input (Spark's estimate at least
     ``PACK_FROM_BYTES``, or none) it holds each output's rows as Arrow IPC blobs,
     else the rows themselves. With ``cache=False`` each is its own job
@@ -148,9 +155,12 @@ def aggregate(
         Worker threads per task's operator (default: ``TaskContext.cpus()``, i.e.
         ``spark.task.cpus``; same output for any value).
     cache : bool
-        ``True`` (default): one job computes all three outputs and persists them
-        (``storage_level``; a large input's packed as Arrow IPC blobs); reading a
-        second output costs no second run of the pipeline. ``False``: nothing is
+        ``True`` (default): the pipeline runs once for all three outputs. Where late
+        and error rows follow from the input alone (see :class:`AggregateResult`),
+        the windows are its only job and nothing is persisted; otherwise one job
+        computes all three outputs and persists them (``storage_level``; a large
+        input's packed as Arrow IPC blobs). Either way, reading a second output
+        costs no second run of the pipeline. ``False``: nothing is
         persisted and each output is its own job with its own narrow schema: the
         fastest way to read one output (typically ``windows``, whose job reads only
         the input columns the windows need), but every output read runs the pipeline
@@ -189,30 +199,35 @@ def aggregate(
         return out if order_by is None else out.sortWithinPartitions(column(order_by))
 
     shipped = ShippedPipeline(pipe, spark)
-    if not cache:
-        # The windows job reads only the columns the windows need (and the arrival
-        # order); late and error rows carry every input column.
+
+    def windows_job() -> Any:
+        # Only the columns the windows need (and the arrival order) are read; late and
+        # error rows carry every input column.
         fields = used_input(pipe, df.schema)
         if order_by is not None and order_by not in fields.fieldNames():
             fields = StructType([*fields.fields, df.schema[order_by]])
+        rows = parted(df.selectExpr(*[quoted(f) for f in fields.fieldNames()]))
+        windows_plan = Plan.build(pipe, fields, tz, large)
+        task = _task(shipped, windows_plan, order_by, batch_rows, cores, KIND_WINDOW)
+        return map_in_arrow(rows, task, plan.single_spark[KIND_WINDOW])
+
+    if cache and order_by is None:
+        known = known_late_and_errors(df, pipe, plan)
+        if known is not None:
+            # Late and error rows follow from the input: the windows job is the only
+            # run of the pipeline, and nothing needs persisting.
+            return AggregateResult(windows_job(), known[0], known[1], None)
+    if not cache:
         full = parted(df)
-        inputs = {
-            KIND_WINDOW: (
-                parted(df.selectExpr(*[quoted(f) for f in fields.fieldNames()])),
-                Plan.build(pipe, fields, tz, large),
-            ),
-            KIND_LATE: (full, plan),
-            KIND_ERROR: (full, plan),
-        }
-        one = {
-            kind: map_in_arrow(
-                rows,
-                _task(shipped, kind_plan, order_by, batch_rows, cores, kind),
+        late, errors = (
+            map_in_arrow(
+                full,
+                _task(shipped, plan, order_by, batch_rows, cores, kind),
                 plan.single_spark[kind],
             )
-            for kind, (rows, kind_plan) in inputs.items()
-        }
-        return AggregateResult(one[KIND_WINDOW], one[KIND_LATE], one[KIND_ERROR], None)
+            for kind in (KIND_LATE, KIND_ERROR)
+        )
+        return AggregateResult(windows_job(), late, errors, None)
     packed = size is None or size >= PACK_FROM_BYTES
     task = _task(shipped, plan, order_by, batch_rows, cores, packed=packed)
     combined = map_in_arrow(parted(df), task, packed_spark() if packed else plan.combined_spark)

@@ -31,6 +31,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // The longest key (in the core's key encoding) a pipeline or tracker accepts.
+    m.add("MAX_KEY_BYTES", tidemark_core::key::MAX_KEY_BYTES)?;
     m.add_class::<clock::PySystemClock>()?;
     m.add_class::<clock::PyManualClock>()?;
     m.add_class::<partitioned::PyPartitionedWatermarkTracker>()?;
