@@ -8,9 +8,13 @@ Run from the repository root (after ``make build``)::
 
 Batch (same Parquet data, each run forced with the ``noop`` sink):
 
-* ``tidemark.spark.aggregate``: tumbling 10 s count + sum per key, per-key watermarks
-  (all three outputs computed and persisted by one job; only windows written);
-* the same with ``cache=False``: no persist, a job that computes the windows alone;
+* ``tidemark.spark.aggregate``: tumbling 10 s count + sum per key, per-key watermarks.
+  No row is late in a batch run and the only error rows are those with a null event
+  time, which a filter of the input finds: the pipeline runs once, for the windows,
+  and nothing is persisted (only the windows are written);
+* the same with ``cache=False`` (each output its own job: the same windows job);
+* the same pipeline with ``max_keys`` set, whose error rows only a run can tell: one
+  job computes all three outputs and persists them (only the windows are written);
 * Spark's own ``groupBy(window(ts, "10 seconds"), key).agg(count, sum)``;
 * the floor of the path: ``mapInArrow`` with a function that only counts rows (the
   unavoidable JVM <-> Python transfer). Goal: tidemark within 1.3x of the floor;
@@ -95,6 +99,20 @@ def batch_part(spark: Any, rows: int, keys: int, repeat: int, work: Path) -> Non
         res.windows.write.format("noop").mode("overwrite").save()
         res.unpersist()
 
+    capped = tm.Pipeline(
+        key="device",
+        event_time="ts",
+        watermark=tm.BoundedOutOfOrderness("5s", per="key"),
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count(), "s": tm.sum("value")},
+        max_keys=1 << 30,
+    )
+
+    def tidemark_persisted_run() -> None:
+        res = aggregate(df, capped)
+        res.windows.write.format("noop").mode("overwrite").save()
+        res.unpersist()
+
     def tidemark_windows_run() -> None:
         # Only the windows are read: no persist, a windows-only job.
         aggregate(df, pipe, cache=False).windows.write.format("noop").mode("overwrite").save()
@@ -142,6 +160,7 @@ def batch_part(spark: Any, rows: int, keys: int, repeat: int, work: Path) -> Non
             spark_label: spark_run,
             "tidemark.spark.aggregate": tidemark_run,
             "tidemark aggregate(cache=False)": tidemark_windows_run,
+            "tidemark, persisted (max_keys)": tidemark_persisted_run,
         },
         repeat,
     )
