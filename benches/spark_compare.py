@@ -9,9 +9,9 @@ Run from the repository root (after ``make build``)::
 Batch (same Parquet data, each run forced with the ``noop`` sink):
 
 * ``tidemark.spark.aggregate``: tumbling 10 s count + sum per key, per-key watermarks.
-  No row is late in a batch run and the only error rows are those with a null event
-  time, which a filter of the input finds: the pipeline runs once, for the windows,
-  and nothing is persisted (only the windows are written);
+  No row is late in a batch run and each row fails or not on its own: the pipeline
+  runs once over all rows, for the windows, and nothing is persisted (only the windows
+  are written);
 * the same with ``cache=False`` (each output its own job: the same windows job);
 * the same pipeline with ``max_keys`` set, whose error rows only a run can tell: one
   job computes all three outputs and persists them (only the windows are written);

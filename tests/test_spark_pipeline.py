@@ -178,6 +178,33 @@ def test_error_rows_known_from_the_input_match_the_pipelines(spark: Any) -> None
     by_day = aggregate(dates, daily, num_partitions=2)
     assert by_day.combined is None
     assert outputs(by_day) == outputs(aggregate(dates, daily, num_partitions=2, cache=False))
+    # Epoch integers: nulls, and values whose microseconds overflow, at the edges.
+    edge = 2**63 // 1000
+    for unit, per_s in (("ms", 10**3), ("us", 10**6), ("s", 1), ("ns", 10**9)):
+        now = 1_767_225_600 * per_s
+        epoch = spark.createDataFrame(
+            [("a", v) for v in (now, None, edge, edge + 1, -edge, -edge - 1, 7)],
+            "device string, ms long",
+        )
+        by_ms = tm.Pipeline(
+            key="device",
+            event_time="ms",
+            event_time_type=f"unixtimestamp_{unit}",
+            window=tm.Tumbling("1d"),
+            aggs={"n": tm.count()},
+        )
+        known = aggregate(epoch, by_ms, num_partitions=2)
+        assert known.combined is None
+        assert outputs(known) == outputs(aggregate(epoch, by_ms, num_partitions=2, cache=False))
+        if unit == "ms":
+            # Out of range in microseconds, and in range but with no window bounds.
+            assert sorted((r["ms"] or 0, r["reason"]) for r in known.errors.collect()) == [
+                (-edge - 1, f"event time {-edge - 1} is out of range"),
+                (-edge, "event time out of range for the window"),
+                (0, "event time is null"),
+                (edge, "event time out of range for the window"),
+                (edge + 1, f"event time {edge + 1} is out of range"),
+            ]
     # Where the pipeline can fail a row for more, its result is persisted as before.
     for other in (
         tm.Pipeline(
@@ -194,6 +221,10 @@ def test_error_rows_known_from_the_input_match_the_pipelines(spark: Any) -> None
         res = aggregate(df, other, num_partitions=2)
         assert res.combined is not None
         res.unpersist()
+    as_text = epoch.selectExpr("device", "CAST(ms AS STRING) AS ms")  # only a parse tells
+    res = aggregate(as_text, by_ms, num_partitions=2)
+    assert res.combined is not None
+    res.unpersist()
 
 
 @pytest.mark.parametrize("large", [False, True])

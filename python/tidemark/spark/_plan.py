@@ -361,41 +361,74 @@ def used_input(pipe: Pipeline, schema: Any) -> Any:
     return StructType([f for f in schema.fields if f.name in used])
 
 
-#: Bytes a key column's value takes in the core's key encoding (``tidemark_core::key``):
-#: a tag and an 8-byte value for integers, temporal types and floats, a tag and a byte
-#: for booleans, a tag, a 4-byte length and 16 bytes for decimals; strings and
-#: binaries take a tag, a 4-byte length and their bytes, and a null the tag alone.
-_KEY_WIDTHS = {
-    "ByteType": 9,
-    "ShortType": 9,
-    "IntegerType": 9,
-    "LongType": 9,
-    "DateType": 9,
-    "TimestampType": 9,
-    "TimestampNTZType": 9,
-    "FloatType": 9,
-    "DoubleType": 9,
-    "BooleanType": 2,
-    "DecimalType": 21,
-}
-_VARIABLE_KEYS = ("StringType", "BinaryType")
-#: Event-time types whose only failing rows are nulls (Spark's timestamps and dates
-#: always fit the core's microseconds).
-_PLAIN_TIMES = ("TimestampType", "TimestampNTZType", "DateType")
-#: Window sizes, slides, offsets and gaps up to this many microseconds (31,700 years)
-#: cannot overflow a window bound for any Spark timestamp.
+#: Event times (epoch microseconds) within this bound always give a row its windows:
+#: with window sizes, slides, offsets and gaps up to ``_SAFE_WINDOW_MICROS``, no window
+#: bound can leave the core's 64-bit range.
+_SAFE_MICROS = 4 * 10**18
 _SAFE_WINDOW_MICROS = 10**18
+_INTEGERS = ("ByteType", "ShortType", "IntegerType", "LongType")
+_EPOCH_SCALE = {"unixtimestamp_s": 10**6, "unixtimestamp_ms": 10**3, "unixtimestamp_us": 1}
+#: A key column value's most bytes in the core's key encoding, for fixed-width types
+#: (a decimal: a tag, a 4-byte length, 16 bytes); strings and binaries take 5 + their
+#: bytes.
+_FIXED_KEY_BYTES = 21
+_FIXED_KEYS = (
+    *_INTEGERS,
+    "FloatType",
+    "DoubleType",
+    "BooleanType",
+    "DecimalType",
+    "DateType",
+    "TimestampType",
+    "TimestampNTZType",
+)
+_VARIABLE_KEYS = ("StringType", "BinaryType", "CharType", "VarcharType")
 
 
-def known_late_and_errors(df: Any, pipe: Pipeline, plan: Plan) -> tuple[Any, Any] | None:
-    """The late and error rows of a batch ``aggregate`` (a partition per arrival unit,
-    no replay) as DataFrames of the input, where they follow from each row alone:
-    such a run has no late rows, and its error rows are those with a null event time
-    or a key longer than the core accepts, with the reasons the core gives. ``None``
-    where the pipeline can fail a row for more (a parsed event-time type, a source
-    partition column, ``max_keys``, a lookup): only running it tells.
+def _safe_event_time(pipe: Pipeline, schema: Any) -> Any | None:
+    """A Spark predicate true for rows whose event time the core reads and windows
+    without fail (not null, well inside the 64-bit microsecond range), or ``None``
+    where only the core can tell (strings, floats, user parsers)."""
+    from pyspark.sql import functions as F
 
-    The windows then need no persisted result: the pipeline runs once, for them."""
+    ts = column(pipe.event_time)
+    kind = type(schema[pipe.event_time].dataType).__name__
+    name = pipe.event_time_type
+    if name is None and kind == "TimestampType":
+        lo, hi = (F.timestamp_micros(F.lit(b)) for b in (-_SAFE_MICROS, _SAFE_MICROS))
+    elif name is None and kind == "TimestampNTZType":
+        lo, hi = (
+            F.timestamp_micros(F.lit(b)).cast("timestamp_ntz")
+            for b in (-_SAFE_MICROS, _SAFE_MICROS)
+        )
+    elif name is None and kind == "DateType":
+        days = _SAFE_MICROS // 86_400_000_000
+        lo, hi = F.date_from_unix_date(F.lit(-days)), F.date_from_unix_date(F.lit(days))
+    elif name == "unixtimestamp_ns" and kind in _INTEGERS:
+        return ts.isNotNull()  # a long of nanoseconds always fits in microseconds
+    elif name in _EPOCH_SCALE and kind in _INTEGERS:
+        bound = _SAFE_MICROS // _EPOCH_SCALE[name]
+        lo, hi = F.lit(-bound), F.lit(bound)
+    else:
+        return None
+    return ts.isNotNull() & (ts >= lo) & (ts <= hi)
+
+
+def known_late_and_errors(
+    df: Any, pipe: Pipeline, plan: Plan, error_task: Any
+) -> tuple[Any, Any] | None:
+    """The late and error rows of a batch ``aggregate`` run without a replay (each
+    partition one arrival unit), computed without the pipeline's windows, where a row
+    fails or not on its own: no row of such a run is late, and a row fails for its
+    event time (null, unreadable, out of range) or its key (too long) alone.
+
+    ``late`` is then empty, and ``errors`` is ``error_task`` (the pipeline, emitting
+    its error rows) run on the input rows a Spark filter cannot clear: a non-null,
+    well-ranged event time and a short key clear a row, so the task usually sees none,
+    and it gives exactly the rows and reasons of the full run. ``None`` where a row's
+    fate depends on others or on state (``max_keys``, a source-partition scope, a
+    lookup, ``state_ttl``), or where the filter would clear no row (string, float or
+    user-parsed event times): only the full run tells, and its result is persisted."""
     from pyspark.sql import functions as F
 
     cfg = pipe.config
@@ -405,9 +438,8 @@ def known_late_and_errors(df: Any, pipe: Pipeline, plan: Plan) -> tuple[Any, Any
         or pipe.max_keys is not None
         or pipe.state_ttl is not None
         or cfg["time"] != "event"
-        or pipe.event_time_type is not None
+        or cfg["parsed_externally"]
         or cfg["scope"] == "partition"
-        or type(schema[pipe.event_time].dataType).__name__ not in _PLAIN_TIMES
         or any(
             abs(v) > _SAFE_WINDOW_MICROS
             for k, v in cfg["window"].items()
@@ -415,36 +447,21 @@ def known_late_and_errors(df: Any, pipe: Pipeline, plan: Plan) -> tuple[Any, Any
         )
     ):
         return None
-    key_bytes, longest = F.lit(0), 0
-    for k in pipe.key:
-        kind = type(schema[k].dataType).__name__
-        c = column(k)
-        if kind in _VARIABLE_KEYS:
-            key_bytes = key_bytes + F.when(c.isNull(), 1).otherwise(F.octet_length(c) + 5)
-            longest = _native.MAX_KEY_BYTES + 1  # unbounded
-        elif kind in _KEY_WIDTHS:
-            key_bytes = key_bytes + F.when(c.isNull(), 1).otherwise(_KEY_WIDTHS[kind])
-            longest += _KEY_WIDTHS[kind]
-        else:
-            return None
-    time_null = column(pipe.event_time).isNull()
-    failed = time_null
-    reason = F.when(time_null, F.lit("event time is null"))
-    if longest > _native.MAX_KEY_BYTES:
-        too_long = key_bytes > _native.MAX_KEY_BYTES
-        failed = failed | too_long
-        reason = reason.when(
-            too_long,
-            F.concat(
-                F.lit("invalid configuration for key: a key of "),
-                key_bytes.cast("string"),
-                F.lit(f" bytes is longer than the supported {_native.MAX_KEY_BYTES} bytes"),
-            ),
-        )
-    inputs = [column(n) for n in plan.input_names]
-    errors = df.filter(failed).select(*inputs, reason.alias(plan.reason_name))
-    late = df.filter(F.lit(False))
-    return late, errors
+    safe = _safe_event_time(pipe, schema)
+    if safe is None:
+        return None
+    kinds = [type(schema[k].dataType).__name__ for k in pipe.key]
+    if any(k not in _FIXED_KEYS and k not in _VARIABLE_KEYS for k in kinds):
+        return None  # not a key type the core takes: its run says so
+    var = [k for k, kind in zip(pipe.key, kinds, strict=True) if kind in _VARIABLE_KEYS]
+    if var:
+        most = F.lit(_FIXED_KEY_BYTES * (len(pipe.key) - len(var)) + 5 * len(var))
+        for k in var:
+            most = most + F.coalesce(F.octet_length(column(k)), F.lit(0))
+        safe = safe & (most <= F.lit(_native.MAX_KEY_BYTES))
+    doubtful = df.filter(~F.coalesce(safe, F.lit(False)))
+    errors = map_in_arrow(doubtful, error_task, plan.single_spark[KIND_ERROR])
+    return df.filter(F.lit(False)), errors
 
 
 def estimated_bytes(df: Any) -> int | None:

@@ -36,13 +36,14 @@ __all__ = ["AggregateResult", "aggregate"]
 class AggregateResult:
     """The three outputs of :func:`aggregate`.
 
-    By default the pipeline runs once for all three. Where the late and error rows
-    follow from the input alone (no ``order_by`` replay, so no row is late; error
-    rows are those with a null event time, given a Spark timestamp or date event
-    time and no ``max_keys``, lookup, ``state_ttl``, source-partition scope or
-    parsed event-time type), ``windows`` is the pipeline's job, ``errors`` a filter
-    of the input and ``late`` empty: nothing is persisted (``combined`` is
-    ``None``). Otherwise the three are read from one persisted result,
+    By default the pipeline runs once for all three. Where each row fails or not on
+    its own (no ``order_by`` replay, so no row is late; a Spark timestamp, date or
+    epoch-integer event time; no ``max_keys``, lookup, ``state_ttl`` or
+    source-partition scope), ``windows`` is the pipeline's job, ``late`` is empty and
+    ``errors`` runs the pipeline only on the rows a Spark filter cannot clear (null
+    or extreme event times, keys near the size limit: usually none). Nothing is then
+    persisted (``combined`` is ``None``). Otherwise the three are read from one
+    persisted result,
     ``combined``: the first action computes it, the others reuse it; call
     :meth:`unpersist` when done. For a large input (Spark's estimate at least
     ``PACK_FROM_BYTES``, or none) it holds each output's rows as Arrow IPC blobs,
@@ -212,7 +213,8 @@ def aggregate(
         return map_in_arrow(rows, task, plan.single_spark[KIND_WINDOW])
 
     if cache and order_by is None:
-        known = known_late_and_errors(df, pipe, plan)
+        error_task = _task(shipped, plan, None, None, cores, KIND_ERROR)
+        known = known_late_and_errors(df, pipe, plan, error_task)
         if known is not None:
             # Late and error rows follow from the input: the windows job is the only
             # run of the pipeline, and nothing needs persisting.
