@@ -86,32 +86,31 @@ def batch_part(spark: Any, rows: int, keys: int, repeat: int, work: Path) -> Non
         row_group_size=128_000,
     )
     df = spark.read.parquet(str(path))
-    pipe = tm.Pipeline(
-        key="device",
-        event_time="ts",
-        watermark=tm.BoundedOutOfOrderness("5s", per="key"),
-        window=tm.Tumbling("10s"),
-        aggs={"n": tm.count(), "s": tm.sum("value")},
-    )
+
+    def pipeline(max_keys: int | None = None) -> tm.Pipeline:
+        return tm.Pipeline(
+            key="device",
+            event_time="ts",
+            watermark=tm.BoundedOutOfOrderness("5s", per="key"),
+            window=tm.Tumbling("10s"),
+            aggs={"n": tm.count(), "s": tm.sum("value")},
+            max_keys=max_keys,
+        )
+
+    pipe = pipeline()
+    # max_keys: which rows fail depends on the others, so the result is persisted.
+    capped = pipeline(max_keys=1 << 30)
+
+    def windows_of(p: tm.Pipeline) -> None:
+        res = aggregate(df, p)
+        res.windows.write.format("noop").mode("overwrite").save()
+        res.unpersist()
 
     def tidemark_run() -> None:
-        res = aggregate(df, pipe)
-        res.windows.write.format("noop").mode("overwrite").save()
-        res.unpersist()
-
-    capped = tm.Pipeline(
-        key="device",
-        event_time="ts",
-        watermark=tm.BoundedOutOfOrderness("5s", per="key"),
-        window=tm.Tumbling("10s"),
-        aggs={"n": tm.count(), "s": tm.sum("value")},
-        max_keys=1 << 30,
-    )
+        windows_of(pipe)
 
     def tidemark_persisted_run() -> None:
-        res = aggregate(df, capped)
-        res.windows.write.format("noop").mode("overwrite").save()
-        res.unpersist()
+        windows_of(capped)
 
     def tidemark_windows_run() -> None:
         # Only the windows are read: no persist, a windows-only job.
