@@ -43,11 +43,10 @@ class AggregateResult:
     ``errors`` runs the pipeline only on the rows a Spark filter cannot clear (null
     or extreme event times, keys near the size limit: usually none). Nothing is then
     persisted (``combined`` is ``None``). Otherwise the three are read from one
-    persisted result,
-    ``combined``: the first action computes it, the others reuse it; call
-    :meth:`unpersist` when done. For a large input (Spark's estimate at least
-    ``PACK_FROM_BYTES``, or none) it holds each output's rows as Arrow IPC blobs,
-    else the rows themselves. With ``cache=False`` each is its own job
+    persisted result, ``combined``: the first action computes it, the others reuse
+    it; call :meth:`unpersist` when done. For a large input (Spark's estimate at
+    least ``PACK_FROM_BYTES``, or none) it holds each output's rows as Arrow IPC
+    blobs, else the rows themselves. With ``cache=False`` each is its own job
     (``combined`` is ``None``).
     """
 
