@@ -205,17 +205,31 @@ def test_error_rows_known_from_the_input_match_the_pipelines(spark: Any) -> None
                 (edge, "event time out of range for the window"),
                 (edge + 1, f"event time {edge + 1} is out of range"),
             ]
+    # Source-partition scope: partitions out of the core's range are error rows too.
+    parts = spark.createDataFrame(
+        [("a", p, T0) for p in (-1, 0, 2**20 - 1, 2**20, None)] + [("a", 1, None)],
+        "device string, part long, ts timestamp",
+    )
+    per_part = tm.Pipeline(
+        key="device",
+        event_time="ts",
+        window=tm.Tumbling("1m"),
+        aggs={"n": tm.count()},
+        watermark=tm.BoundedOutOfOrderness("1s", per="partition", partition_column="part"),
+    )
+    known = aggregate(parts, per_part, num_partitions=2)
+    assert known.combined is None
+    assert outputs(known) == outputs(aggregate(parts, per_part, num_partitions=2, cache=False))
+    assert sorted((r["part"] or 0, r["reason"]) for r in known.errors.collect()) == [
+        (-1, "partition -1 is out of range (0 to 1048575)"),
+        (0, "partition is null"),
+        (1, "event time is null"),
+        (2**20, "partition 1048576 is out of range (0 to 1048575)"),
+    ]
     # Where the pipeline can fail a row for more, its result is persisted as before.
     for other in (
         tm.Pipeline(
             key="k2", event_time="ts", window=tm.Tumbling("1m"), aggs={"n": tm.count()}, max_keys=10
-        ),
-        tm.Pipeline(
-            key="k2",
-            event_time="ts",
-            window=tm.Tumbling("1m"),
-            aggs={"n": tm.count()},
-            watermark=tm.BoundedOutOfOrderness("1s", per="partition", partition_column="k2"),
         ),
     ):
         res = aggregate(df, other, num_partitions=2)

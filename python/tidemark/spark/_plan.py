@@ -424,11 +424,12 @@ def known_late_and_errors(
 
     ``late`` is then empty, and ``errors`` is ``error_task`` (the pipeline, emitting
     its error rows) run on the input rows a Spark filter cannot clear: a non-null,
-    well-ranged event time and a short key clear a row, so the task usually sees none,
-    and it gives exactly the rows and reasons of the full run. ``None`` where a row's
-    fate depends on others or on state (``max_keys``, a source-partition scope, a
-    lookup, ``state_ttl``), or where the filter would clear no row (string, float or
-    user-parsed event times): only the full run tells, and its result is persisted."""
+    well-ranged event time, a short key and (partition scope) a source partition in
+    range clear a row, so the task usually sees none, and it gives exactly the rows
+    and reasons of the full run. ``None`` where a row's fate depends on others or on
+    state (``max_keys``, a lookup, ``state_ttl``), or where the filter would clear no
+    row (string, float or user-parsed event times or partitions): only the full run
+    tells, and its result is persisted."""
     from pyspark.sql import functions as F
 
     cfg = pipe.config
@@ -439,7 +440,6 @@ def known_late_and_errors(
         or pipe.state_ttl is not None
         or cfg["time"] != "event"
         or cfg["parsed_externally"]
-        or cfg["scope"] == "partition"
         or any(
             abs(v) > _SAFE_WINDOW_MICROS
             for k, v in cfg["window"].items()
@@ -450,6 +450,13 @@ def known_late_and_errors(
     safe = _safe_event_time(pipe, schema)
     if safe is None:
         return None
+    if cfg["scope"] == "partition":
+        # Source partitions the core takes: 0 to 2^20 - 1 (others are error rows).
+        part = cfg["partition_column"]
+        if type(schema[part].dataType).__name__ not in _INTEGERS:
+            return None
+        pc = column(part)
+        safe = safe & pc.isNotNull() & (pc >= 0) & (pc < F.lit(1 << 20))
     kinds = [type(schema[k].dataType).__name__ for k in pipe.key]
     if any(k not in _FIXED_KEYS and k not in _VARIABLE_KEYS for k in kinds):
         return None  # not a key type the core takes: its run says so

@@ -38,10 +38,11 @@ class AggregateResult:
 
     By default the pipeline runs once for all three. Where each row fails or not on
     its own (no ``order_by`` replay, so no row is late; a Spark timestamp, date or
-    epoch-integer event time; no ``max_keys``, lookup, ``state_ttl`` or
-    source-partition scope), ``windows`` is the pipeline's job, ``late`` is empty and
-    ``errors`` runs the pipeline only on the rows a Spark filter cannot clear (null
-    or extreme event times, keys near the size limit: usually none). Nothing is then
+    epoch-integer event time; an integer source-partition column, if any; no
+    ``max_keys``, lookup or ``state_ttl``), ``windows`` is the pipeline's job,
+    ``late`` is empty and ``errors`` runs the pipeline only on the rows a Spark filter
+    cannot clear (null or extreme event times, keys near the size limit, partitions
+    out of range: usually none). Nothing is then
     persisted (``combined`` is ``None``). Otherwise the three are read from one
     persisted result, ``combined``: the first action computes it, the others reuse
     it; call :meth:`unpersist` when done. For a large input (Spark's estimate at
