@@ -8,8 +8,10 @@ from typing import Any, final
 
 __version__: str
 MAX_KEY_BYTES: int
+SOURCE_PARTITIONS: int
 __all__ = [
     "MAX_KEY_BYTES",
+    "SOURCE_PARTITIONS",
     "CompactKeyedWatermarkTracker",
     "KeyedWatermarkTracker",
     "ManualClock",

@@ -451,12 +451,11 @@ def known_late_and_errors(
     if safe is None:
         return None
     if cfg["scope"] == "partition":
-        # Source partitions the core takes: 0 to 2^20 - 1 (others are error rows).
         part = cfg["partition_column"]
         if type(schema[part].dataType).__name__ not in _INTEGERS:
             return None
         pc = column(part)
-        safe = safe & pc.isNotNull() & (pc >= 0) & (pc < F.lit(1 << 20))
+        safe = safe & pc.isNotNull() & (pc >= 0) & (pc < F.lit(_native.SOURCE_PARTITIONS))
     kinds = [type(schema[k].dataType).__name__ for k in pipe.key]
     if any(k not in _FIXED_KEYS and k not in _VARIABLE_KEYS for k in kinds):
         return None  # not a key type the core takes: its run says so

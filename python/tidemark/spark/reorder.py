@@ -160,11 +160,11 @@ class ReorderPlan:
         return {int(r[0]): (r[1], list(r[2])) for r in rows}
 
 
-def batch_counts(before: dict[str, Any], after: dict[str, Any], input_rows: int) -> list[int]:
+def batch_counts(before: dict[str, Any], after: dict[str, Any]) -> list[int]:
     """A task's :data:`COUNTS` from its operator's metrics before and after the batch
     (the late count includes dropped rows)."""
     return [
-        input_rows,
+        after["rows_in"] - before["rows_in"],
         after["rows_released"] - before["rows_released"],
         after["late_dropped_count"] - before["late_dropped_count"],
         after["rows_error"] - before["rows_error"],
@@ -418,8 +418,7 @@ class ReorderStream:
             yield from plan.encode(out)
             store.write(f"partitions/{p}/{batch_id}{_SNAP}", op.snapshot())
             store.prune(f"partitions/{p}", _SNAP, batch_id - retention + 1)
-            counts = batch_counts(before, op.metrics(), 0 if flush else table.num_rows)
-            yield plan.progress(p, op.watermark, counts)
+            yield plan.progress(p, op.watermark, batch_counts(before, op.metrics()))
 
         from tidemark.spark.streaming import _exact_partitions
 

@@ -33,6 +33,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // The longest key (in the core's key encoding) a pipeline or tracker accepts.
     m.add("MAX_KEY_BYTES", tidemark_core::key::MAX_KEY_BYTES)?;
+    // Source partition ids a pipeline takes: 0 to SOURCE_PARTITIONS - 1.
+    m.add(
+        "SOURCE_PARTITIONS",
+        tidemark_core::pipeline::SOURCE_PARTITIONS,
+    )?;
     m.add_class::<clock::PySystemClock>()?;
     m.add_class::<clock::PyManualClock>()?;
     m.add_class::<partitioned::PyPartitionedWatermarkTracker>()?;

@@ -534,13 +534,22 @@ pub struct Operator {
     scratch_windows: Vec<(i64, i64)>,
 }
 
+/// Source partition ids a pipeline takes: `0..SOURCE_PARTITIONS` (other rows are
+/// error rows).
+pub const SOURCE_PARTITIONS: i64 = 1 << 20;
+
 /// Why `row`'s source partition is unusable, if it is (null, or out of range).
 fn partition_error(p: &Int64Array, row: usize) -> Option<String> {
     if p.is_null(row) {
         return Some("partition is null".into());
     }
     let v = p.value(row);
-    (!(0..1 << 20).contains(&v)).then(|| format!("partition {v} is out of range (0 to 1048575)"))
+    (!(0..SOURCE_PARTITIONS).contains(&v)).then(|| {
+        format!(
+            "partition {v} is out of range (0 to {})",
+            SOURCE_PARTITIONS - 1
+        )
+    })
 }
 
 fn n_aggs(cfg: &PipelineConfig) -> usize {
