@@ -35,7 +35,9 @@ pub struct ExactSum {
     /// The values inside the window, in units of `2^lsb`.
     fixed: i128,
     /// Exponent of the fixed-point unit; above [`MAX_LSB`] while no window is placed
-    /// ([`UNSET`], or [`NEG_ZERO`]: only `-0.0` was added, whose sum is `-0.0`).
+    /// ([`UNSET`]; [`NEG_ZERO`]: only `-0.0` was added, whose sum is `-0.0`;
+    /// [`POS_ZERO`]: only zeros were added, `0.0` among them, whose sum is `0.0`
+    /// whatever zeros follow).
     lsb: i16,
     /// Rarely needed, so boxed: keeps the sum (and every aggregate state) small.
     extra: Option<Box<Extra>>,
@@ -51,6 +53,7 @@ struct Extra {
 
 const UNSET: i16 = i16::MAX;
 const NEG_ZERO: i16 = i16::MAX - 1;
+const POS_ZERO: i16 = i16::MAX - 2;
 /// Window bounds: `fixed * 2^lsb` and the three chunks of [`ExactSum::chunks`] stay
 /// normal, finite doubles (`|fixed| < 2^127`).
 const MIN_LSB: i32 = -1022;
@@ -171,8 +174,9 @@ impl ExactSum {
             e.special = Some(e.special.map_or(x, |s| s + x));
         } else if self.lsb == UNSET && x.is_sign_negative() && self.extra.is_none() {
             self.lsb = NEG_ZERO; // -0.0 so far: the sum is -0.0
-        } else if self.lsb == NEG_ZERO && x.is_sign_positive() {
-            self.lsb = UNSET; // -0.0 + 0.0 = 0.0
+        } else if (self.lsb == NEG_ZERO || self.lsb == UNSET) && x.is_sign_positive() {
+            // -0.0 + 0.0 = 0.0, and a later -0.0 leaves it (0.0 + -0.0 = 0.0).
+            self.lsb = POS_ZERO;
         }
     }
 
@@ -211,6 +215,8 @@ impl ExactSum {
     pub(crate) fn for_each_part(&self, mut f: impl FnMut(f64)) {
         if self.lsb == NEG_ZERO {
             f(-0.0);
+        } else if self.lsb == POS_ZERO {
+            f(0.0);
         }
         if self.has_window() && self.fixed != 0 {
             self.chunks()
@@ -457,7 +463,7 @@ mod tests {
         }
     }
 
-    /// Only `-0.0` added sums to `-0.0`, as IEEE addition gives (and as the
+    /// Only `-0.0` added sums to `-0.0`, in any order, as IEEE addition gives (and as the
     /// partials alone did before the fixed-point window; `math.fsum` returns `0.0`).
     #[test]
     fn negative_zero_sums_keep_their_sign() {
@@ -470,6 +476,9 @@ mod tests {
         assert!(sum(&[-0.0]).is_sign_negative());
         assert!(sum(&[-0.0, -0.0]).is_sign_negative());
         assert!(sum(&[-0.0, 0.0]).is_sign_positive());
+        // In any order: 0.0 + -0.0 is 0.0 too.
+        assert!(sum(&[0.0, -0.0]).is_sign_positive());
+        assert!(sum(&[-0.0, 0.0, -0.0]).is_sign_positive());
         assert!(sum(&[1.0, -1.0, -0.0]).is_sign_positive());
         assert!(sum(&[-0.0, 1.0, -1.0]).is_sign_positive());
         let mut a = ExactSum::default();
@@ -478,6 +487,17 @@ mod tests {
         assert!(a.value().is_sign_negative());
         let (parts, sp) = a.parts();
         assert!(ExactSum::from_parts(parts, sp).value().is_sign_negative());
+        // A sum of 0.0 merged into a sum of -0.0 and back, and through its parts.
+        let mut b = ExactSum::default();
+        b.add(0.0);
+        b.add(-0.0);
+        let mut c = a.clone();
+        c.merge(&b);
+        assert!(c.value().is_sign_positive());
+        b.merge(&a);
+        assert!(b.value().is_sign_positive());
+        let (parts, sp) = b.parts();
+        assert!(ExactSum::from_parts(parts, sp).value().is_sign_positive());
     }
 
     #[test]
