@@ -198,6 +198,13 @@ pub struct BoundAgg {
 }
 
 impl BoundAgg {
+    /// Whether the result is the same in whatever order a window's rows are added.
+    /// Only `min` and `max` of floats depend on it: of values that compare equal
+    /// (`-0.0` and `0.0`, NaNs with different payloads) they keep the first.
+    pub fn order_free(&self) -> bool {
+        !(matches!(self.spec.kind, AggKind::Min | AggKind::Max) && self.class == Class::Float)
+    }
+
     /// Binds `spec` to `schema`, checking that the column exists and fits.
     pub fn bind(spec: &AggSpec, schema: &Schema) -> Result<Self> {
         let Some(col) = &spec.column else {
@@ -352,9 +359,11 @@ impl BoundAgg {
 
     /// Finalises partial states into an output column.
     pub fn finish<'a>(&self, accs: impl Iterator<Item = &'a Acc>) -> Result<ArrayRef> {
+        // Sized up front: builders grown by doubling copy the column again and again.
+        let rows = accs.size_hint().0;
         let arr: ArrayRef = match self.spec.kind {
             AggKind::Count => {
-                let mut b = Int64Builder::new();
+                let mut b = Int64Builder::with_capacity(rows);
                 for a in accs {
                     b.append_value(a.count());
                 }
@@ -369,7 +378,7 @@ impl BoundAgg {
                     DataType::Decimal128(_, in_s) => (s - in_s) as u32,
                     _ => 0,
                 };
-                let mut b = Decimal128Builder::with_capacity(0);
+                let mut b = Decimal128Builder::with_capacity(rows);
                 for a in accs {
                     let v = match a {
                         Acc::Dec(sum, n) if *n > 0 => match self.spec.kind {
@@ -383,14 +392,14 @@ impl BoundAgg {
                 Arc::new(b.finish().with_precision_and_scale(p, s)?)
             }
             AggKind::Sum if self.output_type == DataType::Int64 => {
-                let mut b = Int64Builder::new();
+                let mut b = Int64Builder::with_capacity(rows);
                 for a in accs {
                     b.append_option(a.int_sum());
                 }
                 Arc::new(b.finish())
             }
             AggKind::Sum | AggKind::Mean | AggKind::Variance { .. } | AggKind::Stddev { .. } => {
-                let mut b = Float64Builder::new();
+                let mut b = Float64Builder::with_capacity(rows);
                 for a in accs {
                     b.append_option(a.float_value(self.spec.kind));
                 }

@@ -302,7 +302,10 @@ const RETIME: u8 = 4;
 /// The order of the output rows: by window end, start, key bytes, retraction first.
 /// (end, start, key, retraction) identifies a row, so an unstable sort is
 /// deterministic. `keys[i]` holds the bytes of `emits[i].key`.
-fn output_order(emits: &[Emit], keys: &[KeyBytes<'_>]) -> Vec<usize> {
+///
+/// `step`: the grid of the windows' bounds (a tumbling window's size, a sliding
+/// window's slide), `None` for sessions.
+fn output_order(emits: &[Emit], keys: &[KeyBytes<'_>], step: Option<u64>) -> Vec<usize> {
     let n = emits.len();
     // A key's windows mostly close together, so its rows come in runs. With few runs,
     // the runs' keys are ranked by their bytes once, and rows sort on integers alone;
@@ -322,7 +325,10 @@ fn output_order(emits: &[Emit], keys: &[KeyBytes<'_>]) -> Vec<usize> {
     let key_part: Vec<u64> = if few_runs {
         let mut by_key: Vec<u32> = (0..runs.len() as u32).collect();
         let key_of_run = |r: u32| &*keys[runs[r as usize] as usize];
-        by_key.sort_unstable_by(|&a, &b| key_of_run(a).cmp(key_of_run(b)));
+        by_key.sort_unstable_by(|&a, &b| key_of_run(a).cmp(key_of_run(b)).then(a.cmp(&b)));
+        if let Some(order) = step.and_then(|step| grid_order(emits, &runs, &by_key, step)) {
+            return order;
+        }
         let mut rank_of_run = vec![0u64; runs.len()];
         let mut rank = 0u64;
         for (j, &r) in by_key.iter().enumerate() {
@@ -407,6 +413,54 @@ fn output_order(emits: &[Emit], keys: &[KeyBytes<'_>]) -> Vec<usize> {
             .then_with(|| tie(x.3, y.3))
     });
     sort_keys.iter().map(|k| k.3 as usize).collect()
+}
+
+/// The output order by counting sort, when no row is a retraction and every row's
+/// window has the same length, with its end on a grid of `step` (tumbling and sliding
+/// windows): the order by (end, start, key, row) is then the order by (end, key, row).
+/// The rows are listed key by key (`by_key`: the runs starting at `runs[r]`, by key
+/// bytes, then by position), then distributed stably over the ends. `None` if the rows
+/// do not fit, or if there are more distinct ends than rows.
+fn grid_order(emits: &[Emit], runs: &[u32], by_key: &[u32], step: u64) -> Option<Vec<usize>> {
+    let n = emits.len();
+    let first = emits.first()?;
+    let width = first.end.wrapping_sub(first.start);
+    let end0 = emits.iter().map(|e| e.end).min()?;
+    let inv = 1.0 / step as f64;
+    let mut cells: Vec<u32> = Vec::with_capacity(n);
+    let mut max_cell = 0u32;
+    for e in emits {
+        if e.retract || e.end.wrapping_sub(e.start) != width {
+            return None;
+        }
+        let d = e.end.abs_diff(end0);
+        // A quotient by multiplication, checked exactly (a wrong guess only loses the
+        // fast path).
+        let q = (d as f64 * inv).round() as u64;
+        if q >= n as u64 || q.checked_mul(step) != Some(d) {
+            return None;
+        }
+        max_cell = max_cell.max(q as u32);
+        cells.push(q as u32);
+    }
+    let mut fill = vec![0u32; max_cell as usize + 2];
+    for &c in &cells {
+        fill[c as usize + 1] += 1;
+    }
+    for i in 1..fill.len() {
+        fill[i] += fill[i - 1];
+    }
+    let mut order = vec![0usize; n];
+    for &r in by_key {
+        let lo = runs[r as usize] as usize;
+        let hi = runs.get(r as usize + 1).map_or(n, |&h| h as usize);
+        for i in lo..hi {
+            let c = &mut fill[cells[i] as usize];
+            order[*c as usize] = i;
+            *c += 1;
+        }
+    }
+    Some(order)
 }
 
 /// Bits that hold values up to `max`.
@@ -1119,12 +1173,25 @@ impl Operator {
         for i in 0..groups {
             starts[i + 1] += starts[i];
         }
+        // Each entry is (event time, row): phase 3 reads the times in sequence.
         let mut fill = starts.clone();
-        let mut rows_by_key = vec![0u32; starts[groups] as usize];
+        let mut rows_by_key = vec![(0i64, 0u32); starts[groups] as usize];
         for (row, &g) in group.iter().enumerate() {
             if g != SKIP {
-                rows_by_key[fill[g as usize] as usize] = row as u32;
+                rows_by_key[fill[g as usize] as usize] = (time_vals[row], row as u32);
                 fill[g as usize] += 1;
+            }
+        }
+        // Each key's rows in event-time order (ties in arrival order), unless the
+        // windows are sessions (whose merges are counted) or an aggregate depends on
+        // the order: a new window then goes at the end of the key's list instead of
+        // into the middle, and consecutive rows share a window more often.
+        if !self.cfg.window.is_session() && bound.aggs.iter().all(BoundAgg::order_free) {
+            for g in 0..groups {
+                let rows = &mut rows_by_key[starts[g] as usize..starts[g + 1] as usize];
+                if !rows.is_sorted() {
+                    rows.sort_unstable();
+                }
             }
         }
 
@@ -1135,7 +1202,7 @@ impl Operator {
         for g in 0..groups {
             let rows = &rows_by_key[starts[g] as usize..starts[g + 1] as usize];
             let Some((slot, wm)) = self.keys.batch_key(g as u32) else {
-                for &row in rows {
+                for &(_, row) in rows {
                     errors.push((row as usize, "max_keys reached: the key was evicted while its batch was processed (max_keys is smaller than the keys of one batch)".into()));
                 }
                 continue;
@@ -1148,18 +1215,15 @@ impl Operator {
             // Consecutive rows of a key mostly fall in the window of the previous row:
             // rows with `lo <= ts < hi` update its state directly.
             let (mut lo, mut hi, mut base) = (i64::MAX, i64::MIN, 0);
-            for (k, &row) in rows.iter().enumerate() {
-                // Rows come grouped by key: fetch the event time and inputs of a row
-                // some way ahead (the order is unrelated to memory).
-                if let Some(&ahead) = rows_by_key.get(starts[g] as usize + k + AHEAD) {
-                    let ahead = ahead as usize;
-                    crate::prefetch_at(&time_vals, ahead);
+            for (k, &(ts, row)) in rows.iter().enumerate() {
+                // Rows come grouped by key: fetch the inputs of a row some way ahead
+                // (the order is unrelated to memory).
+                if let Some(&(_, ahead)) = rows_by_key.get(starts[g] as usize + k + AHEAD) {
                     for input in &inputs {
-                        input.prefetch(ahead);
+                        input.prefetch(ahead as usize);
                     }
                 }
                 let row = row as usize;
-                let ts = time_vals[row];
                 if ts < threshold {
                     late_rows.push(row as u32);
                     continue;
@@ -1657,7 +1721,12 @@ impl Operator {
             }
         };
         let keys: Vec<KeyBytes<'_>> = emits.iter().map(|e| key_of(e.key)).collect();
-        let order = output_order(&emits, &keys);
+        let step = match self.cfg.window {
+            WindowSpec::Tumbling { size, .. } => u64::try_from(size).ok(),
+            WindowSpec::Sliding { slide, .. } => u64::try_from(slide).ok(),
+            _ => None,
+        };
+        let order = output_order(&emits, &keys, step);
         // Rows and keys in output order, gathered in one pass that requests the row
         // `FINISH_AHEAD` on (output order is far from emit order): every column then
         // reads them in sequence.

@@ -693,3 +693,130 @@ fn packed_order_sorts_on_the_fields_in_turn_in_64_or_128_bits() {
     assert_eq!(packed_order(2, &[u64::MAX; 3], |_| [0; 3]), None);
     assert_eq!(packed_order(0, &[0; 3], |_| [0; 3]), Some(vec![]));
 }
+
+#[test]
+fn grid_order_is_the_output_order_of_tumbling_and_sliding_windows() {
+    // Emits as build_windows gets them: key by key (one run each), each key's windows
+    // by start; one key's bytes appear in two runs (a copy and a live slot).
+    let key_bytes: Vec<Vec<u8>> = ["m", "a", "zz", "b", "a"]
+        .iter()
+        .map(|k| k.as_bytes().to_vec())
+        .collect();
+    let mut seed = 7u64;
+    let mut next = move |m: u64| {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 33) % m
+    };
+    for (width, step) in [(10i64, 10u64), (30, 10)] {
+        let mut emits = Vec::new();
+        let mut keys = Vec::new();
+        for (k, bytes) in key_bytes.iter().enumerate() {
+            let mut start = -53 + 10 * next(5) as i64;
+            for _ in 0..40 {
+                start += 10 * (1 + next(3) as i64);
+                emits.push(Emit {
+                    key: KeyRef::Owned(k as u32),
+                    start,
+                    end: start + width,
+                    state: 0,
+                    retract: false,
+                });
+                keys.push(KeyBytes::Borrowed(bytes));
+            }
+        }
+        let mut want: Vec<usize> = (0..emits.len()).collect();
+        want.sort_by(|&a, &b| {
+            (emits[a].end, emits[a].start, &*keys[a], a).cmp(&(
+                emits[b].end,
+                emits[b].start,
+                &*keys[b],
+                b,
+            ))
+        });
+        assert_eq!(output_order(&emits, &keys, Some(step)), want, "width {width}");
+        assert_eq!(output_order(&emits, &keys, None), want, "width {width}");
+        let runs: Vec<u32> = (0..key_bytes.len() as u32).map(|k| k * 40).collect();
+        let mut by_key: Vec<u32> = (0..runs.len() as u32).collect();
+        by_key.sort_by_key(|&r| (key_bytes[r as usize].clone(), r));
+        assert_eq!(grid_order(&emits, &runs, &by_key, step), Some(want));
+        // Off the grid, a window of another length, a retraction: not for the grid.
+        let mut off = emits.clone();
+        off[7].end += 1;
+        off[7].start += 1;
+        assert_eq!(grid_order(&off, &runs, &by_key, step), None);
+        off[7].start -= 1;
+        assert_eq!(grid_order(&off, &runs, &by_key, step), None);
+        let mut retraction = emits.clone();
+        retraction[3].retract = true;
+        assert_eq!(grid_order(&retraction, &runs, &by_key, step), None);
+    }
+}
+
+#[test]
+fn results_do_not_depend_on_how_the_input_is_cut_into_batches() {
+    // One key, one window; rows out of event-time order. Float min and max keep the
+    // first of equal values (0.0 before -0.0 here), so a batch's rows must reach them
+    // in arrival order; the other aggregates may see them in any order.
+    let aggs = vec![
+        AggSpec::new("lo", AggKind::Min, Some("v")),
+        AggSpec::new("hi", AggKind::Max, Some("v")),
+        AggSpec::new("first", AggKind::First, Some("v")),
+        AggSpec::new("last", AggKind::Last, Some("v")),
+        AggSpec::new("s", AggKind::Sum, Some("v")),
+    ];
+    let rows = [(5i64, 0.0f64), (1, -0.0), (5, -0.0), (1, 0.0), (3, -0.0)];
+    let run = |cuts: &[usize]| {
+        // A bounded delay that keeps every row on time and the window open.
+        let (mut o, _) = op(PipelineConfig {
+            delay: 100,
+            ..PipelineConfig::new(
+                &["k"],
+                "ts",
+                WindowSpec::Tumbling {
+                    size: 10,
+                    offset: 0,
+                },
+                aggs.clone(),
+            )
+        });
+        let mut lo = 0;
+        for &hi in cuts.iter().chain([&rows.len()]) {
+            let part = &rows[lo..hi];
+            let b = RecordBatch::try_from_iter(vec![
+                ("k", Arc::new(StringArray::from(vec!["a"; part.len()])) as ArrayRef),
+                (
+                    "ts",
+                    Arc::new(
+                        TimestampMicrosecondArray::from(
+                            part.iter().map(|r| r.0).collect::<Vec<_>>(),
+                        )
+                        .with_timezone("UTC"),
+                    ) as ArrayRef,
+                ),
+                (
+                    "v",
+                    Arc::new(Float64Array::from(
+                        part.iter().map(|r| r.1).collect::<Vec<_>>(),
+                    )) as ArrayRef,
+                ),
+            ])
+            .unwrap();
+            assert_eq!(o.process(&b, None).unwrap().windows.num_rows(), 0);
+            lo = hi;
+        }
+        let out = o.flush().unwrap().windows;
+        (3..8)
+            .map(|c| out.column(c).as_primitive::<arrow_array::types::Float64Type>().value(0).to_bits())
+            .collect::<Vec<u64>>()
+    };
+    let whole = run(&[]);
+    // min and max: the first zero to arrive (0.0); first and last: of the rows at the
+    // smallest and largest event time, the first to arrive (-0.0 and 0.0).
+    assert_eq!(
+        whole,
+        [0.0f64, 0.0, -0.0, 0.0, 0.0].map(f64::to_bits).to_vec()
+    );
+    for cuts in [&[1][..], &[2, 4], &[1, 2, 3, 4]] {
+        assert_eq!(run(cuts), whole, "cuts {cuts:?}");
+    }
+}
