@@ -193,6 +193,8 @@ class Operator:
         """Joins every input row with `table` on `on` first (`None`: no lookup)."""
     def set_external_watermark(self, watermark: int | None) -> None:
         """Uses an externally combined watermark (see the Rust docs); None to stop."""
+    def set_sorted_output(self, on: bool) -> None:
+        """Off: each call's windows in the order they closed instead of sorted."""
     def progress(self) -> dict[str, Any]:
         """What the last process call saw: max event time, per-partition maxima, key-scope
         global watermark."""

@@ -494,6 +494,7 @@ class Pipeline:
         queue_capacity: int = 4,
         hot_keys: float | None = None,
         pin_cores: bool = False,
+        ordered: bool = True,
     ) -> Operator:
         """A stateful operator; ``state`` (from :meth:`Operator.snapshot`) restores one.
 
@@ -512,6 +513,12 @@ class Pipeline:
 
         ``pin_cores=True`` pins worker ``i`` to CPU core ``i`` (a dedicated machine;
         leave it off where cores are shared, as in Spark executors).
+
+        ``ordered=True`` (default): each call's windows come sorted by window end,
+        start and key. ``ordered=False`` lets them come in any order (with ``cores=1``:
+        in the order they closed or changed, a call's retractions first): the same
+        rows, built faster, for consumers that do not depend on the order, such as a
+        Spark DataFrame (``tidemark.spark`` runs its operators this way).
         """
         return Operator(
             self,
@@ -521,6 +528,7 @@ class Pipeline:
             queue_capacity=queue_capacity,
             hot_keys=hot_keys,
             pin_cores=pin_cores,
+            ordered=ordered,
         )
 
     def __repr__(self) -> str:
@@ -584,6 +592,7 @@ class Operator:
         queue_capacity: int = 4,
         hot_keys: float | None = None,
         pin_cores: bool = False,
+        ordered: bool = True,
     ) -> None:
         self._pipeline = pipeline
         self._schema: pa.Schema | None = None
@@ -605,6 +614,10 @@ class Operator:
         if pipeline.lookup is not None and not isinstance(self._inner, _native.RowsOperator):
             lk = pipeline.lookup
             self._inner.set_lookup(lk.table, lk.on, lk.how, lk.prefix)
+        if not isinstance(ordered, bool):
+            raise ConfigError(f"ordered must be True or False, got {ordered!r}")
+        if not ordered and isinstance(self._inner, _native.Operator):
+            self._inner.set_sorted_output(False)
         # Workers pinned to a CPU core (pin_cores=True).
         self.pinned = 0
         if pin_cores and isinstance(self._inner, _native.ShardedOperator):

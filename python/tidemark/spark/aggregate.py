@@ -100,7 +100,8 @@ def _task(
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         pipe = shipped.get()
-        op = pipe.operator(cores=task_cores(cores, pipe))
+        # A DataFrame has no row order: the windows need no sort.
+        op = pipe.operator(cores=task_cores(cores, pipe), ordered=False)
         table = concat_input(batches, plan.input_arrow)
         if order_by is not None and batch_rows is not None:
             # Replay in arrival order, in micro-batches: late rows are judged as a

@@ -273,6 +273,11 @@ impl PyOperator {
         self.inner.set_external_watermark(watermark)
     }
 
+    /// Off: each call's windows in the order they closed instead of sorted.
+    fn set_sorted_output(&mut self, on: bool) {
+        self.inner.set_sorted_output(on)
+    }
+
     /// What the last process call saw: max event time, per-partition maxima, key-scope
     /// global watermark.
     fn progress<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

@@ -704,7 +704,9 @@ fn grid_order_is_the_output_order_of_tumbling_and_sliding_windows() {
         .collect();
     let mut seed = 7u64;
     let mut next = move |m: u64| {
-        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (seed >> 33) % m
     };
     for (width, step) in [(10i64, 10u64), (30, 10)] {
@@ -733,7 +735,11 @@ fn grid_order_is_the_output_order_of_tumbling_and_sliding_windows() {
                 b,
             ))
         });
-        assert_eq!(output_order(&emits, &keys, Some(step)), want, "width {width}");
+        assert_eq!(
+            output_order(&emits, &keys, Some(step)),
+            want,
+            "width {width}"
+        );
         assert_eq!(output_order(&emits, &keys, None), want, "width {width}");
         let runs: Vec<u32> = (0..key_bytes.len() as u32).map(|k| k * 40).collect();
         let mut by_key: Vec<u32> = (0..runs.len() as u32).collect();
@@ -783,7 +789,10 @@ fn results_do_not_depend_on_how_the_input_is_cut_into_batches() {
         for &hi in cuts.iter().chain([&rows.len()]) {
             let part = &rows[lo..hi];
             let b = RecordBatch::try_from_iter(vec![
-                ("k", Arc::new(StringArray::from(vec!["a"; part.len()])) as ArrayRef),
+                (
+                    "k",
+                    Arc::new(StringArray::from(vec!["a"; part.len()])) as ArrayRef,
+                ),
                 (
                     "ts",
                     Arc::new(
@@ -806,7 +815,12 @@ fn results_do_not_depend_on_how_the_input_is_cut_into_batches() {
         }
         let out = o.flush().unwrap().windows;
         (3..8)
-            .map(|c| out.column(c).as_primitive::<arrow_array::types::Float64Type>().value(0).to_bits())
+            .map(|c| {
+                out.column(c)
+                    .as_primitive::<arrow_array::types::Float64Type>()
+                    .value(0)
+                    .to_bits()
+            })
             .collect::<Vec<u64>>()
     };
     let whole = run(&[]);
