@@ -463,6 +463,62 @@ fn grid_order(emits: &[Emit], runs: &[u32], by_key: &[u32], step: u64) -> Option
     Some(order)
 }
 
+/// The rows of the batch's keys (`group[row]` not `u32::MAX`) as (event time, row,
+/// key index), by the cell of the window grid (`step` apart, aligned to `origin`)
+/// their event time falls in, rows of a cell in arrival order: a counting sort. With
+/// more cells than rows, runs of cells are merged into one (the order stays by time).
+/// `None` when the rows arrived in time order already.
+fn by_window_cell(
+    group: &[u32],
+    times: &[i64],
+    step: i64,
+    origin: i64,
+) -> Option<Vec<(i64, u32, u32)>> {
+    let (mut lo, mut hi, mut n, mut in_order) = (i64::MAX, i64::MIN, 0usize, true);
+    for (&g, &t) in group.iter().zip(times) {
+        if g != u32::MAX {
+            in_order &= t >= hi;
+            lo = lo.min(t);
+            hi = hi.max(t);
+            n += 1;
+        }
+    }
+    if in_order {
+        return None;
+    }
+    // The grid line at or below the earliest event time.
+    // (Below the range of `i64`: the earliest time, unaligned.)
+    let base = i128::from(lo) - (i128::from(lo) - i128::from(origin)).rem_euclid(i128::from(step));
+    let base = i64::try_from(base).unwrap_or(lo);
+    let offset = |t: i64| t.abs_diff(base) as f64;
+    let mut scale = 1.0 / step as f64;
+    let cells = offset(hi) * scale + 1.0;
+    if cells > n as f64 {
+        scale *= n as f64 / cells;
+    }
+    // Monotone in `t`: float rounding and truncation never reverse an order.
+    let last = ((offset(hi) * scale) as usize).min(n - 1);
+    let cell = |t: i64| ((offset(t) * scale) as usize).min(last);
+    let mut fill = vec![0u32; last + 2];
+    for (&g, &t) in group.iter().zip(times) {
+        if g != u32::MAX {
+            fill[cell(t) + 1] += 1;
+        }
+    }
+    for i in 1..fill.len() {
+        fill[i] += fill[i - 1];
+    }
+    let mut out = vec![(0i64, 0u32, 0u32); n];
+    for (row, (&g, &t)) in group.iter().zip(times).enumerate() {
+        if g != u32::MAX {
+            let c = &mut fill[cell(t)];
+            out[*c as usize] = (t, row as u32, g);
+            *c += 1;
+        }
+    }
+    Some(out)
+}
+
 /// Bits that hold values up to `max`.
 fn bits_for(max: u64) -> u32 {
     u64::BITS - max.leading_zeros()
@@ -1187,21 +1243,35 @@ impl Operator {
         // Each entry is (event time, row): phase 3 reads the times in sequence.
         let mut fill = starts.clone();
         let mut rows_by_key = vec![(0i64, 0u32); starts[groups] as usize];
-        for (row, &g) in group.iter().enumerate() {
-            if g != SKIP {
-                rows_by_key[fill[g as usize] as usize] = (time_vals[row], row as u32);
-                fill[g as usize] += 1;
+        // Each key's rows in window order, unless the windows are sessions (whose
+        // merges are counted) or an aggregate depends on the order of the rows: a new
+        // window then goes at the end of the key's list instead of into the middle, and
+        // consecutive rows share a window more often. The rows are listed by window
+        // first, then distributed stably over the keys.
+        let grid = match self.cfg.window {
+            WindowSpec::Tumbling { size, offset } => Some((size, offset)),
+            WindowSpec::Sliding { slide, offset, .. } => Some((slide, offset)),
+            _ => None,
+        };
+        let by_cell = match grid {
+            Some((step, origin)) if bound.aggs.iter().all(BoundAgg::order_free) => {
+                by_window_cell(&group, &time_vals, step, origin)
             }
-        }
-        // Each key's rows in event-time order (ties in arrival order), unless the
-        // windows are sessions (whose merges are counted) or an aggregate depends on
-        // the order: a new window then goes at the end of the key's list instead of
-        // into the middle, and consecutive rows share a window more often.
-        if !self.cfg.window.is_session() && bound.aggs.iter().all(BoundAgg::order_free) {
-            for g in 0..groups {
-                let rows = &mut rows_by_key[starts[g] as usize..starts[g + 1] as usize];
-                if !rows.is_sorted() {
-                    rows.sort_unstable();
+            _ => None,
+        };
+        match by_cell {
+            Some(cells) => {
+                for (ts, row, g) in cells {
+                    rows_by_key[fill[g as usize] as usize] = (ts, row);
+                    fill[g as usize] += 1;
+                }
+            }
+            None => {
+                for (row, &g) in group.iter().enumerate() {
+                    if g != SKIP {
+                        rows_by_key[fill[g as usize] as usize] = (time_vals[row], row as u32);
+                        fill[g as usize] += 1;
+                    }
                 }
             }
         }

@@ -834,3 +834,56 @@ fn results_do_not_depend_on_how_the_input_is_cut_into_batches() {
         assert_eq!(run(cuts), whole, "cuts {cuts:?}");
     }
 }
+
+#[test]
+fn rows_are_listed_by_window_cell_in_arrival_order_within_a_cell() {
+    let mut seed = 11u64;
+    let mut next = move |m: u64| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) % m
+    };
+    const SKIP: u32 = u32::MAX;
+    // Times over 40 windows of 1024 (a power of two: the cells are exact), aligned to
+    // 100; one row in ten belongs to no key.
+    let n = 2_000;
+    let times: Vec<i64> = (0..n).map(|_| -5_000 + next(40 * 1024) as i64).collect();
+    let group: Vec<u32> = (0..n)
+        .map(|_| if next(10) == 0 { SKIP } else { next(7) as u32 })
+        .collect();
+    let out = by_window_cell(&group, &times, 1024, 100).expect("out of order");
+    let mut rows: Vec<u32> = out.iter().map(|r| r.1).collect();
+    rows.sort_unstable();
+    let valid: Vec<u32> = (0..n as u32)
+        .filter(|&r| group[r as usize] != SKIP)
+        .collect();
+    assert_eq!(rows, valid);
+    for &(t, row, g) in &out {
+        assert_eq!((t, g), (times[row as usize], group[row as usize]));
+    }
+    let window = |t: i64| (t - 100).div_euclid(1024);
+    for pair in out.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        assert!(window(a.0) <= window(b.0), "{a:?} before {b:?}");
+        if window(a.0) == window(b.0) {
+            assert!(a.1 < b.1, "a cell keeps arrival order");
+        }
+    }
+    // More windows than rows: cells merge, the order stays by time across cells.
+    let wide: Vec<i64> = (0..50).map(|i| (i * 7_919 % 50) * 1_000_000_007).collect();
+    let out = by_window_cell(&[0; 50], &wide, 3, 0).expect("out of order");
+    let mut by_time: Vec<i64> = out.iter().map(|r| r.0).collect();
+    by_time.sort_unstable();
+    let mut want = wide.clone();
+    want.sort_unstable();
+    assert_eq!(by_time, want);
+    assert!(out.windows(2).all(|p| p[0].0 <= p[1].0));
+    // Times in order already (or no rows): nothing to do.
+    assert_eq!(by_window_cell(&[0, SKIP, 1], &[5, 1, 9], 10, 0), None);
+    assert_eq!(by_window_cell(&[], &[], 10, 0), None);
+    // Event times at both ends of the range.
+    let ends = [i64::MAX, i64::MIN, 0, i64::MIN + 1];
+    let out = by_window_cell(&[0; 4], &ends, 1_000_000, 7).expect("out of order");
+    assert_eq!(out.iter().map(|r| r.1).collect::<Vec<_>>(), [1, 3, 2, 0]);
+}
