@@ -153,6 +153,8 @@ def test_error_rows_known_from_the_input_match_the_pipelines(spark: Any) -> None
 
     fast = aggregate(df, pipe, num_partitions=2)
     assert fast.combined is None, "nothing persisted"
+    # Built when first read, once.
+    assert fast.errors is fast.errors and fast.late is fast.late
     ran = aggregate(df, pipe, num_partitions=2, cache=False)
     got = outputs(fast)
     assert got == outputs(ran)

@@ -17,7 +17,7 @@ exact Arrow schema Spark expects (string vs large_string, session time zone).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -385,42 +385,53 @@ _FIXED_KEYS = (
 _VARIABLE_KEYS = ("StringType", "BinaryType", "CharType", "VarcharType")
 
 
-def _safe_event_time(pipe: Pipeline, schema: Any) -> Any | None:
-    """A Spark predicate true for rows whose event time the core reads and windows
-    without fail (not null, well inside the 64-bit microsecond range), or ``None``
-    where only the core can tell (strings, floats, user parsers)."""
+def _safe_event_time(pipe: Pipeline, schema: Any) -> Callable[[], Any] | None:
+    """A builder of a Spark predicate true for rows whose event time the core reads and
+    windows without fail (not null, well inside the 64-bit microsecond range), or
+    ``None`` where only the core can tell (strings, floats, user parsers)."""
     from pyspark.sql import functions as F
 
-    ts = column(pipe.event_time)
     kind = type(schema[pipe.event_time].dataType).__name__
     name = pipe.event_time_type
+
+    def within(lo: Callable[[], Any], hi: Callable[[], Any]) -> Callable[[], Any]:
+        def build() -> Any:
+            ts = column(pipe.event_time)
+            return ts.isNotNull() & (ts >= lo()) & (ts <= hi())
+
+        return build
+
     if name is None and kind == "TimestampType":
-        lo, hi = (F.timestamp_micros(F.lit(b)) for b in (-_SAFE_MICROS, _SAFE_MICROS))
-    elif name is None and kind == "TimestampNTZType":
-        lo, hi = (
-            F.timestamp_micros(F.lit(b)).cast("timestamp_ntz")
-            for b in (-_SAFE_MICROS, _SAFE_MICROS)
+        return within(
+            lambda: F.timestamp_micros(F.lit(-_SAFE_MICROS)),
+            lambda: F.timestamp_micros(F.lit(_SAFE_MICROS)),
         )
-    elif name is None and kind == "DateType":
+    if name is None and kind == "TimestampNTZType":
+        return within(
+            lambda: F.timestamp_micros(F.lit(-_SAFE_MICROS)).cast("timestamp_ntz"),
+            lambda: F.timestamp_micros(F.lit(_SAFE_MICROS)).cast("timestamp_ntz"),
+        )
+    if name is None and kind == "DateType":
         days = _SAFE_MICROS // 86_400_000_000
-        lo, hi = F.date_from_unix_date(F.lit(-days)), F.date_from_unix_date(F.lit(days))
-    elif name == "unixtimestamp_ns" and kind in _INTEGERS:
-        return ts.isNotNull()  # a long of nanoseconds always fits in microseconds
-    elif name in _EPOCH_SCALE and kind in _INTEGERS:
+        return within(
+            lambda: F.date_from_unix_date(F.lit(-days)), lambda: F.date_from_unix_date(F.lit(days))
+        )
+    if name == "unixtimestamp_ns" and kind in _INTEGERS:
+        # A long of nanoseconds always fits in microseconds.
+        return lambda: column(pipe.event_time).isNotNull()
+    if name in _EPOCH_SCALE and kind in _INTEGERS:
         bound = _SAFE_MICROS // _EPOCH_SCALE[name]
-        lo, hi = F.lit(-bound), F.lit(bound)
-    else:
-        return None
-    return ts.isNotNull() & (ts >= lo) & (ts <= hi)
+        return within(lambda: F.lit(-bound), lambda: F.lit(bound))
+    return None
 
 
 def known_late_and_errors(
     df: Any, pipe: Pipeline, plan: Plan, error_task: Any
-) -> tuple[Any, Any] | None:
-    """The late and error rows of a batch ``aggregate`` run without a replay (each
-    partition one arrival unit), computed without the pipeline's windows, where a row
-    fails or not on its own: no row of such a run is late, and a row fails for its
-    event time (null, unreadable, out of range) or its key (too long) alone.
+) -> Callable[[], tuple[Any, Any]] | None:
+    """A builder of the late and error rows of a batch ``aggregate`` run without a
+    replay (each partition one arrival unit), computed without the pipeline's windows,
+    where a row fails or not on its own: no row of such a run is late, and a row fails
+    for its event time (null, unreadable, out of range) or its key (too long) alone.
 
     ``late`` is then empty, and ``errors`` is ``error_task`` (the pipeline, emitting
     its error rows) run on the input rows a Spark filter cannot clear: a non-null,
@@ -429,7 +440,9 @@ def known_late_and_errors(
     and reasons of the full run. ``None`` where a row's fate depends on others or on
     state (``max_keys``, a lookup, ``state_ttl``), or where the filter would clear no
     row (string, float or user-parsed event times or partitions): only the full run
-    tells, and its result is persisted."""
+    tells, and its result is persisted. Whether the rows are known is decided now
+    (from the schema alone); the builder makes the two DataFrames (a few dozen calls
+    into the JVM, saved when only the windows are read)."""
     from pyspark.sql import functions as F
 
     cfg = pipe.config
@@ -447,27 +460,32 @@ def known_late_and_errors(
         )
     ):
         return None
-    safe = _safe_event_time(pipe, schema)
-    if safe is None:
+    safe_time = _safe_event_time(pipe, schema)
+    if safe_time is None:
         return None
-    if cfg["scope"] == "partition":
-        part = cfg["partition_column"]
-        if type(schema[part].dataType).__name__ not in _INTEGERS:
-            return None
-        pc = column(part)
-        safe = safe & pc.isNotNull() & (pc >= 0) & (pc < F.lit(_native.SOURCE_PARTITIONS))
+    part = cfg["partition_column"] if cfg["scope"] == "partition" else None
+    if part is not None and type(schema[part].dataType).__name__ not in _INTEGERS:
+        return None
     kinds = [type(schema[k].dataType).__name__ for k in pipe.key]
     if any(k not in _FIXED_KEYS and k not in _VARIABLE_KEYS for k in kinds):
         return None  # not a key type the core takes: its run says so
     var = [k for k, kind in zip(pipe.key, kinds, strict=True) if kind in _VARIABLE_KEYS]
-    if var:
-        most = F.lit(_FIXED_KEY_BYTES * (len(pipe.key) - len(var)) + 5 * len(var))
-        for k in var:
-            most = most + F.coalesce(F.octet_length(column(k)), F.lit(0))
-        safe = safe & (most <= F.lit(_native.MAX_KEY_BYTES))
-    doubtful = df.filter(~F.coalesce(safe, F.lit(False)))
-    errors = map_in_arrow(doubtful, error_task, plan.single_spark[KIND_ERROR])
-    return df.filter(F.lit(False)), errors
+
+    def build() -> tuple[Any, Any]:
+        safe = safe_time()
+        if part is not None:
+            pc = column(part)
+            safe = safe & pc.isNotNull() & (pc >= 0) & (pc < F.lit(_native.SOURCE_PARTITIONS))
+        if var:
+            most = F.lit(_FIXED_KEY_BYTES * (len(pipe.key) - len(var)) + 5 * len(var))
+            for k in var:
+                most = most + F.coalesce(F.octet_length(column(k)), F.lit(0))
+            safe = safe & (most <= F.lit(_native.MAX_KEY_BYTES))
+        doubtful = df.filter(~F.coalesce(safe, F.lit(False)))
+        errors = map_in_arrow(doubtful, error_task, plan.single_spark[KIND_ERROR])
+        return df.filter(F.lit(False)), errors
+
+    return build
 
 
 def estimated_bytes(df: Any) -> int | None:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -32,9 +31,9 @@ from tidemark.spark._plan import (
 __all__ = ["AggregateResult", "aggregate"]
 
 
-@dataclass
 class AggregateResult:
-    """The three outputs of :func:`aggregate`.
+    """The three outputs of :func:`aggregate`: ``windows``, ``late`` and ``errors``
+    (Spark DataFrames), and ``combined``.
 
     By default the pipeline runs once for all three. Where each row fails or not on
     its own (no ``order_by`` replay, so no row is late; a Spark timestamp, date or
@@ -42,24 +41,56 @@ class AggregateResult:
     ``max_keys``, lookup or ``state_ttl``), ``windows`` is the pipeline's job,
     ``late`` is empty and ``errors`` runs the pipeline only on the rows a Spark filter
     cannot clear (null or extreme event times, keys near the size limit, partitions
-    out of range: usually none). Nothing is then
-    persisted (``combined`` is ``None``). Otherwise the three are read from one
-    persisted result, ``combined``: the first action computes it, the others reuse
-    it; call :meth:`unpersist` when done. For a large input (Spark's estimate at
-    least ``PACK_FROM_BYTES``, or none) it holds each output's rows as Arrow IPC
-    blobs, else the rows themselves. With ``cache=False`` each is its own job
-    (``combined`` is ``None``).
+    out of range: usually none). ``late`` and ``errors`` are then built when first
+    read. Nothing is persisted (``combined`` is ``None``). Otherwise the three are
+    read from one persisted result, ``combined``: the first action computes it, the
+    others reuse it; call :meth:`unpersist` when done. For a large input (Spark's
+    estimate at least ``PACK_FROM_BYTES``, or none) it holds each output's rows as
+    Arrow IPC blobs, else the rows themselves. With ``cache=False`` each is its own
+    job (``combined`` is ``None``).
     """
 
-    windows: Any
-    late: Any
-    errors: Any
-    combined: Any
+    __slots__ = ("_errors", "_late", "_pending", "combined", "windows")
+
+    def __init__(self, windows: Any, late: Any, errors: Any, combined: Any = None) -> None:
+        self.windows = windows
+        self._late = late
+        self._errors = errors
+        self.combined = combined
+        self._pending: Callable[[], tuple[Any, Any]] | None = None
+
+    @classmethod
+    def _known(cls, windows: Any, build: Callable[[], tuple[Any, Any]]) -> AggregateResult:
+        """``windows``, with ``late`` and ``errors`` from ``build()`` when first read."""
+        res = cls(windows, None, None)
+        res._pending = build
+        return res
+
+    def _resolve(self) -> None:
+        if self._pending is not None:
+            self._late, self._errors = self._pending()
+            self._pending = None
+
+    @property
+    def late(self) -> Any:
+        """The rows behind the watermark (with every input column)."""
+        self._resolve()
+        return self._late
+
+    @property
+    def errors(self) -> Any:
+        """The rows that could not be processed, with every input column and a
+        ``reason`` (``_tidemark_reason`` when the input has a ``reason`` column)."""
+        self._resolve()
+        return self._errors
 
     def unpersist(self) -> None:
         """Frees the cached result (nothing to free with ``cache=False``)."""
         if self.combined is not None:
             self.combined.unpersist()
+
+    def __repr__(self) -> str:
+        return f"AggregateResult(windows={self.windows!r}, combined={self.combined!r})"
 
 
 def task_cores(cores: int | None, pipe: Pipeline) -> int:
@@ -219,7 +250,7 @@ def aggregate(
         if known is not None:
             # Late and error rows follow from the input: the windows job is the only
             # run of the pipeline, and nothing needs persisting.
-            return AggregateResult(windows_job(), known[0], known[1], None)
+            return AggregateResult._known(windows_job(), known)
     if not cache:
         full = parted(df)
         late, errors = (
