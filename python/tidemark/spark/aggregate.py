@@ -239,7 +239,10 @@ def aggregate(
         fields = used_input(pipe, df.schema)
         if order_by is not None and order_by not in fields.fieldNames():
             fields = StructType([*fields.fields, df.schema[order_by]])
-        rows = parted(df.selectExpr(*[quoted(f) for f in fields.fieldNames()]))
+        names = fields.fieldNames()
+        # (A projection onto every column would cost the JVM an analysis for nothing.)
+        used = df if names == df.schema.fieldNames() else df.selectExpr(*map(quoted, names))
+        rows = parted(used)
         windows_plan = Plan.build(pipe, fields, tz, large)
         task = _task(shipped, windows_plan, order_by, batch_rows, cores, KIND_WINDOW)
         return map_in_arrow(rows, task, plan.single_spark[KIND_WINDOW])
