@@ -15,26 +15,20 @@ fn cfg(window: WindowSpec, scope: Scope) -> PipelineConfig {
 }
 
 fn batch(rows: &[(&str, i64, i64)]) -> RecordBatch {
+    let values = Int64Array::from(rows.iter().map(|r| r.2).collect::<Vec<_>>());
+    batch_with(rows.iter().map(|r| (r.0, r.1)), Arc::new(values))
+}
+
+/// Columns `k` (string), `ts` (timestamp, UTC) and `v` (`values`).
+fn batch_with<'a>(rows: impl Iterator<Item = (&'a str, i64)>, values: ArrayRef) -> RecordBatch {
+    let (k, ts): (Vec<&str>, Vec<i64>) = rows.unzip();
     RecordBatch::try_from_iter(vec![
-        (
-            "k",
-            Arc::new(StringArray::from(
-                rows.iter().map(|r| r.0).collect::<Vec<_>>(),
-            )) as ArrayRef,
-        ),
+        ("k", Arc::new(StringArray::from(k)) as ArrayRef),
         (
             "ts",
-            Arc::new(
-                TimestampMicrosecondArray::from(rows.iter().map(|r| r.1).collect::<Vec<_>>())
-                    .with_timezone("UTC"),
-            ) as ArrayRef,
+            Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")) as ArrayRef,
         ),
-        (
-            "v",
-            Arc::new(Int64Array::from(
-                rows.iter().map(|r| r.2).collect::<Vec<_>>(),
-            )) as ArrayRef,
-        ),
+        ("v", values),
     ])
     .unwrap()
 }
@@ -694,6 +688,16 @@ fn packed_order_sorts_on_the_fields_in_turn_in_64_or_128_bits() {
     assert_eq!(packed_order(0, &[0; 3], |_| [0; 3]), Some(vec![]));
 }
 
+/// A small deterministic generator: `next(m)` is in `0..m`.
+fn lcg(mut seed: u64) -> impl FnMut(u64) -> u64 {
+    move |m| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) % m
+    }
+}
+
 #[test]
 fn grid_order_is_the_output_order_of_tumbling_and_sliding_windows() {
     // Emits as build_windows gets them: key by key (one run each), each key's windows
@@ -702,13 +706,7 @@ fn grid_order_is_the_output_order_of_tumbling_and_sliding_windows() {
         .iter()
         .map(|k| k.as_bytes().to_vec())
         .collect();
-    let mut seed = 7u64;
-    let mut next = move |m: u64| {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (seed >> 33) % m
-    };
+    let mut next = lcg(7);
     for (width, step) in [(10i64, 10u64), (30, 10)] {
         let mut emits = Vec::new();
         let mut keys = Vec::new();
@@ -788,28 +786,8 @@ fn results_do_not_depend_on_how_the_input_is_cut_into_batches() {
         let mut lo = 0;
         for &hi in cuts.iter().chain([&rows.len()]) {
             let part = &rows[lo..hi];
-            let b = RecordBatch::try_from_iter(vec![
-                (
-                    "k",
-                    Arc::new(StringArray::from(vec!["a"; part.len()])) as ArrayRef,
-                ),
-                (
-                    "ts",
-                    Arc::new(
-                        TimestampMicrosecondArray::from(
-                            part.iter().map(|r| r.0).collect::<Vec<_>>(),
-                        )
-                        .with_timezone("UTC"),
-                    ) as ArrayRef,
-                ),
-                (
-                    "v",
-                    Arc::new(Float64Array::from(
-                        part.iter().map(|r| r.1).collect::<Vec<_>>(),
-                    )) as ArrayRef,
-                ),
-            ])
-            .unwrap();
+            let values = Float64Array::from(part.iter().map(|r| r.1).collect::<Vec<_>>());
+            let b = batch_with(part.iter().map(|r| ("a", r.0)), Arc::new(values));
             assert_eq!(o.process(&b, None).unwrap().windows.num_rows(), 0);
             lo = hi;
         }
@@ -837,13 +815,7 @@ fn results_do_not_depend_on_how_the_input_is_cut_into_batches() {
 
 #[test]
 fn rows_are_listed_by_window_cell_in_arrival_order_within_a_cell() {
-    let mut seed = 11u64;
-    let mut next = move |m: u64| {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (seed >> 33) % m
-    };
+    let mut next = lcg(11);
     const SKIP: u32 = u32::MAX;
     // Times over 40 windows of 1024 (a power of two: the cells are exact), aligned to
     // 100; one row in ten belongs to no key.
