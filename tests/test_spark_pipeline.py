@@ -94,6 +94,7 @@ def test_batch_aggregate_matches_local(spark: Any) -> None:
     # cache=False: the same three outputs, each its own job with its own schema.
     lean = aggregate(df, pipe, num_partitions=3, cache=False)
     assert lean.combined is None
+    assert lean.late is lean.late, "built when first read, once"
     assert rows_of(lean.windows, ["device", "window_start", "n", "s"]) == got
     assert lean.windows.schema == res.windows.schema
     assert [(e.device, e.reason) for e in lean.errors.collect()] == [("d1", "event time is null")]

@@ -41,13 +41,13 @@ class AggregateResult:
     ``max_keys``, lookup or ``state_ttl``), ``windows`` is the pipeline's job,
     ``late`` is empty and ``errors`` runs the pipeline only on the rows a Spark filter
     cannot clear (null or extreme event times, keys near the size limit, partitions
-    out of range: usually none). ``late`` and ``errors`` are then built when first
-    read. Nothing is persisted (``combined`` is ``None``). Otherwise the three are
-    read from one persisted result, ``combined``: the first action computes it, the
-    others reuse it; call :meth:`unpersist` when done. For a large input (Spark's
-    estimate at least ``PACK_FROM_BYTES``, or none) it holds each output's rows as
-    Arrow IPC blobs, else the rows themselves. With ``cache=False`` each is its own
-    job (``combined`` is ``None``).
+    out of range: usually none). Nothing is persisted (``combined`` is ``None``).
+    Otherwise the three are read from one persisted result, ``combined``: the first
+    action computes it, the others reuse it; call :meth:`unpersist` when done. For a
+    large input (Spark's estimate at least ``PACK_FROM_BYTES``, or none) it holds each
+    output's rows as Arrow IPC blobs, else the rows themselves. With ``cache=False``
+    each is its own job (``combined`` is ``None``). Where nothing is persisted,
+    ``late`` and ``errors`` are built when first read.
     """
 
     __slots__ = ("_errors", "_late", "_pending", "combined", "windows")
@@ -60,7 +60,7 @@ class AggregateResult:
         self._pending: Callable[[], tuple[Any, Any]] | None = None
 
     @classmethod
-    def _known(cls, windows: Any, build: Callable[[], tuple[Any, Any]]) -> AggregateResult:
+    def _lazy(cls, windows: Any, build: Callable[[], tuple[Any, Any]]) -> AggregateResult:
         """``windows``, with ``late`` and ``errors`` from ``build()`` when first read."""
         res = cls(windows, None, None)
         res._pending = build
@@ -253,18 +253,22 @@ def aggregate(
         if known is not None:
             # Late and error rows follow from the input: the windows job is the only
             # run of the pipeline, and nothing needs persisting.
-            return AggregateResult._known(windows_job(), known)
+            return AggregateResult._lazy(windows_job(), known)
     if not cache:
-        full = parted(df)
-        late, errors = (
-            map_in_arrow(
-                full,
-                _task(shipped, plan, order_by, batch_rows, cores, kind),
-                plan.single_spark[kind],
+
+        def late_and_errors() -> tuple[Any, Any]:
+            full = parted(df)
+            late, errors = (
+                map_in_arrow(
+                    full,
+                    _task(shipped, plan, order_by, batch_rows, cores, kind),
+                    plan.single_spark[kind],
+                )
+                for kind in (KIND_LATE, KIND_ERROR)
             )
-            for kind in (KIND_LATE, KIND_ERROR)
-        )
-        return AggregateResult(windows_job(), late, errors, None)
+            return late, errors
+
+        return AggregateResult._lazy(windows_job(), late_and_errors)
     packed = size is None or size >= PACK_FROM_BYTES
     task = _task(shipped, plan, order_by, batch_rows, cores, packed=packed)
     combined = map_in_arrow(parted(df), task, packed_spark() if packed else plan.combined_spark)
