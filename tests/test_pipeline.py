@@ -497,6 +497,8 @@ def test_unordered_output_has_the_same_rows(window: Any, emit: str, per: str) ->
 def test_ordered_must_be_a_bool() -> None:
     with pytest.raises(tm.ConfigError, match="ordered must be True or False"):
         simple().operator(ordered="no")  # type: ignore[arg-type]
+    with pytest.raises(tm.ConfigError, match="ordered must be True or False"):
+        simple().operator(cores=2, ordered=None)  # type: ignore[arg-type]
     # Any operator accepts ordered=False (several cores return their merged order).
     events_ = events([("a", 1, 1.0), ("b", 2, 2.0), ("a", 30, 3.0)])
     want = simple().operator().process(events_).windows

@@ -598,6 +598,8 @@ class Operator:
         self._schema: pa.Schema | None = None
         if not isinstance(cores, int) or isinstance(cores, bool) or cores < 1:
             raise ConfigError(f"cores must be a positive int, got {cores!r}")
+        if not isinstance(ordered, bool):
+            raise ConfigError(f"ordered must be True or False, got {ordered!r}")
         self._inner: _native.Operator | _native.ShardedOperator | _native.RowsOperator
         if cores == 1 and hot_keys is not None:
             raise ConfigError("hot_keys spreads keys over cores: it needs cores > 1")
@@ -614,8 +616,6 @@ class Operator:
         if pipeline.lookup is not None and not isinstance(self._inner, _native.RowsOperator):
             lk = pipeline.lookup
             self._inner.set_lookup(lk.table, lk.on, lk.how, lk.prefix)
-        if not isinstance(ordered, bool):
-            raise ConfigError(f"ordered must be True or False, got {ordered!r}")
         if not ordered and isinstance(self._inner, _native.Operator):
             self._inner.set_sorted_output(False)
         # Workers pinned to a CPU core (pin_cores=True).

@@ -71,6 +71,17 @@ impl WindowSpec {
         matches!(self, WindowSpec::Session { .. })
     }
 
+    /// The grid every window bound lies on, `(step, origin)`: bounds are
+    /// `origin + k * step` (a tumbling window's size, a sliding window's slide, and
+    /// their offset). `None` for sessions and ROWS windows.
+    pub fn grid(&self) -> Option<(i64, i64)> {
+        match *self {
+            WindowSpec::Tumbling { size, offset } => Some((size, offset)),
+            WindowSpec::Sliding { slide, offset, .. } => Some((slide, offset)),
+            _ => None,
+        }
+    }
+
     /// Calls `f(start, end)` for every tumbling or sliding window containing `ts`,
     /// in increasing start order. Errors (without calling `f`) if a bound overflows.
     ///

@@ -19,6 +19,7 @@
 
 mod config;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -1248,12 +1249,7 @@ impl Operator {
         // window then goes at the end of the key's list instead of into the middle, and
         // consecutive rows share a window more often. The rows are listed by window
         // first, then distributed stably over the keys.
-        let grid = match self.cfg.window {
-            WindowSpec::Tumbling { size, offset } => Some((size, offset)),
-            WindowSpec::Sliding { slide, offset, .. } => Some((slide, offset)),
-            _ => None,
-        };
-        let by_cell = match grid {
+        let by_cell = match self.cfg.window.grid() {
             Some((step, origin)) if bound.aggs.iter().all(BoundAgg::order_free) => {
                 by_window_cell(&group, &time_vals, step, origin)
             }
@@ -1802,30 +1798,34 @@ impl Operator {
             }
         };
         let keys: Vec<KeyBytes<'_>> = emits.iter().map(|e| key_of(e.key)).collect();
-        let step = match self.cfg.window {
-            WindowSpec::Tumbling { size, .. } => u64::try_from(size).ok(),
-            WindowSpec::Sliding { slide, .. } => u64::try_from(slide).ok(),
-            _ => None,
-        };
-        let order = if self.sorted {
-            output_order(&emits, &keys, step)
+        // Sorted: rows and keys in output order, gathered in one pass that requests
+        // the row `FINISH_AHEAD` on (output order is far from emit order), so that
+        // every column then reads them in sequence. Unsorted: the emits as they are.
+        let (rows, key_refs): (Cow<'_, [Emit]>, Vec<&[u8]>) = if self.sorted {
+            let step = self
+                .cfg
+                .window
+                .grid()
+                .and_then(|(step, _)| u64::try_from(step).ok());
+            let order = output_order(&emits, &keys, step);
+            let (rows, key_refs) = order
+                .iter()
+                .enumerate()
+                .map(|(i, &o)| {
+                    if let Some(&ahead) = order.get(i + FINISH_AHEAD) {
+                        crate::prefetch_at(&emits, ahead);
+                        crate::prefetch_at(&keys, ahead);
+                    }
+                    (emits[o], &*keys[o])
+                })
+                .unzip();
+            (Cow::Owned(rows), key_refs)
         } else {
-            (0..emits.len()).collect()
+            (
+                Cow::Borrowed(&emits[..]),
+                keys.iter().map(|k| &**k).collect(),
+            )
         };
-        // Rows and keys in output order, gathered in one pass that requests the row
-        // `FINISH_AHEAD` on (output order is far from emit order): every column then
-        // reads them in sequence.
-        let (rows, key_refs): (Vec<Emit>, Vec<&[u8]>) = order
-            .iter()
-            .enumerate()
-            .map(|(i, &o)| {
-                if let Some(&ahead) = order.get(i + FINISH_AHEAD) {
-                    crate::prefetch_at(&emits, ahead);
-                    crate::prefetch_at(&keys, ahead);
-                }
-                (emits[o], &*keys[o])
-            })
-            .unzip();
         let retractions = rows.iter().filter(|e| e.retract).count() as u64;
 
         let mut columns: Vec<ArrayRef> = if bound.key_types.is_empty() {
@@ -1843,7 +1843,7 @@ impl Operator {
         let retracted = BooleanArray::from(rows.iter().map(|e| e.retract).collect::<Vec<_>>());
         if self.partials {
             let mut blobs = arrow_array::builder::BinaryBuilder::new();
-            for e in &rows {
+            for e in rows.iter() {
                 let mut w = Writer::new();
                 for (j, empty) in empties.iter().enumerate() {
                     write_acc(
@@ -1907,6 +1907,7 @@ impl Operator {
             columns,
             &RecordBatchOptions::new().with_row_count(Some(rows.len())),
         )?;
+        drop(rows);
         self.metrics.retractions_emitted += retractions;
         self.free_states.append(&mut self.release);
         let mut emits = emits;
