@@ -163,9 +163,26 @@ def test_spark_mode_matches_spark_repartition_on_mixed_types(spark: Any) -> None
         "l long, s string, d double, b boolean, dt date, ts timestamp, i int, bin binary, "
         "dec decimal(10,2), big decimal(30,4)"
     )
-    df = spark.createDataFrame(rows, schema).withColumn("sh", F.col("i").cast("short"))
-    cols = ["l", "s", "d", "b", "dt", "ts", "i", "bin", "sh", "dec", "big"]
-    for keys in (cols, ["s"], ["l", "ts"], ["d", "b", "sh"], ["bin", "dt"], ["dec"], ["big"]):
+    df = (
+        spark.createDataFrame(rows, schema)
+        .withColumn("sh", F.col("i").cast("short"))
+        .withColumn("by", (F.col("i") - 60).cast("byte"))
+        .withColumn("f", F.col("d").cast("float"))
+        .withColumn("ntz", F.col("ts").cast("timestamp_ntz"))
+    )
+    cols = ["l", "s", "d", "b", "dt", "ts", "i", "bin", "sh", "dec", "big", "by", "f", "ntz"]
+    for keys in (
+        cols,
+        ["s"],
+        ["l", "ts"],
+        ["d", "b", "sh"],
+        ["bin", "dt"],
+        ["dec"],
+        ["big"],
+        ["by"],
+        ["f"],
+        ["ntz"],
+    ):
         n = 7
         with_pid = df.repartition(n, *keys).withColumn("pid", F.spark_partition_id())
         table = with_pid.toArrow()

@@ -751,6 +751,132 @@ def test_small_micro_batches_run_in_one_task_without_a_shuffle(
     assert tasks(proc(shuffle=False)) == {0}
 
 
+def test_a_task_routes_keys_of_every_spark_type_as_a_shuffle_does(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A small micro-batch's one task routes its rows to state partitions itself (no
+    tagging expression in the JVM); a shuffled batch is routed by Spark's ``hash()``.
+    Both must put a key in the same state partition, or the key's state splits: here
+    batches alternate between the two, over a key of every Spark type the task hashes
+    (and 0.0 / -0.0, which Spark hashes alike), and the windows must equal those of a
+    run whose every batch is shuffled. With an hour of delay nothing closes before
+    the flush, so a split key shows as one window emitted twice. The task also reads
+    the unused fixed-width column of the small batches instead of a projection."""
+    import decimal
+
+    from tidemark.spark._plan import unused_columns_are_cheap
+
+    schema = (
+        "by byte, sh short, i int, l long, f float, d double, bo boolean, bin binary, "
+        "day date, at timestamp, ntz timestamp_ntz, dec decimal(10,2), big decimal(30,4), "
+        "s string, ts timestamp, value double, unused long"
+    )
+    keys = ["by", "sh", "i", "l", "f", "d", "bo", "bin", "day", "at", "ntz", "dec", "big", "s"]
+
+    def key(k: int) -> tuple:
+        zero = -0.0 if k % 2 else 0.0
+        return (
+            k - 12,
+            k * 1000 - 7,
+            k * 100_003,
+            (k * 7919) << 36,
+            zero if k % 5 == 0 else k / 4,
+            zero if k % 3 == 0 else k * 1e10 + 0.5,
+            k % 2 == 0,
+            bytes([k, 255 - k, 7][: 1 + k % 3]),
+            dt.date(2020, 1, 1) + dt.timedelta(days=k * 37),
+            T0 + dt.timedelta(microseconds=k * 123_457),
+            dt.datetime(2021, 6, 1) + dt.timedelta(seconds=k * 3_601),
+            decimal.Decimal(k * 7919 - 150_000) / 100,
+            decimal.Decimal(-(k**9) + 3 * k) / 10_000,
+            f"tenant-{k}" + "é" * (k % 3),
+        )
+
+    batches = []
+    for b in range(4):
+        rows = [
+            (*key(k), T0 + dt.timedelta(seconds=b * 40 + (k * 7 + j * 11) % 45), float(j), j)
+            for k in range(24)
+            for j in range(3)
+        ]
+        # Read back from Parquet: Spark then estimates the batch's size (one task).
+        spark.createDataFrame(rows, schema).write.parquet(str(tmp_path / f"in{b}"))
+        batches.append(spark.read.parquet(str(tmp_path / f"in{b}")))
+    pipe = tm.Pipeline(
+        key=keys,
+        event_time="ts",
+        watermark=tm.BoundedOutOfOrderness("1h", per="key"),
+        window=tm.Tumbling("1m"),
+        aggs={"n": tm.count(), "total": tm.sum("value")},
+    )
+    cols = [*keys, "window_start", "n", "total"]
+
+    def run(name: str, alternate: bool) -> list[tuple]:
+        windows: list[tuple] = []
+        proc = StreamProcessor(
+            pipe,
+            str(tmp_path / name),
+            num_partitions=3,
+            sink=lambda df, b: windows.extend(rows_of(df, cols)),
+            shuffle=True,
+        )
+        for b, df in enumerate(batches):
+            proc.shuffle = True if b % 2 == 0 or not alternate else None
+            shuffled, untagged, size = proc._layout(df, flush=False)
+            assert (shuffled, untagged) == (proc.shuffle is True, proc.shuffle is None)
+            assert not untagged or unused_columns_are_cheap(df.schema, [*keys, "ts", "value"], size)
+            proc(df, b)
+        proc.flush(spark, batches[0].schema)
+        return sorted(windows)
+
+    shuffled = run("shuffled", alternate=False)
+    assert sum(r[-2] for r in shuffled) == 4 * 24 * 3
+    assert len({r[: len(keys) + 1] for r in shuffled}) == len(shuffled)
+    assert run("alternating", alternate=True) == shuffled
+
+
+def test_only_small_fixed_width_unused_columns_travel_unprojected() -> None:
+    from pyspark.sql import types as T
+
+    from tidemark.spark._plan import CHEAP_INPUT_BYTES, unused_columns_are_cheap
+
+    schema = T.StructType(
+        [
+            T.StructField("k", T.StringType()),
+            T.StructField("n", T.LongType()),
+            T.StructField("when", T.TimestampType()),
+            T.StructField("payload", T.StringType()),
+        ]
+    )
+    assert unused_columns_are_cheap(schema, ["k", "payload", "when"], 10_000)
+    assert unused_columns_are_cheap(schema, ["k", "payload", "when"], CHEAP_INPUT_BYTES)
+    assert not unused_columns_are_cheap(schema, ["k", "payload", "when"], CHEAP_INPUT_BYTES + 1)
+    assert not unused_columns_are_cheap(schema, ["k", "payload", "when"], None)
+    assert not unused_columns_are_cheap(schema, ["k", "n", "when"], 10_000)
+
+
+def test_a_task_routes_only_key_types_it_hashes_as_spark_does() -> None:
+    """Strings with a collation (Spark hashes their collation key) and types outside
+    the checked set keep the routing in the JVM."""
+    from pyspark.sql import types as T
+
+    from tidemark.spark._plan import spark_hash_matches
+
+    schema = T.StructType(
+        [
+            T.StructField("l", T.LongType()),
+            T.StructField("s", T.StringType()),
+            T.StructField("ci", T.StringType("UTF8_LCASE")),
+            T.StructField("arr", T.ArrayType(T.IntegerType())),
+            T.StructField("dec", T.DecimalType(30, 4)),
+        ]
+    )
+    assert spark_hash_matches(schema, ["l", "s", "dec"])
+    assert not spark_hash_matches(schema, ["l", "ci"])
+    assert not spark_hash_matches(schema, ["arr"])
+    assert not spark_hash_matches(schema, ["missing"])
+
+
 def test_a_windows_only_task_reads_the_columns_the_windows_need() -> None:
     """Keys, event time, source partition (partition scope) and aggregate inputs, in
     input order; with a lookup every column (its columns meet the input's)."""

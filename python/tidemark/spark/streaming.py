@@ -49,16 +49,20 @@ from tidemark import _native
 from tidemark.clock import ManualClock
 from tidemark.errors import ConfigError, StateCorruptedError
 from tidemark.pipeline import Pipeline, Rows
+from tidemark.route import HashRouter
 from tidemark.spark._plan import (
     KIND_WINDOW,
     Plan,
     ShippedPipeline,
+    concat_input,
     estimated_bytes,
     fits_one_task,
     map_in_arrow,
     quoted,
     session_arrow_settings,
     spark_context,
+    spark_hash_matches,
+    unused_columns_are_cheap,
     used_input,
 )
 from tidemark.spark.state import StateStore, state_errors_surface
@@ -144,6 +148,7 @@ def _tagged(
     flush: bool,
     shuffle: bool = True,
     columns: list[str] | None = None,
+    untagged: bool = False,
 ) -> Any:
     """``df``'s rows, each tagged with its state partition (Spark's hash of the keys,
     as ``repartition(n, *keys)``), and one placeholder row per state partition,
@@ -154,15 +159,22 @@ def _tagged(
     the placeholders alone, one per Spark partition, with no shuffle (and a plan
     whose first run costs less JVM warm-up).
 
+    ``untagged`` (without ``shuffle``): the rows alone, coalesced into one Spark
+    partition; the task routes them itself (see :func:`_task`) and runs every state
+    partition. ``coalesce(1)`` gives one task even for an empty input.
+
     Built from SQL expressions: a handful of driver-to-JVM calls per micro-batch
     (one per column function costs tens of milliseconds a batch)."""
     data, _ = _tags(n)
     spark = df.sparkSession
     if flush:
         return _placeholders(spark, n, n)
+    kept = ["*"] if columns is None else [quoted(c) for c in columns]
+    if untagged and not shuffle:
+        whole = columns is None or columns == df.columns
+        return (df if whole else df.selectExpr(*kept)).coalesce(1)
     placeholders = _placeholders(spark, n, 1)
     sp = f"pmod(hash({', '.join(map(quoted, keys))}), {n}) + 1" if keys else "1"
-    kept = ["*"] if columns is None else [quoted(c) for c in columns]
     rows = df.selectExpr(*kept, f"{_pick_sql(data, sp)} AS {quoted(_SP)}")
     tagged = rows.unionByName(placeholders, allowMissingColumns=True)
     return tagged.repartition(n, _SP) if shuffle else tagged.coalesce(1)
@@ -181,13 +193,19 @@ def _task(
     token: str,
     windows_only: bool,
     num_partitions: int,
+    untagged: bool = False,
 ) -> Any:
     """The task over rows tagged by :func:`_tagged`. For every state partition among
     its rows it restores the operator from version ``prev_batch``, processes the
     partition's rows as one arrival unit (or flushes), writes version ``batch_id``
     and its progress rows (tagged with the ``token`` of the driver's run, for the
     driver to read), and emits the combined result (windows, late rows, error rows)
-    or, with ``windows_only``, the windows alone in their own schema."""
+    or, with ``windows_only``, the windows alone in their own schema.
+
+    ``untagged``: the task holds every row of the batch, without tags, and runs every
+    state partition: it routes the rows by tidemark's Spark hash of the keys, which
+    equals Spark's ``hash()`` for the key types :func:`spark_hash_matches` admits, so
+    a key lands in the state partition a shuffled batch gives it."""
     data_tags, placeholder_tags = _tags(num_partitions)
     partition_of = {v: p for tags in (data_tags, placeholder_tags) for p, v in enumerate(tags)}
 
@@ -232,6 +250,15 @@ def _task(
         import pyarrow.compute as pc
 
         pipe = shipped.get()
+        if untagged and not flush:
+            table = concat_input(batches, plan.input_arrow)
+            shards = [table]
+            if num_partitions > 1:
+                router = HashRouter(num_partitions, pipe.key, hash="spark")
+                shards = [pa.Table.from_batches([b]) for b in router.route(table)]
+            for p, rows in enumerate(shards):
+                yield from one(pipe, p, rows)
+            return
         collected = list(batches)
         if not collected:
             return
@@ -542,16 +569,17 @@ class StreamProcessor:
 
     def _read_progress(self, batch_id: int, token: str) -> list[tuple[int, Any, Any, Any]] | None:
         """Every state partition's progress rows of this run of the batch, or None if a
-        partition has not written them (its task did not run). The files are read
-        concurrently (one request each on an object store)."""
+        partition has not written them (its task did not run). On a remote store the
+        files are read concurrently (one request each); local files in turn (a thread
+        pool would cost more than the reads)."""
         from concurrent.futures import ThreadPoolExecutor
 
         def read(p: int) -> Any:
             return self.store.read_json(f"partitions/{p}/{batch_id}{_PROGRESS}")
 
         n = self.num_partitions
-        if n == 1:
-            docs = [read(0)]
+        if n == 1 or self.store.is_local:
+            docs = [read(p) for p in range(n)]
         else:
             with ThreadPoolExecutor(max_workers=min(n, 16)) as pool:
                 docs = list(pool.map(read, range(n)))
@@ -585,6 +613,10 @@ class StreamProcessor:
         token = uuid.uuid4().hex
         if self._shipped is None:
             self._shipped = ShippedPipeline(self.pipe, spark)  # one broadcast per query
+        shuffled, untagged, size = self._layout(df, flush)
+        columns = fields.fieldNames() if windows_only else None
+        if columns is not None and untagged and unused_columns_are_cheap(df.schema, columns, size):
+            columns = None  # cheaper to send than to project away
         task = _task(
             self._shipped,
             plan,
@@ -598,15 +630,16 @@ class StreamProcessor:
             token,
             windows_only,
             self.num_partitions,
+            untagged,
         )
-        shuffled = self._shuffles(df, flush)
         parted = _tagged(
             df,
             self.pipe.key,
             self.num_partitions,
             flush,
             shuffled,
-            fields.fieldNames() if windows_only else None,
+            columns,
+            untagged,
         )
         if windows_only:
             combined = map_in_arrow(parted, task, plan.single_spark[KIND_WINDOW])
@@ -653,11 +686,26 @@ class StreamProcessor:
 
     def _shuffles(self, df: Any, flush: bool) -> bool:
         """Whether the batch's rows are shuffled to their state partitions."""
-        if flush or self.num_partitions == 1:
-            return False  # a flush reads no rows; one state partition needs no routing
-        if self.shuffle is not None:
-            return self.shuffle
-        return not fits_one_task(df.sparkSession, estimated_bytes(df))
+        return self._layout(df, flush)[0]
+
+    def _layout(self, df: Any, flush: bool) -> tuple[bool, bool, int | None]:
+        """``(shuffled, untagged, size)`` for the batch: whether its rows are shuffled
+        to their state partitions; if not, whether its one task routes them itself
+        (see :func:`_task`), which saves planning the tagging expression and the
+        placeholder rows; and Spark's size estimate of ``df`` (``None``: none, or not
+        read). A task routes only where its hash of the keys is Spark's, and only
+        where the size estimate is known and not 0: the optimizer drops the
+        ``coalesce`` over an input it knows is empty (``limit(0)``), and the batch
+        would then run no task at all."""
+        n = self.num_partitions
+        if flush or (n > 1 and self.shuffle is True):
+            # A flush reads no rows (its placeholders run every state partition).
+            return (not flush), False, None
+        size = estimated_bytes(df)
+        # One state partition needs no routing.
+        shuffled = n > 1 and self.shuffle is None and not fits_one_task(df.sparkSession, size)
+        hashable = n == 1 or spark_hash_matches(df.schema, self.pipe.key)
+        return shuffled, not shuffled and bool(size) and hashable, size
 
     def __call__(self, df: Any, batch_id: int) -> None:
         """Processes micro-batch ``batch_id`` (Spark's foreachBatch contract)."""
