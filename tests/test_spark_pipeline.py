@@ -826,6 +826,8 @@ def test_a_task_routes_keys_of_every_spark_type_as_a_shuffle_does(
             assert (shuffled, untagged) == (proc.shuffle is True, proc.shuffle is None)
             assert not untagged or unused_columns_are_cheap(df.schema, [*keys, "ts", "value"], size)
             proc(df, b)
+        # The flush runs as the last batch did: one task, or one per state partition.
+        assert proc._layout(batches[0], flush=True)[0] == (not alternate)
         proc.flush(spark, batches[0].schema)
         return sorted(windows)
 

@@ -16,8 +16,8 @@ With a windows sink alone, each micro-batch is one Spark job, the sink's own:
    sees exactly the same inputs;
 2. every row is tagged with its state partition (Spark's hash of its keys), one
    placeholder row per state partition is added, and rows are repartitioned by the
-   tag (a small micro-batch skips that shuffle: one task holds every state
-   partition); for each state partition ``p`` among its rows, a task restores the operator
+   tag (a small micro-batch skips that shuffle: one task holds every row and routes
+   them itself, with the same hash); for each state partition ``p``, a task restores the operator
    from version ``b-1`` of the state store, processes the rows as one arrival unit,
    writes version ``b`` and its progress atomically, and emits its windows (with late
    or error sinks: the combined result, cached and split);
@@ -156,8 +156,8 @@ def _tagged(
     ``shuffle``, coalesced into one Spark partition instead (one task runs every
     state partition, and the micro-batch costs no shuffle stage). ``columns``: keep
     only these of ``df``'s columns (default: all). For a flush, ``df`` is ignored:
-    the placeholders alone, one per Spark partition, with no shuffle (and a plan
-    whose first run costs less JVM warm-up).
+    the placeholders alone, with no shuffle (and a plan whose first run costs less
+    JVM warm-up): one per Spark partition with ``shuffle``, else all in one.
 
     ``untagged`` (without ``shuffle``): the rows alone, coalesced into one Spark
     partition; the task routes them itself (see :func:`_task`) and runs every state
@@ -168,7 +168,7 @@ def _tagged(
     data, _ = _tags(n)
     spark = df.sparkSession
     if flush:
-        return _placeholders(spark, n, n)
+        return _placeholders(spark, n, n if shuffle else 1)
     kept = ["*"] if columns is None else [quoted(c) for c in columns]
     if untagged and not shuffle:
         whole = columns is None or columns == df.columns
@@ -366,7 +366,13 @@ class StreamProcessor:
         Default: no shuffle when Spark estimates the micro-batch below
         ``SINGLE_TASK_BYTES`` (16 MiB) on 2 cores, ``2 / cores`` of it with more
         (``SparkContext.defaultParallelism``); else a shuffle (also when Spark has no
-        estimate, as for Kafka). Outputs and state are the same either way.
+        estimate, as for Kafka). Outputs and state are the same either way. The
+        one task routes the rows to their state partitions itself (by Spark's hash of
+        the keys, as a shuffle would) where tidemark hashes the key types as Spark
+        does (numbers, booleans, dates, timestamps, decimals, binary, strings without
+        a collation), which spares the driver a tagging expression per micro-batch. A
+        :meth:`flush` runs in one task after a one-task micro-batch, else in one task
+        per state partition.
 
     Attributes
     ----------
@@ -416,6 +422,7 @@ class StreamProcessor:
         self.shuffle = shuffle
         self._checked = False
         self._shipped: ShippedPipeline | None = None
+        self._last_shuffled: bool | None = None  # the layout of the last batch run
         self.last_batch_id: int | None = None
         self.last_progress: dict[str, Any] | None = None
 
@@ -614,6 +621,8 @@ class StreamProcessor:
         if self._shipped is None:
             self._shipped = ShippedPipeline(self.pipe, spark)  # one broadcast per query
         shuffled, untagged, size = self._layout(df, flush)
+        if not flush:
+            self._last_shuffled = shuffled
         columns = fields.fieldNames() if windows_only else None
         if columns is not None and untagged and unused_columns_are_cheap(df.schema, columns, size):
             columns = None  # cheaper to send than to project away
@@ -652,7 +661,8 @@ class StreamProcessor:
         try:
             # One task per state partition when shuffled (adaptive execution would merge
             # them into fewer tasks): the sinks' jobs run the state partitions' tasks.
-            exact = _exact_partitions(spark) if shuffled else contextlib.nullcontext()
+            parallel = shuffled and not flush
+            exact = _exact_partitions(spark) if parallel else contextlib.nullcontext()
             with exact, state_errors_surface():
                 for sink, out in (
                     (self.sink, windows),
@@ -698,9 +708,13 @@ class StreamProcessor:
         ``coalesce`` over an input it knows is empty (``limit(0)``), and the batch
         would then run no task at all."""
         n = self.num_partitions
-        if flush or (n > 1 and self.shuffle is True):
-            # A flush reads no rows (its placeholders run every state partition).
-            return (not flush), False, None
+        if flush:
+            # A flush reads no rows; its placeholders run every state partition. It
+            # runs them as the last batch did: in one task after a one-task batch
+            # (a warm Python worker), else in one task each.
+            return n > 1 and self._last_shuffled is not False, False, None
+        if n > 1 and self.shuffle is True:
+            return True, False, None
         size = estimated_bytes(df)
         # One state partition needs no routing.
         shuffled = n > 1 and self.shuffle is None and not fits_one_task(df.sparkSession, size)
