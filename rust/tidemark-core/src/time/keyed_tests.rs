@@ -305,6 +305,9 @@ mod model {
         Advance(i64),
         Check,
         Remove(u8),
+        /// The state written and read back into a new tracker (activity order and
+        /// idle scan position included).
+        Restore,
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -317,6 +320,7 @@ mod model {
             2 => (0i64..8).prop_map(Op::Advance),
             1 => Just(Op::Check),
             1 => k.prop_map(Op::Remove),
+            1 => Just(Op::Restore),
         ]
     }
 
@@ -597,6 +601,14 @@ mod model {
                         }
                     }
                     (got, if any { m.recalc() } else { None })
+                }
+                Op::Restore => {
+                    let mut out = Writer::new();
+                    t.write_state(&mut out);
+                    let bytes = out.finish();
+                    t = KeyedWatermarkTracker::with_ticks(*t.config(), Arc::new(clock.clone()));
+                    t.read_state(&mut Reader::new(&bytes)).unwrap();
+                    (None, None)
                 }
                 Op::Remove(k) => {
                     let st = t.remove_key(&(k as i64));
