@@ -737,7 +737,7 @@ def test_small_micro_batches_run_in_one_task_without_a_shuffle(
 
     def tasks(proc: StreamProcessor) -> set[int]:
         """The Spark partitions the batch's tagged rows land in."""
-        shuffle = proc._shuffles(df, flush=False)
+        shuffle = proc._layout(df, flush=False)[0]
         tagged = streaming._tagged(df, proc.pipe.key, proc.num_partitions, False, shuffle)
         return {r.p for r in tagged.select(F.spark_partition_id().alias("p")).collect()}
 

@@ -14,10 +14,12 @@ With a windows sink alone, each micro-batch is one Spark job, the sink's own:
    and a clock reading (for idleness), recorded under the batch id *before* the job,
    so a replayed batch (after a crash, Spark re-runs the last uncommitted batch id)
    sees exactly the same inputs;
-2. every row is tagged with its state partition (Spark's hash of its keys), one
-   placeholder row per state partition is added, and rows are repartitioned by the
-   tag (a small micro-batch skips that shuffle: one task holds every row and routes
-   them itself, with the same hash); for each state partition ``p``, a task restores the operator
+2. in a shuffled micro-batch, every row is tagged with its state partition (Spark's
+   hash of its keys), one placeholder row per state partition is added, and rows are
+   repartitioned by the tag; a small micro-batch skips that shuffle: one task holds
+   every row and routes them itself, with the same hash (or, for key types where
+   tidemark's hash is not Spark's, the tagged rows are coalesced into that task);
+   for each state partition ``p``, a task restores the operator
    from version ``b-1`` of the state store, processes the rows as one arrival unit,
    writes version ``b`` and its progress atomically, and emits its windows (with late
    or error sinks: the combined result, cached and split);
@@ -694,13 +696,10 @@ class StreamProcessor:
         self._last = combined
         return windows, late, errors
 
-    def _shuffles(self, df: Any, flush: bool) -> bool:
-        """Whether the batch's rows are shuffled to their state partitions."""
-        return self._layout(df, flush)[0]
-
     def _layout(self, df: Any, flush: bool) -> tuple[bool, bool, int | None]:
         """``(shuffled, untagged, size)`` for the batch: whether its rows are shuffled
-        to their state partitions; if not, whether its one task routes them itself
+        to their state partitions (for a flush, which reads no rows: whether it runs
+        one task per state partition); if not, whether its one task routes them itself
         (see :func:`_task`), which saves planning the tagging expression and the
         placeholder rows; and Spark's size estimate of ``df`` (``None``: none, or not
         read). A task routes only where its hash of the keys is Spark's, and only
