@@ -1044,6 +1044,41 @@ def test_streaming_rescales_state_partitions_between_runs(spark: Any, tmp_path: 
     assert list((tmp_path / "state/partitions/2").glob("*.snap")) == []
 
 
+def test_state_with_collated_keys_is_not_rescaled_by_a_hash_spark_does_not_use(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Spark hashes a string with a collation by its collation key, which tidemark
+    cannot reproduce: rescaling such keys would put a key's state in one state
+    partition while the shuffle sends its rows to another. The processor refuses,
+    touches nothing, and the old layout (or one state partition) still runs."""
+    from pyspark.sql import functions as F
+
+    from tidemark.errors import ConfigError
+
+    rows = [(f"Dev{i % 5}", T0 + dt.timedelta(seconds=i * 7), float(i)) for i in range(40)]
+    df = spark.createDataFrame(rows, "device string, ts timestamp, value double")
+    df = df.withColumn("device", F.collate("device", "UTF8_LCASE"))
+    pipe = pipeline("key")
+    state = str(tmp_path / "state")
+    got: list[tuple] = []
+
+    def proc(n: int) -> StreamProcessor:
+        return StreamProcessor(
+            pipe, state, n, sink=lambda d, b: got.extend(rows_of(d, ["device", "n"]))
+        )
+
+    proc(2)(df.filter("value < 20"), 0)
+    meta = (tmp_path / "state" / "meta.json").read_text()
+    with pytest.raises(ConfigError, match="num_partitions=2"):
+        proc(3)(df.filter("value >= 20"), 1)
+    assert (tmp_path / "state" / "meta.json").read_text() == meta
+    assert not (tmp_path / "state" / "partitions" / "2").exists()
+    one = proc(1)  # every key in one state partition: no hash involved
+    one(df.filter("value >= 20"), 1)
+    one.flush(spark, df.schema)
+    assert sum(n for _, n in got) == 40
+
+
 def test_column_names_with_dots_spaces_and_backticks(spark: Any, tmp_path: Path) -> None:
     """Flattened JSON gives columns such as ``user.id``: Spark reads a bare dotted
     name as a struct field, and PySpark's own ``mapInArrow`` cannot resolve one. Every

@@ -430,7 +430,11 @@ class StreamProcessor:
 
     # --- driver-side state ---------------------------------------------------------
 
-    def _check_meta(self) -> None:
+    def _check_meta(self, fields: Any) -> None:
+        """Checks ``meta.json`` against this processor once; rescales the last
+        committed state to ``num_partitions`` where only that changed. ``fields``: the
+        batch's schema (its key columns' types decide whether a rescale can route
+        keys as Spark's shuffle routes their rows)."""
         if self._checked:
             return
         meta = self.store.read_json("meta.json")
@@ -444,7 +448,20 @@ class StreamProcessor:
         elif meta != want:
             same = {k: v for k, v in meta.items() if k != "num_partitions"}
             if same == {k: v for k, v in want.items() if k != "num_partitions"}:
-                self._rescale(int(meta["num_partitions"]))
+                old = int(meta["num_partitions"])
+                if self.num_partitions > 1 and not spark_hash_matches(fields, self.pipe.key):
+                    # Routed by the wrong hash, a key's state would sit in one state
+                    # partition while Spark's shuffle sends its rows to another.
+                    raise ConfigError(
+                        f"{self.store.path('meta.json')}: the state has {old} state "
+                        f"partitions, and moving it to {self.num_partitions} routes each "
+                        "key by Spark's hash(), which tidemark cannot reproduce for key "
+                        f"columns {', '.join(self.pipe.key)} as typed here (a string with "
+                        "a collation hashes by its collation key): keep "
+                        f"num_partitions={old}, use num_partitions=1, or start over in a "
+                        "new state_location"
+                    )
+                self._rescale(old)
                 self.store.write_json("meta.json", want)
             else:
                 why = "it was written by a different pipeline configuration"
@@ -606,7 +623,8 @@ class StreamProcessor:
         its rows are not read, and ``schema`` is the stream's)."""
         from pyspark import StorageLevel
 
-        self._check_meta()
+        fields = schema if flush else df.schema
+        self._check_meta(fields)
         rec = self._prepare(batch_id, flush)
         spark = df.sparkSession
         tz, large = session_arrow_settings(spark)
@@ -614,7 +632,6 @@ class StreamProcessor:
         # task emits the windows alone and nothing is cached. The task then reads only
         # the columns the windows need (late and error rows carry every column).
         windows_only = not flush and self.late_sink is None and self.error_sink is None
-        fields = schema if flush else df.schema
         if windows_only:
             fields = used_input(self.pipe, fields)
         plan = Plan.build(self.pipe, fields, tz, large)
