@@ -237,6 +237,16 @@ def streaming_part(spark: Any, batch_rows: int, batches: int, repeat: int, work:
             f"{steady['spark'] / steady[key]:5.2f}x Spark  ({steady[key]:.2f} s per micro-batch)"
         )
 
+    # Each run's own ratios (the runs alternate Spark and tidemark): the spread says
+    # how much of a difference between builds or days is noise.
+    def steady_of(r: Any) -> float:
+        return statistics.median(r.batch_seconds[1:batches])
+
+    pairs = list(zip(runs["spark"], runs["tidemark"], strict=True))
+    whole = ", ".join(f"{t.events_per_s / s.events_per_s:.2f}x" for s, t in pairs)
+    each = ", ".join(f"{steady_of(s) / steady_of(t):.2f}x" for s, t in pairs)
+    print(f"  each run, tidemark vs Spark: whole run {whole}; steady {each}")
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(
