@@ -1044,39 +1044,60 @@ def test_streaming_rescales_state_partitions_between_runs(spark: Any, tmp_path: 
     assert list((tmp_path / "state/partitions/2").glob("*.snap")) == []
 
 
-def test_state_with_collated_keys_is_not_rescaled_by_a_hash_spark_does_not_use(
-    spark: Any, tmp_path: Path
-) -> None:
-    """Spark hashes a string with a collation by its collation key, which tidemark
-    cannot reproduce: rescaling such keys would put a key's state in one state
-    partition while the shuffle sends its rows to another. The processor refuses,
-    touches nothing, and the old layout (or one state partition) still runs."""
+def test_state_is_not_rescaled_by_a_hash_spark_does_not_use(spark: Any, tmp_path: Path) -> None:
+    """Rescaling routes each key by tidemark's copy of Spark's ``hash()``, which it
+    has only for the key types ``spark_hash_matches`` admits (not for a day-time
+    interval key): moving other keys would put a key's state in one state partition
+    while the shuffle sends its rows to another. The processor refuses, touches
+    nothing, and the old layout still runs."""
+    from tidemark.errors import ConfigError
+
+    rows = [
+        (dt.timedelta(seconds=i % 5), T0 + dt.timedelta(seconds=i * 7), float(i)) for i in range(40)
+    ]
+    df = spark.createDataFrame(rows, "device interval day to second, ts timestamp, value double")
+    pipe = pipeline("key")
+    state = tmp_path / "state"
+    got: list[int] = []
+
+    def proc(n: int) -> StreamProcessor:
+        return StreamProcessor(
+            pipe, str(state), n, sink=lambda d, b: got.extend(r.n for r in d.collect())
+        )
+
+    proc(2)(df.filter("value < 20"), 0)
+    meta = (state / "meta.json").read_text()
+    with pytest.raises(ConfigError, match="num_partitions=2"):
+        proc(3)(df.filter("value >= 20"), 1)
+    assert (state / "meta.json").read_text() == meta
+    assert not (state / "partitions" / "2").exists()
+    again = proc(2)
+    again(df.filter("value >= 20"), 1)
+    again.flush(spark, df.schema)
+    assert sum(got) == 40
+
+
+def test_keys_with_a_collation_are_a_clear_error(spark: Any, tmp_path: Path) -> None:
+    """Spark groups a string with a collation by its collation key ('A' and 'a' are
+    one key under UTF8_LCASE); tidemark compares keys byte for byte. Rather than
+    split what Spark would group, every entry point says how to choose."""
     from pyspark.sql import functions as F
 
     from tidemark.errors import ConfigError
 
-    rows = [(f"Dev{i % 5}", T0 + dt.timedelta(seconds=i * 7), float(i)) for i in range(40)]
+    rows = [("Dev" if i % 2 else "dev", T0 + dt.timedelta(seconds=i), 1.0) for i in range(4)]
     df = spark.createDataFrame(rows, "device string, ts timestamp, value double")
-    df = df.withColumn("device", F.collate("device", "UTF8_LCASE"))
+    collated = df.withColumn("device", F.collate("device", "UTF8_LCASE"))
     pipe = pipeline("key")
-    state = str(tmp_path / "state")
-    got: list[tuple] = []
-
-    def proc(n: int) -> StreamProcessor:
-        return StreamProcessor(
-            pipe, state, n, sink=lambda d, b: got.extend(rows_of(d, ["device", "n"]))
-        )
-
-    proc(2)(df.filter("value < 20"), 0)
-    meta = (tmp_path / "state" / "meta.json").read_text()
-    with pytest.raises(ConfigError, match="num_partitions=2"):
-        proc(3)(df.filter("value >= 20"), 1)
-    assert (tmp_path / "state" / "meta.json").read_text() == meta
-    assert not (tmp_path / "state" / "partitions" / "2").exists()
-    one = proc(1)  # every key in one state partition: no hash involved
-    one(df.filter("value >= 20"), 1)
-    one.flush(spark, df.schema)
-    assert sum(n for _, n in got) == 40
+    with pytest.raises(ConfigError, match=r"F.collate\(F.lower"):
+        aggregate(collated, pipe)
+    with pytest.raises(ConfigError, match="UTF8_LCASE"):
+        StreamProcessor(pipe, str(tmp_path / "state"), 2, sink=None)(collated, 0)
+    # Either way the user means works.
+    lower = collated.withColumn("device", F.collate(F.lower("device"), "UTF8_BINARY"))
+    assert {r.device: r.n for r in aggregate(lower, pipe).windows.collect()} == {"dev": 4}
+    exact = collated.withColumn("device", F.collate("device", "UTF8_BINARY"))
+    assert sorted(r.n for r in aggregate(exact, pipe).windows.collect()) == [2, 2]
 
 
 def test_column_names_with_dots_spaces_and_backticks(spark: Any, tmp_path: Path) -> None:

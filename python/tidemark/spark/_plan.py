@@ -114,6 +114,19 @@ class Plan:
                 "rows by the pipeline's keys before the lookup join, so keys must be input "
                 "columns (aggregates may use lookup columns)"
             )
+        collated = collated_columns(df_schema, pipe.key)
+        if collated:
+            from tidemark.errors import ConfigError
+
+            name, collation = collated[0]
+            raise ConfigError(
+                f"key column {name!r} is a string with collation {collation}: Spark "
+                "groups and hashes it by its collation key ('A' and 'a' are one key "
+                "under UTF8_LCASE), while tidemark compares keys byte for byte and would "
+                "keep them apart. Pass F.collate(F.lower(...), 'UTF8_BINARY') of the "
+                f"column for case-insensitive keys, or F.collate({name!r}, 'UTF8_BINARY') "
+                "to compare bytes"
+            )
         input_arrow = arrow_schema_of(df_schema, tz, large)
         windows_arrow = pipe.output_schema(input_arrow)
         windows_spark = spark_schema_of(windows_arrow)
@@ -342,6 +355,31 @@ def unused_columns_are_cheap(schema: Any, used: list[str], size: int | None) -> 
     return all(type(f.dataType) in fixed for f in schema.fields if f.name not in keep)
 
 
+def collated_columns(schema: Any, names: list[str]) -> list[tuple[str, str]]:
+    """``(name, collation)`` for each of the columns ``names`` of ``schema`` (a Spark
+    ``StructType``) that is a string with a collation other than ``UTF8_BINARY``
+    (byte-wise equality): Spark compares, groups and hashes those by their collation
+    key.
+
+    >>> from pyspark.sql import types as T
+    >>> schema = T.StructType([T.StructField("a", T.StringType()),
+    ...                        T.StructField("b", T.StringType("UTF8_LCASE"))])
+    >>> collated_columns(schema, ["a", "b", "missing"])
+    [('b', 'UTF8_LCASE')]
+    """
+    from pyspark.sql import types as T
+
+    fields = {f.name: f.dataType for f in schema.fields}
+    out = []
+    for name in names:
+        dt = fields.get(name)
+        if type(dt) is T.StringType:
+            collation = getattr(dt, "collation", "UTF8_BINARY")
+            if collation != "UTF8_BINARY":
+                out.append((name, collation))
+    return out
+
+
 def spark_hash_matches(schema: Any, names: list[str]) -> bool:
     """Whether tidemark's Spark hash (``HashRouter(hash="spark")``) of these columns of
     ``schema`` (a Spark ``StructType``), read from their Arrow form in a task, equals
@@ -351,16 +389,11 @@ def spark_hash_matches(schema: Any, names: list[str]) -> bool:
     than ``UTF8_BINARY`` (Spark hashes those by their collation key)."""
     from pyspark.sql import types as T
 
-    exact = (*_fixed_width_types(), T.BinaryType)
+    exact = (*_fixed_width_types(), T.BinaryType, T.StringType)
     fields = {f.name: f.dataType for f in schema.fields}
-    for name in names:
-        dt = fields.get(name)
-        if type(dt) is T.StringType:
-            if getattr(dt, "collation", "UTF8_BINARY") != "UTF8_BINARY":
-                return False
-        elif type(dt) not in exact:
-            return False
-    return True
+    if collated_columns(schema, names):
+        return False
+    return all(type(fields.get(name)) in exact for name in names)
 
 
 def quoted(name: str) -> str:

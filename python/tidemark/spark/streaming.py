@@ -455,11 +455,11 @@ class StreamProcessor:
                     raise ConfigError(
                         f"{self.store.path('meta.json')}: the state has {old} state "
                         f"partitions, and moving it to {self.num_partitions} routes each "
-                        "key by Spark's hash(), which tidemark cannot reproduce for key "
-                        f"columns {', '.join(self.pipe.key)} as typed here (a string with "
-                        "a collation hashes by its collation key): keep "
-                        f"num_partitions={old}, use num_partitions=1, or start over in a "
-                        "new state_location"
+                        "key by Spark's hash(), which tidemark reproduces for numbers, "
+                        "booleans, dates, timestamps, decimals, binary and strings without "
+                        f"a collation, not for key columns {', '.join(self.pipe.key)} as "
+                        f"typed here: keep num_partitions={old}, or start over in a new "
+                        "state_location"
                     )
                 self._rescale(old)
                 self.store.write_json("meta.json", want)
