@@ -1048,8 +1048,8 @@ def test_state_is_not_rescaled_by_a_hash_spark_does_not_use(spark: Any, tmp_path
     """Rescaling routes each key by tidemark's copy of Spark's ``hash()``, which it
     has only for the key types ``spark_hash_matches`` admits (not for a day-time
     interval key): moving other keys would put a key's state in one state partition
-    while the shuffle sends its rows to another. The processor refuses, touches
-    nothing, and the old layout still runs."""
+    while the shuffle sends its rows to another. The processor refuses and touches
+    nothing; the old layout still runs, and so does one state partition (no hash)."""
     from tidemark.errors import ConfigError
 
     rows = [
@@ -1071,10 +1071,12 @@ def test_state_is_not_rescaled_by_a_hash_spark_does_not_use(spark: Any, tmp_path
         proc(3)(df.filter("value >= 20"), 1)
     assert (state / "meta.json").read_text() == meta
     assert not (state / "partitions" / "2").exists()
-    again = proc(2)
-    again(df.filter("value >= 20"), 1)
-    again.flush(spark, df.schema)
+    proc(2)(df.filter("(value >= 20) AND (value < 30)"), 1)  # the old layout runs
+    one = proc(1)  # every key in one state partition: no hash involved
+    one(df.filter("value >= 30"), 2)
+    one.flush(spark, df.schema)
     assert sum(got) == 40
+    assert list((state / "partitions" / "1").glob("*.snap")) == []
 
 
 def test_keys_with_a_collation_are_a_clear_error(spark: Any, tmp_path: Path) -> None:

@@ -458,8 +458,8 @@ class StreamProcessor:
                         "key by Spark's hash(), which tidemark reproduces for numbers, "
                         "booleans, dates, timestamps, decimals, binary and strings without "
                         f"a collation, not for key columns {', '.join(self.pipe.key)} as "
-                        f"typed here: keep num_partitions={old}, or start over in a new "
-                        "state_location"
+                        f"typed here: keep num_partitions={old}, use num_partitions=1, or "
+                        "start over in a new state_location"
                     )
                 self._rescale(old)
                 self.store.write_json("meta.json", want)
