@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from typing import Any
 
@@ -18,11 +19,12 @@ def local_session(
     Sets ``PYSPARK_PYTHON`` to this interpreter so Python workers import the same
     tidemark, and pins the session time zone to UTC so timestamps print predictably.
 
-    The JVM and its Python workers talk over Unix domain sockets
-    (``spark.python.unix.domain.socket.enabled``, Spark 4.1 and later; older versions
-    ignore it). Over TCP, a task's end of input sometimes reached the worker about
-    40 ms after its last batch (in 1 to 5 of 10 micro-batches in the runs measured),
-    which a micro-batch of a few tenths of a second pays in full.
+    The JVM and its Python workers talk over Unix domain sockets where the platform
+    has them (``spark.python.unix.domain.socket.enabled``, Spark 4.1 and later; older
+    versions ignore it; ``extra_conf`` may turn it off). Over TCP, a task's end of
+    input sometimes reached the worker about 40 ms after its last batch (in 1 to 5 of
+    10 micro-batches in the runs measured), which a micro-batch of a few tenths of a
+    second pays in full.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -40,8 +42,9 @@ def local_session(
         .config("spark.driver.memory", "2g")
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.python.worker.reuse", "true")
-        .config("spark.python.unix.domain.socket.enabled", "true")
     )
+    if hasattr(socket, "AF_UNIX"):  # not on Windows
+        builder = builder.config("spark.python.unix.domain.socket.enabled", "true")
     for k, v in (extra_conf or {}).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
