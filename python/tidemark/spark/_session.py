@@ -22,9 +22,9 @@ def local_session(
     The JVM and its Python workers talk over Unix domain sockets where the platform
     has them (``spark.python.unix.domain.socket.enabled``, Spark 4.1 and later; older
     versions ignore it; ``extra_conf`` may turn it off). Over TCP, a task's end of
-    input sometimes reached the worker about 40 ms after its last batch (in 1 to 5 of
-    10 micro-batches in the runs measured), which a micro-batch of a few tenths of a
-    second pays in full.
+    input sometimes reached the worker about 40 ms after its last batch (in 1 to 6 of
+    every 10 micro-batches in the runs measured), which a micro-batch of a few tenths
+    of a second pays in full.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
