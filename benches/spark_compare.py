@@ -286,15 +286,20 @@ def streaming_part(spark: Any, batch_rows: int, batches: int, repeat: int, work:
         f"at the floor, tidemark would be {steady['spark'] / steady['floor']:.2f}x Spark"
     )
 
-    # Each run's own ratios (the runs alternate Spark and tidemark): the spread says
+    # Each run's own ratios (the runs alternate Spark, floor and tidemark): the spread says
     # how much of a difference between builds or days is noise.
     def steady_of(r: Any) -> float:
-        return statistics.median(r.batch_seconds[1:batches])
+        return float(statistics.median(r.batch_seconds[1:batches]))
 
     pairs = list(zip(runs["spark"], runs["tidemark"], strict=True))
     whole = ", ".join(f"{t.events_per_s / s.events_per_s:.2f}x" for s, t in pairs)
     each = ", ".join(f"{steady_of(s) / steady_of(t):.2f}x" for s, t in pairs)
     print(f"  each run, tidemark vs Spark: whole run {whole}; steady {each}")
+    above = ", ".join(
+        f"{steady_of(t) / steady_of(f):.2f}x"
+        for f, t in zip(runs["floor"], runs["tidemark"], strict=True)
+    )
+    print(f"  each run, tidemark's steady micro-batch over the floor's: {above}")
 
 
 def main() -> None:
