@@ -188,7 +188,7 @@ def _run_floor(spark: Any, source: Path, schema: Any, chk: Path) -> Any:
     ``foreachBatch`` function that runs one ``mapInArrow`` job counting the batch's
     rows and collects the count (no state, no windows). It reads the columns
     tidemark's pipeline reads (the key and the event time)."""
-    from tidemark.demo_streaming import SystemResult, _intervals
+    from tidemark.demo_streaming import SystemResult, _intervals, _run_file_stream
 
     marks: list[float] = []
     seen = [0]
@@ -202,17 +202,7 @@ def _run_floor(spark: Any, source: Path, schema: Any, chk: Path) -> Any:
         seen[0] += sum(r.n for r in used.mapInArrow(count_rows, "n long").collect())
         marks.append(time.perf_counter())
 
-    t = time.perf_counter()
-    q = (
-        spark.readStream.schema(schema)
-        .option("maxFilesPerTrigger", 1)
-        .parquet(str(source))
-        .writeStream.foreachBatch(each_batch)
-        .option("checkpointLocation", str(chk))
-        .trigger(availableNow=True)
-        .start()
-    )
-    q.awaitTermination()
+    t = _run_file_stream(spark, source, schema, each_batch, chk)
     r = SystemResult("floor", {}, time.perf_counter() - t, batch_seconds=_intervals(t, marks))
     r.events_per_s = seen[0] / r.seconds
     return r

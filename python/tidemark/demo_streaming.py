@@ -195,6 +195,25 @@ def _intervals(start: float, marks: list[float]) -> list[float]:
     return [b - a for a, b in zip([start, *marks], marks, strict=False)]
 
 
+def _run_file_stream(
+    spark: Any, source: Path, schema: Any, each_batch: Callable[[Any, int], None], chk: Path
+) -> float:
+    """Streams ``source``'s files, one a micro-batch, through ``each_batch`` until none
+    is left; returns the ``perf_counter`` reading at the query's start."""
+    t = time.perf_counter()
+    q = (
+        spark.readStream.schema(schema)
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(source))
+        .writeStream.foreachBatch(each_batch)
+        .option("checkpointLocation", str(chk))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination()
+    return t
+
+
 def _run_tidemark(
     spark: Any, source: Path, schema: Any, chk: Path, per: str, partitions: int
 ) -> SystemResult:
@@ -225,17 +244,7 @@ def _run_tidemark(
         assert proc.last_progress is not None
         late[0] += proc.last_progress["late_rows"]
 
-    t = time.perf_counter()
-    q = (
-        spark.readStream.schema(schema)
-        .option("maxFilesPerTrigger", 1)
-        .parquet(str(source))
-        .writeStream.foreachBatch(each_batch)
-        .option("checkpointLocation", str(chk / "query"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    q.awaitTermination()
+    t = _run_file_stream(spark, source, schema, each_batch, chk / "query")
     proc.flush(spark, schema)  # end of input: close the windows still open
     label = "tidemark, per-key watermarks" if per == "key" else "tidemark, global watermark"
     return SystemResult(
