@@ -25,9 +25,9 @@ Streaming (the demo's generator: half of the tenants report late; one file per
 micro-batch of ``--batch-rows`` events): Spark ``withWatermark`` + ``window`` (update
 mode) vs tidemark with per-key watermarks, and the floor of tidemark's path (the same
 stream and trigger, each micro-batch one ``mapInArrow`` job that counts its rows);
-events/s and the share of events counted,
-over the whole run (query start and tidemark's end-of-input flush included) and in the
-steady state (the median micro-batch after the first).
+events/s and the share of events counted, over the whole run (query start and
+tidemark's end-of-input flush included) and in the steady state (the median
+micro-batch after the first).
 
 Batch: ``--repeat`` rounds, each running every variant once in turn (a drifting
 machine moves them alike); times are medians over rounds and ratios the median of
