@@ -24,7 +24,8 @@
 //! sits next to the key in the table, the rest in a parallel vector (at most 62 bytes
 //! per key, see [`KeyedWatermarkTracker::bytes_per_key`]). The global minimum is a
 //! [`NodeMinTree`] whose leaves are the active slots: `global_watermark` is O(1),
-//! an update O(log n) with an early exit (O(1) unless the key held the minimum). An
+//! an update O(1) unless the key held the minimum (a rise above it is recorded
+//! lazily, without writing the tree), O(log n) otherwise. An
 //! intrusive list orders keys by last activity, so idle detection and
 //! least-recently-active eviction touch only the keys they act on; a scan cursor
 //! marks the prefix of the list already known to be idle. Lowest-watermark eviction
@@ -475,8 +476,8 @@ impl KeyedWatermarkTracker {
     }
 
     /// Restores the minimum tree after slot `s`'s leaf changed. `rose_from`: the value
-    /// the tree held for the leaf, when the leaf only rose since (most such changes
-    /// then stop at the node over the slot's pair, see [`NodeMinTree::fix_rise`]).
+    /// the tree held for the leaf, when the leaf only rose since (unless the key held
+    /// the minimum, such a change writes no node, see [`NodeMinTree::fix_rise`]).
     #[inline]
     fn fix(&mut self, s: usize, rose_from: Option<i64>) {
         let (keys, delay) = (&self.keys, self.cfg.bounded_delay);
@@ -711,8 +712,8 @@ impl KeyedWatermarkTracker {
 
     /// Activity bookkeeping for `slot`, already moved to the back, after its max event
     /// time was raised from watermark `before`. `leaf`: the value the minimum tree held
-    /// for the slot, when known (the watermark only rose since): most updates then stop
-    /// at the node over the slot's pair.
+    /// for the slot, when known (the watermark only rose since): unless the key held
+    /// the minimum, the tree then records the rise lazily.
     #[inline]
     fn settle(&mut self, slot: u32, before: i64, now: i64, leaf: Option<i64>) {
         let s = slot as usize;
@@ -1097,12 +1098,12 @@ impl KeyedWatermarkTracker {
             self.keys[slot as usize].pending = NIL;
             let before = before.saturating_sub(self.cfg.bounded_delay);
             // Without max_keys the tree was not touched when the batch took the key
-            // (see batch_fold): the node over its pair was computed with `before` for
-            // an active key, or (after a fix of the pair during the batch) with the
-            // key out; either way `before` above the node means the sibling's value
-            // is the node's, which the key's rise cannot change. A sibling still
-            // pending is settled later here with its own old value, which the node
-            // does not exceed, so that one is fixed in full.
+            // (see batch_fold): the node over its pair was computed with `before` (or
+            // lower, a lazy rise) for an active key, or (after a fix of the pair
+            // during the batch) with the key out. A node not above `before` is at
+            // most the key's new value, which is all a lazy rise needs
+            // (NodeMinTree::fix_rise); a node above it (set while the key was out)
+            // is fixed in full.
             let leaf =
                 (self.cfg.max_keys.is_none() && !self.keys[slot as usize].idle).then_some(before);
             self.settle(slot, before, now, leaf);

@@ -169,11 +169,18 @@ impl MinTree {
 /// A [`MinTree`] whose leaves live with the caller: only the internal nodes are
 /// stored (8 bytes per slot instead of 16), and every change reads leaves through a
 /// function. The caller changes a leaf's value where it keeps it, then calls
-/// [`Self::fix`] for that slot before the next query.
+/// [`Self::fix`] (or [`Self::fix_rise`]) for that slot before the next query.
 ///
-/// Invariant: every node `i` (`1 <= i < cap`) holds the minimum of its children:
-/// nodes `2i` and `2i + 1` when `2i < cap`, leaves `2i - cap` and `2i + 1 - cap`
-/// otherwise.
+/// Invariants:
+/// - every node `i` with `2i < cap` holds the minimum of nodes `2i` and `2i + 1`;
+/// - a pair node `i` (`cap / 2 <= i < cap`, over leaves `2i - cap` and `2i + 1 - cap`)
+///   holds at most the smaller of its leaves. It is exact unless a leaf rose through
+///   [`Self::fix_rise`] while above the minimum: such a rise is recorded lazily (the
+///   node keeps the old, lower value), because it cannot change the minimum;
+/// - the leftmost pair node holding the root's value is exact, so the root is the
+///   minimum over the leaves and [`Self::argmin`] the leftmost leaf holding it. When a
+///   change raises that pair, the pairs the descent then reaches are brought up to
+///   date until the leftmost one holding the root's value is exact.
 ///
 /// # Examples
 ///
@@ -195,6 +202,9 @@ pub struct NodeMinTree {
     cap: usize,
     /// `nodes[1]` is the root; `nodes[0]` is unused.
     nodes: Vec<i64>,
+    /// Some pair node may be below its leaves (a rise recorded lazily) since the last
+    /// rebuild.
+    stale: bool,
 }
 
 impl NodeMinTree {
@@ -241,6 +251,7 @@ impl NodeMinTree {
         }
         self.cap = cap;
         self.nodes = nodes;
+        self.stale = false;
     }
 
     /// Restores the invariant after leaf `slot` changed: O(log n), stopping at the
@@ -256,23 +267,63 @@ impl NodeMinTree {
         let m = leaf(first).min(leaf(first + 1));
         let i = (self.cap + slot) >> 1;
         let nodes = &mut self.nodes[..self.cap];
-        if nodes[i] == m {
+        let (prev, root) = (nodes[i], nodes[1]);
+        if prev == m {
             return;
         }
         nodes[i] = m;
         propagate(nodes, i >> 1);
+        if self.stale && prev == root && m > prev {
+            // A pair holding the minimum rose: the pair now holding the root's value
+            // may be one whose rise was recorded lazily.
+            self.settle_root(&leaf);
+        }
     }
 
-    /// [`Self::fix`] for a leaf that rose from `old` (its value the tree holds): when
-    /// `old` was above the node over its pair, the leaf was not its pair's minimum,
-    /// so nothing changes and neither the sibling nor any node above is read.
+    /// [`Self::fix`] for a leaf that rose from `old`, its value before the rise. A
+    /// leaf above the minimum changes nothing the tree answers: when the node over its
+    /// pair is not above `old`, the rise is recorded lazily (no node is written, the
+    /// sibling is not read); only a leaf at the minimum, or under a pair node above
+    /// it (set while the leaf took no part), is fixed at once.
     #[inline]
     pub fn fix_rise(&mut self, slot: usize, old: i64, leaf: impl Fn(usize) -> i64) {
-        if slot < self.cap && old > self.nodes[(self.cap + slot) >> 1] {
-            debug_assert!(leaf(slot) >= old, "the leaf rose");
-            return;
+        if slot < self.cap {
+            let node = self.nodes[(self.cap + slot) >> 1];
+            if node <= old && old > self.nodes[1] {
+                debug_assert!(leaf(slot) >= old, "the leaf rose");
+                // Only a pair whose minimum was this leaf falls behind.
+                self.stale |= node == old;
+                return;
+            }
         }
         self.fix(slot, leaf)
+    }
+
+    /// Restores the last invariant (see the type's docs): brings the pair the
+    /// leftmost descent reaches up to date, until it is exact. Each round raises one
+    /// pair node that a lazy rise left behind.
+    #[cold]
+    fn settle_root(&mut self, leaf: &impl Fn(usize) -> i64) {
+        let (cap, half) = (self.cap, self.cap / 2);
+        let nodes = &mut self.nodes[..cap];
+        loop {
+            let mut i = 1;
+            while i < half {
+                i = if nodes[2 * i] <= nodes[2 * i + 1] {
+                    2 * i
+                } else {
+                    2 * i + 1
+                };
+            }
+            let l = 2 * i - cap;
+            let m = leaf(l).min(leaf(l + 1));
+            if nodes[i] == m {
+                return;
+            }
+            debug_assert!(m > nodes[i], "a pair node is at most its leaves");
+            nodes[i] = m;
+            propagate(nodes, i >> 1);
+        }
     }
 
     /// Hints the CPU to bring the node above leaf `slot` into cache before a
@@ -363,6 +414,38 @@ mod tests {
                     t.fix_rise(slot, old, |i| leaves.get(i).copied().unwrap_or(MinTree::EMPTY));
                 }
                 prop_assert_eq!(t.min(), leaves.iter().copied().min().unwrap());
+            }
+        }
+
+        #[test]
+        fn node_tree_lazy_rises_with_other_changes_match_naive(
+            ops in proptest::collection::vec(
+                (0usize..64, 0u8..6, 0i64..40, -50i64..50),
+                1..800,
+            )
+        ) {
+            // Rises through `fix_rise` (most of them lazy), mixed with arbitrary
+            // changes through `fix`: leaves taken out, put back lower, raised in full.
+            let mut t = NodeMinTree::new();
+            let mut leaves = vec![MinTree::EMPTY; 64];
+            for (slot, kind, up, put) in ops {
+                let old = leaves[slot];
+                if kind < 4 && old != MinTree::EMPTY {
+                    // A rise by `up`.
+                    leaves[slot] = old + up;
+                    t.fix_rise(slot, old, |i| leaves.get(i).copied().unwrap_or(MinTree::EMPTY));
+                } else {
+                    // Put (back) at any value, or taken out (idle, removed).
+                    leaves[slot] = if kind == 5 { MinTree::EMPTY } else { put };
+                    t.fix(slot, |i| leaves.get(i).copied().unwrap_or(MinTree::EMPTY));
+                }
+                let leaf = |i: usize| leaves.get(i).copied().unwrap_or(MinTree::EMPTY);
+                let m = leaves.iter().copied().min().unwrap();
+                prop_assert_eq!(t.min(), m);
+                match t.argmin(leaf) {
+                    None => prop_assert_eq!(m, MinTree::EMPTY),
+                    Some(s) => prop_assert_eq!(s, leaves.iter().position(|&x| x == m).unwrap()),
+                }
             }
         }
     }
