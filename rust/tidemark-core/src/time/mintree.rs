@@ -254,8 +254,10 @@ impl NodeMinTree {
         self.stale = false;
     }
 
-    /// Restores the invariant after leaf `slot` changed: O(log n), stopping at the
-    /// first node whose value does not change. `leaf(i)` must give leaf `i`'s value
+    /// Restores the invariants after leaf `slot` changed: O(log n), stopping at the
+    /// first node whose value does not change; plus, when the change raised the pair
+    /// holding the minimum and rises were recorded lazily, one descent per lagging
+    /// pair it then reaches. `leaf(i)` must give leaf `i`'s value
     /// ([`MinTree::EMPTY`] for slots that take no part, including ones past the end).
     #[inline]
     pub fn fix(&mut self, slot: usize, leaf: impl Fn(usize) -> i64) {
