@@ -24,8 +24,9 @@
 //! sits next to the key in the table, the rest in a parallel vector (at most 62 bytes
 //! per key, see [`KeyedWatermarkTracker::bytes_per_key`]). The global minimum is a
 //! [`NodeMinTree`] whose leaves are the active slots: `global_watermark` is O(1),
-//! an update O(1) unless the key held the minimum (a rise above it is recorded
-//! lazily, without writing the tree), O(log n) otherwise. An
+//! an update of a key above the minimum usually O(1) (its rise is recorded lazily,
+//! without writing the tree), and of the minimum key O(log n) plus one descent per
+//! lagging pair it brings up to date. An
 //! intrusive list orders keys by last activity, so idle detection and
 //! least-recently-active eviction touch only the keys they act on; a scan cursor
 //! marks the prefix of the list already known to be idle. Lowest-watermark eviction
