@@ -187,10 +187,14 @@ def main(tmp: str) -> None:
     # off for the batch's job through the session's conf, then restored).
     _, shuffled, _ = run_processor(spark, pipe, schema, work, "shuffled", shuffle=True)
     assert shuffled == streamed
+    # Small micro-batches run in the foreachBatch process by default; in one task here.
+    _, one_task, _ = run_processor(spark, pipe, schema, work, "one-task", on_driver=False)
+    assert one_task == streamed
     # The copy in the server's foreachBatch process counted the batches; this client
     # reads the counts from the state store.
     last = proc.progress(len(tables) - 1)
     assert last is not None and last["input_rows"] == tables[-1].num_rows, last
+    assert last["layout"] == "driver", last
     # A damaged state file surfaces on this client as tm.StateCorruptedError naming it.
     snap = work / "default" / "state" / "partitions" / "1" / "3.snap"  # the flush: batch 3
     snap.write_bytes(snap.read_bytes()[:-10])

@@ -31,6 +31,7 @@ def main(tmp: str) -> None:
         str(Path(tmp) / "state"),
         num_partitions=4,
         sink=lambda df, b: got.extend((r.device, r.window_start, r.n) for r in df.collect()),
+        on_driver=False,  # the state partitions run in the executors, not in this process
     )
     schema = None
     for b in range(4):

@@ -564,13 +564,18 @@ def stream_batches() -> list[pa.Table]:
 
 
 @pytest.mark.parametrize(
-    ("per", "shuffle"),
-    # Small micro-batches run in one task by default; True shuffles them to one task
-    # per state partition.
-    [("key", None), ("key", True), ("global", None)],
+    ("per", "shuffle", "on_driver", "layout"),
+    # Small micro-batches run in the driver by default; on_driver=False runs them in
+    # one task; shuffle=True shuffles them to one task per state partition.
+    [
+        ("key", None, None, "driver"),
+        ("key", None, False, "one task"),
+        ("key", True, None, "shuffled"),
+        ("global", None, None, "driver"),
+    ],
 )
 def test_streaming_matches_local_operator_and_replays_exactly(
-    spark: Any, tmp_path: Path, per: str, shuffle: bool | None
+    spark: Any, tmp_path: Path, per: str, shuffle: bool | None, on_driver: bool | None, layout: str
 ) -> None:
     batches = stream_batches()
     inp = tmp_path / "in"
@@ -597,6 +602,7 @@ def test_streaming_matches_local_operator_and_replays_exactly(
         sink=sink,
         late_sink=late_sink,
         shuffle=shuffle,
+        on_driver=on_driver,
     )
 
     def each_batch(df: Any, batch_id: int) -> None:
@@ -604,6 +610,7 @@ def test_streaming_matches_local_operator_and_replays_exactly(
         # Set once the batch is done, from the batch's own job.
         assert proc.last_progress is not None
         progress[batch_id] = dict(proc.last_progress)
+        assert progress[batch_id]["layout"] == layout
 
     q = (
         spark.readStream.schema(schema)
@@ -637,6 +644,8 @@ def test_streaming_matches_local_operator_and_replays_exactly(
         assert pr["late_rows"] == late_per_batch[b]
         assert pr["error_rows"] == 0
     assert progress[len(batches)]["input_rows"] == 0  # the flush
+    # The flush runs as the batches did.
+    assert progress[len(batches)]["layout"] == layout
     assert progress[len(batches)]["window_rows"] == len(final)
     # The same counts, recorded in the state store for other processes (the last
     # `retention` batches; older records are pruned).
@@ -751,13 +760,50 @@ def test_small_micro_batches_run_in_one_task_without_a_shuffle(
     assert tasks(proc(shuffle=False)) == {0}
 
 
+def test_small_micro_batches_run_on_the_driver(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By default a micro-batch Spark estimates at most ``ON_DRIVER_BYTES`` that would
+    run in one task runs in the driver; ``on_driver=True`` runs any micro-batch there,
+    ``on_driver=False`` none; a flush runs there with ``on_driver=True`` or after a
+    batch that did; a batch whose keys tidemark cannot route as Spark does never does."""
+    import importlib
+
+    streaming = importlib.import_module("tidemark.spark.streaming")
+    inp = tmp_path / "in"
+    write_stream_files(inp, stream_batches())
+    df = spark.read.parquet(str(inp / "part-00000.parquet"))
+
+    def proc(**kw: Any) -> StreamProcessor:
+        return StreamProcessor(pipeline("key"), str(tmp_path / "s"), num_partitions=3, **kw)
+
+    def on_driver(p: StreamProcessor, flush: bool = False) -> bool:
+        shuffled, _, size = p._layout(df, flush=False)
+        return p._runs_on_driver(df, flush, shuffled, size)
+
+    assert on_driver(proc()) and on_driver(proc(shuffle=False))
+    assert not on_driver(proc(on_driver=False)) and not on_driver(proc(shuffle=True))
+    assert on_driver(proc(on_driver=True), flush=True)
+    assert not on_driver(proc(), flush=True)  # no batch has run in this process
+    assert not on_driver(proc(on_driver=False), flush=True)
+    monkeypatch.setattr(streaming, "ON_DRIVER_BYTES", 1)
+    assert not on_driver(proc())
+    assert on_driver(proc(on_driver=True))
+    # A key type whose Spark hash tidemark does not reproduce: Spark's shuffle routes it.
+    monkeypatch.setattr(streaming, "spark_hash_matches", lambda schema, keys: False)
+    assert not on_driver(proc(on_driver=True))
+    with pytest.raises(tm.ConfigError, match="choose one"):
+        proc(shuffle=True, on_driver=True)
+
+
 def test_a_task_routes_keys_of_every_spark_type_as_a_shuffle_does(
     spark: Any, tmp_path: Path
 ) -> None:
-    """A small micro-batch's one task routes its rows to state partitions itself (no
-    tagging expression in the JVM); a shuffled batch is routed by Spark's ``hash()``.
-    Both must put a key in the same state partition, or the key's state splits: here
-    batches alternate between the two, over a key of every Spark type the task hashes
+    """A small micro-batch's one task (or the driver) routes its rows to state
+    partitions itself (no tagging expression in the JVM); a shuffled batch is routed by
+    Spark's ``hash()``. All must put a key in the same state partition, or the key's
+    state splits: here batches alternate between them, over a key of every Spark type
+    the task hashes
     (and 0.0 / -0.0, which Spark hashes alike), and the windows must equal those of a
     run whose every batch is shuffled. With an hour of delay nothing closes before
     the flush, so a split key shows as one window emitted twice. The task also reads
@@ -821,11 +867,16 @@ def test_a_task_routes_keys_of_every_spark_type_as_a_shuffle_does(
             shuffle=True,
         )
         for b, df in enumerate(batches):
-            proc.shuffle = True if b % 2 == 0 or not alternate else None
+            # Shuffled, in the driver, shuffled, in one task (or every one shuffled).
+            mode = (0, 1, 0, 2)[b] if alternate else 0
+            proc.shuffle = True if mode == 0 else None
+            proc.on_driver = False if mode == 2 else None
             shuffled, untagged, size = proc._layout(df, flush=False)
             assert (shuffled, untagged) == (proc.shuffle is True, proc.shuffle is None)
             assert not untagged or unused_columns_are_cheap(df.schema, [*keys, "ts", "value"], size)
             proc(df, b)
+            assert proc.last_progress is not None
+            assert proc.last_progress["layout"] == ("shuffled", "driver", "one task")[mode]
         # The flush runs as the last batch did: one task, or one per state partition.
         assert proc._layout(batches[0], flush=True)[0] == (not alternate)
         proc.flush(spark, batches[0].schema)

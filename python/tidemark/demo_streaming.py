@@ -69,6 +69,8 @@ class SystemResult:
     events_per_s: float = 0.0
     #: Seconds between the ends of consecutive micro-batches (the first from the start).
     batch_seconds: list[float] = field(default_factory=list)
+    #: Where each micro-batch ran (tidemark: ``StreamProcessor.last_progress["layout"]``).
+    layouts: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -215,7 +217,13 @@ def _run_file_stream(
 
 
 def _run_tidemark(
-    spark: Any, source: Path, schema: Any, chk: Path, per: str, partitions: int
+    spark: Any,
+    source: Path,
+    schema: Any,
+    chk: Path,
+    per: str,
+    partitions: int,
+    on_driver: bool | None = None,
 ) -> SystemResult:
     import tidemark as tm
     from tidemark.spark import StreamProcessor
@@ -230,19 +238,23 @@ def _run_tidemark(
     counts: dict[tuple[str, int], int] = {}
     late = [0]
     marks: list[float] = []
+    layouts: list[str] = []
 
     def sink(df: Any, _batch_id: int) -> None:
         for r in df.collect():
             counts[(r.tenant, _start_us(r.window_start))] = r["count"]
         marks.append(time.perf_counter())
 
-    proc = StreamProcessor(pipe, str(chk / "state"), num_partitions=partitions, sink=sink)
+    proc = StreamProcessor(
+        pipe, str(chk / "state"), num_partitions=partitions, sink=sink, on_driver=on_driver
+    )
 
     def each_batch(df: Any, batch_id: int) -> None:
         proc(df, batch_id)
         # Late rows are counted by the batch's own job: no second Spark job for them.
         assert proc.last_progress is not None
         late[0] += proc.last_progress["late_rows"]
+        layouts.append(proc.last_progress["layout"])
 
     t = _run_file_stream(spark, source, schema, each_batch, chk / "query")
     proc.flush(spark, schema)  # end of input: close the windows still open
@@ -253,6 +265,7 @@ def _run_tidemark(
         time.perf_counter() - t,
         late_rows=late[0],
         batch_seconds=_intervals(t, marks),
+        layouts=layouts,
     )
 
 

@@ -317,6 +317,13 @@ class ShippedPipeline:
         return self.bare.enrich(table, on, how, prefix)
 
 
+#: Spark's size estimate of a streaming micro-batch at most which a
+#: :class:`~tidemark.spark.StreamProcessor` runs it in the driver's process by default,
+#: if it would run in one task (its rows come back as Arrow; no Python worker takes
+#: part). A cap on what the driver holds at once: Spark estimates a Parquet file by
+#: its compressed size.
+ON_DRIVER_BYTES = 8 << 20
+
 #: Spark's size estimate of a one-task input at most which its unused fixed-width
 #: columns travel to the task instead of being projected away (see
 #: :func:`unused_columns_are_cheap`).

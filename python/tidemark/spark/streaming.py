@@ -22,7 +22,10 @@ With a windows sink alone, each micro-batch is one Spark job, the sink's own:
    for each state partition ``p``, a task restores the operator
    from version ``b-1`` of the state store, processes the rows as one arrival unit,
    writes version ``b`` and its progress atomically, and emits its windows (with late
-   or error sinks: the combined result, cached and split);
+   or error sinks: the combined result, cached and split); by default a one-task
+   micro-batch (Spark's estimate at most ``ON_DRIVER_BYTES``, 8 MiB) skips the task:
+   its rows come back to the driver as Arrow, the driver runs the same steps in its
+   own process, and the sinks get its outputs as local DataFrames;
 3. the sinks run (their job runs the tasks); then the driver reads every state
    partition's progress (running the tasks a sink left unrun) and combines it into
    the watermark of the next batch (global: the maximum event time; per source
@@ -54,6 +57,7 @@ from tidemark.pipeline import Pipeline, Rows
 from tidemark.route import HashRouter
 from tidemark.spark._plan import (
     KIND_WINDOW,
+    ON_DRIVER_BYTES,
     Plan,
     ShippedPipeline,
     concat_input,
@@ -252,8 +256,8 @@ def _task(
         import pyarrow.compute as pc
 
         pipe = shipped.get()
-        if untagged and not flush:
-            table = concat_input(batches, plan.input_arrow)
+        if untagged:
+            table = concat_input(batches, plan.input_arrow)  # a flush has none
             shards = [table]
             if num_partitions > 1:
                 router = HashRouter(num_partitions, pipe.key, hash="spark")
@@ -278,10 +282,28 @@ def _task(
     return run
 
 
+def _run_on_driver(
+    df: Any, task: Any, plan: Plan, columns: list[str] | None, kind: int | None, flush: bool
+) -> Any:
+    """Runs ``task`` (see :func:`_task`, built ``untagged``) in this process over
+    ``df``'s rows (``columns`` of them, or all), fetched as Arrow (a flush reads none);
+    returns its output as a local DataFrame: output ``kind`` alone, or the combined
+    result for ``None``."""
+    batches: list[pa.RecordBatch] = []
+    if not flush:
+        src = df if columns is None else df.selectExpr(*[quoted(c) for c in columns])
+        batches = src.toArrow().to_batches()
+    arrow = plan.combined_arrow if kind is None else plan.single_arrow[kind]
+    out = pa.Table.from_batches(list(task(iter(batches))), schema=arrow)
+    spark_schema = plan.combined_spark if kind is None else plan.single_spark[kind]
+    return df.sparkSession.createDataFrame(out, schema=spark_schema)
+
+
 def _counts(
-    batch_id: int, rec: dict[str, Any], progress: list[tuple[int, Any, Any, Any]]
+    batch_id: int, rec: dict[str, Any], progress: list[tuple[int, Any, Any, Any]], layout: str
 ) -> dict[str, Any]:
-    """A batch's row counts, summed over the progress rows of its state partitions."""
+    """A batch's row counts, summed over the progress rows of its state partitions,
+    and where it ran (``layout``)."""
     c = {"input_rows": 0, "window_rows": 0, "late_rows": 0, "error_rows": 0}
     for _, kind, a, b in progress:
         if kind == _P_OUTPUT:
@@ -295,6 +317,7 @@ def _counts(
         **c,
         "watermark": rec["watermark"],
         "next_watermark": rec["next_watermark"],
+        "layout": layout,
     }
 
 
@@ -363,8 +386,9 @@ class StreamProcessor:
         per batch on the driver and recorded with the batch.
     shuffle : bool, optional
         ``True``: rows are shuffled to their state partitions, one task each, in
-        parallel. ``False``: no shuffle; one task reads the micro-batch and runs every
-        state partition in turn (a stage less: faster for small micro-batches).
+        parallel. ``False``: no shuffle; one task (or the driver, see ``on_driver``)
+        reads the micro-batch and runs every state partition in turn (a stage less:
+        faster for small micro-batches).
         Default: no shuffle when Spark estimates the micro-batch below
         ``SINGLE_TASK_BYTES`` (16 MiB) on 2 cores, ``2 / cores`` of it with more
         (``SparkContext.defaultParallelism``); else a shuffle (also when Spark has no
@@ -373,8 +397,21 @@ class StreamProcessor:
         the keys, as a shuffle would) where tidemark hashes the key types as Spark
         does (numbers, booleans, dates, timestamps, decimals, binary, strings without
         a collation), which spares the driver a tagging expression per micro-batch. A
-        :meth:`flush` runs in one task after a one-task micro-batch, else in one task
-        per state partition.
+        :meth:`flush` runs in one task after a one-task micro-batch (in the driver
+        after one run there), else in one task per state partition.
+    on_driver : bool, optional
+        Whether a micro-batch runs in the driver's process instead of a Spark task:
+        its rows come back as Arrow (``df.toArrow()``), the driver restores, updates
+        and writes the state partitions exactly as the one task would, and the sinks
+        get the outputs as local DataFrames. This skips the round trip through a
+        Python worker: 10-30% less time per micro-batch of 10,000 to 1,000,000 rows
+        on a 2-core machine (see the streaming guide). Default: a micro-batch that
+        would run in one task (see ``shuffle``) and that Spark estimates at most
+        ``ON_DRIVER_BYTES`` (8 MiB; the driver holds the whole micro-batch in
+        memory). ``True``: every micro-batch. ``False``: never. Either way only where
+        tidemark routes the key types as Spark's hash does (see ``shuffle``). A
+        :meth:`flush` runs in the driver with ``True``, or by default after a
+        micro-batch that did. State, outputs and replays are the same either way.
 
     Attributes
     ----------
@@ -382,8 +419,9 @@ class StreamProcessor:
         The last batch, as Spark's ``query.lastProgress``, set once it is done:
         ``batch_id``, ``input_rows``, ``window_rows``, ``late_rows`` (Spark's
         ``numRowsDroppedByWatermark``), ``error_rows``, the ``watermark`` it ran with
-        and ``next_watermark`` (epoch microseconds). Counted by the batch's own job:
-        reading it costs no Spark job. Also recorded in ``state_location``: see
+        and ``next_watermark`` (epoch microseconds), and ``layout``, where it ran:
+        ``"driver"``, ``"one task"`` or ``"shuffled"``. Counted by the batch's own
+        job: reading it costs no Spark job. Also recorded in ``state_location``: see
         :meth:`progress`.
     """
 
@@ -400,6 +438,7 @@ class StreamProcessor:
         start_fresh: bool = False,
         clock: Callable[[], int] | None = None,
         shuffle: bool | None = None,
+        on_driver: bool | None = None,
     ) -> None:
         if num_partitions is None:
             num_partitions = 8 if pipe.key else 1
@@ -414,6 +453,11 @@ class StreamProcessor:
             raise ConfigError("retention must be at least 2 (the last batch must be replayable)")
         if pipe.time != "event":
             raise ConfigError("StreamProcessor runs event-time pipelines")
+        if shuffle is True and on_driver is True:
+            raise ConfigError(
+                "shuffle=True sends the rows to one task per state partition and "
+                "on_driver=True processes them in the driver: choose one"
+            )
         self.pipe = pipe
         self.store = StateStore(state_location)
         self.num_partitions = num_partitions
@@ -422,9 +466,12 @@ class StreamProcessor:
         self.start_fresh = start_fresh
         self._clock = clock or (lambda: int(time.time() * 1000))
         self.shuffle = shuffle
+        self.on_driver = on_driver
         self._checked = False
         self._shipped: ShippedPipeline | None = None
-        self._last_shuffled: bool | None = None  # the layout of the last batch run
+        # The layout of the last batch run: shuffled, and run in the driver.
+        self._last_shuffled: bool | None = None
+        self._last_on_driver: bool | None = None
         self.last_batch_id: int | None = None
         self.last_progress: dict[str, Any] | None = None
 
@@ -640,8 +687,12 @@ class StreamProcessor:
         if self._shipped is None:
             self._shipped = ShippedPipeline(self.pipe, spark)  # one broadcast per query
         shuffled, untagged, size = self._layout(df, flush)
+        driver = self._runs_on_driver(df, flush, shuffled, size)
         if not flush:
-            self._last_shuffled = shuffled
+            self._last_shuffled = shuffled and not driver
+            self._last_on_driver = driver
+        layout = "driver" if driver else "shuffled" if shuffled else "one task"
+        untagged = untagged or driver  # the driver routes the rows as a one-task batch
         columns = fields.fieldNames() if windows_only else None
         if columns is not None and untagged and unused_columns_are_cheap(df.schema, columns, size):
             columns = None  # cheaper to send than to project away
@@ -660,27 +711,31 @@ class StreamProcessor:
             self.num_partitions,
             untagged,
         )
-        parted = _tagged(
-            df,
-            self.pipe.key,
-            self.num_partitions,
-            flush,
-            shuffled,
-            columns,
-            untagged,
-        )
-        if windows_only:
-            combined = map_in_arrow(parted, task, plan.single_spark[KIND_WINDOW])
-            windows, late, errors = combined, None, None
+        if driver:
+            # The task's work, done here: the outputs are computed (and the state
+            # written) before any sink runs; the sinks read local DataFrames.
+            kind = KIND_WINDOW if windows_only else None
+            combined = _run_on_driver(df, task, plan, columns, kind, flush)
+            if windows_only:
+                windows, late, errors = combined, None, None
+            else:
+                windows, late, errors = plan.split(combined)
         else:
-            combined = map_in_arrow(parted, task, plan.combined_spark).persist(
-                StorageLevel.MEMORY_AND_DISK
+            parted = _tagged(
+                df, self.pipe.key, self.num_partitions, flush, shuffled, columns, untagged
             )
-            windows, late, errors = plan.split(combined)
+            if windows_only:
+                combined = map_in_arrow(parted, task, plan.single_spark[KIND_WINDOW])
+                windows, late, errors = combined, None, None
+            else:
+                combined = map_in_arrow(parted, task, plan.combined_spark).persist(
+                    StorageLevel.MEMORY_AND_DISK
+                )
+                windows, late, errors = plan.split(combined)
         try:
             # One task per state partition when shuffled (adaptive execution would merge
             # them into fewer tasks): the sinks' jobs run the state partitions' tasks.
-            parallel = shuffled and not flush
+            parallel = shuffled and not flush and not driver
             exact = _exact_partitions(spark) if parallel else contextlib.nullcontext()
             with exact, state_errors_surface():
                 for sink, out in (
@@ -703,7 +758,7 @@ class StreamProcessor:
                     f"{self.store.path('partitions')}"
                 )
             self._combine(rec, progress)
-            self.last_progress = rec["progress"] = _counts(batch_id, rec, progress)
+            self.last_progress = rec["progress"] = _counts(batch_id, rec, progress, layout)
         except BaseException:
             combined.unpersist()
             raise
@@ -736,6 +791,20 @@ class StreamProcessor:
         shuffled = n > 1 and self.shuffle is None and not fits_one_task(df.sparkSession, size)
         hashable = n == 1 or spark_hash_matches(df.schema, self.pipe.key)
         return shuffled, not shuffled and bool(size) and hashable, size
+
+    def _runs_on_driver(self, df: Any, flush: bool, shuffled: bool, size: int | None) -> bool:
+        """Whether the batch runs in this process (see ``on_driver``): a batch only
+        where this process routes its keys as Spark's shuffle would; a flush (no rows
+        to route) with ``on_driver=True``, or by default after a batch that ran here."""
+        if self.on_driver is False:
+            return False
+        if flush:
+            return self.on_driver is True or self._last_on_driver is True
+        if self.num_partitions > 1 and not spark_hash_matches(df.schema, self.pipe.key):
+            return False
+        if self.on_driver is True:
+            return True
+        return not shuffled and size is not None and size <= ON_DRIVER_BYTES
 
     def __call__(self, df: Any, batch_id: int) -> None:
         """Processes micro-batch ``batch_id`` (Spark's foreachBatch contract)."""
