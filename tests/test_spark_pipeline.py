@@ -796,6 +796,50 @@ def test_small_micro_batches_run_on_the_driver(
         proc(shuffle=True, on_driver=True)
 
 
+def test_driver_and_task_agree_under_a_session_time_zone_and_large_strings(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``toArrow`` hands the driver its timestamps in UTC, where a task gets them in the
+    session's zone; strings arrive as ``large_string`` under ``useLargeVarTypes``.
+    Windows, late rows (every input column) and the flush must come out the same from
+    a run in the driver and a run in one task."""
+    inp = tmp_path / "in"
+    write_stream_files(inp, stream_batches())
+    old_tz = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    spark.conf.set("spark.sql.execution.arrow.useLargeVarTypes", "true")
+    try:
+        dfs = [spark.read.parquet(str(p)) for p in sorted(inp.glob("*.parquet"))]
+
+        def run(on_driver: bool | None) -> tuple[list[Any], list[Any]]:
+            windows: list[Any] = []
+            late: list[Any] = []
+            proc = StreamProcessor(
+                pipeline("key"),
+                str(tmp_path / f"state-{on_driver}"),
+                num_partitions=3,
+                sink=lambda df, b: windows.extend(df.collect()),
+                late_sink=lambda df, b: late.extend(df.collect()),
+                on_driver=on_driver,
+            )
+            for b, df in enumerate(dfs):
+                proc(df, b)
+                assert proc.last_progress is not None
+                assert proc.last_progress["layout"] == (
+                    "one task" if on_driver is False else "driver"
+                )
+            proc.flush(spark, dfs[0].schema)
+            return sorted(windows), sorted(late)
+
+        in_driver, in_task = run(None), run(False)
+        assert in_driver == in_task
+        assert [r.value for r in in_driver[1]] == [100.0]  # the late row, every column
+        assert sum(r.n for r in in_driver[0]) == sum(t.num_rows for t in stream_batches()) - 1
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", old_tz)
+        spark.conf.unset("spark.sql.execution.arrow.useLargeVarTypes")
+
+
 def test_a_task_routes_keys_of_every_spark_type_as_a_shuffle_does(
     spark: Any, tmp_path: Path
 ) -> None:
