@@ -23,14 +23,14 @@ Batch (same Parquet data, each run forced with the ``noop`` sink):
 
 Streaming (the demo's generator: half of the tenants report late; one file per
 micro-batch of ``--batch-rows`` events): Spark ``withWatermark`` + ``window`` (update
-mode) vs tidemark with per-key watermarks, and the floor of tidemark's path (the same
-stream and trigger, each micro-batch one ``mapInArrow`` job that counts its rows);
-events/s and the share of events counted, over the whole run (query start and
+mode) vs tidemark with per-key watermarks, and the floor of the ``mapInArrow`` path
+(the same stream and trigger, each micro-batch one ``mapInArrow`` job that counts its
+rows); events/s and the share of events counted, over the whole run (query start and
 tidemark's end-of-input flush included) and in the steady state (the median
-micro-batch after the first). By default tidemark runs a micro-batch Spark estimates
-at most 1 MiB in the driver (``StreamProcessor(on_driver=None)``): no Python worker,
-so it can beat the floor of the ``mapInArrow`` path; ``--on-driver no`` measures the
-one-task path, ``--on-driver yes`` runs every micro-batch in the driver.
+micro-batch after the first). By default tidemark runs a one-task micro-batch that
+Spark estimates at most 8 MiB in the driver (``StreamProcessor(on_driver=None)``): no
+Python worker, so it can beat the floor of the ``mapInArrow`` path. ``--on-driver no``
+measures the one-task path, ``--on-driver yes`` runs every micro-batch in the driver.
 
 Batch: ``--repeat`` rounds, each running every variant once in turn (a drifting
 machine moves them alike); times are medians over rounds and ratios the median of
@@ -188,10 +188,11 @@ def batch_part(spark: Any, rows: int, keys: int, repeat: int, work: Path) -> Non
 
 
 def _run_floor(spark: Any, source: Path, schema: Any, chk: Path) -> Any:
-    """The floor of tidemark's streaming path: the same file stream and trigger, and a
-    ``foreachBatch`` function that runs one ``mapInArrow`` job counting the batch's
-    rows and collects the count (no state, no windows). It reads the columns
-    tidemark's pipeline reads (the key and the event time)."""
+    """The floor of the ``mapInArrow`` path (tidemark's with ``on_driver=False``): the
+    same file stream and trigger, and a ``foreachBatch`` function that runs one
+    ``mapInArrow`` job counting the batch's rows and collects the count (no state, no
+    windows). It reads the columns tidemark's pipeline reads (the key and the event
+    time)."""
     from tidemark.demo_streaming import SystemResult, _intervals, _run_file_stream
 
     marks: list[float] = []
@@ -289,7 +290,7 @@ def streaming_part(
         )
     print(
         f"  tidemark's micro-batch is {steady['tidemark'] / steady['floor']:.2f}x the floor's: "
-        f"at the floor, tidemark would be {steady['spark'] / steady['floor']:.2f}x Spark"
+        f"the floor is {steady['spark'] / steady['floor']:.2f}x Spark"
     )
 
     # Each run's own ratios (the runs alternate Spark, floor and tidemark): the spread says

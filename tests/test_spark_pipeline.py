@@ -847,9 +847,8 @@ def test_a_task_routes_keys_of_every_spark_type_as_a_shuffle_does(
     partitions itself (no tagging expression in the JVM); a shuffled batch is routed by
     Spark's ``hash()``. All must put a key in the same state partition, or the key's
     state splits: here batches alternate between them, over a key of every Spark type
-    the task hashes
-    (and 0.0 / -0.0, which Spark hashes alike), and the windows must equal those of a
-    run whose every batch is shuffled. With an hour of delay nothing closes before
+    the task hashes (and 0.0 / -0.0, which Spark hashes alike), and the windows must
+    equal those of a run whose every batch is shuffled. With an hour of delay nothing closes before
     the flush, so a split key shows as one window emitted twice. The task also reads
     the unused fixed-width column of the small batches instead of a projection."""
     import decimal

@@ -201,7 +201,8 @@ def _task(
     num_partitions: int,
     untagged: bool = False,
 ) -> Any:
-    """The task over rows tagged by :func:`_tagged`. For every state partition among
+    """The task over rows tagged by :func:`_tagged` (run by Spark, or by the driver
+    itself: see :func:`_run_on_driver`). For every state partition among
     its rows it restores the operator from version ``prev_batch``, processes the
     partition's rows as one arrival unit (or flushes), writes version ``batch_id``
     and its progress rows (tagged with the ``token`` of the driver's run, for the
@@ -211,7 +212,8 @@ def _task(
     ``untagged``: the task holds every row of the batch, without tags, and runs every
     state partition: it routes the rows by tidemark's Spark hash of the keys, which
     equals Spark's ``hash()`` for the key types :func:`spark_hash_matches` admits, so
-    a key lands in the state partition a shuffled batch gives it."""
+    a key lands in the state partition a shuffled batch gives it. An ``untagged``
+    flush reads no rows and flushes every state partition."""
     data_tags, placeholder_tags = _tags(num_partitions)
     partition_of = {v: p for tags in (data_tags, placeholder_tags) for p, v in enumerate(tags)}
 
