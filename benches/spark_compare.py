@@ -5,6 +5,7 @@ Run from the repository root (after ``make build``)::
     python benches/spark_compare.py                      # both parts, local[2]
     python benches/spark_compare.py --part batch --rows 2000000 --repeat 5
     python benches/spark_compare.py --part streaming --batch-rows 100000 --batches 10
+    python benches/spark_compare.py --part reorder --batch-rows 10000 --batches 10
 
 Batch (same Parquet data, each run forced with the ``noop`` sink):
 
@@ -31,6 +32,11 @@ micro-batch after the first). By default tidemark runs a one-task micro-batch th
 Spark estimates at most 8 MiB in the driver (``StreamProcessor(on_driver=None)``): no
 Python worker, so it can beat the floor of the ``mapInArrow`` path. ``--on-driver no``
 measures the one-task path, ``--on-driver yes`` runs every micro-batch in the driver.
+
+Reorder (``--part reorder``, not part of ``both``): ``ReorderStream`` over the same kind
+of stream, 4 state partitions routed by tenant, its micro-batches in the driver (the
+default for micro-batches up to 8 MiB) against ``on_driver=False`` (a shuffle to one
+task per state partition); steady micro-batch times, runs alternating.
 
 Batch: ``--repeat`` rounds, each running every variant once in turn (a drifting
 machine moves them alike); times are medians over rounds and ratios the median of
@@ -309,11 +315,75 @@ def streaming_part(
     print(f"  each run, tidemark's steady micro-batch over the floor's: {above}")
 
 
+def reorder_part(spark: Any, batch_rows: int, batches: int, repeat: int, work: Path) -> None:
+    """``ReorderStream`` (4 state partitions, routed by tenant) over the streaming
+    part's data: micro-batches run in the driver (the default at these sizes) against
+    the same stream with ``on_driver=False`` (a shuffle to one task per state
+    partition), runs alternating; the sink counts the released rows."""
+    from tidemark.datagen import StreamSpec, multi_tenant_stream
+    from tidemark.demo_streaming import _intervals, _run_file_stream, _write_files
+    from tidemark.spark import ReorderStream
+
+    stream = multi_tenant_stream(
+        StreamSpec(
+            keys=1_000,
+            events=batch_rows * batches,
+            duration_s=90 * batches,
+            delayed_fraction=0.5,
+            skew=0.8,
+        )
+    )
+    source = work / "reorder-stream"
+    _write_files(stream, source, batches)
+    schema = spark.read.parquet(str(source)).schema
+    steady: dict[str, list[float]] = {"driver": [], "shuffled": []}
+    released: dict[str, int] = {}
+    for i in range(repeat + 1):  # the first round warms up the JVM and the workers
+        for label, on_driver in (("driver", None), ("shuffled", False)):
+            marks: list[float] = []
+            n = [0]
+
+            def sink(df: Any, _batch_id: int, n: list[int] = n, marks: list[float] = marks) -> None:
+                n[0] += df.count()
+                marks.append(time.perf_counter())
+
+            rs = ReorderStream(
+                tm.Reorder("event_time", late_tolerance="5s"),
+                str(work / f"reorder-{label}-{i}"),
+                num_partitions=4,
+                sink=sink,
+                partition_by=["tenant"],
+                on_driver=on_driver,
+            )
+            t = _run_file_stream(spark, source, schema, rs, work / f"reorder-q-{label}-{i}")
+            assert rs.last_progress is not None
+            assert rs.last_progress["layout"] == label, rs.last_progress
+            if i:
+                steady[label].append(statistics.median(_intervals(t, marks)[1:]))
+            released[label] = n[0]
+    assert released["driver"] == released["shuffled"], released
+    print(
+        f"\nReorderStream: {batches} micro-batches of {batch_rows:,} rows, 1,000 tenants, "
+        f"4 state partitions; steady micro-batch, median of {repeat} runs each (alternating)"
+    )
+    for label, secs in steady.items():
+        med = statistics.median(secs)
+        runs = ", ".join(f"{x:.3f}" for x in secs)
+        print(f"  {label:<9} {med:6.3f} s  {batch_rows / med:10,.0f} rows/s  (runs: {runs})")
+    ratio = statistics.median(steady["shuffled"]) / statistics.median(steady["driver"])
+    print(f"  in the driver: {ratio:.2f}x faster; {released['driver']:,} rows released each")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--part", choices=["batch", "streaming", "both"], default="both")
+    ap.add_argument(
+        "--part",
+        choices=["batch", "streaming", "both", "reorder"],
+        default="both",
+        help="both: batch and streaming; reorder: ReorderStream in the driver vs in tasks",
+    )
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--keys", type=int, default=10_000)
     ap.add_argument("--batch-rows", type=int, default=100_000)
@@ -335,6 +405,8 @@ def main() -> None:
         if args.part in ("streaming", "both"):
             on_driver = {"auto": None, "yes": True, "no": False}[args.on_driver]
             streaming_part(spark, args.batch_rows, args.batches, args.repeat, work, on_driver)
+        if args.part == "reorder":
+            reorder_part(spark, args.batch_rows, args.batches, args.repeat, work)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)

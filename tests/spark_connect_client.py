@@ -214,6 +214,8 @@ def main(tmp: str) -> None:
         late_sink=appender(work / "late"),
     )
     run_stream(spark, schema, work / "in", rs, work / "chk-reorder")
+    streamed_last = rs.progress(len(tables) - 1)
+    assert streamed_last is not None and streamed_last["layout"] == "driver", streamed_last
     rs.flush(spark, schema)
     released = spark.read.parquet(str(work / "released")).count()
     late_rows = spark.read.parquet(str(work / "late")).count() if (work / "late").exists() else 0

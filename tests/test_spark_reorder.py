@@ -75,7 +75,11 @@ def test_batch_reorder_orders_each_partition(spark: Any) -> None:
         reorder(df, tm.Reorder("event_ts", "unixtimestamp_ms"))
 
 
-def test_streaming_reorder_keeps_the_buffer_and_replays_exactly(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("on_driver", [None, False], ids=["driver", "shuffled"])
+def test_streaming_reorder_keeps_the_buffer_and_replays_exactly(
+    spark: Any, tmp_path: Path, on_driver: bool | None
+) -> None:
+    """Run in the driver (the default for small micro-batches) and in Spark tasks."""
     batches = arrivals()
     inp = tmp_path / "in"
     inp.mkdir()
@@ -92,6 +96,7 @@ def test_streaming_reorder_keeps_the_buffer_and_replays_exactly(spark: Any, tmp_
         num_partitions=1,
         sink=lambda df, b: got.__setitem__(b, [r.seq for r in df.collect()]),
         late_sink=lambda df, b: late.extend(r.seq for r in df.collect()),
+        on_driver=on_driver,
     )
     progress: dict[int, dict[str, Any]] = {}
 
@@ -131,6 +136,8 @@ def test_streaming_reorder_keeps_the_buffer_and_replays_exactly(spark: Any, tmp_
         assert p["buffered_rows"] == buffered
         assert (p["buffer_bytes"] > 0) == (buffered > 0)
     assert buffered == 0, "the flush empties the buffer"
+    layout = "shuffled" if on_driver is False else "driver"
+    assert {p["layout"] for p in progress.values()} == {layout}, "the flush too"
     # Recorded with the state: another process (a fresh object) reads it back.
     again = ReorderStream(
         tm.Reorder("ts", "unixtimestamp_ms", late_tolerance="3s", late="side_output"),
@@ -153,13 +160,15 @@ def test_streaming_reorder_keeps_the_buffer_and_replays_exactly(spark: Any, tmp_
         other(spark.read.parquet(str(inp / "part-00000.parquet")), 9)
 
 
+@pytest.mark.parametrize("on_driver", [None, True], ids=["shuffled", "driver"])
 def test_streaming_reorder_with_an_empty_partition_and_the_default_time_zone(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, on_driver: bool | None
 ) -> None:
     """A state partition that gets no rows in one micro-batch and rows in the next,
     with the session time zone left at the JVM's default: its buffer keeps one
     schema (the empty partition's table takes the zone Spark's batches carry, e.g.
-    Etc/UTC, not "UTC")."""
+    Etc/UTC, not "UTC"). By default these batches (Python rows, whose size Spark
+    does not know) are shuffled; ``on_driver=True`` runs them in the driver."""
     import datetime as dt
 
     old_tz = spark.conf.get("spark.sql.session.timeZone")
@@ -180,11 +189,137 @@ def test_streaming_reorder_with_an_empty_partition_and_the_default_time_zone(
             num_partitions=2,
             partition_by=["device"],
             sink=lambda df, b: released.extend(r.seq for r in df.collect()),
+            on_driver=on_driver,
         )
         # Every row of batch 0 hashes to one state partition: the other runs empty.
         rs(batch([("d0", s, s) for s in range(5)]), 0)
+        assert rs.last_progress is not None
+        assert rs.last_progress["layout"] == ("driver" if on_driver else "shuffled")
         rs(batch([(d, 100 + i, 100 + i) for i, d in enumerate(["d0", "d1", "d2", "d3"])]), 1)
         rs.flush(spark, batch([]).schema)
         assert sorted(released) == [0, 1, 2, 3, 4, 100, 101, 102, 103]
     finally:
         spark.conf.set("spark.sql.session.timeZone", old_tz)
+
+
+def test_streaming_reorder_in_the_driver_equals_spark_tasks(spark: Any, tmp_path: Path) -> None:
+    """Routed by ``partition_by`` over 3 state partitions, micro-batches that alternate
+    between the driver and Spark's shuffle (and a flush in each) release, drop and
+    count exactly what an all-shuffled run does, and keep each device's rows in
+    event-time order; under a non-UTC session zone and ``large_string`` (``toArrow``
+    hands the driver UTC timestamps: the buffers keep a task's types)."""
+    import datetime as dt
+
+    old_tz = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    spark.conf.set("spark.sql.execution.arrow.useLargeVarTypes", "true")
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    try:
+        dfs = []
+        for t in arrivals(n_batches=6):
+            ms = t.column("ts").to_pylist()
+            dfs.append(
+                spark.createDataFrame(
+                    [
+                        (d, t0 + dt.timedelta(milliseconds=m), q, f"payload-{q}")
+                        for d, m, q in zip(
+                            t.column("device").to_pylist(),
+                            ms,
+                            t.column("seq").to_pylist(),
+                            strict=True,
+                        )
+                    ],
+                    "device string, ts timestamp, seq long, note string",
+                )
+            )
+
+        def run(layouts: list[bool]) -> tuple[list[list[Any]], list[Any], list[dict[str, Any]]]:
+            released: list[list[Any]] = []
+            late: list[Any] = []
+            rs = ReorderStream(
+                tm.Reorder("ts", late_tolerance="3s", late="side_output"),
+                str(tmp_path / f"state-{layouts}"),
+                num_partitions=3,
+                partition_by=["device"],
+                sink=lambda df, b: released.append(df.collect()),
+                late_sink=lambda df, b: late.extend(df.collect()),
+            )
+            progress = []
+            for b, (df, on_driver) in enumerate(zip(dfs, layouts, strict=True)):
+                rs.on_driver = on_driver
+                rs(df, b)
+                assert rs.last_progress is not None
+                progress.append(rs.last_progress)
+            rs.flush(spark, dfs[0].schema)
+            assert rs.last_progress is not None
+            progress.append(rs.last_progress)
+            return released, late, progress
+
+        mixed = [True, False, True, True, False, True]
+        got, got_late, got_progress = run(mixed)
+        want, want_late, want_progress = run([False] * len(mixed))
+        assert [p["layout"] for p in got_progress] == [
+            *("driver" if d else "shuffled" for d in mixed),
+            "driver",  # the flush follows a batch run in the driver
+        ]
+        assert [p["layout"] for p in want_progress] == ["shuffled"] * (len(mixed) + 1)
+        strip = [{k: v for k, v in p.items() if k != "layout"} for p in got_progress]
+        assert strip == [{k: v for k, v in p.items() if k != "layout"} for p in want_progress]
+        assert len(got) == len(want) == len(mixed) + 1
+        for g, w in zip(got, want, strict=True):
+            assert sorted(g) == sorted(w), "the same rows, every column"
+            for device in {r.device for r in w}:
+                assert [r for r in g if r.device == device] == [
+                    r for r in w if r.device == device
+                ], "each device's rows in the same (event-time) order"
+        assert sorted(got_late) == sorted(want_late) and len(want_late) == 1
+        assert got_late[0].note == "payload-10000" and got_late[0].ts.tzinfo is None
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", old_tz)
+        spark.conf.unset("spark.sql.execution.arrow.useLargeVarTypes")
+
+
+def test_streaming_reorder_runs_in_the_driver_only_where_it_routes_as_spark(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Default: a micro-batch Spark estimates at most ``ON_DRIVER_BYTES``; ``True``:
+    any; ``False``: none. Never with round-robin routing over several state
+    partitions, nor with ``partition_by`` columns whose Spark hash tidemark does not
+    reproduce; a flush after a batch that ran there, or with ``True``."""
+    import importlib
+
+    module = importlib.import_module("tidemark.spark.reorder")
+    # From Arrow: a local relation, whose size Spark knows (Python rows: it does not).
+    df = spark.createDataFrame(
+        pa.table(
+            {
+                "device": ["d0", "d1"],
+                "ts": pa.array([1, 2], pa.int64()),
+                "tags": pa.array([[1], [2]], pa.list_(pa.int32())),
+            }
+        )
+    )
+
+    def rs(n: int = 2, by: list[str] | None = None, **kw: Any) -> ReorderStream:
+        r = tm.Reorder("ts", "unixtimestamp_ms")
+        return ReorderStream(r, str(tmp_path / "s"), n, partition_by=by, **kw)
+
+    assert rs(by=["device"])._runs_on_driver(df, False)
+    assert rs(n=1)._runs_on_driver(df, False)
+    assert not rs(by=["device"], on_driver=False)._runs_on_driver(df, False)
+    # Round-robin over several partitions, or an array column: Spark routes them.
+    assert not rs(on_driver=True)._runs_on_driver(df, False)
+    assert not rs(by=["tags"], on_driver=True)._runs_on_driver(df, False)
+    assert rs(by=["device"], on_driver=True)._runs_on_driver(df, True)
+    assert not rs(by=["device"])._runs_on_driver(df, True)  # no batch ran here yet
+    monkeypatch.setattr(module, "ON_DRIVER_BYTES", 1)
+    assert not rs(by=["device"])._runs_on_driver(df, False)
+    assert rs(by=["device"], on_driver=True)._runs_on_driver(df, False)
+    # Over the cap, the default runs the batch in Spark tasks, and its flush too.
+    released: list[Any] = []
+    big = rs(by=["device"], sink=lambda d, b: released.extend(d.collect()))
+    big(df, 0)
+    assert big.last_progress is not None and big.last_progress["layout"] == "shuffled"
+    big.flush(spark, df.schema)
+    assert big.last_progress is not None and big.last_progress["layout"] == "shuffled"
+    assert sorted(r.ts for r in released) == [1, 2]

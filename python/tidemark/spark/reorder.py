@@ -35,14 +35,18 @@ import pyarrow as pa
 
 from tidemark.errors import ConfigError, StateCorruptedError
 from tidemark.reorder import Reorder, ReorderOutput
+from tidemark.route import HashRouter
 from tidemark.spark._plan import (
+    ON_DRIVER_BYTES,
     arrow_schema_of,
     column,
     combined_block,
     concat_input,
+    estimated_bytes,
     map_in_arrow,
     require_batch,
     session_arrow_settings,
+    spark_hash_matches,
 )
 from tidemark.spark.state import StateStore, state_errors_surface
 
@@ -79,6 +83,12 @@ class ReorderPlan:
     combined_arrow: pa.Schema
     combined_spark: Any
     reason_name: str
+    #: The released (and late) rows' schema, and the error rows' (a reason added):
+    #: the DataFrames :meth:`split` gives, built directly in the driver.
+    rows_spark: Any
+    rows_arrow: pa.Schema
+    errors_spark: Any
+    errors_arrow: pa.Schema
 
     @staticmethod
     def build(df_schema: Any, tz: str, large: bool) -> ReorderPlan:
@@ -101,11 +111,18 @@ class ReorderPlan:
         ]
         combined = StructType(fields)
         names = list(df_schema.fieldNames())
+        reason = "reason" if "reason" not in names else "_tidemark_reason"
+        rows = StructType(fields[: len(names)])
+        errors = StructType([*fields[: len(names)], StructField(reason, StringType(), True)])
         return ReorderPlan(
             input_names=names,
             combined_arrow=arrow_schema_of(combined, tz, large),
             combined_spark=combined,
-            reason_name="reason" if "reason" not in names else "_tidemark_reason",
+            reason_name=reason,
+            rows_spark=rows,
+            rows_arrow=arrow_schema_of(rows, tz, large),
+            errors_spark=errors,
+            errors_arrow=arrow_schema_of(errors, tz, large),
         )
 
     def _block(self, n: int, kind: int, cols: dict[str, Any]) -> pa.RecordBatch:
@@ -302,6 +319,23 @@ class ReorderStream:
         Versions kept per partition (at least 2, so the last batch can be replayed).
     start_fresh : bool
         Start empty if the state location has no version for the previous batch.
+    on_driver : bool, optional
+        Whether a micro-batch runs in the driver's process instead of Spark tasks:
+        its rows come back as Arrow (``df.toArrow()``), the driver routes them to
+        the state partitions by Spark's hash of ``partition_by`` (as the shuffle
+        would), restores, updates and writes each buffer as its task would, and the
+        sinks get local DataFrames. This skips the shuffle and the Python workers.
+        Default: a micro-batch that Spark estimates at most ``ON_DRIVER_BYTES``
+        (8 MiB; the driver holds it in memory). ``True``: every micro-batch.
+        ``False``: never. Either way only where the driver routes rows as Spark
+        does: one state partition, or ``partition_by`` columns of the types
+        ``StreamProcessor``'s ``shuffle`` lists (round-robin routing stays in
+        Spark). A :meth:`flush` runs in the driver with ``True``, or by default
+        after a micro-batch that did. Buffers, outputs and replays are the same
+        either way. In the driver, a micro-batch's output is one local DataFrame
+        holding the state partitions one after the other: each ``partition_by``
+        key's rows are in event-time order in every Spark partition of it, and
+        ``collect()`` returns each state partition's rows in event-time order.
 
     Attributes
     ----------
@@ -309,8 +343,9 @@ class ReorderStream:
         The last batch, set once it is done: ``batch_id``, its ``input_rows``,
         ``released_rows``, ``late_rows`` (dropped or sent to ``late_sink``) and
         ``error_rows``; the buffer after it, ``buffered_rows`` and ``buffer_bytes``
-        (summed over state partitions); and the stream's ``watermark`` (epoch
-        microseconds). Counted by the batch's own job, and recorded in
+        (summed over state partitions); the stream's ``watermark`` (epoch
+        microseconds); and ``layout``, where it ran: ``"driver"`` or
+        ``"shuffled"``. Counted by the batch's own job, and recorded in
         ``state_location``: see :meth:`progress`.
     """
 
@@ -326,6 +361,7 @@ class ReorderStream:
         partition_by: list[str] | None = None,
         retention: int = 3,
         start_fresh: bool = False,
+        on_driver: bool | None = None,
     ) -> None:
         if num_partitions < 1:
             raise ConfigError(f"num_partitions must be >= 1, got {num_partitions}")
@@ -338,6 +374,8 @@ class ReorderStream:
         self.sink, self.late_sink, self.error_sink = sink, late_sink, error_sink
         self.retention = retention
         self.start_fresh = start_fresh
+        self.on_driver = on_driver
+        self._last_on_driver: bool | None = None
         self._checked = False
         self.last_progress: dict[str, Any] | None = None
 
@@ -382,6 +420,25 @@ class ReorderStream:
         self.store.write_json(f"driver/{batch_id}{_JSON}", started)
         return prev
 
+    def _runs_on_driver(self, df: Any, flush: bool) -> bool:
+        """Whether the batch runs in this process (see ``on_driver``): a batch only
+        where this process routes its rows as Spark's shuffle would (one state
+        partition, or ``partition_by`` columns tidemark hashes as Spark does); a
+        flush (no rows) with ``on_driver=True``, or by default after a batch that ran
+        here."""
+        if self.on_driver is False:
+            return False
+        if flush:
+            return self.on_driver is True or self._last_on_driver is True
+        if self.num_partitions > 1 and not (
+            self.partition_by and spark_hash_matches(df.schema, self.partition_by)
+        ):
+            return False
+        if self.on_driver is True:
+            return True
+        size = estimated_bytes(df)
+        return size is not None and size <= ON_DRIVER_BYTES
+
     def _run(self, df: Any, batch_id: int, flush: bool) -> tuple[Any, Any, Any]:
         from pyspark import StorageLevel
 
@@ -393,12 +450,14 @@ class ReorderStream:
         plan = ReorderPlan.build(df.schema, tz, large)
         input_arrow = arrow_schema_of(df.schema, tz, large)
         template, store, retention = self.template, self.store, self.retention
+        driver = self._runs_on_driver(df, flush)
+        if not flush:
+            self._last_on_driver = driver
 
-        def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            from pyspark import TaskContext
-
-            ctx = TaskContext.get()
-            p = ctx.partitionId() if ctx is not None else 0
+        def one(p: int, table: pa.Table) -> tuple[ReorderOutput, int | None, list[int]]:
+            """State partition ``p``'s work on its rows: restore version ``prev``,
+            process (or flush), write version ``batch_id``. Returns the output, the
+            partition's watermark after the batch and its counts."""
             state = None
             if prev is not None:
                 rel = f"partitions/{p}/{prev}{_SNAP}"
@@ -412,37 +471,57 @@ class ReorderStream:
             except StateCorruptedError as e:
                 rel = f"partitions/{p}/{prev}{_SNAP}"
                 raise StateCorruptedError(f"{store.path(rel)}: {e}") from None
-            table = concat_input(batches, input_arrow)
             before = op.metrics()
             out = op.flush() if flush else op.process(table)
-            yield from plan.encode(out)
             store.write(f"partitions/{p}/{batch_id}{_SNAP}", op.snapshot())
             store.prune(f"partitions/{p}", _SNAP, batch_id - retention + 1)
-            yield plan.progress(p, op.watermark, batch_counts(before, op.metrics()))
+            return out, op.watermark, batch_counts(before, op.metrics())
 
-        from tidemark.spark.streaming import _exact_partitions
+        if driver:
+            outputs, progress = self._run_on_driver(df, one, plan, input_arrow, flush)
+            combined = None
+        else:
 
-        # A flush reads no rows, but every state partition must run its task: one row
-        # per partition (an empty input would run none under Spark Connect, whose
-        # empty DataFrames are local relations the optimizer prunes).
-        n = self.num_partitions
-        source = spark.range(0, n, 1, n) if flush else _partitioned(df, n, self.partition_by)
-        combined = map_in_arrow(source, run, plan.combined_spark)
-        combined = combined.persist(StorageLevel.MEMORY_AND_DISK)
+            def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+                from pyspark import TaskContext
+
+                ctx = TaskContext.get()
+                p = ctx.partitionId() if ctx is not None else 0
+                out, watermark, counts = one(p, concat_input(batches, input_arrow))
+                yield from plan.encode(out)
+                yield plan.progress(p, watermark, counts)
+
+            from tidemark.spark.streaming import _exact_partitions
+
+            # A flush reads no rows, but every state partition must run its task: one
+            # row per partition (an empty input would run none under Spark Connect,
+            # whose empty DataFrames are local relations the optimizer prunes).
+            n = self.num_partitions
+            source = spark.range(0, n, 1, n) if flush else _partitioned(df, n, self.partition_by)
+            combined = map_in_arrow(source, run, plan.combined_spark)
+            combined = combined.persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                with _exact_partitions(spark), state_errors_surface():
+                    progress = ReorderPlan.progress_of(combined)  # the one job of this batch
+            except BaseException:
+                combined.unpersist()
+                raise
         try:
-            with _exact_partitions(spark), state_errors_surface():
-                progress = ReorderPlan.progress_of(combined)  # the one job of this batch
             if len(progress) != self.num_partitions:
                 raise StateCorruptedError(
                     f"batch {batch_id}: expected {self.num_partitions} state partitions, "
                     f"got {len(progress)}"
                 )
-            rows, late, errors = plan.split(combined)
+            if combined is None:
+                rows, late, errors = outputs
+            else:
+                rows, late, errors = plan.split(combined)
             for sink, out in [(self.sink, rows), (self.late_sink, late), (self.error_sink, errors)]:
                 if sink is not None:
                     sink(out, batch_id)
         except BaseException:
-            combined.unpersist()
+            if combined is not None:
+                combined.unpersist()
             raise
         marks = [w for w, _ in progress.values() if w is not None]
         # The stream's watermark: every partition has released up to it.
@@ -452,6 +531,7 @@ class ReorderStream:
             "batch_id": batch_id,
             **dict(zip(COUNTS, totals, strict=True)),
             "watermark": watermark,
+            "layout": "driver" if driver else "shuffled",
         }
         done: dict[str, Any] = {
             "batch_id": batch_id,
@@ -466,15 +546,73 @@ class ReorderStream:
         self._last = combined
         return rows, late, errors
 
+    def _run_on_driver(
+        self,
+        df: Any,
+        one: Callable[[int, pa.Table], tuple[ReorderOutput, int | None, list[int]]],
+        plan: ReorderPlan,
+        input_arrow: pa.Schema,
+        flush: bool,
+    ) -> tuple[tuple[Any, Any, Any], dict[int, tuple[int | None, list[int]]]]:
+        """Runs every state partition in this process over ``df``'s rows, fetched as
+        Arrow and routed by Spark's hash of ``partition_by`` (a flush reads none).
+        Returns the released, late and error rows as local DataFrames, the state
+        partitions one after the other (``None`` for an output no sink reads; a
+        flush always returns its released rows), and each partition's watermark and
+        counts."""
+        n = self.num_partitions
+        shards = [input_arrow.empty_table()] * n
+        if not flush:
+            # toArrow hands timestamps in UTC where a task gets the session zone: the
+            # buffers keep the types a task would give them.
+            table = df.toArrow()
+            if table.schema != input_arrow:
+                table = table.cast(input_arrow)
+            shards = [table]
+            if n > 1:
+                assert self.partition_by is not None  # see _runs_on_driver
+                router = HashRouter(n, self.partition_by, hash="spark")
+                shards = [pa.Table.from_batches([b]) for b in router.route(table)]
+        outs: list[ReorderOutput] = []
+        progress: dict[int, tuple[int | None, list[int]]] = {}
+        for p, rows in enumerate(shards):
+            out, watermark, counts = one(p, rows)
+            outs.append(out)
+            progress[p] = (watermark, counts)
+        spark = df.sparkSession
+
+        def local(tables: list[pa.Table], arrow: pa.Schema, schema: Any) -> Any:
+            # Positional: an error table's reason column takes the plan's name.
+            table = pa.concat_tables(
+                [
+                    pa.Table.from_arrays(t.columns, names=arrow.names).cast(arrow)
+                    for t in tables
+                    if t.num_rows
+                ]
+                or [arrow.empty_table()]
+            )
+            return spark.createDataFrame(table, schema=schema)
+
+        rows = late = errors = None
+        if self.sink is not None or flush:
+            rows = local([o.rows for o in outs], plan.rows_arrow, plan.rows_spark)
+        if self.late_sink is not None:
+            late = local([o.late for o in outs], plan.rows_arrow, plan.rows_spark)
+        if self.error_sink is not None:
+            errors = local([o.errors for o in outs], plan.errors_arrow, plan.errors_spark)
+        return (rows, late, errors), progress
+
     def __call__(self, df: Any, batch_id: int) -> None:
         """Processes micro-batch ``batch_id`` (Spark's foreachBatch contract)."""
         self._run(df, batch_id, flush=False)
-        self._last.unpersist()
+        if self._last is not None:  # None: run in the driver, nothing persisted
+            self._last.unpersist()
 
     def flush(self, spark: Any, schema: Any, batch_id: int | None = None) -> Any:
         """End of input: releases every buffered row, as batch ``batch_id`` (default:
         one after the last, or the last again if it was a flush or did not finish),
-        sends them to the sink and returns them (persisted)."""
+        sends them to the sink and returns them (persisted; a local DataFrame when
+        the flush runs in the driver, see ``on_driver``)."""
         from tidemark.spark.streaming import next_flush_batch
 
         if batch_id is None:
