@@ -801,8 +801,9 @@ def test_driver_and_task_agree_under_a_session_time_zone_and_large_strings(
 ) -> None:
     """``toArrow`` hands the driver its timestamps in UTC, where a task gets them in the
     session's zone; strings arrive as ``large_string`` under ``useLargeVarTypes``.
-    Windows, late rows (every input column) and the flush must come out the same from
-    a run in the driver and a run in one task."""
+    Windows, late rows (every input column), error rows (a null event time) and the
+    flush must come out the same, in the same schemas, from a run in the driver and a
+    run in one task."""
     inp = tmp_path / "in"
     write_stream_files(inp, stream_batches())
     old_tz = spark.conf.get("spark.sql.session.timeZone")
@@ -810,16 +811,39 @@ def test_driver_and_task_agree_under_a_session_time_zone_and_large_strings(
     spark.conf.set("spark.sql.execution.arrow.useLargeVarTypes", "true")
     try:
         dfs = [spark.read.parquet(str(p)) for p in sorted(inp.glob("*.parquet"))]
+        # From Arrow, so that Spark knows its size (the batch still runs in the driver).
+        bad = spark.createDataFrame(
+            pa.table(
+                {
+                    "device": ["d1"],
+                    "ts": pa.array([None], pa.timestamp("us", tz="UTC")),
+                    "value": [7.0],
+                }
+            ),
+            dfs[2].schema,
+        )
+        dfs[2] = dfs[2].unionByName(bad)
+        schemas: dict[bool | None, list[Any]] = {}
 
-        def run(on_driver: bool | None) -> tuple[list[Any], list[Any]]:
+        def run(on_driver: bool | None) -> tuple[list[Any], list[Any], list[Any]]:
             windows: list[Any] = []
             late: list[Any] = []
+            errors: list[Any] = []
+
+            def keep(out: list[Any]) -> Any:
+                def sink(df: Any, b: int) -> None:
+                    schemas.setdefault(on_driver, []).append(df.schema)
+                    out.extend(df.collect())
+
+                return sink
+
             proc = StreamProcessor(
                 pipeline("key"),
                 str(tmp_path / f"state-{on_driver}"),
                 num_partitions=3,
-                sink=lambda df, b: windows.extend(df.collect()),
-                late_sink=lambda df, b: late.extend(df.collect()),
+                sink=keep(windows),
+                late_sink=keep(late),
+                error_sink=keep(errors),
                 on_driver=on_driver,
             )
             for b, df in enumerate(dfs):
@@ -829,11 +853,14 @@ def test_driver_and_task_agree_under_a_session_time_zone_and_large_strings(
                     "one task" if on_driver is False else "driver"
                 )
             proc.flush(spark, dfs[0].schema)
-            return sorted(windows), sorted(late)
+            return sorted(windows), sorted(late), errors
 
         in_driver, in_task = run(None), run(False)
         assert in_driver == in_task
+        assert schemas[None] == schemas[False]
         assert [r.value for r in in_driver[1]] == [100.0]  # the late row, every column
+        assert [(r.device, r.ts, r.value) for r in in_driver[2]] == [("d1", None, 7.0)]
+        assert "event time" in in_driver[2][0].reason
         assert sum(r.n for r in in_driver[0]) == sum(t.num_rows for t in stream_batches()) - 1
     finally:
         spark.conf.set("spark.sql.session.timeZone", old_tz)

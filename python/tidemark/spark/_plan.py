@@ -228,6 +228,27 @@ class Plan:
 
     # --- driver side ---------------------------------------------------------------
 
+    def split_arrow(self, combined: pa.Table, kinds: list[int]) -> dict[int, pa.Table]:
+        """Outputs ``kinds`` of a combined Arrow result, each in the schema
+        :meth:`split` gives its DataFrame (:meth:`split_spark`)."""
+        import pyarrow.compute as pc
+
+        out = {}
+        for kind in kinds:
+            rows = combined.filter(pc.equal(combined.column(_KIND), kind))
+            arrow = pa.schema([f.with_nullable(True) for f in self.single_arrow[kind]])
+            cols = [rows.column(n) for n in self._combined_names(kind)]
+            out[kind] = pa.Table.from_arrays(cols, names=arrow.names).cast(arrow)
+        return out
+
+    def split_spark(self, kind: int) -> Any:
+        """The Spark schema of output ``kind`` as :meth:`split` gives it (every
+        column nullable, as in the combined result)."""
+        from pyspark.sql.types import StructField, StructType
+
+        fields = self.single_spark[kind].fields
+        return StructType([StructField(f.name, f.dataType, True) for f in fields])
+
     def split(self, combined: Any) -> tuple[Any, Any, Any]:
         """The windows, late and error DataFrames of a (persisted) combined result."""
         from pyspark.sql import functions as F

@@ -56,6 +56,8 @@ from tidemark.errors import ConfigError, StateCorruptedError
 from tidemark.pipeline import Pipeline, Rows
 from tidemark.route import HashRouter
 from tidemark.spark._plan import (
+    KIND_ERROR,
+    KIND_LATE,
     KIND_WINDOW,
     ON_DRIVER_BYTES,
     Plan,
@@ -285,20 +287,35 @@ def _task(
 
 
 def _run_on_driver(
-    df: Any, task: Any, plan: Plan, columns: list[str] | None, kind: int | None, flush: bool
-) -> Any:
+    df: Any,
+    task: Any,
+    plan: Plan,
+    columns: list[str] | None,
+    windows_only: bool,
+    flush: bool,
+    kinds: list[int],
+) -> tuple[Any, Any, Any]:
     """Runs ``task`` (see :func:`_task`, built ``untagged``) in this process over
     ``df``'s rows (``columns`` of them, or all), fetched as Arrow (a flush reads none);
-    returns its output as a local DataFrame: output ``kind`` alone, or the combined
-    result for ``None``."""
+    returns the windows, late and error rows as local DataFrames in the schemas
+    :meth:`Plan.split` gives them, for the outputs ``kinds`` (``None`` for the
+    others). ``windows_only``: the task emits the windows alone (see :func:`_task`),
+    else the combined result, split here in Arrow (no Spark plan per output)."""
     batches: list[pa.RecordBatch] = []
     if not flush:
         src = df if columns is None else df.selectExpr(*[quoted(c) for c in columns])
         batches = src.toArrow().to_batches()
-    arrow = plan.combined_arrow if kind is None else plan.single_arrow[kind]
-    out = pa.Table.from_batches(list(task(iter(batches))), schema=arrow)
-    spark_schema = plan.combined_spark if kind is None else plan.single_spark[kind]
-    return df.sparkSession.createDataFrame(out, schema=spark_schema)
+    out = list(task(iter(batches)))
+    if windows_only:
+        tables = {KIND_WINDOW: pa.Table.from_batches(out, schema=plan.single_arrow[KIND_WINDOW])}
+    else:
+        tables = plan.split_arrow(pa.Table.from_batches(out, schema=plan.combined_arrow), kinds)
+    spark = df.sparkSession
+    local = [
+        spark.createDataFrame(tables[k], schema=plan.split_spark(k)) if k in kinds else None
+        for k in (KIND_WINDOW, KIND_LATE, KIND_ERROR)
+    ]
+    return local[0], local[1], local[2]
 
 
 def _counts(
@@ -716,12 +733,13 @@ class StreamProcessor:
         if driver:
             # The task's work, done here: the outputs are computed (and the state
             # written) before any sink runs; the sinks read local DataFrames.
-            kind = KIND_WINDOW if windows_only else None
-            combined = _run_on_driver(df, task, plan, columns, kind, flush)
-            if windows_only:
-                windows, late, errors = combined, None, None
-            else:
-                windows, late, errors = plan.split(combined)
+            kinds = [KIND_WINDOW]
+            kinds += [KIND_LATE] if self.late_sink is not None else []
+            kinds += [KIND_ERROR] if self.error_sink is not None else []
+            windows, late, errors = _run_on_driver(
+                df, task, plan, columns, windows_only, flush, kinds
+            )
+            combined = windows  # nothing persisted
         else:
             parted = _tagged(
                 df, self.pipe.key, self.num_partitions, flush, shuffled, columns, untagged
