@@ -34,9 +34,9 @@ Python worker, so it can beat the floor of the ``mapInArrow`` path. ``--on-drive
 measures the one-task path, ``--on-driver yes`` runs every micro-batch in the driver.
 
 Reorder (``--part reorder``, not part of ``both``): ``ReorderStream`` over the same kind
-of stream, 4 state partitions routed by tenant, its micro-batches in the driver (the
-default for micro-batches up to 8 MiB) against ``on_driver=False`` (a shuffle to one
-task per state partition); steady micro-batch times, runs alternating.
+of stream, 4 state partitions routed by tenant (then round robin), its micro-batches in
+the driver (the default for micro-batches up to 8 MiB) against ``on_driver=False`` (a
+shuffle to one task per state partition); steady micro-batch times, runs alternating.
 
 Batch: ``--repeat`` rounds, each running every variant once in turn (a drifting
 machine moves them alike); times are medians over rounds and ratios the median of
@@ -316,10 +316,10 @@ def streaming_part(
 
 
 def reorder_part(spark: Any, batch_rows: int, batches: int, repeat: int, work: Path) -> None:
-    """``ReorderStream`` (4 state partitions, routed by tenant) over the streaming
-    part's data: micro-batches run in the driver (the default at these sizes) against
-    the same stream with ``on_driver=False`` (a shuffle to one task per state
-    partition), runs alternating; the sink counts the released rows."""
+    """``ReorderStream`` (4 state partitions, routed by tenant, then round robin) over
+    the streaming part's data: micro-batches run in the driver (the default at these
+    sizes) against the same stream with ``on_driver=False`` (a shuffle to one task per
+    state partition), runs alternating; the sink counts the released rows."""
     from tidemark.datagen import StreamSpec, multi_tenant_stream
     from tidemark.demo_streaming import _intervals, _run_file_stream, _write_files
     from tidemark.spark import ReorderStream
@@ -336,42 +336,51 @@ def reorder_part(spark: Any, batch_rows: int, batches: int, repeat: int, work: P
     source = work / "reorder-stream"
     _write_files(stream, source, batches)
     schema = spark.read.parquet(str(source)).schema
-    steady: dict[str, list[float]] = {"driver": [], "shuffled": []}
-    released: dict[str, int] = {}
-    for i in range(repeat + 1):  # the first round warms up the JVM and the workers
-        for label, on_driver in (("driver", None), ("shuffled", False)):
-            marks: list[float] = []
-            n = [0]
-
-            def sink(df: Any, _batch_id: int, n: list[int] = n, marks: list[float] = marks) -> None:
-                n[0] += df.count()
-                marks.append(time.perf_counter())
-
-            rs = ReorderStream(
-                tm.Reorder("event_time", late_tolerance="5s"),
-                str(work / f"reorder-{label}-{i}"),
-                num_partitions=4,
-                sink=sink,
-                partition_by=["tenant"],
-                on_driver=on_driver,
-            )
-            t = _run_file_stream(spark, source, schema, rs, work / f"reorder-q-{label}-{i}")
-            assert rs.last_progress is not None
-            assert rs.last_progress["layout"] == label, rs.last_progress
-            if i:
-                steady[label].append(statistics.median(_intervals(t, marks)[1:]))
-            released[label] = n[0]
-    assert released["driver"] == released["shuffled"], released
     print(
         f"\nReorderStream: {batches} micro-batches of {batch_rows:,} rows, 1,000 tenants, "
         f"4 state partitions; steady micro-batch, median of {repeat} runs each (alternating)"
     )
-    for label, secs in steady.items():
-        med = statistics.median(secs)
-        runs = ", ".join(f"{x:.3f}" for x in secs)
-        print(f"  {label:<9} {med:6.3f} s  {batch_rows / med:10,.0f} rows/s  (runs: {runs})")
-    ratio = statistics.median(steady["shuffled"]) / statistics.median(steady["driver"])
-    print(f"  in the driver: {ratio:.2f}x faster; {released['driver']:,} rows released each")
+    for routing, by in (("by tenant", ["tenant"]), ("round robin", None)):
+        steady: dict[str, list[float]] = {"driver": [], "shuffled": []}
+        released: dict[str, int] = {}
+        for i in range(repeat + 1):  # the first round warms up the JVM and the workers
+            for label, on_driver in (("driver", None), ("shuffled", False)):
+                marks: list[float] = []
+                n = [0]
+
+                def sink(
+                    df: Any, _batch_id: int, n: list[int] = n, marks: list[float] = marks
+                ) -> None:
+                    n[0] += df.count()
+                    marks.append(time.perf_counter())
+
+                name = f"{label}-{'rr' if by is None else 'key'}-{i}"
+                rs = ReorderStream(
+                    tm.Reorder("event_time", late_tolerance="5s"),
+                    str(work / f"reorder-{name}"),
+                    num_partitions=4,
+                    sink=sink,
+                    partition_by=by,
+                    on_driver=on_driver,
+                )
+                t = _run_file_stream(spark, source, schema, rs, work / f"reorder-q-{name}")
+                assert rs.last_progress is not None
+                assert rs.last_progress["layout"] == label, rs.last_progress
+                if i:
+                    steady[label].append(statistics.median(_intervals(t, marks)[1:]))
+                released[label] = n[0]
+        if by is not None:  # routed alike: the same rows released
+            assert released["driver"] == released["shuffled"], released
+        print(f"  routed {routing}:")
+        for label, secs in steady.items():
+            med = statistics.median(secs)
+            runs = ", ".join(f"{x:.3f}" for x in secs)
+            print(
+                f"    {label:<9} {med:6.3f} s  {batch_rows / med:10,.0f} rows/s  "
+                f"(runs: {runs}; {released[label]:,} rows released)"
+            )
+        ratio = statistics.median(steady["shuffled"]) / statistics.median(steady["driver"])
+        print(f"    in the driver: {ratio:.2f}x faster")
 
 
 def main() -> None:

@@ -283,9 +283,9 @@ def test_streaming_reorder_runs_in_the_driver_only_where_it_routes_as_spark(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Default: a micro-batch Spark estimates at most ``ON_DRIVER_BYTES``; ``True``:
-    any; ``False``: none. Never with round-robin routing over several state
-    partitions, nor with ``partition_by`` columns whose Spark hash tidemark does not
-    reproduce; a flush after a batch that ran there, or with ``True``."""
+    any; ``False``: none. Never with ``partition_by`` columns whose Spark hash
+    tidemark does not reproduce; a flush after a batch that ran there, or with
+    ``True``."""
     import importlib
 
     module = importlib.import_module("tidemark.spark.reorder")
@@ -307,8 +307,8 @@ def test_streaming_reorder_runs_in_the_driver_only_where_it_routes_as_spark(
     assert rs(by=["device"])._runs_on_driver(df, False)
     assert rs(n=1)._runs_on_driver(df, False)
     assert not rs(by=["device"], on_driver=False)._runs_on_driver(df, False)
-    # Round-robin over several partitions, or an array column: Spark routes them.
-    assert not rs(on_driver=True)._runs_on_driver(df, False)
+    assert rs()._runs_on_driver(df, False), "round robin: the driver deals rows in turn"
+    # An array column: Spark's hash routes it.
     assert not rs(by=["tags"], on_driver=True)._runs_on_driver(df, False)
     assert rs(by=["device"], on_driver=True)._runs_on_driver(df, True)
     assert not rs(by=["device"])._runs_on_driver(df, True)  # no batch ran here yet
@@ -323,3 +323,45 @@ def test_streaming_reorder_runs_in_the_driver_only_where_it_routes_as_spark(
     big.flush(spark, df.schema)
     assert big.last_progress is not None and big.last_progress["layout"] == "shuffled"
     assert sorted(r.ts for r in released) == [1, 2]
+
+
+def test_a_replayed_round_robin_batch_runs_where_its_first_run_did(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Without ``partition_by`` the driver deals rows out in turn and Spark in its own
+    round-robin order, so a row may land in another buffer: a replayed micro-batch
+    runs where its first run did, whatever ``on_driver`` says now, and releases the
+    same rows."""
+    batches = arrivals(n_batches=3)
+    dfs = [spark.createDataFrame(t) for t in batches]  # from Arrow: a known size
+    got: dict[int, list[int]] = {}
+    rs = ReorderStream(
+        tm.Reorder("ts", "unixtimestamp_ms", late_tolerance="1s", late="side_output"),
+        str(tmp_path / "state"),
+        num_partitions=2,
+        sink=lambda df, b: got.__setitem__(b, [r.seq for r in df.collect()]),
+        late_sink=lambda df, b: late.__setitem__(b, [r.seq for r in df.collect()]),
+    )
+    late: dict[int, list[int]] = {}
+
+    def run(b: int, on_driver: bool | None) -> tuple[str, list[int]]:
+        rs.on_driver = on_driver
+        rs(dfs[b], b)
+        assert rs.last_progress is not None
+        return rs.last_progress["layout"], got[b]
+
+    first = run(0, None)
+    assert first[0] == "driver", "the default for a small micro-batch"
+    assert run(0, False) == first, "replayed in the driver, the same rows"
+    second = run(1, False)
+    assert second[0] == "shuffled"
+    assert run(1, True) == second, "replayed in Spark, the same rows"
+    # The next batch follows the current setting again.
+    assert run(2, True)[0] == "driver"
+    # Every row is accounted for after a flush.
+    rs.flush(spark, dfs[0].schema)
+    flushed = rs.progress()
+    assert flushed is not None and flushed["buffered_rows"] == 0
+    seqs = sorted(x for out in (got, late) for v in out.values() for x in v)
+    assert seqs == sorted(x for t in batches for x in t.column("seq").to_pylist())
+    assert late[0] == [] and any(late.values()), "rows 1 s behind are late"

@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from tidemark.errors import ConfigError, StateCorruptedError
 from tidemark.reorder import Reorder, ReorderOutput
-from tidemark.route import HashRouter
+from tidemark.route import HashRouter, Router
 from tidemark.spark._plan import (
     ON_DRIVER_BYTES,
     arrow_schema_of,
@@ -327,12 +327,15 @@ class ReorderStream:
         sinks get local DataFrames. This skips the shuffle and the Python workers.
         Default: a micro-batch that Spark estimates at most ``ON_DRIVER_BYTES``
         (8 MiB; the driver holds it in memory). ``True``: every micro-batch.
-        ``False``: never. Either way only where the driver routes rows as Spark
-        does: one state partition, or ``partition_by`` columns of the types
-        ``StreamProcessor``'s ``shuffle`` lists (round-robin routing stays in
-        Spark). A :meth:`flush` runs in the driver with ``True``, or by default
-        after a micro-batch that did. Buffers, outputs and replays are the same
-        either way. In the driver, a micro-batch's output is one local DataFrame
+        ``False``: never. With ``partition_by``, either way only where its columns
+        are of the types ``StreamProcessor``'s ``shuffle`` lists (the driver then
+        routes each key where Spark's shuffle would: buffers, outputs and replays
+        are the same either way). Without it, the driver deals the rows out in
+        turn (row ``i`` to state partition ``i`` mod ``num_partitions``), which is
+        not Spark's round-robin order: a replayed micro-batch runs where its first
+        run did (recorded with the batch), so that it releases the same rows. A
+        :meth:`flush` runs in the driver with ``True``, or by default after a
+        micro-batch that did. In the driver, a micro-batch's output is one local DataFrame
         holding the state partitions one after the other: each ``partition_by``
         key's rows are in event-time order in every Spark partition of it, and
         ``collect()`` returns each state partition's rows in event-time order.
@@ -398,11 +401,16 @@ class ReorderStream:
         self.store.clean_temp()
         self._checked = True
 
-    def _prev_batch(self, batch_id: int, flush: bool = False) -> int | None:
+    def _prev_batch(self, batch_id: int, flush: bool, layout: str) -> tuple[int | None, str]:
+        """The batch to restore, and where the batch runs: ``layout``, except for a
+        replayed batch with round-robin routing, which runs where its first run did
+        (the driver and Spark deal rows out differently)."""
         rec = self.store.read_json(f"driver/{batch_id}{_JSON}")
         if rec is not None:
             prev_of_replay: int | None = rec["prev_batch"]  # same inputs as the first run
-            return prev_of_replay
+            if self._round_robin and not flush and rec.get("layout") in ("driver", "shuffled"):
+                layout = rec["layout"]
+            return prev_of_replay, layout
         done = [
             v
             for v in self.store.versions("driver", _JSON)
@@ -414,24 +422,30 @@ class ReorderStream:
                 "buffers exist (pass start_fresh=True to discard them)"
             )
         prev = done[-1] if done else None
-        started: dict[str, Any] = {"batch_id": batch_id, "prev_batch": prev}
+        started: dict[str, Any] = {"batch_id": batch_id, "prev_batch": prev, "layout": layout}
         if flush:
             started["flush"] = True
         self.store.write_json(f"driver/{batch_id}{_JSON}", started)
-        return prev
+        return prev, layout
+
+    @property
+    def _round_robin(self) -> bool:
+        """Rows go to state partitions in turn (no ``partition_by``, several)."""
+        return not self.partition_by and self.num_partitions > 1
 
     def _runs_on_driver(self, df: Any, flush: bool) -> bool:
         """Whether the batch runs in this process (see ``on_driver``): a batch only
-        where this process routes its rows as Spark's shuffle would (one state
-        partition, or ``partition_by`` columns tidemark hashes as Spark does); a
-        flush (no rows) with ``on_driver=True``, or by default after a batch that ran
-        here."""
+        where this process routes keyed rows as Spark's shuffle would (``partition_by``
+        columns tidemark hashes as Spark does); a flush (no rows) with
+        ``on_driver=True``, or by default after a batch that ran here."""
         if self.on_driver is False:
             return False
         if flush:
             return self.on_driver is True or self._last_on_driver is True
-        if self.num_partitions > 1 and not (
-            self.partition_by and spark_hash_matches(df.schema, self.partition_by)
+        if (
+            self.num_partitions > 1
+            and self.partition_by
+            and not spark_hash_matches(df.schema, self.partition_by)
         ):
             return False
         if self.on_driver is True:
@@ -444,15 +458,16 @@ class ReorderStream:
 
         self._check_meta()
         _check_columns(self.template, df, self.partition_by)
-        prev = self._prev_batch(batch_id, flush)
+        chosen = "driver" if self._runs_on_driver(df, flush) else "shuffled"
+        prev, layout = self._prev_batch(batch_id, flush, chosen)
+        driver = layout == "driver"
+        if not flush:
+            self._last_on_driver = driver
         spark = df.sparkSession
         tz, large = session_arrow_settings(spark)
         plan = ReorderPlan.build(df.schema, tz, large)
         input_arrow = arrow_schema_of(df.schema, tz, large)
         template, store, retention = self.template, self.store, self.retention
-        driver = self._runs_on_driver(df, flush)
-        if not flush:
-            self._last_on_driver = driver
 
         def one(p: int, table: pa.Table) -> tuple[ReorderOutput, int | None, list[int]]:
             """State partition ``p``'s work on its rows: restore version ``prev``,
@@ -531,11 +546,12 @@ class ReorderStream:
             "batch_id": batch_id,
             **dict(zip(COUNTS, totals, strict=True)),
             "watermark": watermark,
-            "layout": "driver" if driver else "shuffled",
+            "layout": layout,
         }
         done: dict[str, Any] = {
             "batch_id": batch_id,
             "prev_batch": prev,
+            "layout": layout,
             "watermark": watermark,
             "progress": self.last_progress,
         }
@@ -555,7 +571,8 @@ class ReorderStream:
         flush: bool,
     ) -> tuple[tuple[Any, Any, Any], dict[int, tuple[int | None, list[int]]]]:
         """Runs every state partition in this process over ``df``'s rows, fetched as
-        Arrow and routed by Spark's hash of ``partition_by`` (a flush reads none).
+        Arrow and routed by Spark's hash of ``partition_by``, or in turn without it (a
+        flush reads none).
         Returns the released, late and error rows as local DataFrames, the state
         partitions one after the other (``None`` for an output no sink reads; a
         flush always returns its released rows), and each partition's watermark and
@@ -569,10 +586,14 @@ class ReorderStream:
             if table.schema != input_arrow:
                 table = table.cast(input_arrow)
             shards = [table]
-            if n > 1:
-                assert self.partition_by is not None  # see _runs_on_driver
+            if n > 1 and self.partition_by:
                 router = HashRouter(n, self.partition_by, hash="spark")
                 shards = [pa.Table.from_batches([b]) for b in router.route(table)]
+            elif n > 1:
+                # Round robin: row i to state partition i mod n, so that every buffer
+                # sees the whole batch's spread of event times, as Spark's round
+                # robin gives it (not Spark's order: see _prev_batch).
+                shards = [pa.Table.from_batches([b]) for b in Router.round_robin(n).route(table)]
         outs: list[ReorderOutput] = []
         progress: dict[int, tuple[int | None, list[int]]] = {}
         for p, rows in enumerate(shards):
