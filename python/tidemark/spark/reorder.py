@@ -22,7 +22,8 @@ Streaming (exactly-once buffer state, the same state store as ``StreamProcessor`
 Each micro-batch: the task of state partition ``p`` restores its reorder buffer from
 version ``b-1``, takes its rows as one arrival unit, writes version ``b``, and emits
 what the watermark released. A replayed batch restores ``b-1`` again and produces the
-same rows.
+same rows. A small micro-batch runs those steps in the driver instead, for every state
+partition in turn (``ReorderStream(on_driver=...)``): no shuffle, no Python worker.
 """
 
 from __future__ import annotations
