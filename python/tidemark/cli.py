@@ -121,7 +121,14 @@ def _crash_test(args: argparse.Namespace) -> int:
         r = run(work, kills=args.kills, batches=args.batches, rows=args.rows, seed=args.seed)
     console.print(
         f"{r.kills} kills (at {r.kill_after_start_s} s after the query started), "
-        f"{r.restarts} starts, {r.batches} micro-batches, {r.seconds:.0f}s: output "
+        f"{r.restarts} starts, {r.batches} micro-batches"
+        + (
+            f" ({r.merged_batches} of them read two files or more after a restart, "
+            "as Spark's file source may; the reference read them alike)"
+            if r.merged_batches
+            else ""
+        )
+        + f", {r.seconds:.0f}s: output "
         + (
             "[bold green]identical[/] to an uninterrupted run"
             if r.identical

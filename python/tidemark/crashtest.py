@@ -12,7 +12,12 @@ writes a ``done`` marker.
 driver and JVM) with SIGKILL at a random moment after the query started: while a
 batch is computed, while state snapshots and driver records are written, while sinks
 write, or during the final flush. After ``kills`` kills it lets the job finish, then
-compares every batch's output with a reference run.
+compares every batch's output with a reference run that reads the same micro-batches.
+Spark's file source may put two files into one micro-batch after a restart (when the
+kill lands after its source log recorded a file but before its offset log recorded the
+batch); the reference then reads the crash run's micro-batches as read
+(:func:`micro_batches_read`), so the comparison is about tidemark's state, not Spark's
+batching.
 
 Long version (documented in the README)::
 
@@ -21,6 +26,7 @@ Long version (documented in the README)::
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -35,7 +41,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["CrashReport", "outputs", "pipeline", "run", "run_job", "write_input"]
+__all__ = [
+    "CrashReport",
+    "micro_batches_read",
+    "outputs",
+    "pipeline",
+    "run",
+    "run_job",
+    "write_input",
+]
 
 STARTED = "TIDEMARK_QUERY_STARTED"
 
@@ -131,6 +145,46 @@ def outputs(work: Path) -> dict[str, dict[int, list[tuple[Any, ...]]]]:
     return result
 
 
+def micro_batches_read(work: Path) -> list[list[str]]:
+    """The input files (names) each micro-batch of the job in ``work`` read, from its
+    checkpoint: the file source's log (``chk/sources/0``, compacted files included)
+    gives each source offset's files, the offset log (``chk/offsets``) each batch's
+    last source offset."""
+    chk = work / "chk"
+    files: dict[int, list[str]] = {}
+    for f in sorted((chk / "sources" / "0").iterdir()):
+        if f.name.startswith("."):
+            continue  # checksums and temporary files
+        for line in f.read_text().splitlines()[1:]:  # after the version line
+            if line.strip():
+                entry = json.loads(line)
+                names = files.setdefault(entry["batchId"], [])
+                name = Path(entry["path"]).name
+                if name not in names:
+                    names.append(name)
+    out: list[list[str]] = []
+    done = -1
+    offsets = sorted(
+        (f for f in (chk / "offsets").iterdir() if f.name.isdigit()), key=lambda f: int(f.name)
+    )
+    for f in offsets:
+        end = json.loads(f.read_text().splitlines()[-1])["logOffset"]
+        out.append([n for i in range(done + 1, end + 1) for n in files.get(i, [])])
+        done = end
+    return out
+
+
+def _write_regrouped(src: Path, dst: Path, groups: list[list[str]]) -> None:
+    """``dst``'s input: micro-batch ``b`` is one file holding ``groups[b]``'s files of
+    ``src``."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for b, names in enumerate(groups):
+        table = pa.concat_tables([pq.read_table(src / n) for n in names])
+        f = dst / f"part-{b:05d}.parquet"
+        pq.write_table(table, f)
+        os.utime(f, (1_700_000_000 + b, 1_700_000_000 + b))
+
+
 @dataclass
 class CrashReport:
     """What :func:`run` did and found."""
@@ -139,6 +193,9 @@ class CrashReport:
     restarts: int = 0
     kill_after_start_s: list[float] = field(default_factory=list)
     batches: int = 0
+    #: Micro-batches of the crash run that read more than one file (Spark's file
+    #: source after some restarts): the reference read them the same way.
+    merged_batches: int = 0
     identical: bool = False
     seconds: float = 0.0
 
@@ -177,7 +234,9 @@ def run(
 ) -> CrashReport:
     """Kills the job ``kills`` times at random moments, then lets it finish, and checks
     its output against a reference run (``reference``: an already finished run's
-    directory; default: run one here, uninterrupted)."""
+    directory, used where the crash run read one file per micro-batch; default, or
+    where it did not: run one here, uninterrupted, over the crash run's
+    micro-batches)."""
     rng = random.Random(seed)
     begin = time.monotonic()
     batches = batches if batches is not None else 3 * kills
@@ -209,10 +268,13 @@ def run(
             _wait_started(p, 180)
             if p.wait() != 0:
                 raise RuntimeError(f"the job failed after restarting; see {log.name}")
-    if reference is None:
-        reference = work / "reference"
+    groups = micro_batches_read(crash)
+    report.merged_batches = sum(len(g) > 1 for g in groups)
+    if reference is None or report.merged_batches:
+        # Uninterrupted, over the micro-batches the crash run read.
+        reference = work / "reference-run"
         shutil.rmtree(reference, ignore_errors=True)
-        write_input(reference / "in", batches, rows)
+        _write_regrouped(crash / "in", reference / "in", groups)
         with open(work / "reference.log", "w") as ref_log:
             p = _start(reference, ref_log)
             _wait_started(p, 180)
