@@ -424,6 +424,27 @@ def spark_hash_matches(schema: Any, names: list[str]) -> bool:
     return all(type(fields.get(name)) in exact for name in names)
 
 
+def runs_on_driver(
+    on_driver: bool | None,
+    last_on_driver: bool | None,
+    flush: bool,
+    routable: Callable[[], bool],
+    small: Callable[[], bool],
+) -> bool:
+    """Where a streaming processor's micro-batch runs (its ``on_driver`` argument):
+    never with ``False``; a flush (no rows) with ``True`` or after a micro-batch that
+    ran in the driver; a micro-batch only where ``routable()`` (the driver puts its
+    rows where Spark's shuffle would, or where the layout does not matter), then with
+    ``True``, or by default where ``small()``."""
+    if on_driver is False:
+        return False
+    if flush:
+        return on_driver is True or last_on_driver is True
+    if not routable():
+        return False
+    return on_driver is True or small()
+
+
 def quoted(name: str) -> str:
     """A column name as a SQL identifier."""
     return "`" + name.replace("`", "``") + "`"

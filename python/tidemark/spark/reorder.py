@@ -46,6 +46,7 @@ from tidemark.spark._plan import (
     estimated_bytes,
     map_in_arrow,
     require_batch,
+    runs_on_driver,
     session_arrow_settings,
     spark_hash_matches,
 )
@@ -439,20 +440,19 @@ class ReorderStream:
         where this process routes keyed rows as Spark's shuffle would (``partition_by``
         columns tidemark hashes as Spark does); a flush (no rows) with
         ``on_driver=True``, or by default after a batch that ran here."""
-        if self.on_driver is False:
-            return False
-        if flush:
-            return self.on_driver is True or self._last_on_driver is True
-        if (
-            self.num_partitions > 1
-            and self.partition_by
-            and not spark_hash_matches(df.schema, self.partition_by)
-        ):
-            return False
-        if self.on_driver is True:
-            return True
-        size = estimated_bytes(df)
-        return size is not None and size <= ON_DRIVER_BYTES
+        by = self.partition_by
+
+        def small() -> bool:
+            size = estimated_bytes(df)
+            return size is not None and size <= ON_DRIVER_BYTES
+
+        return runs_on_driver(
+            self.on_driver,
+            self._last_on_driver,
+            flush,
+            lambda: self.num_partitions == 1 or not by or spark_hash_matches(df.schema, by),
+            small,
+        )
 
     def _run(self, df: Any, batch_id: int, flush: bool) -> tuple[Any, Any, Any]:
         from pyspark import StorageLevel

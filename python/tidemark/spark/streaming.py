@@ -67,6 +67,7 @@ from tidemark.spark._plan import (
     fits_one_task,
     map_in_arrow,
     quoted,
+    runs_on_driver,
     session_arrow_settings,
     spark_context,
     spark_hash_matches,
@@ -816,15 +817,13 @@ class StreamProcessor:
         """Whether the batch runs in this process (see ``on_driver``): a batch only
         where this process routes its keys as Spark's shuffle would; a flush (no rows
         to route) with ``on_driver=True``, or by default after a batch that ran here."""
-        if self.on_driver is False:
-            return False
-        if flush:
-            return self.on_driver is True or self._last_on_driver is True
-        if self.num_partitions > 1 and not spark_hash_matches(df.schema, self.pipe.key):
-            return False
-        if self.on_driver is True:
-            return True
-        return not shuffled and size is not None and size <= ON_DRIVER_BYTES
+        return runs_on_driver(
+            self.on_driver,
+            self._last_on_driver,
+            flush,
+            lambda: self.num_partitions == 1 or spark_hash_matches(df.schema, self.pipe.key),
+            lambda: not shuffled and size is not None and size <= ON_DRIVER_BYTES,
+        )
 
     def __call__(self, df: Any, batch_id: int) -> None:
         """Processes micro-batch ``batch_id`` (Spark's foreachBatch contract)."""
