@@ -638,6 +638,20 @@ mod model {
                 );
             }
             prop_assert_eq!(t.total_key_count(), m.keys.len());
+            // The activity order (least-recently-active eviction and the idle scan
+            // follow it) is the model's, however the queue was compacted.
+            let encoded = |k: u8| {
+                let mut b = Vec::new();
+                crate::key::AsKey::encode_key(&(k as i64), &mut b);
+                b
+            };
+            prop_assert_eq!(
+                t.activity_order()
+                    .iter()
+                    .map(|&s| t.slot_key(s).to_vec())
+                    .collect::<Vec<_>>(),
+                m.order.iter().map(|&k| encoded(k)).collect::<Vec<_>>()
+            );
             for (k, key) in &m.keys {
                 let wm = key.max.saturating_sub(10);
                 prop_assert_eq!(
