@@ -31,6 +31,14 @@
 //! least-recently-active eviction touch only the keys they act on; a scan cursor
 //! marks the prefix of the list already known to be idle. Lowest-watermark eviction
 //! takes the minimum of the active tree and of a lazy heap of idle keys.
+//!
+//! Past the caches, the list's two neighbour writes are the third memory access an
+//! update waits for (after the hash index and the key's entry). A lazily compacted
+//! activity queue instead (append on every touch, stale entries dropped when the
+//! queue reaches twice the key count; same bytes per key) was built and measured
+//! against this list: 5-7 ns slower per update at 1K-10K keys (each compaction reads
+//! every entry's key) and no faster at 1M sparse keys (best of 6 runs 209 vs 229 ns,
+//! medians 256 vs 249 ns), so the list stays.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
