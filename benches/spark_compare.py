@@ -252,7 +252,7 @@ def streaming_part(
     schema = spark.read.parquet(str(source)).schema
     truth = _truth(stream)
     parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    runs: dict[str, list[Any]] = {"spark": [], "floor": [], "tidemark": []}
+    runs: dict[str, list[Any]] = {"spark": [], "floor": [], "tidemark": [], "arrow": []}
     # Neither system's first run pays the JVM's (or the Python workers') start-up.
     _warm_up(spark, source, schema, work, parts)
     for i in range(repeat):
@@ -263,6 +263,11 @@ def streaming_part(
         r = _run_tidemark(spark, source, schema, work / f"tm-{i}", "key", parts, on_driver)
         _score(r, truth, events)
         runs["tidemark"].append(r)
+        r = _run_tidemark(
+            spark, source, schema, work / f"tma-{i}", "key", parts, on_driver, arrow_sinks=True
+        )
+        _score(r, truth, events)
+        runs["arrow"].append(r)
     med = {k: statistics.median(r.events_per_s for r in v) for k, v in runs.items()}
     # Steady state: micro-batches 2..N (not the first, which starts the Python workers
     # and compiles the plans; not tidemark's end-of-input flush).
@@ -278,6 +283,7 @@ def streaming_part(
         ("spark", "Spark withWatermark + window"),
         ("floor", "floor: foreachBatch + mapInArrow counting rows"),
         ("tidemark", "tidemark per-key"),
+        ("arrow", "tidemark per-key, arrow_sinks=True"),
     ]
     for key, label in systems:
         counted = "" if key == "floor" else f"events counted {runs[key][0].events_counted:.2%}"
@@ -304,10 +310,11 @@ def streaming_part(
     def steady_of(r: Any) -> float:
         return float(statistics.median(r.batch_seconds[1:batches]))
 
-    pairs = list(zip(runs["spark"], runs["tidemark"], strict=True))
-    whole = ", ".join(f"{t.events_per_s / s.events_per_s:.2f}x" for s, t in pairs)
-    each = ", ".join(f"{steady_of(s) / steady_of(t):.2f}x" for s, t in pairs)
-    print(f"  each run, tidemark vs Spark: whole run {whole}; steady {each}")
+    for key, label in (("tidemark", "tidemark"), ("arrow", "tidemark, arrow_sinks")):
+        pairs = list(zip(runs["spark"], runs[key], strict=True))
+        whole = ", ".join(f"{t.events_per_s / s.events_per_s:.2f}x" for s, t in pairs)
+        each = ", ".join(f"{steady_of(s) / steady_of(t):.2f}x" for s, t in pairs)
+        print(f"  each run, {label} vs Spark: whole run {whole}; steady {each}")
     above = ", ".join(
         f"{steady_of(t) / steady_of(f):.2f}x"
         for f, t in zip(runs["floor"], runs["tidemark"], strict=True)

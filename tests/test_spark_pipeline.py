@@ -803,7 +803,8 @@ def test_driver_and_task_agree_under_a_session_time_zone_and_large_strings(
     session's zone; strings arrive as ``large_string`` under ``useLargeVarTypes``.
     Windows, late rows (every input column), error rows (a null event time) and the
     flush must come out the same, in the same schemas, from a run in the driver and a
-    run in one task."""
+    run in one task; and with ``arrow_sinks``, as ``pyarrow`` tables holding the rows
+    of those DataFrames in their Arrow schema (``toArrow``), from either run."""
     inp = tmp_path / "in"
     write_stream_files(inp, stream_batches())
     old_tz = spark.conf.get("spark.sql.session.timeZone")
@@ -823,28 +824,40 @@ def test_driver_and_task_agree_under_a_session_time_zone_and_large_strings(
             dfs[2].schema,
         )
         dfs[2] = dfs[2].unionByName(bad)
-        schemas: dict[bool | None, list[Any]] = {}
+        schemas: dict[tuple[bool | None, bool], list[Any]] = {}
+        # Each sink's output as Arrow rows: toArrow() of a DataFrame, or the table.
+        as_arrow: dict[tuple[bool | None, bool], list[list[Any]]] = {}
 
-        def run(on_driver: bool | None) -> tuple[list[Any], list[Any], list[Any]]:
+        def run(
+            on_driver: bool | None, arrow: bool = False
+        ) -> tuple[list[Any], list[Any], list[Any]]:
             windows: list[Any] = []
             late: list[Any] = []
             errors: list[Any] = []
+            tables: list[list[Any]] = [[], [], []]
+            as_arrow[(on_driver, arrow)] = tables
 
-            def keep(out: list[Any]) -> Any:
+            def keep(out: list[Any], rows: list[Any]) -> Any:
                 def sink(df: Any, b: int) -> None:
-                    schemas.setdefault(on_driver, []).append(df.schema)
-                    out.extend(df.collect())
+                    table = df if arrow else df.toArrow()
+                    assert isinstance(table, pa.Table)
+                    schemas.setdefault((on_driver, arrow), []).append(table.schema)
+                    rows.extend(table.to_pylist())
+                    if not arrow:
+                        schemas[(on_driver, arrow)].append(df.schema)
+                        out.extend(df.collect())
 
                 return sink
 
             proc = StreamProcessor(
                 pipeline("key"),
-                str(tmp_path / f"state-{on_driver}"),
+                str(tmp_path / f"state-{on_driver}-{arrow}"),
                 num_partitions=3,
-                sink=keep(windows),
-                late_sink=keep(late),
-                error_sink=keep(errors),
+                sink=keep(windows, tables[0]),
+                late_sink=keep(late, tables[1]),
+                error_sink=keep(errors, tables[2]),
                 on_driver=on_driver,
+                arrow_sinks=arrow,
             )
             for b, df in enumerate(dfs):
                 proc(df, b)
@@ -852,12 +865,19 @@ def test_driver_and_task_agree_under_a_session_time_zone_and_large_strings(
                 assert proc.last_progress["layout"] == (
                     "one task" if on_driver is False else "driver"
                 )
-            proc.flush(spark, dfs[0].schema)
+            flushed = proc.flush(spark, dfs[0].schema)
+            assert isinstance(flushed, pa.Table) == arrow
             return sorted(windows), sorted(late), errors
 
         in_driver, in_task = run(None), run(False)
         assert in_driver == in_task
-        assert schemas[None] == schemas[False]
+        assert schemas[(None, False)] == schemas[(False, False)]
+        run(None, arrow=True)
+        run(False, arrow=True)
+        for arrow_run in ((None, True), (False, True)):
+            assert schemas[arrow_run] == schemas[(None, False)][::2]
+            got = [sorted(rows, key=repr) for rows in as_arrow[arrow_run]]
+            assert got == [sorted(rows, key=repr) for rows in as_arrow[(None, False)]]
         assert [r.value for r in in_driver[1]] == [100.0]  # the late row, every column
         assert [(r.device, r.ts, r.value) for r in in_driver[2]] == [("d1", None, 7.0)]
         assert "event time" in in_driver[2][0].reason

@@ -224,6 +224,7 @@ def _run_tidemark(
     per: str,
     partitions: int,
     on_driver: bool | None = None,
+    arrow_sinks: bool = False,
 ) -> SystemResult:
     import tidemark as tm
     from tidemark.spark import StreamProcessor
@@ -240,13 +241,20 @@ def _run_tidemark(
     marks: list[float] = []
     layouts: list[str] = []
 
-    def sink(df: Any, _batch_id: int) -> None:
-        for r in df.collect():
-            counts[(r.tenant, _start_us(r.window_start))] = r["count"]
+    def sink(out: Any, _batch_id: int) -> None:
+        # A DataFrame, or with arrow_sinks the table toArrow() would give.
+        rows = out.to_pylist() if arrow_sinks else out.collect()
+        for r in rows:
+            counts[(r["tenant"], _start_us(r["window_start"]))] = r["count"]
         marks.append(time.perf_counter())
 
     proc = StreamProcessor(
-        pipe, str(chk / "state"), num_partitions=partitions, sink=sink, on_driver=on_driver
+        pipe,
+        str(chk / "state"),
+        num_partitions=partitions,
+        sink=sink,
+        on_driver=on_driver,
+        arrow_sinks=arrow_sinks,
     )
 
     def each_batch(df: Any, batch_id: int) -> None:

@@ -236,10 +236,26 @@ class Plan:
         out = {}
         for kind in kinds:
             rows = combined.filter(pc.equal(combined.column(_KIND), kind))
-            arrow = pa.schema([f.with_nullable(True) for f in self.single_arrow[kind]])
+            arrow = self.split_arrow_schema(kind)
             cols = [rows.column(n) for n in self._combined_names(kind)]
             out[kind] = pa.Table.from_arrays(cols, names=arrow.names).cast(arrow)
         return out
+
+    def split_arrow_schema(self, kind: int) -> pa.Schema:
+        """The Arrow schema of output ``kind`` as :meth:`split_spark` gives it (every
+        column nullable)."""
+        return pa.schema([f.with_nullable(True) for f in self.single_arrow[kind]])
+
+    def sink_arrow_schema(self, kind: int) -> pa.Schema:
+        """The Arrow schema ``toArrow()`` gives output ``kind``'s DataFrame: that of
+        :meth:`split_arrow_schema`, with session-zone timestamps in UTC."""
+
+        def utc(t: pa.DataType) -> pa.DataType:
+            if pa.types.is_timestamp(t) and t.tz is not None:
+                return pa.timestamp(t.unit, tz="UTC")
+            return t
+
+        return pa.schema([f.with_type(utc(f.type)) for f in self.split_arrow_schema(kind)])
 
     def split_spark(self, kind: int) -> Any:
         """The Spark schema of output ``kind`` as :meth:`split` gives it (every
