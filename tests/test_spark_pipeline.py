@@ -887,6 +887,45 @@ def test_driver_and_task_agree_under_a_session_time_zone_and_large_strings(
         spark.conf.unset("spark.sql.execution.arrow.useLargeVarTypes")
 
 
+@pytest.mark.parametrize("on_driver", [None, False])
+def test_a_windows_only_arrow_sink_gets_the_windows_of_a_dataframe_sink(
+    spark: Any, tmp_path: Path, on_driver: bool | None
+) -> None:
+    """With the windows sink alone (the task emits the windows, nothing is cached),
+    ``arrow_sinks=True`` hands the sink a table per micro-batch holding the rows of
+    ``toArrow()`` of the DataFrame a DataFrame sink gets, in the driver and in a task,
+    and a batch's progress is still read from the job that computed them."""
+    inp = tmp_path / "in"
+    write_stream_files(inp, stream_batches())
+    dfs = [spark.read.parquet(str(p)) for p in sorted(inp.glob("*.parquet"))]
+
+    def run(arrow: bool) -> list[list[dict[str, Any]]]:
+        got: list[list[dict[str, Any]]] = []
+
+        def sink(out: Any, _b: int) -> None:
+            table = out if arrow else out.toArrow()
+            assert isinstance(table, pa.Table)
+            got.append(sorted(table.to_pylist(), key=repr))
+
+        proc = StreamProcessor(
+            pipeline("key"),
+            str(tmp_path / f"state-{arrow}"),
+            num_partitions=3,
+            sink=sink,
+            on_driver=on_driver,
+            arrow_sinks=arrow,
+        )
+        for b, df in enumerate(dfs):
+            proc(df, b)
+            assert proc.last_progress is not None
+            assert proc.last_progress["window_rows"] == len(got[-1])
+        return got
+
+    arrow, frames = run(True), run(False)
+    assert arrow == frames
+    assert sum(len(b) for b in arrow) > 0
+
+
 def test_a_task_routes_keys_of_every_spark_type_as_a_shuffle_does(
     spark: Any, tmp_path: Path
 ) -> None:
