@@ -207,7 +207,9 @@ def test_streaming_reorder_in_the_driver_equals_spark_tasks(spark: Any, tmp_path
     between the driver and Spark's shuffle (and a flush in each) release, drop and
     count exactly what an all-shuffled run does, and keep each device's rows in
     event-time order; under a non-UTC session zone and ``large_string`` (``toArrow``
-    hands the driver UTC timestamps: the buffers keep a task's types)."""
+    hands the driver UTC timestamps: the buffers keep a task's types). With
+    ``arrow_sinks`` the sinks get those rows as the tables ``toArrow()`` of the
+    DataFrames gives, in the same order per device, in either layout."""
     import datetime as dt
 
     old_tz = spark.conf.get("spark.sql.session.timeZone")
@@ -233,16 +235,41 @@ def test_streaming_reorder_in_the_driver_equals_spark_tasks(spark: Any, tmp_path
                 )
             )
 
-        def run(layouts: list[bool]) -> tuple[list[list[Any]], list[Any], list[dict[str, Any]]]:
+        # Each run's released and late rows as Arrow rows (toArrow(), or the tables).
+        as_arrow: dict[tuple[str, bool], tuple[list[list[Any]], list[Any], set[Any]]] = {}
+
+        def run(
+            layouts: list[bool], arrow: bool = False
+        ) -> tuple[list[list[Any]], list[Any], list[dict[str, Any]]]:
             released: list[list[Any]] = []
             late: list[Any] = []
+            tables: tuple[list[list[Any]], list[Any], set[Any]] = ([], [], set())
+            as_arrow[(str(layouts), arrow)] = tables
+
+            def table(out: Any) -> pa.Table:
+                t = out if arrow else out.toArrow()
+                assert isinstance(t, pa.Table)
+                tables[2].add(t.schema)
+                return t
+
+            def sink(df: Any, b: int) -> None:
+                tables[0].append(table(df).to_pylist())
+                if not arrow:
+                    released.append(df.collect())
+
+            def late_sink(df: Any, b: int) -> None:
+                tables[1].extend(table(df).to_pylist())
+                if not arrow:
+                    late.extend(df.collect())
+
             rs = ReorderStream(
                 tm.Reorder("ts", late_tolerance="3s", late="side_output"),
-                str(tmp_path / f"state-{layouts}"),
+                str(tmp_path / f"state-{layouts}-{arrow}"),
                 num_partitions=3,
                 partition_by=["device"],
-                sink=lambda df, b: released.append(df.collect()),
-                late_sink=lambda df, b: late.extend(df.collect()),
+                sink=sink,
+                late_sink=late_sink,
+                arrow_sinks=arrow,
             )
             progress = []
             for b, (df, on_driver) in enumerate(zip(dfs, layouts, strict=True)):
@@ -250,7 +277,8 @@ def test_streaming_reorder_in_the_driver_equals_spark_tasks(spark: Any, tmp_path
                 rs(df, b)
                 assert rs.last_progress is not None
                 progress.append(rs.last_progress)
-            rs.flush(spark, dfs[0].schema)
+            flushed = rs.flush(spark, dfs[0].schema)
+            assert isinstance(flushed, pa.Table) == arrow
             assert rs.last_progress is not None
             progress.append(rs.last_progress)
             return released, late, progress
@@ -274,6 +302,20 @@ def test_streaming_reorder_in_the_driver_equals_spark_tasks(spark: Any, tmp_path
                 ], "each device's rows in the same (event-time) order"
         assert sorted(got_late) == sorted(want_late) and len(want_late) == 1
         assert got_late[0].note == "payload-10000"
+        run(mixed, arrow=True)
+        run([False] * len(mixed), arrow=True)
+        ref = as_arrow[(str([False] * len(mixed)), False)]
+        assert len(ref[2]) == 1  # one schema for the released and late rows
+        for layouts in (mixed, [False] * len(mixed)):
+            rows, late_rows, schemas = as_arrow[(str(layouts), True)]
+            assert schemas == ref[2]
+            assert sorted(late_rows, key=repr) == sorted(ref[1], key=repr)
+            for g, w in zip(rows, ref[0], strict=True):
+                for device in {r["device"] for r in w}:
+                    assert [r for r in g if r["device"] == device] == [
+                        r for r in w if r["device"] == device
+                    ]
+                assert len(g) == len(w)
     finally:
         spark.conf.set("spark.sql.session.timeZone", old_tz)
         spark.conf.unset("spark.sql.execution.arrow.useLargeVarTypes")

@@ -71,6 +71,19 @@ def session_arrow_settings(spark: Any) -> tuple[str, bool]:
     return tz, large == "true"
 
 
+def to_arrow_schema(task_schema: pa.Schema) -> pa.Schema:
+    """The schema ``toArrow()`` gives a DataFrame whose tasks' schema is
+    ``task_schema`` (:func:`arrow_schema_of`): session-zone timestamps in UTC, every
+    column nullable. Arrow sinks get their tables in it."""
+
+    def utc(t: pa.DataType) -> pa.DataType:
+        if pa.types.is_timestamp(t) and t.tz is not None:
+            return pa.timestamp(t.unit, tz="UTC")
+        return t
+
+    return pa.schema([f.with_type(utc(f.type)).with_nullable(True) for f in task_schema])
+
+
 def arrow_schema_of(spark_schema: Any, tz: str, large: bool) -> pa.Schema:
     """The Arrow schema Spark uses for ``spark_schema`` in ``mapInArrow``."""
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -247,15 +260,9 @@ class Plan:
         return pa.schema([f.with_nullable(True) for f in self.single_arrow[kind]])
 
     def sink_arrow_schema(self, kind: int) -> pa.Schema:
-        """The Arrow schema ``toArrow()`` gives output ``kind``'s DataFrame: that of
-        :meth:`split_arrow_schema`, with session-zone timestamps in UTC."""
-
-        def utc(t: pa.DataType) -> pa.DataType:
-            if pa.types.is_timestamp(t) and t.tz is not None:
-                return pa.timestamp(t.unit, tz="UTC")
-            return t
-
-        return pa.schema([f.with_type(utc(f.type)) for f in self.split_arrow_schema(kind)])
+        """The Arrow schema ``toArrow()`` gives output ``kind``'s DataFrame (see
+        :func:`to_arrow_schema`)."""
+        return to_arrow_schema(self.split_arrow_schema(kind))
 
     def split_spark(self, kind: int) -> Any:
         """The Spark schema of output ``kind`` as :meth:`split` gives it (every

@@ -49,6 +49,7 @@ from tidemark.spark._plan import (
     runs_on_driver,
     session_arrow_settings,
     spark_hash_matches,
+    to_arrow_schema,
 )
 from tidemark.spark.state import StateStore, state_errors_surface
 
@@ -126,6 +127,16 @@ class ReorderPlan:
             errors_spark=errors,
             errors_arrow=arrow_schema_of(errors, tz, large),
         )
+
+    @property
+    def sink_rows(self) -> pa.Schema:
+        """The released (and late) rows' schema for Arrow sinks (``toArrow()``'s)."""
+        return to_arrow_schema(self.rows_arrow)
+
+    @property
+    def sink_errors(self) -> pa.Schema:
+        """The error rows' schema for Arrow sinks."""
+        return to_arrow_schema(self.errors_arrow)
 
     def _block(self, n: int, kind: int, cols: dict[str, Any]) -> pa.RecordBatch:
         return combined_block(self.combined_arrow, _KIND, n, kind, cols)
@@ -315,6 +326,14 @@ class ReorderStream:
         State partitions (fixed for the life of the state location).
     sink, late_sink, error_sink : callable, optional
         ``f(df, batch_id)`` for released, late and error rows of every micro-batch.
+    arrow_sinks : bool
+        ``True``: the sinks get each output as a ``pyarrow.Table`` instead of a Spark
+        DataFrame: the table ``toArrow()`` of that DataFrame gives (timestamps in UTC,
+        ``large_string`` under ``useLargeVarTypes``, every column nullable). A
+        micro-batch run in the driver hands them the rows it released, without
+        sending them to the JVM and back; one run in Spark tasks hands them
+        ``toArrow()`` of the output. :meth:`flush` then returns a table too. Default
+        ``False`` (as ``StreamProcessor``'s ``arrow_sinks``).
     partition_by : list of str, optional
         Route rows to state partitions by these columns (default: round-robin).
     retention : int
@@ -367,6 +386,7 @@ class ReorderStream:
         retention: int = 3,
         start_fresh: bool = False,
         on_driver: bool | None = None,
+        arrow_sinks: bool = False,
     ) -> None:
         if num_partitions < 1:
             raise ConfigError(f"num_partitions must be >= 1, got {num_partitions}")
@@ -380,6 +400,7 @@ class ReorderStream:
         self.retention = retention
         self.start_fresh = start_fresh
         self.on_driver = on_driver
+        self.arrow_sinks = arrow_sinks
         self._last_on_driver: bool | None = None
         self._checked = False
         self.last_progress: dict[str, Any] | None = None
@@ -532,6 +553,12 @@ class ReorderStream:
                 rows, late, errors = outputs
             else:
                 rows, late, errors = plan.split(combined)
+                if self.arrow_sinks:
+                    # Fetched as Arrow in the driver path's schemas (a flush returns its
+                    # rows, sink or none).
+                    rows = rows.toArrow().cast(plan.sink_rows) if self.sink or flush else rows
+                    late = late.toArrow().cast(plan.sink_rows) if self.late_sink else late
+                    errors = errors.toArrow().cast(plan.sink_errors) if self.error_sink else errors
             for sink, out in [(self.sink, rows), (self.late_sink, late), (self.error_sink, errors)]:
                 if sink is not None:
                     sink(out, batch_id)
@@ -574,8 +601,9 @@ class ReorderStream:
         """Runs every state partition in this process over ``df``'s rows, fetched as
         Arrow and routed by Spark's hash of ``partition_by``, or in turn without it (a
         flush reads none).
-        Returns the released, late and error rows as local DataFrames, the state
-        partitions one after the other (``None`` for an output no sink reads; a
+        Returns the released, late and error rows as local DataFrames (Arrow tables
+        with ``arrow_sinks``), the state partitions one after the other (``None`` for
+        an output no sink reads; a
         flush always returns its released rows), and each partition's watermark and
         counts."""
         n = self.num_partitions
@@ -603,7 +631,7 @@ class ReorderStream:
             progress[p] = (watermark, counts)
         spark = df.sparkSession
 
-        def local(tables: list[pa.Table], arrow: pa.Schema, schema: Any) -> Any:
+        def local(tables: list[pa.Table], arrow: pa.Schema, schema: Any, sink: pa.Schema) -> Any:
             # Positional: an error table's reason column takes the plan's name.
             table = pa.concat_tables(
                 [
@@ -613,15 +641,19 @@ class ReorderStream:
                 ]
                 or [arrow.empty_table()]
             )
+            if self.arrow_sinks:
+                return table.cast(sink)
             return spark.createDataFrame(table, schema=schema)
 
+        rows_out = (plan.rows_arrow, plan.rows_spark, plan.sink_rows)
         rows = late = errors = None
         if self.sink is not None or flush:
-            rows = local([o.rows for o in outs], plan.rows_arrow, plan.rows_spark)
+            rows = local([o.rows for o in outs], *rows_out)
         if self.late_sink is not None:
-            late = local([o.late for o in outs], plan.rows_arrow, plan.rows_spark)
+            late = local([o.late for o in outs], *rows_out)
         if self.error_sink is not None:
-            errors = local([o.errors for o in outs], plan.errors_arrow, plan.errors_spark)
+            errors_out = (plan.errors_arrow, plan.errors_spark, plan.sink_errors)
+            errors = local([o.errors for o in outs], *errors_out)
         return (rows, late, errors), progress
 
     def __call__(self, df: Any, batch_id: int) -> None:
@@ -634,7 +666,8 @@ class ReorderStream:
         """End of input: releases every buffered row, as batch ``batch_id`` (default:
         one after the last, or the last again if it was a flush or did not finish),
         sends them to the sink and returns them (persisted; a local DataFrame when
-        the flush runs in the driver, see ``on_driver``)."""
+        the flush runs in the driver, see ``on_driver``; a table with
+        ``arrow_sinks``)."""
         from tidemark.spark.streaming import next_flush_batch
 
         if batch_id is None:
