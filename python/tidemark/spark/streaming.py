@@ -408,8 +408,8 @@ class StreamProcessor:
         ``large_string`` where ``useLargeVarTypes`` is on, every column nullable). For
         sinks that write from the driver's Python process (a database client, a
         message queue, a local file): a micro-batch that ran in the driver hands them
-        the outputs it computed, without sending them to the JVM and back (about 50
-        ms of a 100,000-row micro-batch whose sink collects the windows, see the
+        the outputs it computed, without sending them to the JVM and back (30-50 ms
+        of a 100,000-row micro-batch whose sink collects the windows, see the
         streaming guide); one that ran in Spark tasks hands them ``toArrow()`` of
         the output (the job that computes it). Default ``False``.
     retention : int

@@ -639,7 +639,7 @@ mod model {
             }
             prop_assert_eq!(t.total_key_count(), m.keys.len());
             // The activity order (least-recently-active eviction and the idle scan
-            // follow it) is the model's, however the queue was compacted.
+            // follow it) is the model's after every operation.
             let encoded = |k: u8| {
                 let mut b = Vec::new();
                 crate::key::AsKey::encode_key(&(k as i64), &mut b);
