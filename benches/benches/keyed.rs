@@ -9,10 +9,15 @@
 //! | `keyed_batch_100` (100 events, one call) | < 5 µs | |
 //! | `keyed_update_columns` (64K rows, 10K keys) | | >= 20M events/s |
 //! | memory per key (printed) | < 128 B | <= 64 B |
+//! | `keyed_compact_update` (1M keys, 10K exact) | | |
 //!
-//! Keys are `i64` tenant ids `0..n` unless the name says `string` or `sparse` (ids
-//! spread over the whole `i64` range: the key table's hash index instead of its
-//! dense-integer map). Every tracker reads a `ManualClock`.
+//! Keys are `i64` tenant ids `0..n` unless the name says `string`, `sparse` or `zipf`
+//! (ids spread over the whole `i64` range: the key table's hash index instead of its
+//! dense-integer map; `zipf`: a million such keys at Zipf(1.0) frequencies, the
+//! accuracy benchmark's skew). `keyed_update/zipf_key_of_1000000` and
+//! `keyed_compact_update/zipf_key_of_1000000_10k_exact` run the same keys through the
+//! exact tracker (a million keys held) and the memory-bounded one (10K held, the rest
+//! in its sketch). Every tracker reads a `ManualClock`.
 
 // The allocator the Python module ships with (see rust/tidemark-py/src/lib.rs).
 #[global_allocator]
@@ -25,7 +30,10 @@ use arrow_array::{ArrayRef, Int64Array, StringArray};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use tidemark_core::clock::ManualClock;
 use tidemark_core::key::KeyColumns;
-use tidemark_core::time::{KeyEvictionPolicy, KeyedTicks, KeyedWatermarkTracker};
+use tidemark_core::time::{
+    CompactKeyedConfig, CompactKeyedWatermarkTracker, KeyEvictionPolicy, KeyedTicks,
+    KeyedWatermarkTracker,
+};
 
 fn tracker(max_keys: Option<usize>) -> KeyedWatermarkTracker {
     KeyedWatermarkTracker::with_ticks(
@@ -121,6 +129,131 @@ fn bench_update(c: &mut Criterion) {
             row = (row + 1) & (ROWS - 1);
             black_box(t.update(stream.value(row), ts).unwrap())
         })
+    });
+    // A million sparse keys as streams have them: Zipf-skewed (s = 1.0, the
+    // accuracy benchmark's skew), read in order from a pre-generated sequence. The
+    // rank of a key has nothing to do with where its state lies (the keys are
+    // inserted in a scrambled order).
+    g.bench_function("zipf_key_of_1000000", |b| {
+        let mut t = tracker(None);
+        for k in 0..ZIPF_KEYS {
+            t.update(sparse_key(scrambled(k)), 10_000).unwrap();
+        }
+        let stream = zipf_stream(ZIPF_KEYS, 1 << 20, 0x5EED);
+        let (mut row, mut ts) = (0usize, 1_000_000i64);
+        b.iter(|| {
+            ts += 1;
+            row = (row + 1) & (stream.len() - 1);
+            black_box(t.update(stream[row], ts).unwrap())
+        })
+    });
+    g.finish();
+}
+
+const ZIPF_KEYS: i64 = 1_000_000;
+
+/// Key id `k` spread over the whole `i64` range (the key table's hash index).
+fn sparse_key(k: i64) -> i64 {
+    k.wrapping_mul(0x9E37_79B9_7F4A_7C15u64 as i64)
+}
+
+/// A bijection of `0..ZIPF_KEYS` (999,983 is prime, so coprime with 10^6).
+fn scrambled(k: i64) -> i64 {
+    k * 999_983 % ZIPF_KEYS
+}
+
+/// `len` sparse keys drawn from `n` with Zipf(1.0) frequencies (rank 0 the hottest),
+/// by inverse transform over the cumulative weights.
+fn zipf_stream(n: i64, len: usize, seed: u64) -> Vec<i64> {
+    let mut cdf = Vec::with_capacity(n as usize);
+    let mut sum = 0.0f64;
+    for r in 0..n {
+        sum += 1.0 / (r + 1) as f64;
+        cdf.push(sum);
+    }
+    let mut rng = Keys(seed, 1 << 53);
+    (0..len)
+        .map(|_| {
+            let u = rng.next() as f64 / (1u64 << 53) as f64 * sum;
+            let rank = cdf.partition_point(|&c| c < u).min(n as usize - 1) as i64;
+            sparse_key(rank)
+        })
+        .collect()
+}
+
+/// The memory-bounded tracker (10K exact keys, the default sketch) at a million keys:
+/// Zipf-skewed as above, and uniform (nearly every event evicts an exact key into the
+/// sketch: the worst case).
+fn bench_compact(c: &mut Criterion) {
+    let mut g = c.benchmark_group("keyed_compact_update");
+    g.throughput(Throughput::Elements(1));
+    let mut uniform = Keys(0x9E37_79B9_7F4A_7C15, ZIPF_KEYS as u64);
+    let streams = [
+        (
+            "zipf_key_of_1000000_10k_exact",
+            zipf_stream(ZIPF_KEYS, 1 << 20, 0x5EED),
+        ),
+        (
+            "uniform_key_of_1000000_10k_exact",
+            (0..1 << 20).map(|_| sparse_key(uniform.next())).collect(),
+        ),
+    ];
+    for (label, stream) in streams {
+        g.bench_function(label, |b| {
+            let mut t = CompactKeyedWatermarkTracker::with_clock(
+                CompactKeyedConfig {
+                    exact_keys: 10_000,
+                    idle_timeout: Some(60_000),
+                    ..CompactKeyedConfig::default()
+                },
+                Arc::new(ManualClock::new(0)),
+            );
+            let mut ts = 1_000_000i64;
+            for &k in &stream {
+                ts += 1;
+                t.update(k, ts).unwrap();
+            }
+            let mut row = 0usize;
+            b.iter(|| {
+                ts += 1;
+                row = (row + 1) & (stream.len() - 1);
+                black_box(t.update(stream[row], ts).unwrap())
+            })
+        });
+    }
+    g.finish();
+
+    // The batch path (what Python's update_batch runs): 64K-row batches of the
+    // Zipf stream, each next one with later event times.
+    let mut g = c.benchmark_group("keyed_compact_update_columns");
+    const ROWS: usize = 65_536;
+    g.throughput(Throughput::Elements(ROWS as u64));
+    let stream = zipf_stream(ZIPF_KEYS, 16 * ROWS, 0x5EED);
+    let batches: Vec<KeyColumns> = stream
+        .chunks(ROWS)
+        .map(|c| KeyColumns::single(Arc::new(Int64Array::from(c.to_vec())) as ArrayRef).unwrap())
+        .collect();
+    g.bench_function("zipf_64k_rows_1m_keys_10k_exact", |b| {
+        let mut t = CompactKeyedWatermarkTracker::with_clock(
+            CompactKeyedConfig {
+                exact_keys: 10_000,
+                ..CompactKeyedConfig::default()
+            },
+            Arc::new(ManualClock::new(0)),
+        );
+        let mut turn = 0i64;
+        b.iter_batched(
+            || {
+                turn += 1;
+                let times = (0..ROWS as i64).map(|i| turn * ROWS as i64 + i);
+                (
+                    turn as usize % batches.len(),
+                    Int64Array::from_iter_values(times),
+                )
+            },
+            |(i, times)| black_box(t.update_columns(&batches[i], &times).unwrap()),
+            BatchSize::SmallInput,
+        )
     });
     g.finish();
 }
@@ -244,6 +377,7 @@ fn report_memory(_c: &mut Criterion) {
 criterion_group!(
     benches,
     bench_update,
+    bench_compact,
     bench_global,
     bench_batch,
     report_memory

@@ -35,7 +35,7 @@ use crate::clock::ClockRef;
 use crate::error::Result;
 use crate::key::{hash_key, AsKey, KeyColumns, KeyRows, KeyTable};
 use crate::time::keyed::same_rows;
-use crate::time::{KeyEvictionPolicy, KeyedTicks, KeyedWatermarkTracker, Watermark};
+use crate::time::{Eviction, KeyEvictionPolicy, KeyedTicks, KeyedWatermarkTracker, Watermark};
 use arrow_array::{Array, BooleanArray, Int64Array};
 use arrow_buffer::BooleanBufferBuilder;
 
@@ -103,6 +103,8 @@ pub struct CompactKeyedWatermarkTracker {
     filled: usize,
     hll: Vec<u8>,
     scratch: Vec<u8>,
+    /// The exact part's eviction log, drained (kept for its allocation).
+    evicted: Vec<Eviction>,
 }
 
 const EMPTY: i64 = i64::MAX;
@@ -136,6 +138,7 @@ impl CompactKeyedWatermarkTracker {
             filled: 0,
             hll: vec![0; 1 << HLL_P],
             scratch: Vec::new(),
+            evicted: Vec::new(),
             exact,
             cfg,
         }
@@ -204,11 +207,17 @@ impl CompactKeyedWatermarkTracker {
     }
 
     fn drain(&mut self) {
-        for e in self.exact.drain_evictions() {
+        if !self.exact.has_evictions() {
+            return;
+        }
+        let mut log = std::mem::take(&mut self.evicted);
+        self.exact.swap_evictions(&mut log);
+        for e in &log {
             if e.watermark != i64::MIN {
                 self.sketch_insert(&e.key, e.watermark);
             }
         }
+        self.evicted = log;
     }
 
     /// Records an event of `key`. Returns the global watermark if it rose to a new high.
@@ -221,10 +230,10 @@ impl CompactKeyedWatermarkTracker {
         r
     }
 
+    /// Counts `key` among the distinct keys. Adding a key again changes nothing (a
+    /// register keeps its maximum), so no lookup asks whether the key is new.
     fn admit(&mut self, key: &[u8]) {
-        if !self.exact.contains_encoded(key) {
-            self.hll_add(key);
-        }
+        self.hll_add(key);
     }
 
     /// [`Self::update`] with an encoded key.

@@ -429,6 +429,16 @@ impl KeyedWatermarkTracker {
             .unwrap_or_default()
     }
 
+    /// [`Self::drain_evictions`] into `buf` (cleared first), which hands its
+    /// allocation to the log in exchange: a caller that drains after every update
+    /// allocates no log.
+    pub fn swap_evictions(&mut self, buf: &mut Vec<Eviction>) {
+        buf.clear();
+        if let Some(log) = self.eviction_log.as_mut() {
+            std::mem::swap(log, buf);
+        }
+    }
+
     /// Records slots that go idle, for [`Self::drain_idle`].
     pub fn with_idle_log(mut self) -> Self {
         self.idle_log = Some(Vec::new());
@@ -699,9 +709,14 @@ impl KeyedWatermarkTracker {
     fn apply(&mut self, slot: u32, event_time: i64, now: i64) {
         let before = self.wm_of(slot as usize);
         let s = slot as usize;
-        // The leaf the tree holds for this key, if it is one (active, not in a batch).
+        // The leaf the tree holds for this key, if it is one (active, not in a batch),
+        // for a lazy rise; with max_keys the rise is fixed at once. Evictions take the
+        // least recently active (or the lowest) key, which mostly holds the minimum:
+        // each then raises the root's pair, and the descent that brings the lagging
+        // pairs up to date costs more than fixing each rise when it happens (at 10K
+        // exact keys of a million, 30% of the compact tracker's update time).
         let h = &self.keys[s];
-        let leaf = (!h.idle && h.pending == NIL).then_some(before);
+        let leaf = (self.cfg.max_keys.is_none() && !h.idle && h.pending == NIL).then_some(before);
         self.keys[s].max_event = self.keys[s].max_event.max(event_time);
         self.move_to_back(slot);
         self.settle(slot, before, now, leaf);

@@ -166,6 +166,66 @@ fn test_keyed_tracker_key_eviction_lru() {
 }
 
 #[test]
+fn swapped_eviction_logs_keep_every_eviction_in_order() {
+    let (t, clock) = tracker(0, None, Some(2), KeyEvictionPolicy::LeastRecentlyActive);
+    let mut t = t.with_eviction_log();
+    let mut buf = vec![Eviction {
+        slot: 9,
+        key: b"stale".to_vec(),
+        watermark: 0,
+    }];
+    let mut seen = Vec::new();
+    for (i, k) in ["a", "b", "c", "d", "e"].iter().enumerate() {
+        clock.advance(1);
+        t.update(*k, 100 + i as i64).unwrap();
+        if i == 3 {
+            continue; // two evictions wait in the log until the next swap
+        }
+        t.swap_evictions(&mut buf);
+        seen.extend(buf.iter().map(|e| (e.key.clone(), e.watermark)));
+    }
+    let enc = |k: &str| {
+        let mut b = Vec::new();
+        k.encode_key(&mut b);
+        b
+    };
+    // The buffer's old content is dropped, not handed back as an eviction.
+    assert_eq!(
+        seen,
+        vec![(enc("a"), 100), (enc("b"), 101), (enc("c"), 102)]
+    );
+    assert!(!t.has_evictions());
+}
+
+#[test]
+fn evictions_at_capacity_keep_the_global_exact() {
+    // With max_keys, a rise is fixed at once (no lazy rise): the global watermark
+    // must still be the minimum over the tracked keys after every eviction.
+    let (mut t, clock) = tracker(10, None, Some(50), KeyEvictionPolicy::LeastRecentlyActive);
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut last: std::collections::HashMap<i64, i64> = Default::default();
+    for step in 0..20_000i64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let key = (x % 80) as i64; // 80 keys over 50 slots: evictions all along
+        let ts = step + (x >> 40) as i64 % 200; // out of order by up to 200
+        clock.advance(1);
+        t.update(key, ts).unwrap();
+        let e = last.entry(key).or_insert(i64::MIN);
+        *e = (*e).max(ts);
+        last.retain(|k, _| t.watermark_for_key(k).is_some());
+        if step % 97 == 0 {
+            let naive = last.values().map(|m| m - 10).min().unwrap();
+            let tracked: Vec<i64> = last.keys().filter_map(|k| t.watermark_for_key(k)).collect();
+            assert_eq!(tracked.len(), 50.min(last.len()));
+            assert_eq!(t.global_parts().0, Some(naive), "step {step}");
+            assert_eq!(t.global_watermark(), w(naive));
+        }
+    }
+}
+
+#[test]
 fn test_keyed_tracker_key_eviction_lowest_watermark() {
     let (mut t, _) = tracker(0, None, Some(3), KeyEvictionPolicy::LowestWatermark);
     t.update_batch(&[("a", 500), ("b", 100), ("c", 300)])
