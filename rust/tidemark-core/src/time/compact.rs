@@ -251,19 +251,25 @@ impl CompactKeyedWatermarkTracker {
         times: &Int64Array,
     ) -> Result<Option<Watermark>> {
         same_rows(keys, times)?;
-        // Fold per key, then apply each key once.
+        // Fold per key (its maximum, and the row of its last event), then apply each
+        // key once.
         let mut local = KeyTable::new();
         let mut maxima: Vec<i64> = Vec::new();
+        let mut last_row: Vec<u32> = Vec::new();
         let mut err = None;
         keys.for_each_key(|i, key| {
             if times.is_null(i) || err.is_some() {
                 return;
             }
             match local.get_or_insert(key) {
-                Ok((_, true)) => maxima.push(times.value(i)),
+                Ok((_, true)) => {
+                    maxima.push(times.value(i));
+                    last_row.push(i as u32);
+                }
                 Ok((slot, false)) => {
                     let m = &mut maxima[slot as usize];
                     *m = (*m).max(times.value(i));
+                    last_row[slot as usize] = i as u32;
                 }
                 Err(e) => err = Some(e),
             }
@@ -273,9 +279,16 @@ impl CompactKeyedWatermarkTracker {
         }
         // Apply key by key: a batch may hold more keys than the exact part, and each
         // key's event time must land before the key can be evicted into the sketch.
-        let slots: Vec<u32> = local.slots().collect();
+        // Keys are applied in the order of their last events, so the exact part ends
+        // the batch as row-by-row updates would leave it: the keys active last (the
+        // busiest, in a skewed stream) stay exact, rather than being pushed out by
+        // the batch's rare keys that first appeared after them.
+        let mut by_row = vec![u32::MAX; keys.len()];
+        for (s, &r) in last_row.iter().enumerate() {
+            by_row[r as usize] = s as u32;
+        }
         let mut advanced = None;
-        for s in slots {
+        for s in by_row.into_iter().filter(|&s| s != u32::MAX) {
             let key = local.key(s);
             self.admit(&key);
             if let Some(w) = self.exact.update_encoded(&key, maxima[s as usize])? {
@@ -418,6 +431,31 @@ mod tests {
             Some(985),
             "exact again, from its own events"
         );
+    }
+
+    /// A batch leaves the exact part as row-by-row updates would: the keys whose last
+    /// events came last stay exact, although they first appeared before the rest.
+    #[test]
+    fn a_batch_keeps_its_last_active_keys_exact() {
+        use arrow_array::{ArrayRef, StringArray};
+        // "hot" opens and closes the batch; 5 rare keys come between: 3 exact slots.
+        let names = ["hot", "r1", "r2", "r3", "r4", "r5", "hot"];
+        let keys =
+            KeyColumns::single(std::sync::Arc::new(StringArray::from(names.to_vec())) as ArrayRef)
+                .unwrap();
+        let times = Int64Array::from((0..names.len() as i64).map(|i| 100 + i).collect::<Vec<_>>());
+        let mut batched = tracker(3, 1 << 10);
+        batched.update_columns(&keys, &times).unwrap();
+        let mut one_by_one = tracker(3, 1 << 10);
+        for (k, ts) in names.iter().zip(times.values()) {
+            one_by_one.update(*k, *ts).unwrap();
+        }
+        for k in ["hot", "r1", "r2", "r3", "r4", "r5"] {
+            assert_eq!(batched.is_exact(k), one_by_one.is_exact(k), "{k}");
+        }
+        assert!(batched.is_exact("hot") && batched.is_exact("r5") && !batched.is_exact("r3"));
+        assert_eq!(batched.watermark_for_key("hot"), Some(96));
+        assert_eq!(batched.metrics().evicted_keys, 3);
     }
 
     /// Column batches need one event time per key row: a mismatch is refused before
