@@ -550,7 +550,11 @@ impl KeyedWatermarkTracker {
     }
 
     /// Inserts a new key (absent from the table), evicting one if the tracker is full.
-    fn insert_key(&mut self, key: &[u8], hash: u64, now: i64) -> Result<u32> {
+    /// `FIX`: restore the minimum tree for the new key's leaf (`i64::MIN`, no event
+    /// yet). An update that applies its event right away passes `false`: that
+    /// apply fixes the leaf once, where a fix here would first pull every node on the
+    /// path to the root down to `i64::MIN` and the apply then raise them all again.
+    fn insert_key<const FIX: bool>(&mut self, key: &[u8], hash: u64, now: i64) -> Result<u32> {
         if let Some(max) = self.cfg.max_keys {
             if self.keys.len() >= max {
                 match self.cfg.eviction_policy {
@@ -571,7 +575,9 @@ impl KeyedWatermarkTracker {
         self.metrics.active_keys += 1;
         // No watermark yet (the leaf is i64::MIN): hold the minimum at "none" until
         // the first event lands.
-        self.fix(s, None);
+        if FIX {
+            self.fix(s, None);
+        }
         Ok(slot)
     }
 
@@ -755,23 +761,29 @@ impl KeyedWatermarkTracker {
         self.fix(s, leaf);
     }
 
-    fn slot_for_update(&mut self, key: &[u8], now: i64) -> Result<u32> {
-        self.slot_of(RowKey::Bytes(key), now)
+    fn slot_for_update<const FIX: bool>(&mut self, key: &[u8], now: i64) -> Result<u32> {
+        self.slot_of::<FIX>(RowKey::Bytes(key), now)
     }
 
-    /// The slot of `key`, inserted (activity at `now`) if new.
+    /// The slot of `key`, inserted (activity at `now`) if new (`FIX`: see
+    /// [`Self::insert_key`]).
     #[inline(always)]
-    fn slot_of(&mut self, key: RowKey<'_>, now: i64) -> Result<u32> {
-        self.slot_of_hashed(key, key.hash(), now)
+    fn slot_of<const FIX: bool>(&mut self, key: RowKey<'_>, now: i64) -> Result<u32> {
+        self.slot_of_hashed::<FIX>(key, key.hash(), now)
     }
 
     /// [`Self::slot_of`] with the key's [`RowKey::hash`] at hand.
     #[inline(always)]
-    fn slot_of_hashed(&mut self, key: RowKey<'_>, hash: u64, now: i64) -> Result<u32> {
+    fn slot_of_hashed<const FIX: bool>(
+        &mut self,
+        key: RowKey<'_>,
+        hash: u64,
+        now: i64,
+    ) -> Result<u32> {
         match key {
             RowKey::Word(w) => match self.keys.get_word(w, hash) {
                 Some(s) => Ok(s),
-                None => self.insert_key(&w.bytes(), hash, now),
+                None => self.insert_key::<FIX>(&w.bytes(), hash, now),
             },
             RowKey::Str(b) => {
                 match self.keys.get_bytes(b, hash) {
@@ -781,7 +793,7 @@ impl KeyedWatermarkTracker {
                         let mut enc = std::mem::take(&mut self.scratch);
                         enc.clear();
                         b.encode(&mut enc);
-                        let slot = self.insert_key(&enc, hash, now);
+                        let slot = self.insert_key::<FIX>(&enc, hash, now);
                         self.scratch = enc;
                         slot
                     }
@@ -789,7 +801,7 @@ impl KeyedWatermarkTracker {
             }
             RowKey::Bytes(key) => match self.keys.get_hashed(key, hash) {
                 Some(s) => Ok(s),
-                None => self.insert_key(key, hash, now),
+                None => self.insert_key::<FIX>(key, hash, now),
             },
         }
     }
@@ -802,16 +814,17 @@ impl KeyedWatermarkTracker {
     /// [`TidemarkError::MaxKeysReached`] under the `RejectNew` policy.
     pub fn update<K: AsKey>(&mut self, key: K, event_time: i64) -> Result<Option<Watermark>> {
         let now = self.clock.now();
-        // Words and strings are looked up in place (no scratch buffer to take).
+        // Words and strings are looked up in place (no scratch buffer to take). A new
+        // key's leaf is fixed by the apply below (see insert_key).
         let slot = if let Some(w) = key.word_key() {
-            self.slot_of(RowKey::Word(w), now)
+            self.slot_of::<false>(RowKey::Word(w), now)
         } else if let Some(b) = key.bytes_key() {
-            self.slot_of(RowKey::Str(b), now)
+            self.slot_of::<false>(RowKey::Str(b), now)
         } else {
             let mut buf = std::mem::take(&mut self.scratch);
             buf.clear();
             key.encode_key(&mut buf);
-            let slot = self.slot_for_update(&buf, now);
+            let slot = self.slot_for_update::<false>(&buf, now);
             self.scratch = buf;
             slot
         };
@@ -822,7 +835,7 @@ impl KeyedWatermarkTracker {
     /// [`Self::update`] with an already encoded key.
     pub fn update_encoded(&mut self, key: &[u8], event_time: i64) -> Result<Option<Watermark>> {
         let now = self.clock.now();
-        let slot = self.slot_for_update(key, now)?;
+        let slot = self.slot_for_update::<false>(key, now)?;
         self.apply(slot, event_time, now);
         Ok(self.recalc())
     }
@@ -944,13 +957,13 @@ impl KeyedWatermarkTracker {
     /// (see [`Self::with_eviction_log`] to learn which).
     #[inline]
     pub fn batch_slot(&mut self, key: &[u8]) -> Result<u32> {
-        self.slot_for_update(key, self.batch_now)
+        self.slot_for_update::<true>(key, self.batch_now)
     }
 
     /// [`Self::batch_slot`] for a key as [`KeyRows::for_each_row_key`] gives it.
     #[inline]
     pub fn batch_slot_row(&mut self, key: RowKey<'_>) -> Result<u32> {
-        self.slot_of(key, self.batch_now)
+        self.slot_of::<true>(key, self.batch_now)
     }
 
     /// `true` if applying `rows` more rows could evict keys (a bounded tracker without
@@ -1008,10 +1021,11 @@ impl KeyedWatermarkTracker {
                 NIL
             } else {
                 let hash = hashes.get(i).copied().unwrap_or_else(|| key.hash());
-                self.slot_of_hashed(key, hash, now).unwrap_or_else(|e| {
-                    on_error(i, e);
-                    NIL
-                })
+                self.slot_of_hashed::<true>(key, hash, now)
+                    .unwrap_or_else(|e| {
+                        on_error(i, e);
+                        NIL
+                    })
             };
             groups.push(slot);
         });
