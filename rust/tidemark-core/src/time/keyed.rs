@@ -26,7 +26,9 @@
 //! [`NodeMinTree`] whose leaves are the active slots: `global_watermark` is O(1),
 //! an update of a key above the minimum usually O(1) (its rise is recorded lazily,
 //! without writing the tree), and of the minimum key O(log n) plus one descent per
-//! lagging pair it brings up to date. An
+//! lagging pair it brings up to date. With `max_keys` a rise is fixed at once:
+//! evictions mostly remove the minimum key, and the descents would then cost more
+//! than the lazy rises save. An
 //! intrusive list orders keys by last activity, so idle detection and
 //! least-recently-active eviction touch only the keys they act on; a scan cursor
 //! marks the prefix of the list already known to be idle. Lowest-watermark eviction
