@@ -184,6 +184,8 @@ impl CompactKeyedWatermarkTracker {
         (best != i64::MIN).then_some(best)
     }
 
+    /// Counts `key` among the distinct keys. Adding a key again changes nothing (a
+    /// register keeps its maximum), so no lookup asks whether the key is new.
     fn hll_add(&mut self, key: &[u8]) {
         let h = hash_key(key).rotate_left(17) ^ 0x9E37_79B9_7F4A_7C15;
         let idx = (h >> (64 - HLL_P)) as usize;
@@ -230,15 +232,9 @@ impl CompactKeyedWatermarkTracker {
         r
     }
 
-    /// Counts `key` among the distinct keys. Adding a key again changes nothing (a
-    /// register keeps its maximum), so no lookup asks whether the key is new.
-    fn admit(&mut self, key: &[u8]) {
-        self.hll_add(key);
-    }
-
     /// [`Self::update`] with an encoded key.
     pub fn update_encoded(&mut self, key: &[u8], event_time: i64) -> Result<Option<Watermark>> {
-        self.admit(key);
+        self.hll_add(key);
         let r = self.exact.update_encoded(key, event_time);
         self.drain();
         r
@@ -290,7 +286,7 @@ impl CompactKeyedWatermarkTracker {
         let mut advanced = None;
         for s in by_row.into_iter().filter(|&s| s != u32::MAX) {
             let key = local.key(s);
-            self.admit(&key);
+            self.hll_add(&key);
             if let Some(w) = self.exact.update_encoded(&key, maxima[s as usize])? {
                 advanced = Some(w);
             }
