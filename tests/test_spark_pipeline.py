@@ -887,6 +887,48 @@ def test_driver_and_task_agree_under_a_session_time_zone_and_large_strings(
         spark.conf.unset("spark.sql.execution.arrow.useLargeVarTypes")
 
 
+def test_a_windows_only_flush_in_a_task_gives_the_same_rows_to_each_action(
+    spark: Any, tmp_path: Path
+) -> None:
+    """With only a windows sink, a batch run in a Spark task is not cached: the sink's
+    action is its job, and each further action on the DataFrame :meth:`flush` returns
+    replays the flush from the same stored state. Every action gets the rows the sink
+    got, and the replays leave the state as one flush does: a restarted processor's
+    next flush (the same batch id again, see ``next_flush_batch``) closes nothing new
+    and counts the same windows."""
+    inp = tmp_path / "in"
+    write_stream_files(inp, stream_batches())
+    dfs = [spark.read.parquet(str(p)) for p in sorted(inp.glob("*.parquet"))]
+    cols = ["device", "window_start", "n", "s"]
+    got: dict[int, list[tuple]] = {}
+
+    def sink(df: Any, batch_id: int) -> None:
+        got[batch_id] = rows_of(df, cols)
+
+    def processor() -> StreamProcessor:
+        return StreamProcessor(
+            pipeline("key"),
+            str(tmp_path / "state"),
+            num_partitions=2,
+            sink=sink,
+            on_driver=False,
+        )
+
+    proc = processor()
+    for b, df in enumerate(dfs):
+        proc(df, b)
+    flushed = proc.flush(spark, dfs[0].schema)
+    assert proc.last_progress is not None and proc.last_progress["layout"] == "one task"
+    first = rows_of(flushed, cols)
+    assert first == got[len(dfs)] and first, "the sink's rows, and windows to close"
+    assert rows_of(flushed, cols) == first, "a second action replays the same flush"
+    windows = proc.last_progress["window_rows"]
+
+    again = processor()
+    assert rows_of(again.flush(spark, dfs[0].schema), cols) == first
+    assert again.last_progress is not None and again.last_progress["window_rows"] == windows
+
+
 @pytest.mark.parametrize("on_driver", [None, False])
 def test_a_windows_only_arrow_sink_gets_the_windows_of_a_dataframe_sink(
     spark: Any, tmp_path: Path, on_driver: bool | None

@@ -861,11 +861,14 @@ class StreamProcessor:
 
         Runs as batch ``batch_id`` with no input rows (``schema`` is the stream's: it
         gives the late and error outputs their columns), sends the windows to the sink
-        and returns them (a persisted DataFrame; a ``pyarrow.Table`` with
-        ``arrow_sinks``). The
-        default batch id is one after the last processed batch, or the last batch again
-        when that was a flush or did not finish (a driver that died mid-flush): a
-        restarted job that flushes again replays the same flush, not a new one.
+        and returns them: a ``pyarrow.Table`` with ``arrow_sinks``, else a DataFrame,
+        cached as the batch's windows are (see ``sink``: built from the driver's rows
+        when the flush ran in the driver, persisted with a late or error sink, else
+        computed again by each action, which replays the flush and gives the same
+        rows). The default batch id is one after the last processed batch, or the
+        last batch again when that was a flush or did not finish (a driver that died
+        mid-flush): a restarted job that flushes again replays the same flush, not a
+        new one.
         """
         if batch_id is None:
             batch_id = next_flush_batch(self.store, "state_after")
