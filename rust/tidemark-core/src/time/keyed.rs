@@ -48,8 +48,8 @@
 //! rows, which touch only the entry, read 48 bytes per key instead of 32. Measured
 //! against this layout in alternating runs: 64K-row `update_columns` of 10K keys
 //! 1.7-2.4 vs 1.3-1.4 ms (int64) and 3.7 vs 2.1-3.0 ms (strings), Zipf updates over
-//! 1M keys 198-209 vs 190-191 ns; only uniform updates over 1M sparse keys gained
-//! (243-360 vs 268-329 ns, within this machine's noise).
+//! 1M keys 198-219 vs 182-191 ns; uniform updates over 1M sparse keys moved within
+//! this machine's noise (243-360 vs 268-332 ns).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
