@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 import tidemark as tm
+from tidemark.datagen import tenant_names
 
 ROWS = 65_536
 KEYS = 10_000
@@ -22,7 +23,7 @@ KEYS = 10_000
 def _batch(kind: str) -> tuple[pa.Array, pa.Array]:
     rng = np.random.default_rng(7)
     ids = rng.integers(0, KEYS, ROWS)
-    keys = pa.array(ids) if kind == "int64" else pa.array([f"tenant-{i:07d}" for i in ids])
+    keys = pa.array(ids) if kind == "int64" else tenant_names(KEYS).take(ids)
     times = pa.array(np.arange(ROWS, dtype=np.int64) + 1_000_000)
     return keys, times
 
@@ -49,8 +50,7 @@ def test_keyed_update_batch_64k_rows_1m_zipf_keys(benchmark: Any, kind: str) -> 
     batches = [tenants.slice(i * ROWS, ROWS) for i in range(16)]
     if kind == "exact":
         tracker: Any = tm.KeyedWatermarkTracker(bounded_delay=5_000)
-        every = pa.array([f"tenant-{i:07d}" for i in range(spec.keys)])
-        tracker.update_batch(every, pa.array(np.zeros(spec.keys, np.int64)))
+        tracker.update_batch(tenant_names(spec.keys), pa.array(np.zeros(spec.keys, np.int64)))
     else:
         tracker = tm.CompactKeyedWatermarkTracker(bounded_delay=5_000, exact_keys=10_000)
     base = np.arange(ROWS, dtype=np.int64)

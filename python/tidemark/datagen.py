@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["StreamSpec", "batches", "multi_tenant_stream"]
+__all__ = ["StreamSpec", "batches", "multi_tenant_stream", "tenant_names"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,19 @@ class StreamSpec:
     def describe(self) -> dict[str, Any]:
         """The parameters as a dict."""
         return asdict(self)
+
+
+def tenant_names(keys: int) -> pa.Array:
+    """The ``tenant`` values :func:`multi_tenant_stream` draws from: key ``i`` of
+    ``keys`` is ``tenant-{i:07d}``.
+
+    Examples
+    --------
+    >>> from tidemark.datagen import tenant_names
+    >>> tenant_names(3).to_pylist()
+    ['tenant-0000000', 'tenant-0000001', 'tenant-0000002']
+    """
+    return pa.array([f"tenant-{i:07d}" for i in range(keys)], pa.string())
 
 
 def multi_tenant_stream(spec: StreamSpec) -> pa.Table:
@@ -115,11 +128,10 @@ def multi_tenant_stream(spec: StreamSpec) -> pa.Table:
     )
     order = np.argsort(arrival_us, kind="stable")
 
-    names = np.array([f"tenant-{i:07d}" for i in range(k)], dtype=object)
     ts = pa.timestamp("us", tz="UTC")
     return pa.table(
         {
-            "tenant": pa.array(names[key[order]], pa.string()),
+            "tenant": tenant_names(k).take(key[order]),
             "event_time": pa.array(event_us[order], ts),
             "arrival_time": pa.array(arrival_us[order], ts),
             "value": pa.array(rng.integers(0, 1_000, n)[order], pa.int64()),

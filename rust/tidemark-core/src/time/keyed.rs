@@ -44,9 +44,9 @@
 //!
 //! The activity record (last activity and list links, 16 bytes) is kept apart from
 //! the table entry on purpose. Merged into it (48-byte entries, same bytes per key),
-//! a single update of a sparse key among 1M reads one cache line fewer, but a batch's
-//! rows, which touch only the entry, read 48 bytes per key instead of 32. Measured
-//! against this layout in alternating runs: 64K-row `update_columns` of 10K keys
+//! a single update would fetch the key's state in one access instead of two, but
+//! a batch's rows, which touch only the entry, read 48 bytes per key instead of 32.
+//! Measured against this layout in alternating runs: 64K-row `update_columns` of 10K keys
 //! 1.7-2.4 vs 1.3-1.4 ms (int64) and 3.7 vs 2.1-3.0 ms (strings), Zipf updates over
 //! 1M keys 198-219 vs 182-191 ns; uniform updates over 1M sparse keys moved within
 //! this machine's noise (243-360 vs 268-332 ns).
