@@ -194,6 +194,53 @@ def test_key_types_round_trip() -> None:
     ]
 
 
+def test_a_stream_goes_on_across_arrow_layouts_and_refuses_other_values() -> None:
+    """pyarrow gives strings, polars string views, Spark large strings under one
+    setting, a Parquet reader dictionaries: one stream may mix them, and a restart may
+    run in another time zone. Other values (floats for a mean of integers) are an
+    error that names the aggregate and changes nothing."""
+    first = events([("a", 1, 1), ("b", 2, 2)])
+    polars = pl.from_arrow(events([("a", 12, 3), ("b", 14, 4)]))
+    assert isinstance(polars, pl.DataFrame)
+    as_dict = events([("a", 25, 5), ("b", 21, 6)])
+    as_dict = as_dict.set_column(0, "device_id", as_dict.column(0).dictionary_encode())
+    paris = events([("a", 38, 7)]).cast(
+        pa.schema(
+            [
+                ("device_id", pa.large_string()),
+                ("event_time", pa.timestamp("ms", tz="Europe/Paris")),
+                ("value", pa.float64()),
+            ]
+        )
+    )
+    same = [
+        first,
+        *(
+            events(r)
+            for r in ([("a", 12, 3), ("b", 14, 4)], [("a", 25, 5), ("b", 21, 6)], [("a", 38, 7)])
+        ),
+    ]
+
+    def windows(batches: list[Any]) -> list[dict[str, Any]]:
+        op = simple().operator()
+        outs = [op.process(b).windows for b in batches[:2]]
+        op = simple().operator(state=op.snapshot())  # restored between layouts
+        outs += [op.process(b).windows for b in batches[2:]] + [op.flush().windows]
+        return [r for w in outs for r in w.to_pylist()]
+
+    got = windows([first, polars, as_dict, paris])
+    assert got == windows(same)
+    assert sum(r["count"] for r in got) == 7
+
+    op = simple(aggs={"avg": tm.mean("value")}).operator()
+    ints = events([("a", 1, 1)]).set_column(2, "value", pa.array([1], pa.int64()))
+    op.process(ints)
+    with pytest.raises(tm.ConfigError, match='aggregate "avg" reads column "value"'):
+        op.process(events([("a", 2, 2.5)]))
+    op.process(events([("a", 3, 3)]).set_column(2, "value", pa.array([3], pa.int64())))
+    assert op.flush().windows.column("avg").to_pylist() == [2.0]
+
+
 def test_aggregates_match_polars() -> None:
     rng = np.random.default_rng(5)
     n = 5_000

@@ -887,6 +887,44 @@ def test_driver_and_task_agree_under_a_session_time_zone_and_large_strings(
         spark.conf.unset("spark.sql.execution.arrow.useLargeVarTypes")
 
 
+@pytest.mark.parametrize("on_driver", [None, False])
+def test_a_restart_under_another_time_zone_and_string_layout_goes_on(
+    spark: Any, tmp_path: Path, on_driver: bool | None
+) -> None:
+    """The state of a query stopped under one session time zone, with strings as
+    ``string``, goes on after a restart in another zone with ``useLargeVarTypes``:
+    the windows are those of a run that never stopped."""
+    pipe = pipeline()
+    dfs = [spark.createDataFrame(t) for t in stream_batches()]
+
+    def run(switch_at: int | None, path: Path) -> list[tuple]:
+        got: list[tuple] = []
+
+        def sink(df: Any, _batch_id: int) -> None:
+            got.extend(rows_of(df, ["device", "window_start", "n", "s"]))
+
+        proc = StreamProcessor(pipe, str(path), num_partitions=2, sink=sink, on_driver=on_driver)
+        old_tz = spark.conf.get("spark.sql.session.timeZone")
+        try:
+            for i, df in enumerate(dfs):
+                if i == switch_at:
+                    spark.conf.set("spark.sql.session.timeZone", "Asia/Kolkata")
+                    spark.conf.set("spark.sql.execution.arrow.useLargeVarTypes", "true")
+                    proc = StreamProcessor(
+                        pipe, str(path), num_partitions=2, sink=sink, on_driver=on_driver
+                    )
+                proc(df, i)
+            proc.flush(spark, dfs[0].schema)
+        finally:
+            spark.conf.set("spark.sql.session.timeZone", old_tz)
+            spark.conf.unset("spark.sql.execution.arrow.useLargeVarTypes")
+        return sorted(got)
+
+    expect = run(None, tmp_path / "once")
+    assert len(expect) >= 4
+    assert run(1, tmp_path / "restarted") == expect
+
+
 def test_a_windows_only_flush_in_a_task_gives_the_same_rows_to_each_action(
     spark: Any, tmp_path: Path
 ) -> None:

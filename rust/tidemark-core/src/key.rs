@@ -465,6 +465,25 @@ enum Col {
     Null,
 }
 
+/// Whether a column of type `b` holds the same values, and so the same keys or
+/// aggregate states, as a column of type `a`: the same type, or another layout of it
+/// (`Utf8`, `LargeUtf8` and `Utf8View`; `Binary`, `LargeBinary` and `BinaryView`; a
+/// dictionary of any of them), or a timestamp of the same unit in another time zone
+/// (the same instants). Keys and the values of `min`, `max`, `first` and `last` keep
+/// a timestamp's own unit, so a change of unit is a change of values.
+pub fn same_values(a: &DataType, b: &DataType) -> bool {
+    fn layout_free(t: &DataType) -> DataType {
+        match t {
+            DataType::Dictionary(_, v) => layout_free(v),
+            DataType::LargeUtf8 | DataType::Utf8View => DataType::Utf8,
+            DataType::LargeBinary | DataType::BinaryView => DataType::Binary,
+            DataType::Timestamp(unit, Some(_)) => DataType::Timestamp(*unit, Some("UTC".into())),
+            t => t.clone(),
+        }
+    }
+    layout_free(a) == layout_free(b)
+}
+
 /// `true` if a column of this type can be a key column.
 pub fn is_key_type(dt: &DataType) -> bool {
     match dt {

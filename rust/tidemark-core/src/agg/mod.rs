@@ -43,6 +43,7 @@ pub use decimal::{Unscaled, WideSum};
 pub use exact::ExactSum;
 
 use crate::error::{Result, TidemarkError};
+use crate::key::same_values;
 
 /// What an aggregate computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -291,6 +292,30 @@ impl BoundAgg {
             input_type: dt,
             output_type,
         })
+    }
+
+    /// Why the partial states of `self` cannot go on under `next`, the same aggregate
+    /// bound to a later batch's schema (`None`: they can). They can where the column
+    /// is read into the same kind of state and gives the same output values: another
+    /// layout of the same type (see [`same_values`]), or another integer width for
+    /// `sum` and `mean`.
+    pub fn cannot_follow(&self, next: &BoundAgg) -> Option<String> {
+        let state = |c: Class| if c == Class::UInt { Class::Int } else { c };
+        if state(self.class) == state(next.class)
+            && same_values(&self.output_type, &next.output_type)
+        {
+            return None;
+        }
+        Some(format!(
+            "aggregate {:?} reads column {:?}, which changed type from {} to {} (the open \
+             windows hold state built from {} values): give the column one type for the \
+             whole stream, e.g. cast it before the pipeline",
+            self.spec.name,
+            self.spec.column.as_deref().unwrap_or(""),
+            self.input_type,
+            next.input_type,
+            self.input_type,
+        ))
     }
 
     /// The output field.

@@ -37,7 +37,7 @@ pub use config::{EmitMode, LatePolicy, PipelineConfig, Scope, TimeMode};
 use crate::agg::{Acc, BoundAgg, ExactSum, Input, Scalar, Unscaled, WideSum};
 use crate::clock::ClockRef;
 use crate::error::{Result, TidemarkError};
-use crate::key::{decode_key_columns, is_key_type, KeyBytes, KeyColumns, KeyRows};
+use crate::key::{decode_key_columns, is_key_type, same_values, KeyBytes, KeyColumns, KeyRows};
 use crate::state::{self, Reader, SnapshotKind, Writer};
 use crate::time::{
     parse_event_time, EventTimeType, KeyedTicks, KeyedWatermarkTracker, PartitionedWatermarkTracker,
@@ -208,6 +208,41 @@ struct Bound {
 }
 
 impl Bound {
+    /// Why the state kept under `self` cannot go on with batches bound as `next` (the
+    /// same pipeline on a later batch's schema), or `None` when it can: the key
+    /// columns hold the same values ([`same_values`]: another string layout, say),
+    /// the event time is read the same way (a timestamp may change unit or zone: its
+    /// instants are what the state keeps), and every aggregate can go on
+    /// ([`BoundAgg::cannot_follow`]). The output then takes the later batch's types.
+    fn cannot_follow(&self, next: &Bound) -> Option<String> {
+        let keys = self.out_schema.fields().iter().zip(&next.key_types);
+        for (old, new) in keys.take(self.key_types.len()) {
+            if !same_values(old.data_type(), new) {
+                return Some(format!(
+                    "key column {:?} changed type from {} to {}",
+                    old.name(),
+                    old.data_type(),
+                    new
+                ));
+            }
+        }
+        if let (Some((old, how)), Some((new, next_how))) = (&self.time_type, &next.time_type) {
+            let instants = matches!(
+                (old, new),
+                (DataType::Timestamp(_, a), DataType::Timestamp(_, b)) if a.is_some() == b.is_some()
+            );
+            if how != next_how || !(instants || same_values(old, new)) {
+                return Some(format!(
+                    "the event-time column changed type from {old} to {new}"
+                ));
+            }
+        }
+        self.aggs
+            .iter()
+            .zip(&next.aggs)
+            .find_map(|(old, new)| old.cannot_follow(new))
+    }
+
     /// The aggregates' inputs and the key columns of `batch` (no key columns: every
     /// row has the null key, one global group).
     fn inputs_and_keys(&self, batch: &RecordBatch) -> Result<(Vec<crate::agg::Input>, KeyColumns)> {
@@ -986,21 +1021,11 @@ impl Operator {
         match &self.bound {
             None => self.bound = Some(fresh),
             Some(b) => {
-                let same = b.key_types == fresh.key_types
-                    && b.time_type.as_ref().map(|t| &t.0) == fresh.time_type.as_ref().map(|t| &t.0)
-                    && b.out_schema == fresh.out_schema;
-                if !same {
-                    return Err(TidemarkError::config(
-                        "schema",
-                        format!(
-                            "the input schema changed mid-stream in a way the pipeline cannot \
-                             follow: output {} became {}",
-                            b.out_schema, fresh.out_schema
-                        ),
-                    ));
+                if let Some(why) = b.cannot_follow(&fresh) {
+                    return Err(schema_changed(&why));
                 }
-                // Column positions may move; types may not.
-                self.bound = Some(Bound { ..fresh });
+                // Column positions may move, layouts change (see Bound::cannot_follow).
+                self.bound = Some(fresh);
             }
         }
         Ok(())
@@ -2094,6 +2119,14 @@ fn read_fields(r: &mut Reader<'_>) -> Result<Option<Vec<Field>>> {
 }
 
 /// Converts window bounds (epoch microseconds) to the output's timestamp type.
+/// The error for a batch whose schema the operator's state cannot follow.
+pub(crate) fn schema_changed(why: &str) -> TidemarkError {
+    TidemarkError::config(
+        "schema",
+        format!("the input schema changed mid-stream: {why}"),
+    )
+}
+
 fn time_column(values: impl Iterator<Item = i64>, dt: &DataType) -> Result<ArrayRef> {
     let v: Vec<i64> = match dt {
         DataType::Timestamp(TimeUnit::Second, _) => {

@@ -71,14 +71,8 @@ impl RowsOperator {
     fn bind(&mut self, schema: &Schema) -> Result<Bound> {
         let b = Operator::bind(&self.cfg, schema)?;
         if let Some(old) = &self.bound {
-            if old.out_schema != b.out_schema || old.key_types != b.key_types {
-                return Err(TidemarkError::config(
-                    "schema",
-                    format!(
-                        "the input schema changed mid-stream: output {} became {}",
-                        old.out_schema, b.out_schema
-                    ),
-                ));
+            if let Some(why) = old.cannot_follow(&b) {
+                return Err(super::schema_changed(&why));
             }
         }
         self.bound = Some(b.clone());
@@ -298,6 +292,7 @@ mod tests {
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Float64Type, Int64Type, TimestampMicrosecondType};
     use arrow_array::{Float64Array, StringArray, TimestampMicrosecondArray};
+    use arrow_schema::DataType;
 
     fn cfg(n: i64) -> PipelineConfig {
         let aggs = vec![
@@ -388,6 +383,45 @@ mod tests {
         assert_eq!(op.metrics().updates_emitted, 4);
         assert_eq!(op.flush().unwrap().windows.num_rows(), 0);
         assert_eq!(op.key_count(), 2);
+    }
+
+    #[test]
+    fn a_key_goes_on_in_another_string_layout_and_other_values_are_refused() {
+        let mut op = RowsOperator::new(cfg(2)).unwrap();
+        op.process(&batch(&[("a", Some(10), 2.0)]), None).unwrap();
+        // The same key as large_string: its last rows carry over.
+        let b = batch(&[("a", Some(20), 4.0)]);
+        let large = arrow_cast::cast(b.column(0), &DataType::LargeUtf8).unwrap();
+        let b = RecordBatch::try_from_iter(vec![
+            ("k", large),
+            ("ts", b.column(1).clone()),
+            ("v", b.column(2).clone()),
+        ])
+        .unwrap();
+        let o = op.process(&b, None).unwrap();
+        assert_eq!(
+            o.windows.schema().field(0).data_type(),
+            &DataType::LargeUtf8
+        );
+        let k = arrow_cast::cast(o.windows.column(0), &DataType::Utf8).unwrap();
+        let mut cols = o.windows.columns().to_vec();
+        cols[0] = k;
+        let fields: Vec<_> = (o.windows.schema().fields().iter().zip(&cols))
+            .map(|(f, c)| f.as_ref().clone().with_data_type(c.data_type().clone()))
+            .collect();
+        let w = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).unwrap();
+        assert_eq!(out(&w), vec![("a".into(), 10, 20, 2, 3.0)]);
+        // Integer values for a mean of floats: refused, naming the aggregate.
+        let b = batch(&[("a", Some(30), 6.0)]);
+        let ints: ArrayRef = Arc::new(Int64Array::from(vec![6]));
+        let b = RecordBatch::try_from_iter(vec![
+            ("k", b.column(0).clone()),
+            ("ts", b.column(1).clone()),
+            ("v", ints),
+        ])
+        .unwrap();
+        let err = op.process(&b, None).unwrap_err().to_string();
+        assert!(err.contains("aggregate \"avg\""), "{err}");
     }
 
     #[test]

@@ -859,3 +859,138 @@ fn rows_are_listed_by_window_cell_in_arrival_order_within_a_cell() {
     let out = by_window_cell(&[0; 4], &ends, 1_000_000, 7).expect("out of order");
     assert_eq!(out.iter().map(|r| r.1).collect::<Vec<_>>(), [1, 3, 2, 0]);
 }
+
+/// `b` (a [`batch`]) with its key column cast to `key` and its event time to `time`.
+fn relaid(b: &RecordBatch, key: &DataType, time: &DataType) -> RecordBatch {
+    let k = arrow_cast::cast(b.column(0), key).unwrap();
+    let ts = arrow_cast::cast(b.column(1), time).unwrap();
+    RecordBatch::try_from_iter(vec![("k", k), ("ts", ts), ("v", b.column(2).clone())]).unwrap()
+}
+
+/// [`rows`] of windows whose key is in any string layout and whose bounds are in any
+/// timestamp unit and zone.
+fn rows_of_any_layout(out: &RecordBatch) -> Vec<(String, i64, i64, i64, Option<i64>)> {
+    let utc = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+    let mut columns = out.columns().to_vec();
+    columns[0] = arrow_cast::cast(&columns[0], &DataType::Utf8).unwrap();
+    for c in &mut columns[1..3] {
+        *c = arrow_cast::cast(c, &utc).unwrap();
+    }
+    let names = out
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect::<Vec<_>>();
+    rows(&RecordBatch::try_from_iter(names.into_iter().zip(columns)).unwrap())
+}
+
+#[test]
+fn a_stream_may_change_its_string_layout_and_time_unit_or_zone_between_batches() {
+    // Spark sends strings as large_string under one setting, polars as string_view, a
+    // Parquet reader as a dictionary; a restart may run in another session time zone.
+    let c = cfg(
+        WindowSpec::Tumbling {
+            size: 10_000,
+            offset: 0,
+        },
+        Scope::Key,
+    );
+    let batches = [
+        batch(&[("a", 1_000, 1), ("b", 3_000, 2)]),
+        batch(&[("a", 12_000, 3), ("b", 14_000, 4)]),
+        batch(&[("a", 25_000, 5), ("b", 27_000, 6), ("a", 21_000, 7)]),
+        batch(&[("a", 38_000, 8), ("b", 39_000, 9)]),
+    ];
+    let (mut plain, _) = op(c.clone());
+    let mut expect: Vec<_> = batches
+        .iter()
+        .map(|b| rows(&plain.process(b, None).unwrap().windows))
+        .collect();
+    expect.push(rows(&plain.flush().unwrap().windows));
+    assert!(expect.iter().filter(|w| !w.is_empty()).count() >= 3);
+
+    let ts = |unit, zone: &str| DataType::Timestamp(unit, Some(zone.into()));
+    let layouts = [
+        (DataType::Utf8, ts(TimeUnit::Microsecond, "UTC")),
+        (
+            DataType::LargeUtf8,
+            ts(TimeUnit::Microsecond, "Europe/Paris"),
+        ),
+        (DataType::Utf8View, ts(TimeUnit::Millisecond, "UTC")),
+        (
+            DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+            ts(TimeUnit::Nanosecond, "+05:00"),
+        ),
+    ];
+    let (mut o, clock) = op(c.clone());
+    let mut got = vec![];
+    for (i, (b, (key, time))) in batches.iter().zip(&layouts).enumerate() {
+        if i == 2 {
+            // Restored from a snapshot taken under the earlier layout.
+            let snap = o.snapshot();
+            o = Operator::restore(c.clone(), Arc::new(clock.clone()), &snap).unwrap();
+        }
+        let out = o.process(&relaid(b, key, time), None).unwrap().windows;
+        // The output takes the batch's own types.
+        assert_eq!(out.schema().field(0).data_type(), key);
+        assert_eq!(out.schema().field(1).data_type(), time);
+        got.push(rows_of_any_layout(&out));
+    }
+    got.push(rows_of_any_layout(&o.flush().unwrap().windows));
+    assert_eq!(got, expect);
+}
+
+#[test]
+fn a_change_of_values_mid_stream_is_an_error_that_names_the_column_and_loses_nothing() {
+    let aggs = vec![AggSpec::new("m", AggKind::Mean, Some("v"))];
+    let c = PipelineConfig::new(
+        &["k"],
+        "ts",
+        WindowSpec::Tumbling {
+            size: 10,
+            offset: 0,
+        },
+        aggs,
+    );
+    let ints = |rows: &[(&str, i64)], v: Vec<i64>| {
+        batch_with(rows.iter().copied(), Arc::new(Int64Array::from(v)))
+    };
+    let (mut o, _) = op(c);
+    o.process(&ints(&[("a", 1), ("a", 2)], vec![1, 2]), None)
+        .unwrap();
+    // Mean of integers keeps an integer sum: float values cannot join it.
+    let floats = batch_with(
+        [("a", 3)].into_iter(),
+        Arc::new(Float64Array::from(vec![1.5])),
+    );
+    let err = o.process(&floats, None).unwrap_err().to_string();
+    assert!(
+        err.contains("aggregate \"m\"") && err.contains("\"v\"") && err.contains("Float64"),
+        "{err}"
+    );
+    // A time zone on one side only: another kind of time, not another layout.
+    let naive = DataType::Timestamp(TimeUnit::Microsecond, None);
+    let b = ints(&[("a", 4)], vec![4]);
+    let err = o
+        .process(&relaid(&b, &DataType::Utf8, &naive), None)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("event-time column"), "{err}");
+    // A key column of other values (numbers, not strings).
+    let b = RecordBatch::try_from_iter(vec![
+        ("k", Arc::new(Int64Array::from(vec![7])) as ArrayRef),
+        ("ts", b.column(1).clone()),
+        ("v", b.column(2).clone()),
+    ])
+    .unwrap();
+    let err = o.process(&b, None).unwrap_err().to_string();
+    assert!(err.contains("key column \"k\""), "{err}");
+    // The rejected batches changed nothing: the state goes on with integers.
+    o.process(&ints(&[("a", 6)], vec![6]), None).unwrap();
+    let out = o.flush().unwrap().windows;
+    let m = out
+        .column(3)
+        .as_primitive::<arrow_array::types::Float64Type>();
+    assert_eq!((out.num_rows(), m.value(0)), (1, 3.0));
+}
