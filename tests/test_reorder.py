@@ -229,6 +229,21 @@ def test_bad_arguments() -> None:
         r.process(pa.table({"ts": [2]}))
 
 
+def test_held_rows_go_on_in_a_later_batchs_string_layout() -> None:
+    """A pyarrow table, then a polars frame (string views): the rows held come out in
+    the frame's layout, in order; a column of other values is refused by name."""
+    r = reorder("2s")
+    first = batch([5_000, 1_000]).append_column("who", pa.array(["e", "a"]))
+    assert r.process(first).rows.column("id").to_pylist() == [1]
+    frame = pl.from_arrow(batch([9_000, 4_000], [2, 3]).append_column("who", pa.array(["i", "d"])))
+    out = r.process(frame)
+    assert out.rows.schema.field("who").type == pa.string_view()
+    assert out.rows.column("who").to_pylist() == ["d", "e"]
+    with pytest.raises(tm.ConfigError, match='column "who" changed type'):
+        r.process(batch([10_000]).append_column("who", pa.array([1])))
+    assert r.flush().rows.column("who").to_pylist() == ["i"]
+
+
 # --- properties ------------------------------------------------------------------
 
 

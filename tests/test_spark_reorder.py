@@ -160,6 +160,39 @@ def test_streaming_reorder_keeps_the_buffer_and_replays_exactly(
         other(spark.read.parquet(str(inp / "part-00000.parquet")), 9)
 
 
+@pytest.mark.parametrize("on_driver", [None, False])
+def test_a_restarted_reorder_stream_goes_on_with_large_strings(
+    spark: Any, tmp_path: Path, on_driver: bool | None
+) -> None:
+    """The rows held by a stream stopped with strings as ``string`` come out after a
+    restart under ``useLargeVarTypes``, in order, as one local operator gives them."""
+    batches = arrivals()
+    got: list[int] = []
+    dfs = [spark.createDataFrame(t) for t in batches]
+
+    def stream() -> ReorderStream:
+        return ReorderStream(
+            tm.Reorder("ts", "unixtimestamp_ms", late_tolerance="3s"),
+            str(tmp_path / "state"),
+            num_partitions=1,
+            sink=lambda df, _b: got.extend(r.seq for r in df.collect()),
+            on_driver=on_driver,
+        )
+
+    rs = stream()
+    try:
+        for i, df in enumerate(dfs):
+            if i == 2:
+                spark.conf.set("spark.sql.execution.arrow.useLargeVarTypes", "true")
+                rs = stream()
+            rs(df, i)
+        rs.flush(spark, dfs[0].schema)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.useLargeVarTypes")
+    want, late = local(batches)
+    assert got == want and late == [10_000]
+
+
 @pytest.mark.parametrize("on_driver", [None, True], ids=["shuffled", "driver"])
 def test_streaming_reorder_with_an_empty_partition_and_the_default_time_zone(
     spark: Any, tmp_path: Path, on_driver: bool | None

@@ -39,6 +39,7 @@ use arrow_buffer::ScalarBuffer;
 use arrow_schema::SchemaRef;
 
 use crate::error::{Result, TidemarkError};
+use crate::key::same_values;
 use crate::pipeline::{error_batch, take_rows, LatePolicy};
 use crate::state::{self, Reader, SnapshotKind, Writer};
 use crate::time::{parse_event_time, EventTimeType, BUILTIN_EVENT_TIME_TYPES};
@@ -265,13 +266,7 @@ impl ReorderOperator {
     pub fn bind(&mut self, schema: &SchemaRef) -> Result<()> {
         if let Some(bound) = &self.schema {
             if bound.fields() != schema.fields() {
-                return Err(TidemarkError::config(
-                    "schema",
-                    format!(
-                        "the input schema changed mid-stream: the operator holds rows of \
-                         {bound:?}, this batch is {schema:?}; flush and start a new operator"
-                    ),
-                ));
+                self.relayout(schema)?;
             }
             return Ok(());
         }
@@ -289,6 +284,81 @@ impl ReorderOperator {
                 schema.field(i).data_type(),
                 false,
             )?);
+        }
+        self.schema = Some(schema.clone());
+        Ok(())
+    }
+
+    /// Binds a batch whose columns hold the values of the bound ones in another Arrow
+    /// layout (see [`same_values`]: a string column as `large_string`, an event time
+    /// in another zone): the rows held take the batch's layout, as the rows released
+    /// with them must. Any other change is an error, and leaves the operator as it was.
+    fn relayout(&mut self, schema: &SchemaRef) -> Result<()> {
+        let bound = self.schema.as_ref().expect("bound");
+        let changed = |why: String| {
+            TidemarkError::config(
+                "schema",
+                format!(
+                    "the input schema changed mid-stream: {why}; the operator holds rows of \
+                     the first schema: flush it and start a new operator"
+                ),
+            )
+        };
+        let (old, new) = (bound.fields(), schema.fields());
+        if old.len() != new.len() || old.iter().zip(new).any(|(a, b)| a.name() != b.name()) {
+            let names = |f: &arrow_schema::Fields| {
+                f.iter()
+                    .map(|f| f.name().as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            return Err(changed(format!(
+                "its columns were {}, this batch's are {}",
+                names(old),
+                names(new)
+            )));
+        }
+        for (a, b) in old.iter().zip(new) {
+            if !same_values(a.data_type(), b.data_type()) || a.is_nullable() != b.is_nullable() {
+                let null = |f: &arrow_schema::Field| if f.is_nullable() { "" } else { " not null" };
+                return Err(changed(format!(
+                    "column {:?} changed type from {}{} to {}{}",
+                    a.name(),
+                    a.data_type(),
+                    null(a),
+                    b.data_type(),
+                    null(b)
+                )));
+            }
+        }
+        if let Some(ty) = self.time_type {
+            let i = schema.index_of(&self.cfg.event_time).expect("same names");
+            let t = schema.field(i).data_type();
+            let next = EventTimeType::resolve(
+                self.cfg.event_time_type.as_deref(),
+                &self.cfg.event_time,
+                t,
+                false,
+            )?;
+            if next != ty {
+                return Err(changed(format!(
+                    "the event-time column {:?} is now read as {next:?}, not {ty:?}",
+                    self.cfg.event_time
+                )));
+            }
+        }
+        let runs = self
+            .runs
+            .iter()
+            .map(|r| {
+                let columns = (r.batch.columns().iter().zip(new))
+                    .map(|(c, f)| arrow_cast::cast(c, f.data_type()))
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                Ok(RecordBatch::try_new(schema.clone(), columns)?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for (run, batch) in self.runs.iter_mut().zip(runs) {
+            run.batch = batch;
         }
         self.schema = Some(schema.clone());
         Ok(())

@@ -173,6 +173,47 @@ fn timestamp_columns_and_other_columns_pass_through_unchanged() {
 }
 
 #[test]
+fn held_rows_take_a_later_batchs_string_layout_and_time_zone() {
+    let batch_in = |ts: Vec<i64>, names: Vec<&str>, name: DataType, zone: &str| {
+        let t: ArrayRef = Arc::new(TimestampMicrosecondArray::from(ts).with_timezone(zone));
+        let n: ArrayRef = Arc::new(StringArray::from(names));
+        let n = arrow_cast::cast(&n, &name).unwrap();
+        RecordBatch::try_from_iter(vec![("t", t), ("name", n)]).unwrap()
+    };
+    let mut r = ReorderOperator::new(ReorderConfig::new("t", 10)).unwrap();
+    let out = r
+        .process(
+            &batch_in(vec![30, 10], vec!["c", "a"], DataType::Utf8, "UTC"),
+            None,
+        )
+        .unwrap();
+    assert_eq!(out.rows.num_rows(), 1); // 10 released at watermark 20; 30 held
+                                        // Restored, then a batch of large strings in another zone: the held row comes out
+                                        // with the batch's rows, in its layout.
+    let mut r = ReorderOperator::restore(r.config().clone(), &r.snapshot().unwrap()).unwrap();
+    let b = batch_in(
+        vec![25, 50],
+        vec!["b", "d"],
+        DataType::LargeUtf8,
+        "Asia/Tokyo",
+    );
+    let out = r.process(&b, None).unwrap();
+    assert_eq!(out.rows.schema(), b.schema());
+    let names = arrow_cast::cast(out.rows.column(1), &DataType::Utf8).unwrap();
+    let names: Vec<_> = names.as_string::<i32>().iter().flatten().collect();
+    assert_eq!(names, vec!["b", "c"]);
+    // Another kind of values is refused by name, and changes nothing.
+    let ints: ArrayRef = Arc::new(Int64Array::from(vec![7]));
+    let t: ArrayRef = Arc::new(TimestampMicrosecondArray::from(vec![60]).with_timezone("UTC"));
+    let bad = RecordBatch::try_from_iter(vec![("t", t), ("name", ints)]).unwrap();
+    let e = r.process(&bad, None).unwrap_err().to_string();
+    assert!(e.contains("column \"name\" changed type"), "{e}");
+    let out = r.flush().unwrap();
+    assert_eq!(out.rows.schema(), b.schema());
+    assert_eq!(out.rows.num_rows(), 1);
+}
+
+#[test]
 fn snapshot_restores_the_buffer_and_rejects_other_configurations() {
     let mut r = op(5_000, LatePolicy::Drop);
     r.process(&batch(&[(Some(9_000), 0), (Some(4_000), 1)]), None)
