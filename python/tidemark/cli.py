@@ -66,23 +66,81 @@ def _partitions_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+_SCENARIO_FLAGS = {
+    "skew": "skew",
+    "delayed_fraction": "delayed_fraction",
+    "delayed_selection": "delayed_selection",
+    "jitter": "jitter_s",
+    "burst_on": "burst_on_fraction",
+    "burst_period": "burst_period_s",
+    "duration": "duration_s",
+    "seed": "seed",
+}
+"""``tidemark accuracy`` flags of a scenario of one's own, and the ``StreamSpec``
+fields they set (``--delay-range`` sets two)."""
+
+
+def _seconds(value: str, flag: str) -> float:
+    from tidemark._duration import to_micros
+
+    return to_micros(value, flag) / 1e6
+
+
+def _scenario(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``StreamSpec`` fields the scenario flags set (empty: none given). Raises
+    ``ConfigError`` naming the flag for a duration that does not parse."""
+    from tidemark.errors import ConfigError
+
+    got: dict[str, Any] = {}
+    for flag, field in _SCENARIO_FLAGS.items():
+        value = getattr(args, flag)
+        if value is None:
+            continue
+        name = "--" + flag.replace("_", "-")
+        if field.endswith("_s"):
+            value = _seconds(value, name)
+        got[field] = value
+    if args.delay_range is not None:
+        lo, sep, hi = args.delay_range.partition(",")
+        if not sep:
+            raise ConfigError(f"--delay-range: expected MIN,MAX such as 30s,5m, got {lo!r}")
+        got["delay_min_s"] = _seconds(lo.strip(), "--delay-range")
+        got["delay_max_s"] = _seconds(hi.strip(), "--delay-range")
+    return got
+
+
+def _describe(fields: dict[str, Any]) -> str:
+    """A scenario's label from the fields its flags set."""
+    parts = []
+    for field, value in fields.items():
+        shown = f"{value:g}" if isinstance(value, float) else str(value)
+        parts.append(f"{field}={shown}")
+    return "your scenario: " + ", ".join(parts)
+
+
 def _accuracy(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from tidemark.accuracy import compare_compact, render_accuracy, run_scenarios
-    from tidemark.datagen import StreamSpec
+    from tidemark.datagen import StreamSpec, check_spec
 
     console = _console()
+    custom = _scenario(args)
     if args.compact:
         spec = StreamSpec(
             keys=args.keys or 1_000_000, events=args.events or 4_000_000, skew=1.0, jitter_s=10.0
         )
+        spec = replace(spec, **custom)
+        check_spec(spec)
         with console.status(
             f"exact vs compact tracker on {spec.keys:,} keys, {spec.events:,} events..."
         ):
             c = compare_compact(spec, exact_keys=args.exact_keys, bounded_delay=args.bounded_delay)
         console.print(
             f"{c.keys:,} keys ({c.distinct_keys:,} of them with events; HyperLogLog estimate "
-            f"{c.estimated_distinct_keys:,.0f}), {c.events:,} events, jitter up to 10 s, "
-            f"bounded delay {args.bounded_delay}; compact tracker with {c.exact_keys:,} exact slots"
+            f"{c.estimated_distinct_keys:,.0f}), {c.events:,} events, jitter up to "
+            f"{spec.jitter_s:g} s, bounded delay {args.bounded_delay}; compact tracker with "
+            f"{c.exact_keys:,} exact slots"
         )
         console.print(
             f"late events: exact {c.exact_late:,}, compact {c.compact_late:,}; "
@@ -96,8 +154,14 @@ def _accuracy(args: argparse.Namespace) -> int:
             f"compact {c.compact_bytes / 2**20:,.1f} MiB (keys' bytes included); {c.seconds:.1f}s"
         )
         return 0
+    scenarios = None
+    if custom:
+        spec = replace(StreamSpec(), **custom)
+        check_spec(spec)
+        scenarios = {_describe(custom): spec}
     render_accuracy(
         run_scenarios(
+            scenarios,
             events=args.events,
             keys=args.keys,
             bounded_delay=args.bounded_delay,
@@ -216,6 +280,35 @@ def build_parser() -> argparse.ArgumentParser:
     acc.add_argument(
         "--exact-keys", type=int, default=10_000, help="exact slots of the compact tracker"
     )
+    own = acc.add_argument_group(
+        "a scenario of your own",
+        "Any of these runs one scenario, the defaults of the table's first row (even rates, "
+        "50%% of the keys delayed, delays 30s-5m, jitter 2s, always active, 1h of event "
+        "time) with the values given, instead of the table. With --compact, they change "
+        "the stream of the comparison.",
+    )
+    own.add_argument("--skew", type=float, help="Zipf exponent of per-key rates (0: even)")
+    own.add_argument(
+        "--delayed-fraction", type=float, help="share of keys late as a block (0 to 1)"
+    )
+    own.add_argument(
+        "--delayed-selection",
+        choices=["random", "median"],
+        help="which keys are delayed: random ones, or those of median rate",
+    )
+    own.add_argument(
+        "--delay-range", metavar="MIN,MAX", help="a delayed key's delay, uniform (e.g. 30s,5m)"
+    )
+    own.add_argument("--jitter", help="every event's extra delay, uniform up to this (e.g. 2s)")
+    own.add_argument(
+        "--burst-on",
+        type=float,
+        metavar="FRACTION",
+        help="share of time a key sends (1: always; below 1: on/off bursts)",
+    )
+    own.add_argument("--burst-period", help="length of one on/off cycle (e.g. 10m)")
+    own.add_argument("--duration", help="event-time span of the stream (e.g. 1h)")
+    own.add_argument("--seed", type=int, help="random seed")
     acc.set_defaults(func=_accuracy)
 
     crash = sub.add_parser(
@@ -259,8 +352,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tidemark`` command."""
-    args = build_parser().parse_args(argv)
-    code: int = args.func(args)
+    from tidemark.errors import ConfigError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except ConfigError as e:
+        parser.error(str(e))  # exits 2, as for a bad flag
     return code
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["StreamSpec", "batches", "multi_tenant_stream", "tenant_names"]
+__all__ = ["StreamSpec", "batches", "check_spec", "multi_tenant_stream", "tenant_names"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,54 @@ def tenant_names(keys: int) -> pa.Array:
     return pa.array([f"tenant-{i:07d}" for i in range(keys)], pa.string())
 
 
+def check_spec(spec: StreamSpec) -> None:
+    """Raises :class:`tidemark.ConfigError` (a ``ValueError``) naming the first field
+    of ``spec`` that :func:`multi_tenant_stream` cannot use.
+
+    Examples
+    --------
+    >>> from tidemark.datagen import StreamSpec, check_spec
+    >>> check_spec(StreamSpec(burst_on_fraction=0.0))
+    Traceback (most recent call last):
+    ...
+    tidemark.errors.ConfigError: burst_on_fraction must be above 0 and at most 1, got 0.0
+    """
+    from tidemark.errors import ConfigError
+
+    problems = [
+        (spec.keys >= 1, "keys must be at least 1", spec.keys),
+        (spec.events >= 0, "events must not be negative", spec.events),
+        (spec.duration_s > 0, "duration_s must be positive", spec.duration_s),
+        (spec.skew >= 0, "skew must not be negative", spec.skew),
+        (
+            0.0 <= spec.delayed_fraction <= 1.0,
+            "delayed_fraction must be between 0 and 1",
+            spec.delayed_fraction,
+        ),
+        (
+            spec.delayed_selection in ("random", "median"),
+            "delayed_selection must be 'random' or 'median'",
+            spec.delayed_selection,
+        ),
+        (spec.delay_min_s >= 0, "delay_min_s must not be negative", spec.delay_min_s),
+        (
+            spec.delay_max_s >= spec.delay_min_s,
+            f"delay_max_s must be >= delay_min_s ({spec.delay_min_s:g})",
+            spec.delay_max_s,
+        ),
+        (spec.jitter_s >= 0, "jitter_s must not be negative", spec.jitter_s),
+        (
+            0.0 < spec.burst_on_fraction <= 1.0,
+            "burst_on_fraction must be above 0 and at most 1",
+            spec.burst_on_fraction,
+        ),
+        (spec.burst_period_s > 0, "burst_period_s must be positive", spec.burst_period_s),
+    ]
+    for ok, why, value in problems:
+        if not ok:
+            raise ConfigError(f"{why}, got {value!r}")
+
+
 def multi_tenant_stream(spec: StreamSpec) -> pa.Table:
     """A multi-tenant event stream in arrival order.
 
@@ -84,10 +132,7 @@ def multi_tenant_stream(spec: StreamSpec) -> pa.Table:
     """
     import numpy as np
 
-    if not 0.0 <= spec.delayed_fraction <= 1.0:
-        raise ValueError("delayed_fraction must be between 0 and 1")
-    if spec.delay_max_s < spec.delay_min_s:
-        raise ValueError("delay_max_s must be >= delay_min_s")
+    check_spec(spec)
     rng = np.random.default_rng(spec.seed)
     n, k = spec.events, spec.keys
 
@@ -105,7 +150,7 @@ def multi_tenant_stream(spec: StreamSpec) -> pa.Table:
     elif spec.delayed_selection == "random":
         delayed_ranks = rng.choice(k, size=n_delayed, replace=False)
     else:
-        raise ValueError("delayed_selection must be 'random' or 'median'")
+        raise AssertionError("checked by check_spec")
     delay_s = np.zeros(k)
     delay_s[key_of_rank[delayed_ranks]] = rng.uniform(spec.delay_min_s, spec.delay_max_s, n_delayed)
     is_delayed = np.zeros(k, dtype=bool)
