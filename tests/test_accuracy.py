@@ -113,11 +113,12 @@ def test_the_cli_runs_a_scenario_of_ones_own(capsys: pytest.CaptureFixture[str])
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--burst-on", "0"], "burst_on_fraction must be above 0"),
-        (["--delay-range", "5m,30s"], "delay_max_s must be >= delay_min_s"),
+        (["--burst-on", "0"], "--burst-on: burst_on_fraction must be above 0"),
+        (["--delay-range", "5m,30s"], "--delay-range: delay_max_s must be >= delay_min_s"),
         (["--delay-range", "30s"], "expected MIN,MAX"),
         (["--jitter", "soon"], "--jitter"),
-        (["--delayed-fraction", "1.5"], "delayed_fraction must be between 0 and 1"),
+        (["--delayed-fraction", "1.5"], "--delayed-fraction: delayed_fraction must be"),
+        (["--keys", "0"], "--keys: keys must be at least 1"),
         (["--bounded-delay=-1s"], "bounded_delay"),
     ],
 )

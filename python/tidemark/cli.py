@@ -109,6 +109,21 @@ def _scenario(args: argparse.Namespace) -> dict[str, Any]:
     return got
 
 
+def _check_flags(spec: Any) -> None:
+    """``datagen.check_spec``, its error led by the flag that set the field."""
+    from tidemark.datagen import check_spec
+    from tidemark.errors import ConfigError
+
+    flags = {field: "--" + flag.replace("_", "-") for flag, field in _SCENARIO_FLAGS.items()}
+    flags.update(delay_min_s="--delay-range", delay_max_s="--delay-range")
+    flags.update(keys="--keys", events="--events")
+    try:
+        check_spec(spec)
+    except ConfigError as e:
+        field = str(e).split(" ", 1)[0]
+        raise ConfigError(f"{flags[field]}: {e}" if field in flags else str(e)) from None
+
+
 def _describe(fields: dict[str, Any]) -> str:
     """A scenario's label from the fields its flags set."""
     parts = []
@@ -122,16 +137,15 @@ def _accuracy(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from tidemark.accuracy import compare_compact, render_accuracy, run_scenarios
-    from tidemark.datagen import StreamSpec, check_spec
+    from tidemark.datagen import StreamSpec
 
     console = _console()
     custom = _scenario(args)
+    size = {k: v for k, v in (("keys", args.keys), ("events", args.events)) if v is not None}
     if args.compact:
-        spec = StreamSpec(
-            keys=args.keys or 1_000_000, events=args.events or 4_000_000, skew=1.0, jitter_s=10.0
-        )
-        spec = replace(spec, **custom)
-        check_spec(spec)
+        spec = StreamSpec(keys=1_000_000, events=4_000_000, skew=1.0, jitter_s=10.0)
+        spec = replace(spec, **size, **custom)
+        _check_flags(spec)
         with console.status(
             f"exact vs compact tracker on {spec.keys:,} keys, {spec.events:,} events..."
         ):
@@ -155,10 +169,9 @@ def _accuracy(args: argparse.Namespace) -> int:
         )
         return 0
     scenarios = None
+    _check_flags(replace(StreamSpec(), **size, **custom))
     if custom:
-        spec = replace(StreamSpec(), **custom)
-        check_spec(spec)
-        scenarios = {_describe(custom): spec}
+        scenarios = {_describe(custom): replace(StreamSpec(), **custom)}
     render_accuracy(
         run_scenarios(
             scenarios,
