@@ -99,6 +99,14 @@ def test_the_compact_tracker_errs_as_documented() -> None:
     assert more.compact_bytes < 1.1 * wide.compact_bytes
 
 
+def test_an_empty_stream_is_an_error_not_a_division_by_zero() -> None:
+    empty = multi_tenant_stream(StreamSpec(events=0))
+    with pytest.raises(tm.ConfigError, match="no events"):
+        measure_accuracy(empty)
+    with pytest.raises(tm.ConfigError, match="no events"):
+        compare_compact(StreamSpec(keys=10, events=0))
+
+
 def test_the_cli_runs_a_scenario_of_ones_own(capsys: pytest.CaptureFixture[str]) -> None:
     flags = ["--skew", "1.2", "--delayed-fraction", "0.3", "--delay-range", "10s,1m"]
     flags += ["--jitter", "500ms", "--burst-on", "0.5", "--burst-period", "5m", "--seed", "7"]
@@ -119,6 +127,8 @@ def test_the_cli_runs_a_scenario_of_ones_own(capsys: pytest.CaptureFixture[str])
         (["--jitter", "soon"], "--jitter"),
         (["--delayed-fraction", "1.5"], "--delayed-fraction: delayed_fraction must be"),
         (["--keys", "0"], "--keys: keys must be at least 1"),
+        (["--events", "0"], "--events: events must be at least 1 to measure"),
+        (["--compact", "--events", "0"], "--events: events must be at least 1"),
         (["--bounded-delay=-1s"], "bounded_delay"),
     ],
 )

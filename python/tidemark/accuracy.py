@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from tidemark._duration import Duration, to_micros
 from tidemark.datagen import StreamSpec, batches, multi_tenant_stream
+from tidemark.errors import ConfigError
 from tidemark.watermarks import CompactKeyedWatermarkTracker, KeyedWatermarkTracker
 
 __all__ = [
@@ -58,6 +59,8 @@ def measure_accuracy(
     """Replays ``stream`` (arrival order) in micro-batches through a global and a
     per-key watermark and returns the share of events each keeps."""
     delay = to_micros(bounded_delay, "bounded_delay")
+    if stream.num_rows == 0:
+        raise ConfigError("measure_accuracy: the stream has no events to measure")
     started = time.perf_counter()
     global_wm = KeyedWatermarkTracker(bounded_delay=delay)
     keyed = KeyedWatermarkTracker(bounded_delay=delay)
@@ -154,6 +157,8 @@ def compare_compact(
     """Runs the exact and the compact tracker side by side on one stream."""
     spec = spec or StreamSpec(keys=1_000_000, events=4_000_000, skew=1.0, jitter_s=10.0)
     stream = multi_tenant_stream(spec)
+    if stream.num_rows == 0:
+        raise ConfigError("compare_compact: the stream has no events to compare on")
     delay = to_micros(bounded_delay, "bounded_delay")
     exact = KeyedWatermarkTracker(bounded_delay=delay)
     compact = CompactKeyedWatermarkTracker(

@@ -119,6 +119,8 @@ def _check_flags(spec: Any) -> None:
     flags.update(keys="--keys", events="--events")
     try:
         check_spec(spec)
+        if spec.events < 1:
+            raise ConfigError(f"events must be at least 1 to measure, got {spec.events}")
     except ConfigError as e:
         field = str(e).split(" ", 1)[0]
         raise ConfigError(f"{flags[field]}: {e}" if field in flags else str(e)) from None
