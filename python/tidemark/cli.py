@@ -110,20 +110,21 @@ def _scenario(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _check_flags(spec: Any) -> None:
-    """``datagen.check_spec``, its error led by the flag that set the field."""
-    from tidemark.datagen import check_spec
+    """Raises ``ConfigError`` for a stream the accuracy benchmark cannot measure
+    (``datagen.spec_problem``, or no events), led by the flag that set the field."""
+    from tidemark.datagen import spec_problem
     from tidemark.errors import ConfigError
 
+    problem = spec_problem(spec)
+    if problem is None and spec.events < 1:
+        problem = ("events", f"events must be at least 1 to measure, got {spec.events}")
+    if problem is None:
+        return
+    field, why = problem
     flags = {field: "--" + flag.replace("_", "-") for flag, field in _SCENARIO_FLAGS.items()}
     flags.update(delay_min_s="--delay-range", delay_max_s="--delay-range")
     flags.update(keys="--keys", events="--events")
-    try:
-        check_spec(spec)
-        if spec.events < 1:
-            raise ConfigError(f"events must be at least 1 to measure, got {spec.events}")
-    except ConfigError as e:
-        field = str(e).split(" ", 1)[0]
-        raise ConfigError(f"{flags[field]}: {e}" if field in flags else str(e)) from None
+    raise ConfigError(f"{flags[field]}: {why}")
 
 
 def _describe(fields: dict[str, Any]) -> str:

@@ -11,12 +11,20 @@ Everything is vectorised with numpy and seeded, so a run is reproducible.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["StreamSpec", "batches", "check_spec", "multi_tenant_stream", "tenant_names"]
+__all__ = [
+    "StreamSpec",
+    "batches",
+    "check_spec",
+    "multi_tenant_stream",
+    "spec_problem",
+    "tenant_names",
+]
 
 
 @dataclass(frozen=True)
@@ -68,9 +76,44 @@ def tenant_names(keys: int) -> pa.Array:
     return pa.array([f"tenant-{i:07d}" for i in range(keys)], pa.string())
 
 
+_RULES: list[tuple[str, str, Callable[[StreamSpec], bool]]] = [
+    ("keys", "must be at least 1", lambda s: s.keys >= 1),
+    ("events", "must not be negative", lambda s: s.events >= 0),
+    ("duration_s", "must be positive", lambda s: s.duration_s > 0),
+    ("skew", "must not be negative", lambda s: s.skew >= 0),
+    ("delayed_fraction", "must be between 0 and 1", lambda s: 0 <= s.delayed_fraction <= 1),
+    (
+        "delayed_selection",
+        "must be 'random' or 'median'",
+        lambda s: s.delayed_selection in ("random", "median"),
+    ),
+    ("delay_min_s", "must not be negative", lambda s: s.delay_min_s >= 0),
+    ("delay_max_s", "must be >= delay_min_s", lambda s: s.delay_max_s >= s.delay_min_s),
+    ("jitter_s", "must not be negative", lambda s: s.jitter_s >= 0),
+    ("burst_on_fraction", "must be above 0 and at most 1", lambda s: 0 < s.burst_on_fraction <= 1),
+    ("burst_period_s", "must be positive", lambda s: s.burst_period_s > 0),
+]
+
+
+def spec_problem(spec: StreamSpec) -> tuple[str, str] | None:
+    """The first field of ``spec`` that :func:`multi_tenant_stream` cannot use, and
+    why (``None``: every field is usable).
+
+    Examples
+    --------
+    >>> from tidemark.datagen import StreamSpec, spec_problem
+    >>> spec_problem(StreamSpec(delay_min_s=60, delay_max_s=30))
+    ('delay_max_s', 'delay_max_s must be >= delay_min_s, got 30')
+    """
+    for field, rule, ok in _RULES:
+        if not ok(spec):
+            return field, f"{field} {rule}, got {getattr(spec, field)!r}"
+    return None
+
+
 def check_spec(spec: StreamSpec) -> None:
     """Raises :class:`tidemark.ConfigError` (a ``ValueError``) naming the first field
-    of ``spec`` that :func:`multi_tenant_stream` cannot use.
+    of ``spec`` that :func:`multi_tenant_stream` cannot use (see :func:`spec_problem`).
 
     Examples
     --------
@@ -82,38 +125,9 @@ def check_spec(spec: StreamSpec) -> None:
     """
     from tidemark.errors import ConfigError
 
-    problems = [
-        (spec.keys >= 1, "keys must be at least 1", spec.keys),
-        (spec.events >= 0, "events must not be negative", spec.events),
-        (spec.duration_s > 0, "duration_s must be positive", spec.duration_s),
-        (spec.skew >= 0, "skew must not be negative", spec.skew),
-        (
-            0.0 <= spec.delayed_fraction <= 1.0,
-            "delayed_fraction must be between 0 and 1",
-            spec.delayed_fraction,
-        ),
-        (
-            spec.delayed_selection in ("random", "median"),
-            "delayed_selection must be 'random' or 'median'",
-            spec.delayed_selection,
-        ),
-        (spec.delay_min_s >= 0, "delay_min_s must not be negative", spec.delay_min_s),
-        (
-            spec.delay_max_s >= spec.delay_min_s,
-            f"delay_max_s must be >= delay_min_s ({spec.delay_min_s:g})",
-            spec.delay_max_s,
-        ),
-        (spec.jitter_s >= 0, "jitter_s must not be negative", spec.jitter_s),
-        (
-            0.0 < spec.burst_on_fraction <= 1.0,
-            "burst_on_fraction must be above 0 and at most 1",
-            spec.burst_on_fraction,
-        ),
-        (spec.burst_period_s > 0, "burst_period_s must be positive", spec.burst_period_s),
-    ]
-    for ok, why, value in problems:
-        if not ok:
-            raise ConfigError(f"{why}, got {value!r}")
+    problem = spec_problem(spec)
+    if problem is not None:
+        raise ConfigError(problem[1])
 
 
 def multi_tenant_stream(spec: StreamSpec) -> pa.Table:

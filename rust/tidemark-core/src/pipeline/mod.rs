@@ -2118,7 +2118,6 @@ fn read_fields(r: &mut Reader<'_>) -> Result<Option<Vec<Field>>> {
     Ok(Some(fields))
 }
 
-/// Converts window bounds (epoch microseconds) to the output's timestamp type.
 /// The error for a batch whose schema the operator's state cannot follow.
 pub(crate) fn schema_changed(why: &str) -> TidemarkError {
     TidemarkError::config(
@@ -2127,6 +2126,7 @@ pub(crate) fn schema_changed(why: &str) -> TidemarkError {
     )
 }
 
+/// Converts window bounds (epoch microseconds) to the output's timestamp type.
 fn time_column(values: impl Iterator<Item = i64>, dt: &DataType) -> Result<ArrayRef> {
     let v: Vec<i64> = match dt {
         DataType::Timestamp(TimeUnit::Second, _) => {
