@@ -873,3 +873,25 @@ def test_a_window_of_allowed_lateness_counts_every_row_spark_would(
         got[(w["k"], int(w["window_start"].timestamp()))] = w["n"]
     for window, n in spark_rule.items():
         assert got.get(window, 0) >= n, (window, got, spark_rule)
+
+
+@pytest.mark.parametrize(
+    "window, cores",
+    [(tm.Tumbling("10s"), 1), (tm.Tumbling("10s"), 2), (tm.Session("5s"), 1), (tm.Rows(2), 1)],
+)
+def test_every_call_returns_late_and_error_rows_in_one_schema(window: Any, cores: int) -> None:
+    # A user collects every call's late and error rows into one table (or one Parquet
+    # dataset): process, tick and flush must agree on the columns, `reason` included.
+    pipe = simple(window=window, aggs={"n": tm.count()}, emit="on_update")
+    op = pipe.operator(cores=cores)
+    data = events([("a", 1, 1.0), ("b", 2, 2.0), ("a", 40, 3.0)]).append_column(
+        "bad", pa.array([None, None, None], pa.int64())
+    )
+    late = events([("a", 0, 9.0)]).append_column("bad", pa.array([None], pa.int64()))
+    outs = [op.process(data), op.process(late), op.tick(), op.flush()]
+    if not isinstance(window, tm.Rows):
+        assert outs[1].late.num_rows == 1
+    all_late = pa.concat_tables([o.late for o in outs])
+    all_errors = pa.concat_tables([o.errors for o in outs])
+    assert all_late.column_names == ["device_id", "event_time", "value", "bad"]
+    assert all_errors.column_names == ["device_id", "event_time", "value", "bad", "reason"]

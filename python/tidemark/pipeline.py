@@ -216,7 +216,12 @@ class Output(NamedTuple):
     late: pa.Table
     """Late input rows, with the input's columns."""
     errors: pa.Table
-    """Input rows that could not be processed, with a ``reason`` column."""
+    """Input rows that could not be processed, with a ``reason`` column.
+
+    Every call gives ``late`` and ``errors`` in the schemas of the latest batch, even
+    empty (a ``flush`` reads no rows): the outputs of a stream's calls concatenate.
+    Before any batch there is no schema yet (tables without columns); after a restore
+    from a snapshot, until the next batch, they hold the columns the pipeline reads."""
 
 
 def _window_dict(window: Any) -> dict[str, Any]:

@@ -205,9 +205,21 @@ struct Bound {
     out_schema: SchemaRef,
     /// The input fields the pipeline reads (stored in snapshots to re-bind).
     used_fields: Vec<Field>,
+    /// The schema bound: the latest batch's (after a restore with no batch since,
+    /// `used_fields`). Late and error rows carry its columns.
+    input: SchemaRef,
 }
 
 impl Bound {
+    /// The late and error outputs of a call that reads no rows (a flush): empty, in
+    /// the schemas a call with rows gives them (the input's columns; the errors with
+    /// their `reason` column too).
+    fn no_rejects(&self) -> Result<(RecordBatch, RecordBatch)> {
+        let late = RecordBatch::new_empty(self.input.clone());
+        let errors = error_batch(&late, &[])?;
+        Ok((late, errors))
+    }
+
     /// Why the state kept under `self` cannot go on with batches bound as `next` (the
     /// same pipeline on a later batch's schema), or `None` when it can: the key
     /// columns hold the same values ([`same_values`]: another string layout, say),
@@ -1012,6 +1024,7 @@ impl Operator {
             bound_type,
             out_schema: Arc::new(Schema::new(fields)),
             used_fields,
+            input: Arc::new(schema.clone()),
         })
     }
 
@@ -1805,11 +1818,11 @@ impl Operator {
         }
         self.timers.clear();
         let windows = self.build_windows(&bound)?;
-        let empty = Arc::new(Schema::new(bound.used_fields.clone()));
+        let (late, errors) = bound.no_rejects()?;
         Ok(Output {
             windows,
-            late: RecordBatch::new_empty(empty.clone()),
-            errors: RecordBatch::new_empty(empty),
+            late,
+            errors,
         })
     }
 

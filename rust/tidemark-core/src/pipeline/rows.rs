@@ -188,15 +188,19 @@ impl RowsOperator {
 
     /// End of input: nothing is pending (every row was emitted when it arrived).
     pub fn flush(&mut self) -> Result<Output> {
-        let empty = match &self.bound {
-            Some(b) => RecordBatch::new_empty(b.out_schema.clone()),
-            None => RecordBatch::new_empty(Arc::new(Schema::empty())),
+        let Some(b) = &self.bound else {
+            let none = RecordBatch::new_empty(Arc::new(Schema::empty()));
+            return Ok(Output {
+                windows: none.clone(),
+                late: none.clone(),
+                errors: none,
+            });
         };
-        let none = RecordBatch::new_empty(Arc::new(Schema::empty()));
+        let (late, errors) = b.no_rejects()?;
         Ok(Output {
-            windows: empty,
-            late: none.clone(),
-            errors: none,
+            windows: RecordBatch::new_empty(b.out_schema.clone()),
+            late,
+            errors,
         })
     }
 
@@ -382,7 +386,13 @@ mod tests {
         assert_eq!(out(&o.windows), vec![("a".into(), 20, 30, 2, 5.0)]);
         assert_eq!(o.errors.num_rows(), 1);
         assert_eq!(op.metrics().updates_emitted, 4);
-        assert_eq!(op.flush().unwrap().windows.num_rows(), 0);
+        let flushed = op.flush().unwrap();
+        assert_eq!(flushed.windows.num_rows(), 0);
+        // Empty, but in the schemas a batch gives: the input's columns (the errors
+        // with their reason).
+        assert_eq!(flushed.windows.schema(), o.windows.schema());
+        assert_eq!(flushed.late.schema(), o.late.schema());
+        assert_eq!(flushed.errors.schema(), o.errors.schema());
         assert_eq!(op.key_count(), 2);
     }
 

@@ -977,3 +977,47 @@ fn a_change_of_values_mid_stream_is_an_error_that_names_the_column_and_loses_not
         .as_primitive::<arrow_array::types::Float64Type>();
     assert_eq!((out.num_rows(), m.value(0)), (1, 3.0));
 }
+
+#[test]
+fn a_flush_gives_late_and_error_tables_in_the_schemas_a_batch_gives_them() {
+    // Only a count: column `v` is not read, yet late and error rows carry it, and
+    // error rows their `reason`, whichever call returns them (empty or not).
+    let c = PipelineConfig {
+        aggs: vec![AggSpec::new("n", AggKind::Count, None)],
+        ..cfg(
+            WindowSpec::Tumbling {
+                size: 10,
+                offset: 0,
+            },
+            Scope::Key,
+        )
+    };
+    let (mut o, _) = op(c.clone());
+    let out = o
+        .process(&batch(&[("a", 1, 1), ("a", 30, 2)]), None)
+        .unwrap();
+    let late = o.process(&batch(&[("a", 2, 3)]), None).unwrap().late;
+    assert_eq!(late.num_rows(), 1);
+    let flushed = o.flush().unwrap();
+    assert_eq!(flushed.late.schema(), late.schema());
+    assert_eq!(flushed.errors.schema(), out.errors.schema());
+    let names: Vec<_> = flushed
+        .errors
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    assert_eq!(names, ["k", "ts", "v", "reason"]);
+    // After a restore (no batch since) only the columns the pipeline reads are known.
+    let restored = Operator::restore(c, Arc::new(ManualClock::new(0)), &o.snapshot()).unwrap();
+    let mut restored = restored;
+    let errors = restored.flush().unwrap().errors;
+    let names: Vec<_> = errors
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    assert_eq!(names, ["k", "ts", "reason"]);
+}
