@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import polars as pl
 import pyarrow as pa
 import pytest
@@ -180,6 +182,35 @@ def test_tables_and_polars_as_key_columns() -> None:
     t3 = tm.KeyedWatermarkTracker(bounded_delay=1)
     t3.update_batch(pl.Series(["a", "b"]), [3, 4])
     assert t3.watermark_for_key("b") == 3
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint8", "uint64", "bool", "float64", "U8"])
+def test_numpy_arrays_pandas_series_and_numpy_scalars_are_keys(dtype: str) -> None:
+    # Keys and times as numpy or pandas hold them: an np.int64(1) read from an array is
+    # the key 1, whether it comes in a batch, one update, or a question.
+    keys = np.array([1, 0, 1]).astype(dtype)
+    for tracker_type in (tm.KeyedWatermarkTracker, tm.CompactKeyedWatermarkTracker):
+        t = tracker_type(bounded_delay=5)
+        t.update_batch(keys, np.array([10, 20, 30]))
+        if isinstance(t, tm.KeyedWatermarkTracker):
+            assert t.total_key_count() == 2
+        assert t.watermark_for_key(keys[0]) == t.watermark_for_key(keys[0].item()) == 25
+        assert t.is_late(keys[0], 3)
+        t.update(keys[1], 40)
+        assert t.watermark_for_key(keys[1].item()) == 35
+        late = t.is_late_batch(pd.Series(keys), pd.Series([3, 100, 24]))
+        assert late.to_pylist() == [True, False, True]
+
+
+def test_two_dimensional_numpy_keys_and_datetime64_times() -> None:
+    t = tm.KeyedWatermarkTracker(bounded_delay=5)
+    t.update_batch(np.array([["eu", "7"], ["us", "8"]]), np.array([50, 60]))
+    assert t.watermark_for_key(("us", "8")) == 55
+    # datetime64 times are Arrow timestamps: epoch microseconds.
+    t.update_batch(np.array(["x"]), np.array(["1970-01-01T00:00:01"], dtype="datetime64[ms]"))
+    assert t.watermark_for_key("x") == 1_000_000 - 5
+    with pytest.raises(TypeError, match="got datetime64"):
+        t.update(np.datetime64("2024-01-01"), 5)
 
 
 def test_timestamps_are_microseconds_and_nulls_skipped() -> None:

@@ -357,14 +357,20 @@ def _delay(value: Duration, setting: str) -> int:
 def key_columns(keys: Any) -> list[Any] | None:
     """Arrow key columns for ``keys``, or ``None`` if ``keys`` is a sequence of Python keys.
 
-    Accepted: one Arrow array / chunked array / polars Series (one key column); a
-    RecordBatch / Table / polars DataFrame (every column is a key column); a list or
-    tuple of Arrow arrays (several key columns).
+    Accepted: one Arrow array / chunked array / polars Series / numpy array / pandas
+    Series (one key column); a RecordBatch / Table / polars DataFrame or a 2-D numpy
+    array (every column is a key column); a list or tuple of Arrow arrays (several key
+    columns).
     """
     if isinstance(keys, (pa.Array, pa.ChunkedArray)):
         return [keys]
     if isinstance(keys, (pa.RecordBatch, pa.Table)):
         return list(keys.columns)
+    if _is_ndarray_like(keys):
+        # A numpy array or pandas Series: one key column (a 2-D array: one per column).
+        if getattr(keys, "ndim", 1) == 2:
+            return [pa.array(keys[:, j]) for j in range(keys.shape[1])]
+        return [pa.array(keys)]
     if hasattr(keys, "__arrow_c_stream__") or hasattr(keys, "__arrow_c_array__"):
         # A polars DataFrame (or other tabular exporter) has a schema of named fields;
         # a Series / array does not.
@@ -380,11 +386,20 @@ def key_columns(keys: Any) -> list[Any] | None:
     return None
 
 
+def _is_ndarray_like(data: Any) -> bool:
+    """A numpy array or pandas Series (not an Arrow object): typed values Arrow reads
+    as they are (a sequence of numpy scalars would be read one Python object each)."""
+    return hasattr(data, "__array__") and hasattr(data, "dtype") and hasattr(data, "shape")
+
+
 def _event_times(times: Any) -> Any:
     if isinstance(times, (pa.Array, pa.ChunkedArray)) or hasattr(times, "__arrow_c_array__"):
         return times
     if hasattr(times, "__arrow_c_stream__"):
         return times
+    if _is_ndarray_like(times):
+        # int ticks stay int64; datetime64 values become Arrow timestamps.
+        return pa.array(times)
     return pa.array(times, pa.int64())
 
 
@@ -494,13 +509,16 @@ class KeyedWatermarkTracker:
         Parameters
         ----------
         keys
-            An Arrow array / chunked array / polars Series, a RecordBatch / Table /
-            DataFrame (all columns form the key), a list of Arrow arrays (several key
-            columns), or a plain sequence of Python keys.
+            An Arrow array / chunked array / polars Series / numpy array / pandas
+            Series, a RecordBatch / Table / DataFrame (all columns form the key) or a
+            2-D numpy array (each column a key column), a list of Arrow arrays
+            (several key columns), or a plain sequence of Python keys (numpy scalars
+            count as the Python values they hold).
         event_times
-            int64 ticks or Arrow timestamps (epoch microseconds), as an Arrow array,
-            chunked array (e.g. a Table column) or a sequence. Rows with a null time
-            are skipped.
+            int64 ticks or timestamps (Arrow or numpy ``datetime64``: epoch
+            microseconds), as an Arrow array, chunked array (e.g. a Table column),
+            numpy array, pandas Series or a sequence. Rows with a null time are
+            skipped.
 
         Returns
         -------

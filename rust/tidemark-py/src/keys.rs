@@ -34,6 +34,10 @@ fn encode_scalar(obj: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> PyResult<()> {
         key::encode_bytes(&b.to_vec(), out);
     } else if let Ok(f) = obj.cast::<PyFloat>() {
         key::encode_float(f.value(), out);
+    } else if let Some(value) = numpy_scalar_value(obj)? {
+        // A numpy integer, bool or the like: the key of the Python value it holds (an
+        // `np.int64(7)` and a `7` are one key, as in an int64 column).
+        return encode_scalar(&value, out);
     } else {
         return Err(PyTypeError::new_err(format!(
             "a key must be str, bytes, int, float, bool, None or a tuple of them, got {}",
@@ -41,6 +45,23 @@ fn encode_scalar(obj: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> PyResult<()> {
         )));
     }
     Ok(())
+}
+
+/// The Python value a numpy scalar holds (its `item()`), when `obj` is one and that
+/// value is a scalar key type (not another numpy object).
+fn numpy_scalar_value<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let ty = obj.get_type();
+    if ty.module()?.to_str()? != "numpy" || !obj.hasattr("item")? {
+        return Ok(None);
+    }
+    let value = obj.call_method0("item")?;
+    let builtin = value.is_none()
+        || value.is_instance_of::<PyBool>()
+        || value.is_instance_of::<PyInt>()
+        || value.is_instance_of::<PyFloat>()
+        || value.is_instance_of::<PyString>()
+        || value.is_instance_of::<PyBytes>();
+    Ok(builtin.then_some(value))
 }
 
 /// Appends the encoding of a Python key (a value or a flat tuple of values).
