@@ -206,6 +206,8 @@ def test_two_dimensional_numpy_keys_and_datetime64_times() -> None:
     t = tm.KeyedWatermarkTracker(bounded_delay=5)
     t.update_batch(np.array([["eu", "7"], ["us", "8"]]), np.array([50, 60]))
     assert t.watermark_for_key(("us", "8")) == 55
+    t.update_batch(pd.DataFrame({"r": ["eu"], "id": [7]}), pd.Series([70]))
+    assert t.watermark_for_key(("eu", 7)) == 65
     # datetime64 times are Arrow timestamps: epoch microseconds.
     t.update_batch(np.array(["x"]), np.array(["1970-01-01T00:00:01"], dtype="datetime64[ms]"))
     assert t.watermark_for_key("x") == 1_000_000 - 5

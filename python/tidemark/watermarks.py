@@ -358,25 +358,25 @@ def key_columns(keys: Any) -> list[Any] | None:
     """Arrow key columns for ``keys``, or ``None`` if ``keys`` is a sequence of Python keys.
 
     Accepted: one Arrow array / chunked array / polars Series / numpy array / pandas
-    Series (one key column); a RecordBatch / Table / polars DataFrame or a 2-D numpy
-    array (every column is a key column); a list or tuple of Arrow arrays (several key
+    Series (one key column); a RecordBatch / Table / polars or pandas DataFrame or a
+    2-D numpy array (every column is a key column); a list or tuple of Arrow arrays (several key
     columns).
     """
     if isinstance(keys, (pa.Array, pa.ChunkedArray)):
         return [keys]
     if isinstance(keys, (pa.RecordBatch, pa.Table)):
         return list(keys.columns)
+    if hasattr(keys, "__arrow_c_stream__") or hasattr(keys, "__arrow_c_array__"):
+        # A polars or pandas DataFrame (or other tabular exporter) has columns; a
+        # Series / array does not.
+        if hasattr(keys, "columns"):
+            return list(as_tabular(keys, "keys").columns)
+        return [keys]
     if _is_ndarray_like(keys):
         # A numpy array or pandas Series: one key column (a 2-D array: one per column).
         if getattr(keys, "ndim", 1) == 2:
             return [pa.array(keys[:, j]) for j in range(keys.shape[1])]
         return [pa.array(keys)]
-    if hasattr(keys, "__arrow_c_stream__") or hasattr(keys, "__arrow_c_array__"):
-        # A polars DataFrame (or other tabular exporter) has a schema of named fields;
-        # a Series / array does not.
-        if hasattr(keys, "columns") and hasattr(keys, "schema"):
-            return list(as_tabular(keys, "keys").columns)
-        return [keys]
     if (
         isinstance(keys, (list, tuple))
         and keys
