@@ -1501,6 +1501,45 @@ def test_streaming_state_errors(spark: Any, tmp_path: Path) -> None:
         reorder(stream, tm.Reorder("ts"))
 
 
+def test_entry_points_refuse_wrong_arguments_when_called(spark: Any, tmp_path: Path) -> None:
+    # Each wrong argument is named when the call is made, not inside a Spark job later
+    # (or, for num_partitions=0, silently replaced by the default).
+    from tidemark.spark import ReorderStream, reorder
+
+    pipe = pipeline()
+    df = spark.createDataFrame(make_events(20), ["device", "ts", "value"])
+    with pytest.raises(TypeError, match=r"aggregate\(\) takes a pyspark.sql.DataFrame, got list"):
+        aggregate([1, 2], pipe)
+    with pytest.raises(TypeError, match=r"aggregate\(\): pipe must be a Pipeline, got str"):
+        aggregate(df, "pipe")  # type: ignore[arg-type]
+    for kw, name in [
+        ({"num_partitions": 0}, "num_partitions"),
+        ({"cores": -1}, "cores"),
+        ({"order_by": "ts", "batch_rows": 0}, "batch_rows"),
+    ]:
+        with pytest.raises(tm.ConfigError, match=rf"aggregate\(\): {name} must be an int >= 1"):
+            aggregate(df, pipe, **kw)  # type: ignore[arg-type]
+    with pytest.raises(tm.ConfigError, match="reorder\\(\\): batch_rows must be an int >= 1"):
+        reorder(df, tm.Reorder("ts"), batch_rows=0)
+    with pytest.raises(TypeError, match=r"reorder\(\): r must be a Reorder"):
+        reorder(df, pipe)  # type: ignore[arg-type]
+    state = tmp_path / "state"
+    with pytest.raises(TypeError, match="StreamProcessor\\(\\): sink must be a function"):
+        StreamProcessor(pipe, state, sink=5)  # type: ignore[arg-type]
+    with pytest.raises(tm.ConfigError, match="num_partitions must be an int >= 1, got 0"):
+        StreamProcessor(pipe, state, num_partitions=0)
+    with pytest.raises(TypeError, match="state_location must be a path"):
+        StreamProcessor(pipe, None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="late_sink must be a function"):
+        ReorderStream(tm.Reorder("ts"), state, late_sink="table")  # type: ignore[arg-type]
+    # A pathlib.Path is a state location like its string.
+    seen: list[int] = []
+    proc = StreamProcessor(pipe, state, num_partitions=2, sink=lambda d, b: seen.append(b))
+    proc(df, 0)
+    assert seen == [0]
+    assert (state / "driver").is_dir()
+
+
 @pytest.mark.slow
 def test_local_cluster_mode(run_job: Callable[..., str], tmp_path: Path) -> None:
     """Separate executor processes: state partitions move between Python workers."""

@@ -491,7 +491,10 @@ def map_in_arrow(df: Any, fn: Any, schema: Any) -> Any:
 
 def require_batch(df: Any, call: str, streaming_way: str) -> None:
     """Raises :class:`~tidemark.ConfigError` for a streaming DataFrame (Spark's own
-    error would come later, from the first action, and not say what to use)."""
+    error would come later, from the first action, and not say what to use), and a
+    ``TypeError`` for anything but a DataFrame."""
+    if not (hasattr(df, "isStreaming") and hasattr(df, "sparkSession")):
+        raise TypeError(f"{call} takes a pyspark.sql.DataFrame, got {type(df).__name__}")
     if df.isStreaming:
         from tidemark.errors import ConfigError
 
@@ -499,6 +502,40 @@ def require_batch(df: Any, call: str, streaming_way: str) -> None:
             f"{call} takes a batch DataFrame; for a streaming one, pass "
             f"{streaming_way} to df.writeStream.foreachBatch(...)"
         )
+
+
+def require_args(
+    call: str,
+    operator: tuple[str, Any, type],
+    counts: dict[str, Any],
+    sinks: dict[str, Any] | None = None,
+) -> None:
+    """Checks the arguments of a Spark entry point when it is called, where a wrong
+    one would otherwise fail later inside a Spark job (or be silently replaced):
+    ``operator`` is ``(name, value, expected type)``; each of ``counts`` is ``None``
+    (its default) or an int of at least 1; each of ``sinks`` is ``None`` or callable.
+
+    >>> require_args("f()", ("pipe", 1, str), {})
+    Traceback (most recent call last):
+    TypeError: f(): pipe must be a str, got int
+    >>> require_args("f()", ("pipe", "p", str), {"num_partitions": 0})
+    Traceback (most recent call last):
+    tidemark.errors.ConfigError: f(): num_partitions must be an int >= 1, got 0
+    """
+    from tidemark.errors import ConfigError
+
+    name, value, expected = operator
+    if not isinstance(value, expected):
+        raise TypeError(f"{call}: {name} must be a {expected.__name__}, got {type(value).__name__}")
+    for name, n in counts.items():
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ConfigError(f"{call}: {name} must be an int >= 1, got {n!r}")
+    for name, sink in (sinks or {}).items():
+        if sink is not None and not callable(sink):
+            raise TypeError(
+                f"{call}: {name} must be a function (DataFrame, batch_id) or None, "
+                f"got {type(sink).__name__}"
+            )
 
 
 def column(name: str) -> Any:

@@ -22,6 +22,7 @@ from tidemark.spark._plan import (
     map_in_arrow,
     packed_spark,
     quoted,
+    require_args,
     require_batch,
     session_arrow_settings,
     split_packed,
@@ -213,6 +214,11 @@ def aggregate(
     from pyspark.sql.types import StructType
 
     require_batch(df, "aggregate()", "a tidemark.spark.StreamProcessor")
+    require_args(
+        "aggregate()",
+        ("pipe", pipe, Pipeline),
+        {"num_partitions": num_partitions, "batch_rows": batch_rows, "cores": cores},
+    )
     if (order_by is None) != (batch_rows is None):
         from tidemark.errors import ConfigError
 

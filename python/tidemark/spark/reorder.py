@@ -28,6 +28,7 @@ partition in turn (``ReorderStream(on_driver=...)``): no shuffle, no Python work
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,7 @@ from tidemark.spark._plan import (
     concat_input,
     estimated_bytes,
     map_in_arrow,
+    require_args,
     require_batch,
     runs_on_driver,
     session_arrow_settings,
@@ -278,15 +280,15 @@ def reorder(
     from pyspark import StorageLevel
 
     require_batch(df, "reorder()", "a tidemark.spark.ReorderStream")
+    require_args(
+        "reorder()", ("r", r, Reorder), {"num_partitions": num_partitions, "batch_rows": batch_rows}
+    )
     _check_columns(r, df, partition_by)
     spark = df.sparkSession
     tz, large = session_arrow_settings(spark)
     plan = ReorderPlan.build(df.schema, tz, large)
     input_arrow = arrow_schema_of(df.schema, tz, large)
     template = r.restore(None)
-
-    if batch_rows is not None and batch_rows < 1:
-        raise ConfigError(f"batch_rows must be positive, got {batch_rows}")
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         op = template.restore(None)
@@ -319,7 +321,7 @@ class ReorderStream:
     ----------
     r : Reorder
         The operator configuration.
-    state_location : str
+    state_location : str or os.PathLike
         Directory (or pyarrow filesystem URI) for the buffers, one file per state
         partition and batch.
     num_partitions : int
@@ -376,7 +378,7 @@ class ReorderStream:
     def __init__(
         self,
         r: Reorder,
-        state_location: str,
+        state_location: str | os.PathLike[str],
         num_partitions: int = 4,
         sink: Sink | None = None,
         late_sink: Sink | None = None,
@@ -388,8 +390,12 @@ class ReorderStream:
         on_driver: bool | None = None,
         arrow_sinks: bool = False,
     ) -> None:
-        if num_partitions < 1:
-            raise ConfigError(f"num_partitions must be >= 1, got {num_partitions}")
+        require_args(
+            "ReorderStream()",
+            ("r", r, Reorder),
+            {"num_partitions": num_partitions},
+            {"sink": sink, "late_sink": late_sink, "error_sink": error_sink},
+        )
         if retention < 2:
             raise ConfigError("retention must be at least 2 (the last batch must be replayable)")
         self.template = r.restore(None)

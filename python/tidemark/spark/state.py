@@ -36,7 +36,13 @@ __all__ = ["StateStore"]
 class StateStore:
     """Versioned snapshots under one location (a local path or a pyarrow URI)."""
 
-    def __init__(self, location: str) -> None:
+    def __init__(self, location: str | os.PathLike[str]) -> None:
+        if not isinstance(location, (str, os.PathLike)):
+            raise TypeError(
+                "state_location must be a path or a filesystem URI (str or os.PathLike), "
+                f"got {type(location).__name__}"
+            )
+        location = os.fspath(location)
         if "://" in location:
             fs, root = pafs.FileSystem.from_uri(location)
         else:

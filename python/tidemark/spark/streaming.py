@@ -43,6 +43,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import functools
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -67,6 +68,7 @@ from tidemark.spark._plan import (
     fits_one_task,
     map_in_arrow,
     quoted,
+    require_args,
     runs_on_driver,
     session_arrow_settings,
     spark_context,
@@ -387,7 +389,7 @@ class StreamProcessor:
     ----------
     pipe : Pipeline
         The pipeline (built without a clock: it is shipped to executors).
-    state_location : str
+    state_location : str or os.PathLike
         Directory for operator state: a local path (shared by all executors) or any
         pyarrow filesystem URI (``s3://``, ``gs://``, ``hdfs://``, ...).
     num_partitions : int, optional
@@ -465,7 +467,7 @@ class StreamProcessor:
     def __init__(
         self,
         pipe: Pipeline,
-        state_location: str,
+        state_location: str | os.PathLike[str],
         num_partitions: int | None = None,
         sink: Sink | None = None,
         late_sink: Sink | None = None,
@@ -478,10 +480,14 @@ class StreamProcessor:
         on_driver: bool | None = None,
         arrow_sinks: bool = False,
     ) -> None:
+        require_args(
+            "StreamProcessor()",
+            ("pipe", pipe, Pipeline),
+            {"num_partitions": num_partitions},
+            {"sink": sink, "late_sink": late_sink, "error_sink": error_sink},
+        )
         if num_partitions is None:
             num_partitions = 8 if pipe.key else 1
-        if num_partitions < 1:
-            raise ConfigError(f"num_partitions must be >= 1, got {num_partitions}")
         if not pipe.key and num_partitions != 1:
             raise ConfigError(
                 "a global aggregate (key=None) keeps its windows in one state partition: "
