@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tidemark.cli import build_parser
+from tidemark.cli import build_parser, main
 from tidemark.demo_streaming import (
     demo_stream,
     micro_batches,
@@ -48,3 +48,17 @@ def test_cli_documents_every_command() -> None:
         assert cmd in help_text
     args = parser.parse_args(["demo", "--events", "10", "--out", "x"])
     assert args.events == 10 and args.out == "x"
+
+
+@pytest.mark.parametrize("command, flag", [("demo", "--out"), ("crash-test", "--workdir")])
+def test_an_output_directory_that_cannot_be_made_is_refused_before_the_run(
+    command: str, flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A file where the directory should go: refused at once (exit 2, the flag named),
+    # not after the whole run with a traceback.
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as e:
+        main([command, flag, str(blocker / "report")])
+    assert e.value.code == 2
+    assert f"{flag} {blocker / 'report'}: cannot create the directory" in capsys.readouterr().err

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 
@@ -15,12 +17,26 @@ def _console() -> Any:
     return Console(width=None if sys.stdout.isatty() else 140)
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from pathlib import Path
+def _writable_dir(path: str, flag: str) -> Path:
+    """``path`` as a directory this process can write to (created if missing), checked
+    before a run: a ConfigError naming ``flag`` otherwise, not a traceback after it."""
+    from tidemark.errors import ConfigError
 
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{flag} {path}: cannot create the directory ({e.strerror})") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: the directory is not writable")
+    return out
+
+
+def _demo(args: argparse.Namespace) -> int:
     from tidemark.demo_streaming import render, run_demo, write_report
     from tidemark.spark import local_session
 
+    out = _writable_dir(args.out, "--out")
     console = _console()
     console.rule("[bold]tidemark demo: half of the tenants report late")
     with console.status("starting local Spark..."):
@@ -39,7 +55,7 @@ def _demo(args: argparse.Namespace) -> int:
     finally:
         spark.stop()
     render(result, console)
-    page = write_report(result, Path(args.out))
+    page = write_report(result, out)
     console.print(f"report: {page}")
     return 0
 
@@ -190,13 +206,11 @@ def _accuracy(args: argparse.Namespace) -> int:
 
 def _crash_test(args: argparse.Namespace) -> int:
     import tempfile
-    from pathlib import Path
 
     from tidemark.crashtest import run
 
     console = _console()
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="tidemark-crash-"))
-    work.mkdir(parents=True, exist_ok=True)
+    work = _writable_dir(args.workdir or tempfile.mkdtemp(prefix="tidemark-crash-"), "--workdir")
     with console.status(f"{args.kills} SIGKILLs of a streaming query in {work} ..."):
         r = run(work, kills=args.kills, batches=args.batches, rows=args.rows, seed=args.seed)
     console.print(
