@@ -145,6 +145,32 @@ def test_processing_time_pipeline_closes_windows_in_wall_time() -> None:
     assert closed.column("window_end").to_pylist()[0].timestamp() == 10.0
 
 
+@pytest.mark.parametrize("cores", [1, 2])
+def test_a_restored_operator_closes_windows_on_the_clock_before_any_batch(cores: int) -> None:
+    # A service restarts from its snapshot while no rows arrive: its ticks close the
+    # windows the clock closes (before, they waited for the next batch).
+    clock = tm.ManualClock(1_000)
+    pipe = tm.Pipeline(
+        key="k",
+        event_time="ts",
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count()},
+        time="processing",
+        clock=clock,
+    )
+    live = pipe.operator(cores=cores)
+    live.process(pa.table({"k": ["a", "a", "b"], "ts": [0, 0, 0], "extra": [1, 2, 3]}))
+    restored = pipe.operator(state=live.snapshot(), cores=cores)
+    clock.set(10_000)
+    for op in (live, restored):
+        out = op.tick()
+        assert sorted(out.windows.select(["k", "n"]).to_pylist(), key=lambda r: r["k"]) == [
+            {"k": "a", "n": 2},
+            {"k": "b", "n": 1},
+        ]
+        assert out.errors.column_names[-1] == "reason"
+
+
 def test_event_time_pipeline_from_a_stream_definition() -> None:
     sd = tm.StreamDefinition({"column": "ts", "type": "unixtimestamp_ms"}, name="orders")
     pipe = tm.Pipeline.from_stream(

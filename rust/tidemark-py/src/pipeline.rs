@@ -241,6 +241,13 @@ impl PyOperator {
         flush_with(py, &mut self.inner)
     }
 
+    /// A call without rows: time moves on by itself.
+    fn tick(&mut self, py: Python<'_>) -> PyResult<Tables> {
+        let op = &mut self.inner;
+        let out = detach(py, move || op.tick())?;
+        output(py, out)
+    }
+
     fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         snapshot_with(py, &self.inner)
     }
@@ -419,6 +426,13 @@ impl PyRowsOperator {
 
     fn flush(&mut self, py: Python<'_>) -> PyResult<Tables> {
         flush_with(py, &mut self.inner)
+    }
+
+    /// A call without rows: time moves on by itself.
+    fn tick(&mut self, py: Python<'_>) -> PyResult<Tables> {
+        let op = &mut self.inner;
+        let out = detach(py, move || op.tick())?;
+        output(py, out)
     }
 
     fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {

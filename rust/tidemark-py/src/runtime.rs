@@ -119,6 +119,12 @@ impl PyShardedOperator {
         output(py, out)
     }
 
+    /// A call without rows: time moves on by itself.
+    fn tick(&self, py: Python<'_>) -> PyResult<Tables> {
+        let out = self.with(py, |op| op.tick())?;
+        output(py, out)
+    }
+
     fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let bytes = self.with(py, |op| op.snapshot())?;
         Ok(PyBytes::new(py, &bytes))

@@ -51,6 +51,8 @@ pub trait ArrivalOperator: Send {
     fn process_unit(&mut self, batch: &RecordBatch, parsed: Option<&Int64Array>) -> Result<Output>;
     /// End of input.
     fn flush_all(&mut self) -> Result<Output>;
+    /// A call without rows: time moves on by itself (see [`Operator::tick`]).
+    fn tick(&mut self) -> Result<Output>;
     /// The whole state as bytes.
     fn snapshot_bytes(&self) -> Result<Vec<u8>>;
 }
@@ -61,6 +63,9 @@ impl ArrivalOperator for Operator {
     }
     fn flush_all(&mut self) -> Result<Output> {
         self.flush()
+    }
+    fn tick(&mut self) -> Result<Output> {
+        Operator::tick(self)
     }
     fn snapshot_bytes(&self) -> Result<Vec<u8>> {
         Ok(self.snapshot())
@@ -79,6 +84,19 @@ pub struct Output {
     pub late: RecordBatch,
     /// Input rows that could not be processed, with a `reason` column.
     pub errors: RecordBatch,
+}
+
+impl Output {
+    /// The output of a call before any input: three tables without columns (no
+    /// schema is known yet).
+    pub fn nothing() -> Self {
+        let none = RecordBatch::new_empty(Arc::new(Schema::empty()));
+        Output {
+            windows: none.clone(),
+            late: none.clone(),
+            errors: none,
+        }
+    }
 }
 
 /// Counters of an operator.
@@ -1795,6 +1813,31 @@ impl Operator {
         }
     }
 
+    /// A call without rows: idleness and processing time move on with the clock, and
+    /// windows close as an empty batch would close them. It reads the schema of the
+    /// latest batch, or after a restore the input fields stored in the snapshot (so a
+    /// restored operator's windows close without waiting for a batch); before either
+    /// there is nothing to close ([`Output::nothing`]).
+    pub fn tick(&mut self) -> Result<Output> {
+        let Some(b) = &self.bound else {
+            return Ok(Output::nothing());
+        };
+        // The bound schema is the batch after any lookup join: no second join.
+        let empty = RecordBatch::new_empty(b.input.clone());
+        let parsed = self
+            .cfg
+            .parsed_externally
+            .then(|| Int64Array::from(Vec::<i64>::new()));
+        let pending = self.ingest_rows(&empty, parsed.as_ref())?;
+        self.complete(pending)
+    }
+
+    /// The input schema of the latest batch, after any lookup join (after a restore
+    /// with no batch since: the fields the pipeline reads); `None` before either.
+    pub fn input_schema(&self) -> Option<SchemaRef> {
+        self.bound.as_ref().map(|b| b.input.clone())
+    }
+
     /// Closes every open window (end of input). In `on_window_close` mode their final
     /// values are returned; in `on_update` mode every value was emitted already.
     pub fn flush(&mut self) -> Result<Output> {
@@ -1802,12 +1845,7 @@ impl Operator {
         self.owned_keys.clear();
         self.release.clear();
         let Some(bound) = self.bound.clone() else {
-            let empty = Arc::new(Schema::empty());
-            return Ok(Output {
-                windows: RecordBatch::new_empty(empty.clone()),
-                late: RecordBatch::new_empty(empty.clone()),
-                errors: RecordBatch::new_empty(empty),
-            });
+            return Ok(Output::nothing());
         };
         for slot in 0..self.wins.len() as u32 {
             let list = std::mem::take(&mut self.wins[slot as usize]);
@@ -2114,6 +2152,13 @@ fn write_fields(w: &mut Writer, fields: Option<&[Field]>) {
 }
 
 /// Reads what [`write_fields`] wrote.
+/// The input fields stored in an operator snapshot of `cfg`, as a schema (`None`: the
+/// operator had seen no batch).
+pub(crate) fn snapshot_input(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Option<SchemaRef>> {
+    let payload = state::open(bytes, SnapshotKind::Pipeline, Some(cfg.fingerprint()))?;
+    Ok(read_fields(&mut Reader::new(payload))?.map(|f| Arc::new(Schema::new(f))))
+}
+
 fn read_fields(r: &mut Reader<'_>) -> Result<Option<Vec<Field>>> {
     if !r.bool()? {
         return Ok(None);

@@ -189,12 +189,7 @@ impl RowsOperator {
     /// End of input: nothing is pending (every row was emitted when it arrived).
     pub fn flush(&mut self) -> Result<Output> {
         let Some(b) = &self.bound else {
-            let none = RecordBatch::new_empty(Arc::new(Schema::empty()));
-            return Ok(Output {
-                windows: none.clone(),
-                late: none.clone(),
-                errors: none,
-            });
+            return Ok(Output::nothing());
         };
         let (late, errors) = b.no_rejects()?;
         Ok(Output {
@@ -281,6 +276,10 @@ impl super::ArrivalOperator for RowsOperator {
         self.process(batch, parsed)
     }
     fn flush_all(&mut self) -> Result<Output> {
+        self.flush()
+    }
+    fn tick(&mut self) -> Result<Output> {
+        // Nothing waits on time: a call without rows emits nothing, as a flush.
         self.flush()
     }
     fn snapshot_bytes(&self) -> Result<Vec<u8>> {

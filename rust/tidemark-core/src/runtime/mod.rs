@@ -846,6 +846,21 @@ impl ShardedOperator {
         Ok(close)
     }
 
+    /// A call without rows (see [`Operator::tick`]): an empty batch of the latest
+    /// input schema (after a restore, the input fields of the snapshot) through every
+    /// shard, so the combined watermark moves on with the clock as well.
+    pub fn tick(&mut self) -> Result<Output> {
+        let Some(schema) = self.last_schema.clone() else {
+            return Ok(Output::nothing());
+        };
+        // After any lookup join already: processed as joined rows.
+        let parsed = self
+            .cfg
+            .parsed_externally
+            .then(|| Int64Array::from(Vec::<i64>::new()));
+        self.process_rows(&RecordBatch::new_empty(schema), parsed.as_ref())
+    }
+
     /// End of input: closes every open window of every shard.
     pub fn flush(&mut self) -> Result<Output> {
         for w in &self.workers {
@@ -999,6 +1014,12 @@ impl ShardedOperator {
         let refs: Vec<&[u8]> = shards.iter().map(Vec::as_slice).collect();
         let hot = if cores > 1 { s.hot } else { None };
         let mut op = Self::build(cfg, clock.clone(), cores, queue_capacity, Some(refs), hot)?;
+        // The input fields the shards were bound to (a tick or a flush of partials
+        // before the next batch reads them).
+        op.last_schema = match shards.first() {
+            Some(bytes) => crate::pipeline::snapshot_input(&op.cfg, bytes)?,
+            None => None,
+        };
         op.watermark = s.watermark;
         op.global_max = s.global_max;
         op.key_reported = s.key_reported;
@@ -1019,6 +1040,9 @@ impl crate::pipeline::ArrivalOperator for ShardedOperator {
     }
     fn flush_all(&mut self) -> Result<Output> {
         self.flush()
+    }
+    fn tick(&mut self) -> Result<Output> {
+        ShardedOperator::tick(self)
     }
     fn snapshot_bytes(&self) -> Result<Vec<u8>> {
         self.snapshot()
