@@ -148,6 +148,12 @@ def test_hot_keys_spread_one_dominant_key() -> None:
     assert m["hot_keys"] == 1 and m["hot_rows_spread"] == 501
     busiest = max(c["records_processed"] for c in m["cores"])
     assert busiest < max(c["records_processed"] for c in plain.metrics()["cores"])
+    # Restored mid-window, the spread key's partial windows merge at a flush before
+    # any batch (the merge reads the input schema from the snapshot).
+    for hot in (plain, spread):
+        hot.process(pa.table({"device": [0] * 10, "ts": [5_500] * 10}))
+    restored = pipe.operator(spread.snapshot(), cores=2, hot_keys=0.2)
+    assert restored.flush().windows.equals(plain.flush().windows)
     with pytest.raises(tm.ConfigError, match="per-key watermark"):
         _pipe("key", tm.Tumbling("5s")).operator(cores=2, hot_keys=0.2)
     with pytest.raises(tm.ConfigError, match="cores > 1"):
