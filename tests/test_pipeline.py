@@ -726,6 +726,28 @@ def test_update_lookup_swaps_the_table_between_batches() -> None:
     ]
 
 
+def test_a_pipeline_on_its_own_clock_takes_a_lookup() -> None:
+    # enrich and without_lookup copy the pipeline in this process: the clock goes
+    # with it (only pickling a pipeline with a clock is refused).
+    clock = tm.ManualClock(1_000)
+    pipe = tm.Pipeline(
+        key="k",
+        event_time="ts",
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count(), "s": tm.sum("w")},
+        time="processing",
+        clock=clock,
+    ).enrich(pa.table({"k": ["a", "b"], "w": [10, 20]}), on="k")
+    assert pipe.without_lookup().clock is clock
+    op = pipe.operator()
+    op.process(pa.table({"k": ["a", "a", "z"], "ts": [0, 0, 0]}))
+    clock.set(10_000)
+    closed = sorted(op.tick().windows.select(["k", "n", "s"]).to_pylist(), key=lambda r: r["k"])
+    assert closed == [{"k": "a", "n": 2, "s": 20}, {"k": "z", "n": 1, "s": None}]
+    with pytest.raises(TypeError, match="clock cannot be pickled"):
+        pickle.dumps(pipe)
+
+
 def test_enrich_errors_are_clear() -> None:
     base = tm.Pipeline(
         key="device",

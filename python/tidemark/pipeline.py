@@ -542,6 +542,13 @@ class Pipeline:
             f"window={self.window!r}, per={self.watermark.per!r}, aggs={list(self.aggs)!r})"
         )
 
+    def __copy__(self) -> Pipeline:
+        # A copy in this process (enrich, without_lookup) keeps the clock: only
+        # pickling, which would take it to another process, refuses it.
+        out = object.__new__(type(self))
+        out.__dict__.update(self.__dict__)
+        return out
+
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         if state.get("clock") is not None:
