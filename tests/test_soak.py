@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+import tidemark as tm
+from tidemark.cli import main
 from tidemark.soak import soak
 
 
@@ -22,3 +24,26 @@ def test_unbounded_state_grows_with_every_key() -> None:
     r = soak(seconds=30, rate=20_000, new_keys_per_s=2_000, max_keys=None, state_ttl=None)
     keys = [k for _, _, k in r.samples]
     assert keys[-1] > 50_000 and keys[-1] > 2 * keys[len(keys) // 3]
+
+
+@pytest.mark.parametrize(
+    ("flags", "param", "message"),
+    [
+        (["--seconds", "3"], {"seconds": 3}, "seconds must be at least 6"),
+        (["--rate", "0"], {"rate": 0}, "rate must be at least 1, got 0"),
+        (["--new-keys", "0"], {"new_keys_per_s": 0}, "new-keys must be at least 1, got 0"),
+        (["--lifetime", "0"], {"key_lifetime_s": 0}, "lifetime must be at least 1, got 0"),
+    ],
+)
+def test_a_churn_too_small_to_judge_is_refused(
+    flags: list[str], param: dict[str, int], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A usage error naming the flag (exit 2), not a traceback from numpy or a verdict
+    # ("did not level off", exit 1) drawn from too few samples; the API names the
+    # parameter.
+    with pytest.raises(SystemExit) as e:
+        main(["soak", *flags])
+    assert e.value.code == 2
+    assert f"--{message}" in capsys.readouterr().err
+    with pytest.raises(tm.ConfigError, match=f"^{next(iter(param))} must be at least"):
+        soak(**param)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["SoakReport", "rss_bytes", "soak"]
+__all__ = ["MINIMUM", "SoakReport", "rss_bytes", "soak", "soak_problem"]
 
 
 def rss_bytes() -> int:
@@ -68,6 +68,31 @@ class SoakReport:
         return [(s, r / 2**20, k) for s, r, k in picked]
 
 
+#: The least value of each churn parameter, and the ``tidemark soak`` flag that sets it.
+#: ``seconds``: the verdict compares the first and last thirds of one sample a second.
+MINIMUM = {
+    "seconds": (6, "--seconds"),
+    "rate": (1, "--rate"),
+    "new_keys_per_s": (1, "--new-keys"),
+    "key_lifetime_s": (1, "--lifetime"),
+}
+
+
+def soak_problem(**params: int) -> tuple[str, str] | None:
+    """``(parameter, reason)`` for the first parameter below its :data:`MINIMUM`, or
+    ``None`` when the churn can run.
+
+    >>> soak_problem(seconds=3, rate=10)
+    ('seconds', 'must be at least 6 (one RSS sample a second, compared by thirds), got 3')
+    """
+    for name, value in params.items():
+        least, _ = MINIMUM[name]
+        if value < least:
+            why = " (one RSS sample a second, compared by thirds)" if name == "seconds" else ""
+            return name, f"must be at least {least}{why}, got {value}"
+    return None
+
+
 def soak(
     seconds: int = 120,
     rate: int = 100_000,
@@ -77,8 +102,17 @@ def soak(
     state_ttl: str | None = "30s",
     window: str = "10s",
 ) -> SoakReport:
-    """Runs the churn for ``seconds`` simulated seconds at ``rate`` events/s."""
+    """Runs the churn for ``seconds`` simulated seconds at ``rate`` events/s.
+
+    Raises :class:`~tidemark.ConfigError` for a parameter below its :data:`MINIMUM`.
+    """
     import tidemark as tm
+
+    problem = soak_problem(
+        seconds=seconds, rate=rate, new_keys_per_s=new_keys_per_s, key_lifetime_s=key_lifetime_s
+    )
+    if problem is not None:
+        raise tm.ConfigError(f"{problem[0]} {problem[1]}")
 
     clock = tm.ManualClock(0)
     pipe = tm.Pipeline(
@@ -126,6 +160,16 @@ def describe(r: SoakReport) -> list[str]:
 
 def main_args(args: Any) -> int:
     """``tidemark soak`` (see :mod:`tidemark.cli`)."""
+    from tidemark.errors import ConfigError
+
+    problem = soak_problem(
+        seconds=args.seconds,
+        rate=args.rate,
+        new_keys_per_s=args.new_keys,
+        key_lifetime_s=args.lifetime,
+    )
+    if problem is not None:
+        raise ConfigError(f"{MINIMUM[problem[0]][1]} {problem[1]}")
     r = soak(
         seconds=args.seconds,
         rate=args.rate,
