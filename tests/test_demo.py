@@ -62,3 +62,32 @@ def test_an_output_directory_that_cannot_be_made_is_refused_before_the_run(
         main([command, flag, str(blocker / "report")])
     assert e.value.code == 2
     assert f"{flag} {blocker / 'report'}: cannot create the directory" in capsys.readouterr().err
+
+
+def test_every_count_flag_refuses_zero_before_anything_runs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Events, keys, batches, partitions, rows, kills: 0 is a usage error naming the
+    # flag (exit 2), not a traceback from deep inside a run (a division by zero, a
+    # Spark error about an empty Parquet directory).
+    from tidemark.cli import _count
+
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if a.dest == "command").choices
+    checked = []
+    for command, sub in subparsers.items():
+        for action in sub._actions:
+            if action.type is _count:
+                flag = action.option_strings[0]
+                with pytest.raises(SystemExit) as e:
+                    main([command, flag, "0"])
+                assert e.value.code == 2
+                err = capsys.readouterr().err
+                assert f"argument {flag}: must be an integer >= 1, got 0" in err
+                checked.append(f"{command} {flag}")
+    assert {
+        "demo --events",
+        "demo --batches",
+        "partitions-demo --rows",
+        "crash-test --kills",
+    } <= set(checked)

@@ -17,6 +17,18 @@ def _console() -> Any:
     return Console(width=None if sys.stdout.isatty() else 140)
 
 
+def _count(text: str) -> int:
+    """An argparse type for a count flag (events, keys, batches, partitions, ...): an
+    int of at least 1, refused as a usage error before anything runs."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {n}")
+    return n
+
+
 def _writable_dir(path: str, flag: str) -> Path:
     """``path`` as a directory this process can write to (created if missing), checked
     before a run: a ConfigError naming ``flag`` otherwise, not a traceback after it."""
@@ -258,11 +270,11 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     demo.add_argument("--master", default="local[2]", help="Spark master (default: local[2])")
-    demo.add_argument("--events", type=int, default=200_000, help="events (default: 200000)")
-    demo.add_argument("--tenants", type=int, default=200, help="tenants (default: 200)")
-    demo.add_argument("--batches", type=int, default=20, help="micro-batches (default: 20)")
+    demo.add_argument("--events", type=_count, default=200_000, help="events (default: 200000)")
+    demo.add_argument("--tenants", type=_count, default=200, help="tenants (default: 200)")
+    demo.add_argument("--batches", type=_count, default=20, help="micro-batches (default: 20)")
     demo.add_argument(
-        "--partitions", type=int, default=4, help="state / shuffle partitions (default: 4)"
+        "--partitions", type=_count, default=4, help="state / shuffle partitions (default: 4)"
     )
     demo.add_argument(
         "--out", default="demo-report", help="report directory (default: demo-report)"
@@ -280,10 +292,12 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     pdemo.add_argument("--master", default="local[2]", help="Spark master (default: local[2])")
-    pdemo.add_argument("--partitions", type=int, default=4, help="source partitions (default: 4)")
-    pdemo.add_argument("--batches", type=int, default=8, help="micro-batches (default: 8)")
     pdemo.add_argument(
-        "--rows", type=int, default=5_000, help="events per partition per batch (default: 5000)"
+        "--partitions", type=_count, default=4, help="source partitions (default: 4)"
+    )
+    pdemo.add_argument("--batches", type=_count, default=8, help="micro-batches (default: 8)")
+    pdemo.add_argument(
+        "--rows", type=_count, default=5_000, help="events per partition per batch (default: 5000)"
     )
     pdemo.set_defaults(func=_partitions_demo)
 
@@ -300,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     acc.add_argument("--events", type=int, default=None, help="events per scenario (1M)")
     acc.add_argument("--keys", type=int, default=None, help="distinct keys (1,000)")
-    acc.add_argument("--batch-rows", type=int, default=10_000, help="rows per micro-batch")
+    acc.add_argument("--batch-rows", type=_count, default=10_000, help="rows per micro-batch")
     acc.add_argument("--bounded-delay", default="5s", help="bounded delay (default: 5s)")
     acc.add_argument(
         "--compact",
@@ -308,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="exact vs CompactKeyedWatermarkTracker (1M keys, 4M events by default)",
     )
     acc.add_argument(
-        "--exact-keys", type=int, default=10_000, help="exact slots of the compact tracker"
+        "--exact-keys", type=_count, default=10_000, help="exact slots of the compact tracker"
     )
     own = acc.add_argument_group(
         "a scenario of your own",
@@ -351,11 +365,11 @@ def build_parser() -> argparse.ArgumentParser:
             "with an uninterrupted run. Exit code 1 if they differ."
         ),
     )
-    crash.add_argument("--kills", type=int, default=10, help="SIGKILLs (default: 10)")
+    crash.add_argument("--kills", type=_count, default=10, help="SIGKILLs (default: 10)")
     crash.add_argument(
-        "--batches", type=int, default=None, help="micro-batches (default: 3 per kill)"
+        "--batches", type=_count, default=None, help="micro-batches (default: 3 per kill)"
     )
-    crash.add_argument("--rows", type=int, default=300, help="rows per micro-batch (300)")
+    crash.add_argument("--rows", type=_count, default=300, help="rows per micro-batch (300)")
     crash.add_argument("--seed", type=int, default=1, help="seed of the kill times")
     crash.add_argument("--workdir", default=None, help="directory to use (default: a temp dir)")
     crash.set_defaults(func=_crash_test)
