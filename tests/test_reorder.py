@@ -119,9 +119,9 @@ def test_processing_time_mode_is_the_default_and_follows_the_clock() -> None:
     assert stage.tick().watermark == 1_250_000
 
 
-def test_processing_time_pipeline_closes_windows_in_wall_time() -> None:
-    clock = tm.ManualClock(1_000)
-    pipe = tm.Pipeline(
+def _processing_time_count(clock: tm.ManualClock) -> tm.Pipeline:
+    """A count per key in 10 s tumbling windows of processing time on ``clock``."""
+    return tm.Pipeline(
         key="k",
         event_time="ts",
         window=tm.Tumbling("10s"),
@@ -129,6 +129,11 @@ def test_processing_time_pipeline_closes_windows_in_wall_time() -> None:
         time="processing",
         clock=clock,
     )
+
+
+def test_processing_time_pipeline_closes_windows_in_wall_time() -> None:
+    clock = tm.ManualClock(1_000)
+    pipe = _processing_time_count(clock)
     op = pipe.operator()
     assert op.tick().windows.num_rows == 0, "nothing seen yet"
     # Event times in the data are ignored: rows are stamped with the clock (1 s).
@@ -150,14 +155,7 @@ def test_a_restored_operator_closes_windows_on_the_clock_before_any_batch(cores:
     # A service restarts from its snapshot while no rows arrive: its ticks close the
     # windows the clock closes (before, they waited for the next batch).
     clock = tm.ManualClock(1_000)
-    pipe = tm.Pipeline(
-        key="k",
-        event_time="ts",
-        window=tm.Tumbling("10s"),
-        aggs={"n": tm.count()},
-        time="processing",
-        clock=clock,
-    )
+    pipe = _processing_time_count(clock)
     live = pipe.operator(cores=cores)
     live.process(pa.table({"k": ["a", "a", "b"], "ts": [0, 0, 0], "extra": [1, 2, 3]}))
     restored = pipe.operator(state=live.snapshot(), cores=cores)

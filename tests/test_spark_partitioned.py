@@ -61,3 +61,8 @@ def test_observe_partitions_with_named_type(spark: Any) -> None:
         ).collect()
     }
     assert got == {0: 3_000_000, 1: 2_000_000}
+    # A column that is not there is named at the call, not by a failed Spark task.
+    with pytest.raises(tm.MissingColumnError, match=r"'event_time' not found.*partition, ts_ms"):
+        observe_partitions(df)
+    with pytest.raises(tm.MissingColumnError, match="'p' not found"):
+        observe_partitions(df, partition_column="p", event_time="ts_ms")

@@ -56,11 +56,15 @@ def as_array(data: Any, what: str = "values") -> pa.Array | pa.ChunkedArray:
         raise ConfigError(f"{what}: cannot convert to an Arrow array: {e}") from None
 
 
-def column(data: Tabular, name: str) -> pa.Array | pa.ChunkedArray:
-    """The column ``name``, or :class:`MissingColumnError` listing the columns."""
-    names = data.schema.names
+def require_column(names: list[str], name: str) -> None:
+    """:class:`MissingColumnError` listing ``names`` unless ``name`` is one of them."""
     if name not in names:
         raise MissingColumnError(
             f"column {name!r} not found; available columns: {', '.join(names)}"
         )
+
+
+def column(data: Tabular, name: str) -> pa.Array | pa.ChunkedArray:
+    """The column ``name``, or :class:`MissingColumnError` listing the columns."""
+    require_column(data.schema.names, name)
     return data.column(name)

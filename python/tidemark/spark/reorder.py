@@ -227,13 +227,10 @@ def _partitioned(df: Any, n: int, partition_by: list[str] | None) -> Any:
 
 
 def _check_columns(r: Reorder, df: Any, partition_by: list[str] | None) -> None:
-    names = df.schema.fieldNames()
-    if r.event_time not in names:
-        from tidemark.errors import MissingColumnError
+    from tidemark._arrow import require_column
 
-        raise MissingColumnError(
-            f"column {r.event_time!r} not found; available columns: {', '.join(names)}"
-        )
+    names = df.schema.fieldNames()
+    require_column(names, r.event_time)
     missing = [c for c in partition_by or [] if c not in names]
     if missing:
         raise ConfigError(f"partition_by column(s) {missing} are not columns of the DataFrame")

@@ -86,6 +86,11 @@ def observe_partitions(
     >>> for r in rows:                                               # doctest: +SKIP
     ...     tracker.update_partition(r.source_id, r.partition, r.watermark)
     """
+    from tidemark._arrow import require_column
+
+    # Named now, not by a failed Spark task.
+    for name in (partition_column, event_time):
+        require_column(df.schema.fieldNames(), name)
     lateness = to_micros(max_lateness, "max_lateness")
     fn = _observe_task(source_id, partition_column, event_time, event_time_type, lateness)
     return map_in_arrow(df, fn, PARTITION_PROGRESS_SCHEMA)

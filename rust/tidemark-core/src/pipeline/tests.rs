@@ -33,6 +33,31 @@ fn batch_with<'a>(rows: impl Iterator<Item = (&'a str, i64)>, values: ArrayRef) 
     .unwrap()
 }
 
+/// The column names of `batch`.
+fn column_names(batch: &RecordBatch) -> Vec<String> {
+    batch
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect()
+}
+
+/// [`cfg`] with 10-tick tumbling windows, per-key watermarks and keys idle after
+/// 1,000 ticks of the clock.
+fn keyed_idle_cfg() -> PipelineConfig {
+    PipelineConfig {
+        idle_timeout: Some(1_000),
+        ..cfg(
+            WindowSpec::Tumbling {
+                size: 10,
+                offset: 0,
+            },
+            Scope::Key,
+        )
+    }
+}
+
 fn op(c: PipelineConfig) -> (Operator, ManualClock) {
     let clock = ManualClock::new(0);
     (Operator::new(c, Arc::new(clock.clone())).unwrap(), clock)
@@ -134,14 +159,7 @@ fn test_keyed_window_operator_uses_key_watermark() {
 
 #[test]
 fn idle_key_windows_close_on_the_global_watermark() {
-    let mut c = cfg(
-        WindowSpec::Tumbling {
-            size: 10,
-            offset: 0,
-        },
-        Scope::Key,
-    );
-    c.idle_timeout = Some(1_000);
+    let c = keyed_idle_cfg();
     let (mut o, clock) = op(c);
     o.process(&batch(&[("quiet", 3, 1), ("busy", 4, 1)]), None)
         .unwrap();
@@ -1001,37 +1019,17 @@ fn a_flush_gives_late_and_error_tables_in_the_schemas_a_batch_gives_them() {
     let flushed = o.flush().unwrap();
     assert_eq!(flushed.late.schema(), late.schema());
     assert_eq!(flushed.errors.schema(), out.errors.schema());
-    let names: Vec<_> = flushed
-        .errors
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .collect();
-    assert_eq!(names, ["k", "ts", "v", "reason"]);
+    assert_eq!(column_names(&flushed.errors), ["k", "ts", "v", "reason"]);
     // After a restore (no batch since) only the columns the pipeline reads are known.
     let restored = Operator::restore(c, Arc::new(ManualClock::new(0)), &o.snapshot()).unwrap();
     let mut restored = restored;
     let errors = restored.flush().unwrap().errors;
-    let names: Vec<_> = errors
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .collect();
-    assert_eq!(names, ["k", "ts", "reason"]);
+    assert_eq!(column_names(&errors), ["k", "ts", "reason"]);
 }
 
 #[test]
 fn a_restored_operator_ticks_before_its_first_batch_as_the_live_one_does() {
-    let mut c = cfg(
-        WindowSpec::Tumbling {
-            size: 10,
-            offset: 0,
-        },
-        Scope::Key,
-    );
-    c.idle_timeout = Some(1_000);
+    let c = keyed_idle_cfg();
     let (mut live, clock) = op(c.clone());
     live.process(&batch(&[("quiet", 3, 1), ("busy", 50, 1)]), None)
         .unwrap();
@@ -1053,22 +1051,9 @@ fn a_restored_operator_ticks_before_its_first_batch_as_the_live_one_does() {
     assert_eq!(rows(&live.tick().unwrap().windows), expected);
     let out = restored.tick().unwrap();
     assert_eq!(rows(&out.windows), expected);
-    let names: Vec<_> = out
-        .errors
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .collect();
-    assert_eq!(names, ["k", "ts", "v", "reason"]);
+    assert_eq!(column_names(&out.errors), ["k", "ts", "v", "reason"]);
     assert_eq!(rows(&sharded.tick().unwrap().windows), expected);
     // A fresh operator has nothing to close and no schema yet.
-    let (mut fresh, _) = op(cfg(
-        WindowSpec::Tumbling {
-            size: 10,
-            offset: 0,
-        },
-        Scope::Key,
-    ));
+    let (mut fresh, _) = op(keyed_idle_cfg());
     assert_eq!(fresh.tick().unwrap().windows.num_columns(), 0);
 }
