@@ -592,7 +592,7 @@ class Lookup:
 class Operator:
     """The stateful operator of a :class:`Pipeline` (see ``Pipeline.operator()``)."""
 
-    __slots__ = ("_inner", "_pipeline", "_schema", "pinned")
+    __slots__ = ("_inner", "_pipeline", "pinned")
 
     def __init__(
         self,
@@ -607,7 +607,6 @@ class Operator:
         ordered: bool = True,
     ) -> None:
         self._pipeline = pipeline
-        self._schema: pa.Schema | None = None
         if not isinstance(cores, int) or isinstance(cores, bool) or cores < 1:
             raise ConfigError(f"cores must be a positive int, got {cores!r}")
         if not isinstance(ordered, bool):
@@ -669,7 +668,6 @@ class Operator:
         parsed = None
         p = self._pipeline
         table = as_tabular(data)
-        self._schema = table.schema
         if p._parser is not None and p.time == "event":
             assert p.event_time_type is not None
             parsed = apply_user_parser(p.event_time_type, p._parser, column(table, p.event_time))[0]

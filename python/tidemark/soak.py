@@ -162,19 +162,18 @@ def main_args(args: Any) -> int:
     """``tidemark soak`` (see :mod:`tidemark.cli`)."""
     from tidemark.errors import ConfigError
 
-    problem = soak_problem(
-        seconds=args.seconds,
-        rate=args.rate,
-        new_keys_per_s=args.new_keys,
-        key_lifetime_s=args.lifetime,
-    )
+    churn = {
+        "seconds": args.seconds,
+        "rate": args.rate,
+        "new_keys_per_s": args.new_keys,
+        "key_lifetime_s": args.lifetime,
+    }
+    # Checked here too, to name the flag rather than the parameter.
+    problem = soak_problem(**churn)
     if problem is not None:
         raise ConfigError(f"{MINIMUM[problem[0]][1]} {problem[1]}")
     r = soak(
-        seconds=args.seconds,
-        rate=args.rate,
-        new_keys_per_s=args.new_keys,
-        key_lifetime_s=args.lifetime,
+        **churn,
         max_keys=args.max_keys if args.max_keys > 0 else None,
         state_ttl=args.state_ttl or None,
     )

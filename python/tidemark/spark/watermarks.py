@@ -89,8 +89,9 @@ def observe_partitions(
     from tidemark._arrow import require_column
 
     # Named now, not by a failed Spark task.
+    names = df.schema.fieldNames()
     for name in (partition_column, event_time):
-        require_column(df.schema.fieldNames(), name)
+        require_column(names, name)
     lateness = to_micros(max_lateness, "max_lateness")
     fn = _observe_task(source_id, partition_column, event_time, event_time_type, lateness)
     return map_in_arrow(df, fn, PARTITION_PROGRESS_SCHEMA)

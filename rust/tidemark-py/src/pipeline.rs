@@ -243,9 +243,7 @@ impl PyOperator {
 
     /// A call without rows: time moves on by itself.
     fn tick(&mut self, py: Python<'_>) -> PyResult<Tables> {
-        let op = &mut self.inner;
-        let out = detach(py, move || op.tick())?;
-        output(py, out)
+        tick_with(py, &mut self.inner)
     }
 
     fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
@@ -326,6 +324,12 @@ pub fn process_with<T: ArrivalOperator>(
 /// `flush` of any operator kind.
 pub fn flush_with<T: ArrivalOperator>(py: Python<'_>, op: &mut T) -> PyResult<Tables> {
     let out = detach(py, move || op.flush_all())?;
+    output(py, out)
+}
+
+/// `tick` of any operator kind.
+pub fn tick_with<T: ArrivalOperator>(py: Python<'_>, op: &mut T) -> PyResult<Tables> {
+    let out = detach(py, move || op.tick())?;
     output(py, out)
 }
 
@@ -430,9 +434,7 @@ impl PyRowsOperator {
 
     /// A call without rows: time moves on by itself.
     fn tick(&mut self, py: Python<'_>) -> PyResult<Tables> {
-        let op = &mut self.inner;
-        let out = detach(py, move || op.tick())?;
-        output(py, out)
+        tick_with(py, &mut self.inner)
     }
 
     fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {

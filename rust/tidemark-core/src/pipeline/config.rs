@@ -93,6 +93,13 @@ pub struct PipelineConfig {
 }
 
 impl PipelineConfig {
+    /// The parsed event times of a call without rows: an empty array where the caller
+    /// parses them (`parsed_externally`), else none.
+    pub(crate) fn no_parsed_times(&self) -> Option<arrow_array::Int64Array> {
+        self.parsed_externally
+            .then(|| arrow_array::Int64Array::from(Vec::<i64>::new()))
+    }
+
     /// A configuration with the defaults of `tidemark.Pipeline`: no delay, one global
     /// watermark, no idle timeout, `on_window_close`, no allowed lateness, late rows
     /// to the side output, no key bound, event time, no state TTL. Change fields with

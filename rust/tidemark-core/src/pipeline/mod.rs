@@ -1824,18 +1824,9 @@ impl Operator {
         };
         // The bound schema is the batch after any lookup join: no second join.
         let empty = RecordBatch::new_empty(b.input.clone());
-        let parsed = self
-            .cfg
-            .parsed_externally
-            .then(|| Int64Array::from(Vec::<i64>::new()));
+        let parsed = self.cfg.no_parsed_times();
         let pending = self.ingest_rows(&empty, parsed.as_ref())?;
         self.complete(pending)
-    }
-
-    /// The input schema of the latest batch, after any lookup join (after a restore
-    /// with no batch since: the fields the pipeline reads); `None` before either.
-    pub fn input_schema(&self) -> Option<SchemaRef> {
-        self.bound.as_ref().map(|b| b.input.clone())
     }
 
     /// Closes every open window (end of input). In `on_window_close` mode their final
@@ -2151,7 +2142,6 @@ fn write_fields(w: &mut Writer, fields: Option<&[Field]>) {
     }
 }
 
-/// Reads what [`write_fields`] wrote.
 /// The input fields stored in an operator snapshot of `cfg`, as a schema (`None`: the
 /// operator had seen no batch).
 pub(crate) fn snapshot_input(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Option<SchemaRef>> {
@@ -2159,6 +2149,7 @@ pub(crate) fn snapshot_input(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Optio
     Ok(read_fields(&mut Reader::new(payload))?.map(|f| Arc::new(Schema::new(f))))
 }
 
+/// Reads what [`write_fields`] wrote.
 fn read_fields(r: &mut Reader<'_>) -> Result<Option<Vec<Field>>> {
     if !r.bool()? {
         return Ok(None);

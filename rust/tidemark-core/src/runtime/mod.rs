@@ -854,10 +854,7 @@ impl ShardedOperator {
             return Ok(Output::nothing());
         };
         // After any lookup join already: processed as joined rows.
-        let parsed = self
-            .cfg
-            .parsed_externally
-            .then(|| Int64Array::from(Vec::<i64>::new()));
+        let parsed = self.cfg.no_parsed_times();
         self.process_rows(&RecordBatch::new_empty(schema), parsed.as_ref())
     }
 
