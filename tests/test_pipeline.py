@@ -93,6 +93,7 @@ def test_issue_example_pipeline() -> None:
     [
         ({"window": tm.Tumbling("ten seconds")}, tm.ConfigError, "window.size"),
         ({"window": tm.Tumbling(dt.timedelta(0))}, tm.ConfigError, "positive"),
+        ({"window": tm.Tumbling("1 month")}, tm.ConfigError, "no fixed length"),
         ({"window": tm.Sliding("5s", every="10s")}, tm.ConfigError, "slide"),
         ({"window": "10s"}, tm.ConfigError, "tm.Tumbling"),
         ({"event_time_type": "unix_days"}, tm.UnknownEventTimeTypeError, "registered types"),
@@ -115,6 +116,28 @@ def test_issue_example_pipeline() -> None:
 def test_configuration_mistakes_fail_in_pipeline(kwargs: dict, exc: type, match: str) -> None:
     with pytest.raises(exc, match=match):
         simple(**kwargs)
+
+
+def test_spark_interval_strings_are_durations() -> None:
+    """The durations a Spark user writes for ``window`` and ``withWatermark`` mean what
+    they mean there: the same windows as the short forms."""
+    batch = events([("a", 1, 1.0), ("a", 12, 2.0), ("b", 65, 3.0), ("a", 200, 4.0)])
+    short = simple(
+        watermark=tm.BoundedOutOfOrderness("5s"),
+        window=tm.Sliding("1m", every="30s"),
+        allowed_lateness="1m30s",
+    )
+    spark_style = simple(
+        watermark=tm.BoundedOutOfOrderness("5 seconds"),
+        window=tm.Sliding("1 minute", every="interval 30 Seconds"),
+        allowed_lateness="1 minute 30 seconds",
+    )
+    assert spark_style.config == short.config
+    got = spark_style.operator().process(batch).windows
+    assert got.equals(short.operator().process(batch).windows)
+    # The watermark (195 s) less the allowed lateness (90 s) closes every window ending
+    # by 105 s: a's [-30, 30) and [0, 60), b's [30, 90).
+    assert got.column("count").to_pylist() == [2, 2, 1]
 
 
 def test_watermark_scope_is_checked() -> None:

@@ -1,4 +1,5 @@
-"""Duration arguments: ``"250ms"``, ``"5s"``, ``"2m"``, ``"1h"``, ``"1d"``, timedelta, or int."""
+"""Duration arguments: ``"250ms"``, ``"5s"``, ``"2m"``, ``"1h"``, ``"1d"``, Spark's
+``"10 seconds"`` / ``"1 minute"`` / ``"interval 2 hours"``, timedelta, or int."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from tidemark import _native
 from tidemark.errors import ConfigError
 
 Duration = str | _dt.timedelta | int
-"""A duration: a string such as ``"5s"``, a :class:`datetime.timedelta`, or an int."""
+"""A duration: a string such as ``"5s"``, ``"1h30m"`` or Spark's ``"10 seconds"``, a
+:class:`datetime.timedelta`, or an int."""
 
 
 def to_micros(value: Duration, setting: str, *, int_unit: str = "us") -> int:

@@ -232,8 +232,9 @@ def _run_tidemark(
     pipe = tm.Pipeline(
         key="tenant",
         event_time="event_time",
-        watermark=tm.BoundedOutOfOrderness(DELAY.replace(" seconds", "s"), per=per),
-        window=tm.Tumbling("1m"),
+        # Spark's own duration strings: the same settings as its query's.
+        watermark=tm.BoundedOutOfOrderness(DELAY, per=per),
+        window=tm.Tumbling(WINDOW),
         aggs={"count": tm.count()},
     )
     counts: dict[tuple[str, int], int] = {}

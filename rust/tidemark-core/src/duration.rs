@@ -1,12 +1,18 @@
-//! Human-readable durations: `"250ms"`, `"5s"`, `"2m"`, `"1h30m"`, `"1.5d"`.
+//! Human-readable durations: `"250ms"`, `"5s"`, `"2m"`, `"1h30m"`, `"1.5d"`, and Spark's
+//! interval strings: `"10 seconds"`, `"1 minute"`, `"interval 2 hours 30 minutes"`.
 
 use crate::error::{Result, TidemarkError};
 
 /// Parses a duration string into microseconds.
 ///
-/// Units: `us` (or `µs`), `ms`, `s`, `m` (or `min`), `h`, `d`, `w`. Parts may be
-/// combined (`"1h30m"`) and may have a fraction (`"1.5s"`); whitespace between parts
-/// is allowed. A bare `"0"` is zero. Negative durations are rejected.
+/// Units: `us` (or `µs`), `ms`, `s`, `m` (or `min`), `h`, `d`, `w`, and the words
+/// Spark's `window` and `withWatermark` take, singular or plural: `microsecond`,
+/// `millisecond`, `second`, `minute`, `hour`, `day`, `week` (also `sec`, `secs`,
+/// `mins`, `hr`, `hrs`). Units are case-insensitive. Parts may be combined (`"1h30m"`,
+/// `"1 hour 30 minutes"`) and may have a fraction (`"1.5s"`); whitespace between parts
+/// is allowed, and so is a leading `interval` (`"interval 10 seconds"`, as in Spark
+/// SQL). A bare `"0"` is zero. Negative durations are rejected, and so are months and
+/// years, which have no fixed length.
 ///
 /// # Examples
 ///
@@ -15,16 +21,25 @@ use crate::error::{Result, TidemarkError};
 /// assert_eq!(parse_duration_micros("250ms").unwrap(), 250_000);
 /// assert_eq!(parse_duration_micros("1h30m").unwrap(), 5_400_000_000);
 /// assert_eq!(parse_duration_micros("1.5s").unwrap(), 1_500_000);
+/// assert_eq!(parse_duration_micros("10 seconds").unwrap(), 10_000_000);
+/// assert_eq!(parse_duration_micros("interval 1 minute").unwrap(), 60_000_000);
 /// assert!(parse_duration_micros("5 parsecs").is_err());
 /// ```
 pub fn parse_duration_micros(text: &str) -> Result<i64> {
     let err = |why: &str| {
         TidemarkError::config(
             "duration",
-            format!("cannot parse {text:?} as a duration ({why}); use e.g. \"250ms\", \"5s\", \"2m\", \"1h\", \"1d\""),
+            format!("cannot parse {text:?} as a duration ({why}); use e.g. \"250ms\", \"5s\", \"2m\", \"1h\", \"1d\" or \"10 seconds\""),
         )
     };
-    let s = text.trim();
+    let mut s = text.trim();
+    // Spark SQL's interval literal: `interval 10 seconds`.
+    if s.len() > 8 && s.is_char_boundary(8) && s[..8].eq_ignore_ascii_case("interval") {
+        let after = &s[8..];
+        if after.starts_with(char::is_whitespace) {
+            s = after.trim_start();
+        }
+    }
     if s.is_empty() {
         return Err(err("empty"));
     }
@@ -49,16 +64,19 @@ pub fn parse_duration_micros(text: &str) -> Result<i64> {
         let unit_end = rest
             .find(|c: char| !c.is_alphabetic())
             .unwrap_or(rest.len());
-        let unit = &rest[..unit_end];
+        let unit = rest[..unit_end].to_lowercase();
         rest = &rest[unit_end..];
-        let micros_per: i128 = match unit {
-            "us" | "µs" => 1,
-            "ms" => 1_000,
-            "s" | "sec" => 1_000_000,
-            "m" | "min" => 60_000_000,
-            "h" => 3_600_000_000,
-            "d" => 86_400_000_000,
-            "w" => 604_800_000_000,
+        let micros_per: i128 = match unit.as_str() {
+            "us" | "µs" | "μs" | "microsecond" | "microseconds" => 1,
+            "ms" | "millisecond" | "milliseconds" => 1_000,
+            "s" | "sec" | "secs" | "second" | "seconds" => 1_000_000,
+            "m" | "min" | "mins" | "minute" | "minutes" => 60_000_000,
+            "h" | "hr" | "hrs" | "hour" | "hours" => 3_600_000_000,
+            "d" | "day" | "days" => 86_400_000_000,
+            "w" | "week" | "weeks" => 604_800_000_000,
+            "month" | "months" | "mon" | "mons" | "year" | "years" | "y" | "yr" | "yrs" => {
+                return Err(err("months and years have no fixed length"))
+            }
             "" => return Err(err("missing unit")),
             _ => return Err(err("unknown unit")),
         };
@@ -107,6 +125,20 @@ mod tests {
             ("1w", 604_800_000_000),
             (" 1m 30s ", 90_000_000),
             (".5s", 500_000),
+            ("10 seconds", 10_000_000),
+            ("1 second", 1_000_000),
+            ("10 Seconds", 10_000_000),
+            ("5S", 5_000_000),
+            ("1 minute", 60_000_000),
+            ("2 hours 30 minutes", 9_000_000_000),
+            ("1 day", 86_400_000_000),
+            ("1 week", 604_800_000_000),
+            ("500 milliseconds", 500_000),
+            ("3 microseconds", 3),
+            ("1.5 hours", 5_400_000_000),
+            ("interval 10 seconds", 10_000_000),
+            ("INTERVAL 1 hour", 3_600_000_000),
+            ("2 hrs 5 mins", 7_500_000_000),
             ("0", 0),
             ("0s", 0),
         ] {
@@ -125,6 +157,13 @@ mod tests {
             "1..5s",
             "1.s",
             "99999999999999999999d",
+            "1 month",
+            "1 year",
+            "interval",
+            "interval ",
+            "intervals 5s",
+            "interval5s",
+            "5 fortnights",
         ] {
             assert!(parse_duration_micros(s).is_err(), "{s}");
         }
