@@ -118,6 +118,13 @@ def test_configuration_mistakes_fail_in_pipeline(kwargs: dict, exc: type, match:
         simple(**kwargs)
 
 
+def test_a_lazy_frame_is_refused_with_what_to_do() -> None:
+    lazy = pl.from_arrow(events([("a", 1, 1.0)])).lazy()  # type: ignore[union-attr]
+    with pytest.raises(TypeError, match=r"got LazyFrame; call \.collect\(\) on it first"):
+        simple().operator().process(lazy)
+    assert simple().operator().process(lazy.collect()).errors.num_rows == 0
+
+
 def test_spark_interval_strings_are_durations() -> None:
     """The durations a Spark user writes for ``window`` and ``withWatermark`` mean what
     they mean there: the same windows as the short forms."""

@@ -1512,6 +1512,15 @@ def test_entry_points_refuse_wrong_arguments_when_called(spark: Any, tmp_path: P
         aggregate([1, 2], pipe)
     with pytest.raises(TypeError, match=r"aggregate\(\): pipe must be a Pipeline, got str"):
         aggregate(df, "pipe")  # type: ignore[arg-type]
+    # A Spark DataFrame handed to a local operator is fetched into this process, its
+    # timestamps included (PySpark's own Arrow export fails on them); a streaming one
+    # says where it goes instead.
+    local = pipe.operator().process(df)
+    assert local.windows.equals(pipe.operator().process(df.toArrow()).windows)
+    assert local.windows.num_rows > 0
+    stream = spark.readStream.format("rate").load()
+    with pytest.raises(TypeError, match="streaming Spark DataFrame: run the pipeline with"):
+        pipe.operator().process(stream)
     for kw, name in [
         ({"num_partitions": 0}, "num_partitions"),
         ({"cores": -1}, "cores"),

@@ -20,9 +20,13 @@ Tabular: TypeAlias = "pa.RecordBatch | pa.Table"
 
 
 def as_tabular(data: ArrowData, what: str = "data") -> Tabular:
-    """Views ``data`` as a pyarrow RecordBatch or Table without copying."""
+    """Views ``data`` as a pyarrow RecordBatch or Table without copying (a Spark
+    DataFrame's rows are fetched into this process with ``toArrow()``)."""
     if isinstance(data, (pa.RecordBatch, pa.Table)):
         return data
+    spark_rows = _spark_rows(data, what)
+    if spark_rows is not None:
+        return spark_rows
     try:
         if hasattr(data, "__arrow_c_array__"):
             return pa.record_batch(data)
@@ -38,8 +42,30 @@ def as_tabular(data: ArrowData, what: str = "data") -> Tabular:
     raise TypeError(
         f"{what} must be Arrow tabular data (a pyarrow RecordBatch or Table, a polars "
         f"DataFrame, or any object with __arrow_c_array__ / __arrow_c_stream__), "
-        f"got {type(data).__name__}"
+        f"got {type(data).__name__}{_hint(data)}"
     )
+
+
+def _hint(data: Any) -> str:
+    """What to do with a lazy frame that holds no rows yet."""
+    if (type(data).__module__ or "").startswith("polars") and type(data).__name__ == "LazyFrame":
+        return "; call .collect() on it first"
+    return ""
+
+
+def _spark_rows(data: Any, what: str) -> pa.Table | None:
+    """A Spark DataFrame's rows, fetched into this process with ``toArrow()`` (timestamps
+    in UTC, as Spark's session time zone gives them); ``None`` for anything else. (Its
+    own ``__arrow_c_stream__`` runs an extra job and fails on timestamp columns.)"""
+    if not (type(data).__module__ or "").startswith("pyspark") or not hasattr(data, "toArrow"):
+        return None
+    if getattr(data, "isStreaming", False):
+        raise TypeError(
+            f"{what} is a streaming Spark DataFrame: run the pipeline with "
+            "tidemark.spark.StreamProcessor in foreachBatch"
+        )
+    table: pa.Table = data.toArrow()
+    return table
 
 
 def as_array(data: Any, what: str = "values") -> pa.Array | pa.ChunkedArray:

@@ -663,7 +663,9 @@ class Operator:
         """Processes one arrival unit (a batch; a Table counts as one batch).
 
         Returns the windows closed (or updated) by this call, the late rows and the
-        error rows. ``data`` is any Arrow tabular object (pyarrow, polars, ...).
+        error rows. ``data`` is any Arrow tabular object (pyarrow, polars, pandas, ...),
+        or a batch Spark DataFrame, whose rows are fetched into this process with
+        ``toArrow()`` (for work spread over a cluster, see :mod:`tidemark.spark`).
         """
         parsed = None
         p = self._pipeline
