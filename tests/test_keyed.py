@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import numpy as np
@@ -226,6 +227,40 @@ def test_timestamps_are_microseconds_and_nulls_skipped() -> None:
 @pytest.mark.parametrize(
     "make",
     [
+        lambda: tm.KeyedWatermarkTracker(bounded_delay="1s"),
+        lambda: tm.CompactKeyedWatermarkTracker(bounded_delay="1s", exact_keys=10),
+    ],
+    ids=["exact", "compact"],
+)
+def test_python_keys_with_array_times(make: Any) -> None:
+    # Keys as Python values (tuples here, which no Arrow column holds) paired with times
+    # in an Arrow, numpy or pandas array: timestamps read as epoch microseconds.
+    keys = [("eu", 1), ("us", 2), ("eu", 1)]
+    ms = [5_000, None, 7_000]
+    for times in (
+        pa.array(ms, pa.timestamp("ms")),
+        pa.chunked_array(
+            [
+                pa.array(ms[:1], pa.int64()).cast(pa.timestamp("ms")),
+                pa.array(ms[1:], pa.timestamp("ms")),
+            ]
+        ),
+        pd.Series(ms, dtype="datetime64[ms]"),
+    ):
+        t = make()
+        t.update_batch(keys, times)
+        assert t.watermark_for_key(("eu", 1)) == 6_000_000
+        assert t.watermark_for_key(("us", 2)) is None  # its null time skipped the row
+        late = t.is_late_batch(keys, times)
+        assert late.to_pylist() == [True, None, False]
+    t = make()
+    t.update_batch(keys, np.array([5_000_000, 6_000_000, 7_000_000]))  # int ticks
+    assert t.watermark_for_key(("us", 2)) == 5_000_000
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
         lambda: tm.KeyedWatermarkTracker(bounded_delay=1),
         lambda: tm.CompactKeyedWatermarkTracker(bounded_delay=1, exact_keys=10),
     ],
@@ -340,6 +375,57 @@ def test_matches_naive_model(ops: list[tuple[str, int, int]]) -> None:
                 assert g is not None and g <= maxes[q] - 20
 
 
+def test_snapshots_and_pickles_carry_state_and_configuration() -> None:
+    """A restarted process goes on where the tracker stopped: keys, watermarks,
+    idleness on its clock, the key bound and its policy, the metrics."""
+    clock = tm.ManualClock(0)
+    t = tm.KeyedWatermarkTracker(
+        bounded_delay="5s", idle_timeout=1_000, max_keys=2, eviction="reject_new", clock=clock
+    )
+    t.update_batch(["a", "b"], pa.array([20_000_000, 9_000_000], pa.timestamp("us")))
+    clock.advance(600)
+    t.update("a", 21_000_000)
+    for back in (
+        tm.KeyedWatermarkTracker.restore(t.snapshot(), clock=clock),
+        pickle.loads(pickle.dumps(t)),
+    ):
+        assert (back.bounded_delay, back.idle_timeout, back.max_keys, back.eviction) == (
+            5_000_000,
+            1_000,
+            2,
+            "reject_new",
+        )
+        assert back.metrics() == t.metrics()
+        assert back.watermark_for_key("a") == 16_000_000
+        assert back.global_watermark() == 4_000_000
+        with pytest.raises(tm.MaxKeysReachedError):
+            back.update("c", 1)
+    # Idleness goes on from the last activity the snapshot holds, on the given clock.
+    back = tm.KeyedWatermarkTracker.restore(t.snapshot(), clock=clock)
+    clock.advance(401)
+    assert back.check_idle_keys() == 16_000_000  # "b" silent for 1,001 ticks
+    assert back.key_state("b")["is_idle"] and not back.key_state("a")["is_idle"]
+    # A pickled ManualClock is a copy at the same reading.
+    copied = pickle.loads(pickle.dumps(t))
+    assert copied.clock is not clock and copied.clock.now() == clock.now()
+
+
+def test_damaged_or_foreign_snapshots_are_refused() -> None:
+    t = tm.KeyedWatermarkTracker(bounded_delay=10)
+    t.update("a", 100)
+    data = bytearray(t.snapshot())
+    data[len(data) // 2] ^= 0xFF
+    with pytest.raises(tm.StateCorruptedError, match="checksum"):
+        tm.KeyedWatermarkTracker.restore(bytes(data))
+    compact = tm.CompactKeyedWatermarkTracker(bounded_delay=10, exact_keys=4, sketch_width=64)
+    with pytest.raises(tm.StateCorruptedError, match="compact keyed watermark tracker"):
+        tm.KeyedWatermarkTracker.restore(compact.snapshot())
+    with pytest.raises(tm.StateCorruptedError, match="keyed watermark tracker"):
+        tm.CompactKeyedWatermarkTracker.restore(t.snapshot())
+    with pytest.raises(tm.StateCorruptedError):
+        tm.PartitionedWatermarkTracker.restore(t.snapshot())
+
+
 # --- compact tracker ----------------------------------------------------------------
 
 
@@ -359,6 +445,25 @@ def test_compact_tracker_bounds_memory_and_never_overestimates_evicted_keys() ->
         est = t.watermark_for_key(k)
         assert est is not None and est <= truth[k]
     assert t.memory_bytes() < 2 * t.configured_bytes() + (1 << 20)
+
+
+def test_compact_tracker_snapshots_restore_exact_keys_and_sketch() -> None:
+    t = tm.CompactKeyedWatermarkTracker(bounded_delay=10, exact_keys=50, sketch_width=256)
+    keys = pa.array(range(2_000), pa.int64())
+    t.update_batch(keys, pa.array([(k * 7919) % 10_000 for k in range(2_000)], pa.int64()))
+    for back in (
+        tm.CompactKeyedWatermarkTracker.restore(t.snapshot()),
+        pickle.loads(pickle.dumps(t)),
+    ):
+        assert back.metrics() == t.metrics()
+        assert back.is_late_batch(keys, keys).equals(t.is_late_batch(keys, keys))
+        assert [back.watermark_for_key(k) for k in range(0, 2_100, 7)] == [
+            t.watermark_for_key(k) for k in range(0, 2_100, 7)
+        ]
+        assert [back.is_exact(k) for k in range(2_000)] == [t.is_exact(k) for k in range(2_000)]
+        assert repr(back) == repr(t)
+    # The snapshot is bounded by the configuration, as the memory is.
+    assert len(t.snapshot()) < 256 * 4 * 8 + 4096 + 50 * 64 + 1024
 
 
 def test_compact_tracker_config_errors() -> None:

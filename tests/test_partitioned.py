@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import pickle
 
 import polars as pl
 import pyarrow as pa
@@ -93,6 +94,30 @@ def test_idle_timeout_accepts_durations() -> None:
         tm.PartitionedWatermarkTracker(idle_timeout="soon")
     with pytest.raises(tm.ConfigError, match="negative"):
         tm.PartitionedWatermarkTracker(idle_timeout=-1)
+
+
+def test_snapshots_and_pickles_go_on_where_the_tracker_stopped() -> None:
+    clock = tm.ManualClock(0)
+    t = tm.PartitionedWatermarkTracker(idle_timeout=100, clock=clock)
+    t.register_source(0, 3)
+    t.update_partition(0, 0, 50)
+    t.update_partition(0, 1, 80)
+    clock.advance(60)
+    t.update_partition(0, 1, 90)  # partition 2 has sent nothing
+    for back in (
+        tm.PartitionedWatermarkTracker.restore(t.snapshot(), clock=clock),
+        pickle.loads(pickle.dumps(t)),
+    ):
+        assert back.idle_timeout == 100
+        assert back.metrics() == t.metrics()
+        assert back.partition_state(0, 1) == t.partition_state(0, 1)
+        assert back.current_watermark() is None  # partition 2 still holds it back
+    back = tm.PartitionedWatermarkTracker.restore(t.snapshot(), clock=clock)
+    clock.advance(41)  # partitions 0 and 2 silent for 101 ticks, 1 for 41
+    assert back.check_idle_partitions() == 90
+    assert back.is_partition_idle(0, 0) and not back.is_partition_idle(0, 1)
+    with pytest.raises(tm.StateCorruptedError):
+        tm.PartitionedWatermarkTracker.restore(t.snapshot()[:-1])
 
 
 def test_rebalancing_and_core_assignment() -> None:

@@ -7,6 +7,7 @@ step.
 
 from __future__ import annotations
 
+import pickle
 from collections import defaultdict
 from typing import Any
 
@@ -64,6 +65,15 @@ class KeyedTrackerMachine(RuleBasedStateMachine):
         key = data.draw(st.sampled_from(sorted(self.keys)))
         self.t.remove_key(key)
         del self.keys[key]
+
+    @rule(pickled=st.booleans())
+    def snapshot_restore(self, pickled: bool) -> None:
+        # A restart: the tracker's bytes (or its pickle), on the same clock.
+        if pickled:
+            self.t = pickle.loads(pickle.dumps(self.t))
+            self.clock = self.t.clock  # a pickled ManualClock is a copy of the reading
+        else:
+            self.t = tm.KeyedWatermarkTracker.restore(self.t.snapshot(), clock=self.clock)
 
     @invariant()
     def matches_model(self) -> None:

@@ -36,6 +36,9 @@ class SystemClock:
         """The current time in milliseconds."""
         return self._inner.now()
 
+    def __reduce__(self) -> tuple[type[SystemClock], tuple[()]]:
+        return (SystemClock, ())
+
     def __repr__(self) -> str:
         return "SystemClock()"
 
@@ -78,6 +81,10 @@ class ManualClock:
     def set(self, t: int) -> None:
         """Sets the clock to ``t``; raises ``ValueError`` if ``t`` is earlier than now."""
         self._inner.set(t)
+
+    def __reduce__(self) -> tuple[type[ManualClock], tuple[int]]:
+        # A pickled clock is a new clock at the same reading (not shared with this one).
+        return (ManualClock, (self.now(),))
 
     def __repr__(self) -> str:
         return f"ManualClock(now={self.now()})"

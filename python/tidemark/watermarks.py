@@ -314,6 +314,10 @@ class PartitionedWatermarkTracker:
         obj._inner = _native.PartitionedWatermarkTracker.restore(data, native_clock(clock))
         return obj
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickles as its snapshot (and its clock: a ManualClock at the same reading).
+        return (type(self).restore, (self.snapshot(), self._clock))
+
     def __repr__(self) -> str:
         m = self.metrics()
         return (
@@ -401,6 +405,19 @@ def _event_times(times: Any) -> Any:
         # int ticks stay int64; datetime64 values become Arrow timestamps.
         return pa.array(times)
     return pa.array(times, pa.int64())
+
+
+def _pykey_times(times: Any) -> Any:
+    """Event times paired with a sequence of Python keys: a list of ints as given, or
+    (anything array-like) an Arrow array, whose timestamps the native side reads as
+    epoch microseconds."""
+    if isinstance(times, (list, tuple)):
+        return list(times)
+    if isinstance(times, (pa.Array, pa.ChunkedArray)) or _is_ndarray_like(times):
+        return _event_times(times)
+    if hasattr(times, "__arrow_c_array__") or hasattr(times, "__arrow_c_stream__"):
+        return times
+    return list(times)
 
 
 class KeyedWatermarkTracker:
@@ -495,6 +512,16 @@ class KeyedWatermarkTracker:
         """The key limit (``None``: unlimited)."""
         return self._inner.max_keys
 
+    @property
+    def eviction(self) -> str:
+        """The eviction policy at ``max_keys``."""
+        return self._inner.eviction
+
+    @property
+    def clock(self) -> Clock | None:
+        """The clock given at construction or restore (``None``: the system clock)."""
+        return self._clock
+
     def update(self, key: Any, event_time: int) -> int | None:
         """Records an event of ``key`` at ``event_time``.
 
@@ -527,7 +554,7 @@ class KeyedWatermarkTracker:
         """
         cols = key_columns(keys)
         if cols is None:
-            return self._inner.update_pykeys(list(keys), list(event_times))
+            return self._inner.update_pykeys(list(keys), _pykey_times(event_times))
         return self._inner.update_columns(cols, _event_times(event_times))
 
     def watermark_for_key(self, key: Any) -> int | None:
@@ -556,7 +583,7 @@ class KeyedWatermarkTracker:
         the event time is null."""
         cols = key_columns(keys)
         if cols is None:
-            return self._inner.is_late_pykeys(list(keys), list(event_times))
+            return self._inner.is_late_pykeys(list(keys), _pykey_times(event_times))
         return self._inner.is_late_columns(cols, _event_times(event_times))
 
     def mark_idle(self, key: Any) -> int | None:
@@ -600,6 +627,35 @@ class KeyedWatermarkTracker:
         """``total_keys``, ``active_keys``, ``idle_keys``, ``evicted_keys``,
         ``global_advances``, ``key_advances``."""
         return self._inner.metrics()  # type: ignore[return-value]
+
+    def snapshot(self) -> bytes:
+        """The tracker's whole state as bytes (versioned, checksummed): its
+        configuration, and each key's maximum event time, last activity and idleness,
+        in activity order; the global watermark reported so far; the metrics.
+
+        >>> import tidemark as tm
+        >>> t = tm.KeyedWatermarkTracker(bounded_delay=5000, max_keys=100)
+        >>> t.update("tenant_a", 15_000)
+        10000
+        >>> back = tm.KeyedWatermarkTracker.restore(t.snapshot())
+        >>> back.watermark_for_key("tenant_a"), back.max_keys
+        (10000, 100)
+        """
+        return bytes(self._inner.snapshot())
+
+    @classmethod
+    def restore(cls, data: bytes, clock: Clock | None = None) -> KeyedWatermarkTracker:
+        """A tracker from :meth:`snapshot` bytes, configured as the one that wrote them,
+        reading ``clock`` (for idleness) from now on. Raises
+        :class:`StateCorruptedError` for damaged bytes or another kind of snapshot."""
+        obj = cls.__new__(cls)
+        obj._clock = clock
+        obj._inner = _native.KeyedWatermarkTracker.restore(data, native_clock(clock))
+        return obj
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickles as its snapshot (and its clock: a ManualClock at the same reading).
+        return (type(self).restore, (self.snapshot(), self._clock))
 
     def __len__(self) -> int:
         return self._inner.total_key_count()
@@ -648,7 +704,7 @@ class CompactKeyedWatermarkTracker:
     (False, 90, True)
     """
 
-    __slots__ = ("_inner",)
+    __slots__ = ("_clock", "_inner")
 
     def __init__(
         self,
@@ -665,6 +721,7 @@ class CompactKeyedWatermarkTracker:
         if not 1 <= sketch_depth <= 8:
             raise ConfigError(f"sketch_depth must be between 1 and 8, got {sketch_depth}")
         timeout = None if idle_timeout is None else to_millis(idle_timeout, "idle_timeout")
+        self._clock = clock
         self._inner = _native.CompactKeyedWatermarkTracker(
             _delay(bounded_delay, "bounded_delay"),
             exact_keys,
@@ -682,12 +739,17 @@ class CompactKeyedWatermarkTracker:
         """Records many events (same inputs as :meth:`KeyedWatermarkTracker.update_batch`)."""
         cols = key_columns(keys)
         if cols is None:
-            return self._inner.update_pykeys(list(keys), list(event_times))
+            return self._inner.update_pykeys(list(keys), _pykey_times(event_times))
         return self._inner.update_columns(cols, _event_times(event_times))
 
     def watermark_for_key(self, key: Any) -> int | None:
         """Exact watermark if the key is tracked exactly, else the sketch estimate."""
         return self._inner.watermark_for_key(key)
+
+    @property
+    def clock(self) -> Clock | None:
+        """The clock given at construction or restore (``None``: the system clock)."""
+        return self._clock
 
     def is_exact(self, key: Any) -> bool:
         """Whether ``key`` is in the exact part."""
@@ -701,7 +763,7 @@ class CompactKeyedWatermarkTracker:
         """Vectorised :meth:`is_late`."""
         cols = key_columns(keys)
         if cols is None:
-            return self._inner.is_late_pykeys(list(keys), list(event_times))
+            return self._inner.is_late_pykeys(list(keys), _pykey_times(event_times))
         return self._inner.is_late_columns(cols, _event_times(event_times))
 
     def global_watermark(self) -> int | None:
@@ -724,3 +786,32 @@ class CompactKeyedWatermarkTracker:
         """``exact_keys``, ``evicted_keys``, ``estimated_distinct_keys`` (HyperLogLog),
         ``sketch_fill``."""
         return self._inner.metrics()  # type: ignore[return-value]
+
+    def snapshot(self) -> bytes:
+        """The tracker's whole state as bytes (versioned, checksummed): its
+        configuration, the exact keys, the sketch and the distinct-key counter. Its
+        size is bounded by the configuration, as the memory is."""
+        return bytes(self._inner.snapshot())
+
+    @classmethod
+    def restore(cls, data: bytes, clock: Clock | None = None) -> CompactKeyedWatermarkTracker:
+        """A tracker from :meth:`snapshot` bytes, configured as the one that wrote them,
+        reading ``clock`` from now on. Raises :class:`StateCorruptedError` for damaged
+        bytes or another kind of snapshot."""
+        obj = cls.__new__(cls)
+        obj._clock = clock
+        obj._inner = _native.CompactKeyedWatermarkTracker.restore(data, native_clock(clock))
+        return obj
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickles as its snapshot (and its clock: a ManualClock at the same reading).
+        return (type(self).restore, (self.snapshot(), self._clock))
+
+    def __repr__(self) -> str:
+        m = self.metrics()
+        delay, exact, width, depth, _ = self._inner.config()
+        return (
+            f"CompactKeyedWatermarkTracker(bounded_delay={delay}, exact_keys={exact}, "
+            f"sketch={depth}x{width}, exact_now={m['exact_keys']}, "
+            f"global={self.global_watermark()})"
+        )

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use arrow_array::{Array, Int64Array};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBytes, PyDict};
 use pyo3_arrow::input::AnyArray;
 use tidemark_core::time::{
     parse_event_time, same_len, CompactKeyedConfig, CompactKeyedWatermarkTracker, EventTimeType,
@@ -58,6 +58,16 @@ fn late_of_pykeys(
     array_to_py(py, Arc::new(arrow_array::BooleanArray::from(out)))
 }
 
+/// The event times paired with Python keys: a sequence of ints (or `None`), or any
+/// Arrow array (timestamps in epoch microseconds, integers as they are).
+fn time_values(py: Python<'_>, times: &Bound<'_, PyAny>) -> PyResult<Vec<Option<i64>>> {
+    if times.hasattr("__arrow_c_array__")? || times.hasattr("__arrow_c_stream__")? {
+        let values = event_times(py, times.extract::<AnyArray>()?)?;
+        return Ok(values.iter().collect());
+    }
+    times.extract()
+}
+
 /// Event times as int64: timestamps in epoch microseconds, integers as they are.
 pub fn event_times(py: Python<'_>, times: AnyArray) -> PyResult<Int64Array> {
     let array = single_array(py, times)?;
@@ -104,6 +114,28 @@ impl PyKeyedWatermarkTracker {
     }
 
     #[getter]
+    fn eviction(&self) -> &'static str {
+        match self.inner.config().eviction_policy {
+            KeyEvictionPolicy::LeastRecentlyActive => "least_recently_active",
+            KeyEvictionPolicy::LowestWatermark => "lowest_watermark",
+            KeyEvictionPolicy::RejectNew => "reject_new",
+        }
+    }
+
+    /// The tracker's state, configuration included, as bytes (versioned, checksummed).
+    fn snapshot<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.inner.snapshot())
+    }
+
+    /// A tracker restored from `snapshot()` bytes, reading `clock`.
+    #[staticmethod]
+    #[pyo3(signature = (data, clock = None))]
+    fn restore(py: Python<'_>, data: &[u8], clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let inner = check(py, KeyedWatermarkTracker::restore(data, clock_ref(clock)?))?;
+        Ok(Self { inner })
+    }
+
+    #[getter]
     fn idle_timeout(&self) -> Option<i64> {
         self.inner.config().idle_timeout
     }
@@ -141,12 +173,12 @@ impl PyKeyedWatermarkTracker {
         &mut self,
         py: Python<'_>,
         keys: Vec<Bound<'_, PyAny>>,
-        event_times: Vec<Option<i64>>,
+        event_times: &Bound<'_, PyAny>,
     ) -> PyResult<Option<i64>> {
         // Rows with a null time are skipped (as for Arrow input); their keys are still
         // checked.
         let mut events = Vec::with_capacity(keys.len());
-        for (k, t) in paired(py, &keys, &event_times)? {
+        for (k, t) in paired(py, &keys, &time_values(py, event_times)?)? {
             let k = EncodedKey(py_key(k)?);
             if let Some(t) = t {
                 events.push((k, t));
@@ -203,9 +235,11 @@ impl PyKeyedWatermarkTracker {
         &self,
         py: Python<'_>,
         keys: Vec<Bound<'_, PyAny>>,
-        event_times: Vec<Option<i64>>,
+        event_times: &Bound<'_, PyAny>,
     ) -> PyResult<Py<PyAny>> {
-        late_of_pykeys(py, &keys, &event_times, |k, t| self.inner.is_late(k, t))
+        late_of_pykeys(py, &keys, &time_values(py, event_times)?, |k, t| {
+            self.inner.is_late(k, t)
+        })
     }
 
     fn mark_idle(&mut self, key: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
@@ -310,6 +344,35 @@ impl PyCompactKeyedWatermarkTracker {
         })
     }
 
+    /// The configuration: (bounded_delay, exact_keys, sketch_width, sketch_depth,
+    /// idle_timeout).
+    fn config(&self) -> (i64, usize, usize, usize, Option<i64>) {
+        let c = self.inner.config();
+        (
+            c.bounded_delay,
+            c.exact_keys,
+            c.sketch_width,
+            c.sketch_depth,
+            c.idle_timeout,
+        )
+    }
+
+    /// The tracker's state, configuration included, as bytes (versioned, checksummed).
+    fn snapshot<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.inner.snapshot())
+    }
+
+    /// A tracker restored from `snapshot()` bytes, reading `clock`.
+    #[staticmethod]
+    #[pyo3(signature = (data, clock = None))]
+    fn restore(py: Python<'_>, data: &[u8], clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let inner = check(
+            py,
+            CompactKeyedWatermarkTracker::restore(data, clock_ref(clock)?),
+        )?;
+        Ok(Self { inner })
+    }
+
     fn update(
         &mut self,
         py: Python<'_>,
@@ -336,10 +399,10 @@ impl PyCompactKeyedWatermarkTracker {
         &mut self,
         py: Python<'_>,
         keys: Vec<Bound<'_, PyAny>>,
-        event_times: Vec<Option<i64>>,
+        event_times: &Bound<'_, PyAny>,
     ) -> PyResult<Option<i64>> {
         let mut last = None;
-        for (k, t) in paired(py, &keys, &event_times)? {
+        for (k, t) in paired(py, &keys, &time_values(py, event_times)?)? {
             let k = py_key(k)?;
             let Some(t) = t else { continue };
             if let Some(w) = check(py, self.inner.update_encoded(&k, t))? {
@@ -378,9 +441,11 @@ impl PyCompactKeyedWatermarkTracker {
         &self,
         py: Python<'_>,
         keys: Vec<Bound<'_, PyAny>>,
-        event_times: Vec<Option<i64>>,
+        event_times: &Bound<'_, PyAny>,
     ) -> PyResult<Py<PyAny>> {
-        late_of_pykeys(py, &keys, &event_times, |k, t| self.inner.is_late(k, t))
+        late_of_pykeys(py, &keys, &time_values(py, event_times)?, |k, t| {
+            self.inner.is_late(k, t)
+        })
     }
 
     fn global_watermark(&self) -> Option<i64> {

@@ -12,6 +12,7 @@ use tidemark_core::pipeline::{reshard, rows::RowsOperator, Operator, PipelineCon
 use tidemark_core::reorder::{ReorderConfig, ReorderOperator};
 use tidemark_core::runtime::restore_operator;
 use tidemark_core::state::{seal, SnapshotKind};
+use tidemark_core::time::{CompactKeyedWatermarkTracker, KeyedWatermarkTracker};
 use tidemark_core::window::WindowSpec;
 
 fn config(window: WindowSpec, scope: Scope) -> PipelineConfig {
@@ -71,4 +72,8 @@ fuzz_target!(|data: &[u8]| {
         reorder.clone(),
         &seal(SnapshotKind::Reorder, reorder.fingerprint(), rest),
     );
+    // The standalone trackers, whose snapshots carry their own configuration.
+    let _ = KeyedWatermarkTracker::restore(rest, clock());
+    let _ = KeyedWatermarkTracker::restore(&seal(SnapshotKind::Keyed, 0, rest), clock());
+    let _ = CompactKeyedWatermarkTracker::restore(&seal(SnapshotKind::CompactKeyed, 0, rest), clock());
 });

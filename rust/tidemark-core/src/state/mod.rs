@@ -39,6 +39,10 @@ pub enum SnapshotKind {
     Partitions = 4,
     /// A pipeline operator sharded over cores (the runtime).
     Sharded = 5,
+    /// A per-key watermark tracker.
+    Keyed = 6,
+    /// A memory-bounded per-key watermark tracker (exact keys and a sketch).
+    CompactKeyed = 7,
 }
 
 impl SnapshotKind {
@@ -49,6 +53,8 @@ impl SnapshotKind {
             SnapshotKind::Reorder => "reorder operator",
             SnapshotKind::Partitions => "partition watermark tracker",
             SnapshotKind::Sharded => "sharded pipeline operator",
+            SnapshotKind::Keyed => "keyed watermark tracker",
+            SnapshotKind::CompactKeyed => "compact keyed watermark tracker",
         }
     }
 
@@ -59,6 +65,8 @@ impl SnapshotKind {
             3 => SnapshotKind::Reorder,
             4 => SnapshotKind::Partitions,
             5 => SnapshotKind::Sharded,
+            6 => SnapshotKind::Keyed,
+            7 => SnapshotKind::CompactKeyed,
             _ => return None,
         })
     }
@@ -271,6 +279,11 @@ impl<'a> Reader<'a> {
         let s = &self.buf[self.pos..self.pos + n];
         self.pos += n;
         Ok(s)
+    }
+
+    /// Bytes not read yet.
+    pub fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
     }
 
     /// Reads a byte.

@@ -34,6 +34,7 @@
 use crate::clock::ClockRef;
 use crate::error::Result;
 use crate::key::{hash_key, AsKey, KeyColumns, KeyRows, KeyTable};
+use crate::state::{self, Reader, SnapshotKind, Writer};
 use crate::time::keyed::same_rows;
 use crate::time::{Eviction, KeyEvictionPolicy, KeyedTicks, KeyedWatermarkTracker, Watermark};
 use arrow_array::{Array, BooleanArray, Int64Array};
@@ -108,6 +109,10 @@ pub struct CompactKeyedWatermarkTracker {
 }
 
 const EMPTY: i64 = i64::MAX;
+
+fn corrupted(why: &str) -> crate::TidemarkError {
+    crate::TidemarkError::StateCorrupted(format!("compact keyed tracker state: {why}"))
+}
 
 impl CompactKeyedWatermarkTracker {
     /// A tracker on the system clock.
@@ -362,6 +367,76 @@ impl CompactKeyedWatermarkTracker {
         self.exact.heap_bytes() + self.sketch.capacity() * 8 + self.hll.capacity()
     }
 
+    /// The tracker's whole state as bytes (versioned, checksummed): its
+    /// configuration, the exact keys (as [`KeyedWatermarkTracker::snapshot`] holds
+    /// them), the sketch and the distinct-key counter. [`Self::restore`] reads it back
+    /// on any clock; its size is bounded by the configuration, as the memory is.
+    pub fn snapshot(&self) -> Vec<u8> {
+        let c = &self.cfg;
+        let mut w = Writer::sealed(
+            256 + self.exact.total_key_count() * 40
+                + self.exact.key_bytes()
+                + self.sketch.len() * 8
+                + self.hll.len(),
+        );
+        for v in [c.exact_keys, c.sketch_width, c.sketch_depth] {
+            w.u64(v as u64);
+        }
+        w.i64(c.bounded_delay);
+        w.i64(c.idle_timeout.unwrap_or(-1));
+        self.exact.write_state(&mut w);
+        for &v in &self.sketch {
+            w.i64(v);
+        }
+        w.bytes(&self.hll);
+        w.seal(SnapshotKind::CompactKeyed, 0)
+    }
+
+    /// A tracker restored from [`Self::snapshot`] bytes, reading `clock` from now on.
+    /// Fails with [`crate::TidemarkError::StateCorrupted`] if the bytes are damaged,
+    /// of another format version or of another kind of snapshot.
+    pub fn restore(bytes: &[u8], clock: ClockRef) -> Result<Self> {
+        let mut r = Reader::new(state::open(bytes, SnapshotKind::CompactKeyed, None)?);
+        let mut sizes = [0usize; 3];
+        for v in &mut sizes {
+            *v = usize::try_from(r.u64()?).unwrap_or(usize::MAX);
+        }
+        let [exact_keys, sketch_width, sketch_depth] = sizes;
+        let (bounded_delay, idle_timeout) = (r.i64()?, r.i64()?);
+        // The sketch's size comes from the configuration: it must fit in the bytes
+        // left before anything is allocated for it.
+        if sketch_width
+            .checked_mul(sketch_depth)
+            .and_then(|n| n.checked_mul(8))
+            .is_none_or(|n| n > r.remaining())
+            || sketch_depth == 0
+            || sketch_depth > 8
+            || exact_keys == 0
+        {
+            return Err(corrupted("its sketch does not match its configuration"));
+        }
+        let cfg = CompactKeyedConfig {
+            exact_keys,
+            sketch_width,
+            sketch_depth,
+            bounded_delay,
+            idle_timeout: (idle_timeout >= 0).then_some(idle_timeout),
+        };
+        let mut t = Self::with_clock(cfg, clock);
+        t.exact.read_bounded_state(&mut r)?;
+        for v in &mut t.sketch {
+            *v = r.i64()?;
+        }
+        t.filled = t.sketch.iter().filter(|&&v| v != EMPTY).count();
+        let hll = r.bytes()?;
+        if hll.len() != t.hll.len() {
+            return Err(corrupted("its distinct-key counter has the wrong size"));
+        }
+        t.hll.copy_from_slice(hll);
+        r.finish()?;
+        Ok(t)
+    }
+
     /// Upper bound of [`Self::heap_bytes`] implied by the configuration (per-key
     /// layout plus the sketch), independent of the stream's key count.
     pub fn configured_bytes(&self) -> usize {
@@ -477,6 +552,44 @@ mod tests {
             .is_late_columns(&kc, &Int64Array::from(vec![39, 39]))
             .unwrap();
         assert_eq!(late.iter().collect::<Vec<_>>(), [Some(true), Some(false)]);
+    }
+
+    /// A restored tracker answers as the original does, for exact and sketched keys,
+    /// and goes on from the same state; a snapshot whose configuration cannot match
+    /// its sketch is refused before anything is allocated for it.
+    #[test]
+    fn snapshots_restore_exact_keys_and_the_sketch() {
+        let mut t = tracker(50, 1 << 8);
+        for k in 0..2_000i64 {
+            t.update(k, (k * 7919) % 10_000).unwrap();
+        }
+        let bytes = t.snapshot();
+        let clock = crate::clock::system_clock();
+        let mut back = CompactKeyedWatermarkTracker::restore(&bytes, clock.clone()).unwrap();
+        assert_eq!(back.config(), t.config());
+        assert_eq!(back.metrics(), t.metrics());
+        for k in 0..2_100i64 {
+            assert_eq!(back.watermark_for_key(&k), t.watermark_for_key(&k), "{k}");
+            assert_eq!(back.is_exact(&k), t.is_exact(&k), "{k}");
+        }
+        for k in 5_000..5_100i64 {
+            back.update(k, k).unwrap();
+            t.update(k, k).unwrap();
+        }
+        assert_eq!(back.metrics(), t.metrics());
+        assert_eq!(back.global_watermark(), t.global_watermark());
+        assert_eq!(back.snapshot(), t.snapshot());
+
+        // A sketch width past the bytes there are: refused, not allocated.
+        let mut w = Writer::sealed(64);
+        for v in [10u64, 1 << 40, 4] {
+            w.u64(v);
+        }
+        w.i64(0);
+        w.i64(-1);
+        let huge = w.seal(SnapshotKind::CompactKeyed, 0);
+        let err = CompactKeyedWatermarkTracker::restore(&huge, clock).unwrap_err();
+        assert!(err.to_string().contains("sketch does not match"), "{err}");
     }
 
     #[test]

@@ -63,7 +63,7 @@ use crate::error::{Result, TidemarkError};
 use crate::key::{
     encode_chunked, hash_key, with_row_key, AsKey, KeyBytes, KeyColumns, KeyRows, KeyTable, RowKey,
 };
-use crate::state::{Reader, Writer};
+use crate::state::{self, Reader, SnapshotKind, Writer};
 use crate::time::{MinTree, NodeMinTree, Watermark};
 
 /// Policy for evicting keys when `max_keys` is reached.
@@ -1489,6 +1489,91 @@ impl KeyedWatermarkTracker {
         self.metrics.global_advances = r.u64()?;
         self.metrics.key_advances = r.u64()?;
         Ok(slots)
+    }
+
+    /// The tracker's whole state as bytes (versioned, checksummed): its
+    /// configuration, and per key its maximum event time, last activity and idleness,
+    /// in activity order; the global watermark as reported so far, and the metrics.
+    /// [`Self::restore`] reads it back on any clock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tidemark_core::clock::system_clock;
+    /// use tidemark_core::time::{KeyedWatermarkConfig, KeyedWatermarkTracker};
+    /// let mut t = KeyedWatermarkTracker::new(KeyedWatermarkConfig::default());
+    /// t.update("a", 15_000).unwrap();
+    /// let back = KeyedWatermarkTracker::restore(&t.snapshot(), system_clock()).unwrap();
+    /// assert_eq!(back.watermark_for_key("a"), Some(10_000));
+    /// ```
+    pub fn snapshot(&self) -> Vec<u8> {
+        let mut w = Writer::sealed(256 + self.keys.len() * 40 + self.key_bytes());
+        self.write_config(&mut w);
+        self.write_state(&mut w);
+        w.seal(SnapshotKind::Keyed, 0)
+    }
+
+    /// A tracker restored from [`Self::snapshot`] bytes, reading `clock` from now on.
+    /// Fails with [`TidemarkError::StateCorrupted`] if the bytes are damaged, of
+    /// another format version or of another kind of snapshot.
+    pub fn restore(bytes: &[u8], clock: ClockRef) -> Result<Self> {
+        let mut r = Reader::new(state::open(bytes, SnapshotKind::Keyed, None)?);
+        let mut t = Self::with_ticks(Self::read_config(&mut r)?, clock);
+        t.read_bounded_state(&mut r)?;
+        r.finish()?;
+        Ok(t)
+    }
+
+    /// Writes the configuration (for a snapshot that stands alone).
+    pub(crate) fn write_config(&self, w: &mut Writer) {
+        let c = &self.cfg;
+        w.i64(c.bounded_delay);
+        w.i64(c.idle_timeout.unwrap_or(-1));
+        w.u64(c.max_keys.map_or(0, |m| m as u64 + 1));
+        w.u8(match c.eviction_policy {
+            KeyEvictionPolicy::LeastRecentlyActive => 0,
+            KeyEvictionPolicy::LowestWatermark => 1,
+            KeyEvictionPolicy::RejectNew => 2,
+        });
+    }
+
+    /// Reads a configuration written by [`Self::write_config`].
+    pub(crate) fn read_config(r: &mut Reader<'_>) -> Result<KeyedTicks> {
+        let bounded_delay = r.i64()?;
+        let idle_timeout = r.i64()?;
+        let max_keys = r.u64()?;
+        let eviction_policy = match r.u8()? {
+            0 => KeyEvictionPolicy::LeastRecentlyActive,
+            1 => KeyEvictionPolicy::LowestWatermark,
+            2 => KeyEvictionPolicy::RejectNew,
+            other => {
+                return Err(TidemarkError::StateCorrupted(format!(
+                    "unknown eviction policy {other} in tracker state"
+                )))
+            }
+        };
+        Ok(KeyedTicks {
+            bounded_delay,
+            idle_timeout: (idle_timeout >= 0).then_some(idle_timeout),
+            max_keys: max_keys
+                .checked_sub(1)
+                .map(|m| usize::try_from(m).unwrap_or(usize::MAX)),
+            eviction_policy,
+        })
+    }
+
+    /// [`Self::read_state`], refusing more keys than the configuration bounds.
+    pub(crate) fn read_bounded_state(&mut self, r: &mut Reader<'_>) -> Result<()> {
+        self.read_state(r)?;
+        if let Some(max) = self.cfg.max_keys {
+            if self.keys.len() > max {
+                return Err(TidemarkError::StateCorrupted(format!(
+                    "tracker state holds {} keys, more than its max_keys {max}",
+                    self.keys.len()
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Bytes of memory per key by layout, excluding the key's own bytes: the table

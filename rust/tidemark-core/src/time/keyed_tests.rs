@@ -664,11 +664,11 @@ mod model {
                     (got, if any { m.recalc() } else { None })
                 }
                 Op::Restore => {
-                    let mut out = Writer::new();
-                    t.write_state(&mut out);
-                    let bytes = out.finish();
-                    t = KeyedWatermarkTracker::with_ticks(*t.config(), Arc::new(clock.clone()));
-                    t.read_state(&mut Reader::new(&bytes)).unwrap();
+                    // The whole tracker, configuration included, through a snapshot.
+                    let cfg = *t.config();
+                    t = KeyedWatermarkTracker::restore(&t.snapshot(), Arc::new(clock.clone()))
+                        .unwrap();
+                    prop_assert_eq!(*t.config(), cfg);
                     (None, None)
                 }
                 Op::Remove(k) => {
@@ -885,4 +885,65 @@ fn batches_over_a_large_index_match_one_by_one_updates() {
         );
     }
     assert_eq!(batched.global_watermark(), single.global_watermark());
+}
+
+/// A snapshot holds the configuration with the state: a restored tracker bounds its
+/// keys and evicts as the original did, and damaged or foreign bytes are refused.
+#[test]
+fn snapshots_carry_the_configuration_and_refuse_damage() {
+    let (mut t, clock) = tracker(
+        100,
+        Some(1_000),
+        Some(2),
+        KeyEvictionPolicy::LowestWatermark,
+    );
+    t.update("a", 500).unwrap();
+    t.update("b", 300).unwrap();
+    let bytes = t.snapshot();
+    let mut back = KeyedWatermarkTracker::restore(&bytes, Arc::new(clock.clone())).unwrap();
+    assert_eq!(*back.config(), *t.config());
+    assert_eq!(back.global_watermark(), t.global_watermark());
+    assert_eq!(back.metrics(), t.metrics());
+    // Full at 2 keys: "c" evicts one on both (the lowest watermark: "b", once idle).
+    back.mark_idle("b");
+    t.mark_idle("b");
+    back.update("c", 900).unwrap();
+    t.update("c", 900).unwrap();
+    assert_eq!(back.watermark_for_key("b"), None);
+    assert_eq!(back.total_key_count(), 2);
+    assert_eq!(back.metrics(), t.metrics());
+    // Idleness reads the clock the restored tracker was given.
+    clock.advance(1_001);
+    assert_eq!(back.check_idle_keys(), t.check_idle_keys());
+    assert_eq!(back.active_key_count(), 0);
+
+    let mut damaged = bytes.clone();
+    let mid = damaged.len() / 2;
+    damaged[mid] ^= 1;
+    for bad in [&damaged[..], &bytes[..bytes.len() - 1], b"TDMK"] {
+        let err = KeyedWatermarkTracker::restore(bad, Arc::new(clock.clone())).unwrap_err();
+        assert!(matches!(err, TidemarkError::StateCorrupted(_)), "{err}");
+    }
+    let other = crate::time::CompactKeyedWatermarkTracker::new(Default::default()).snapshot();
+    let err = KeyedWatermarkTracker::restore(&other, Arc::new(clock)).unwrap_err();
+    assert!(
+        err.to_string().contains("compact keyed watermark tracker"),
+        "{err}"
+    );
+}
+
+proptest::proptest! {
+    /// Arbitrary payloads in a valid envelope reach the tracker decoders: an error or
+    /// a tracker, never a panic or a huge allocation (the fuzz target's check, run in
+    /// the test suite).
+    #[test]
+    fn tracker_restores_never_panic(payload in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+        use crate::state::{seal, SnapshotKind};
+        let clock = || -> crate::clock::ClockRef { Arc::new(ManualClock::new(0)) };
+        let _ = KeyedWatermarkTracker::restore(&seal(SnapshotKind::Keyed, 0, &payload), clock());
+        let _ = crate::time::CompactKeyedWatermarkTracker::restore(
+            &seal(SnapshotKind::CompactKeyed, 0, &payload),
+            clock(),
+        );
+    }
 }
