@@ -622,6 +622,15 @@ def test_streaming_matches_local_operator_and_replays_exactly(
         .start()
     )
     q.awaitTermination()
+    # Replay the last streamed batch (as Spark does after a crash, before any other
+    # batch): the same windows, late rows and counts.
+    last = len(batches) - 1
+    before, late_before = got[last], len(late)
+    proc(spark.read.parquet(str(inp / f"part-{last:05d}.parquet")), last)
+    assert got[last] == before
+    assert len(late) - late_before == late_per_batch[last]
+    del late[late_before:]
+    assert proc.last_progress == progress[last]
     final = rows_of(proc.flush(spark, schema), ["device", "window_start", "n", "s"])
     assert proc.last_progress is not None
     progress[len(batches)] = dict(proc.last_progress)
@@ -652,13 +661,6 @@ def test_streaming_matches_local_operator_and_replays_exactly(
     assert proc.progress() == progress[len(batches)]
     assert proc.progress(len(batches) - 1) == progress[len(batches) - 1]
     assert proc.progress(0) is None and proc.progress(99) is None
-
-    # Replay the last streamed batch (as Spark does after a crash): same output.
-    last = len(batches) - 1
-    before = got[last]
-    replay_df = spark.read.parquet(str(inp / f"part-{last:05d}.parquet"))
-    proc(replay_df, last)
-    assert got[last] == before
 
 
 def test_state_partition_tags_land_in_their_spark_partition(spark: Any) -> None:
@@ -1471,6 +1473,12 @@ def test_streaming_state_errors(spark: Any, tmp_path: Path) -> None:
     with pytest.raises(tm.StateCorruptedError, match="different pipeline configuration"):
         StreamProcessor(pipeline("global"), str(tmp_path / "state"), num_partitions=2)(
             spark.createDataFrame(batches[0].to_pandas(), schema), 2
+        )
+    # A second query (a new checkpoint: batch ids from 0 again) on this state is told
+    # so, not run as a replay against the first query's recorded watermarks.
+    with pytest.raises(tm.StateCorruptedError, match=r"holds batches up to 1.*another query"):
+        StreamProcessor(pipe, str(tmp_path / "state"), num_partitions=2)(
+            spark.createDataFrame(batches[0].to_pandas(), schema), 0
         )
     df = spark.createDataFrame(batches[0].to_pandas(), schema)
     snap = tmp_path / "state" / "partitions" / "1" / "1.snap"

@@ -147,6 +147,10 @@ def test_streaming_reorder_keeps_the_buffer_and_replays_exactly(
     assert again.progress() == progress[last + 1]
     assert again.progress(last) == progress[last]
     assert again.progress(0) is None, "pruned after retention"
+    # Batch `last` once more, after the flush recorded a later batch: not a replay Spark
+    # makes (it replays only its last batch), so another query must be using the state.
+    with pytest.raises(tm.StateCorruptedError, match=f"holds batches up to {last + 1}"):
+        again(spark.read.parquet(str(inp / f"part-{last:05d}.parquet")), last)
     streamed = [s for b in sorted(got) for s in got[b]]
     want_rows, want_late = local(batches)
     # One state partition: exactly the local operator's order, across micro-batches.

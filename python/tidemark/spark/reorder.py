@@ -433,6 +433,7 @@ class ReorderStream:
         (the driver and Spark deal rows out differently)."""
         rec = self.store.read_json(f"driver/{batch_id}{_JSON}")
         if rec is not None:
+            self.store.refuse_foreign_replay(batch_id)
             prev_of_replay: int | None = rec["prev_batch"]  # same inputs as the first run
             if self._round_robin and not flush and rec.get("layout") in ("driver", "shuffled"):
                 layout = rec["layout"]

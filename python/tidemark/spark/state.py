@@ -121,6 +121,22 @@ class StateStore:
             if v > keep_until:
                 self.fs.delete_file(self.path(rel_dir, f"{v}{suffix}"))
 
+    def refuse_foreign_replay(self, batch_id: int) -> None:
+        """Called when batch ``batch_id`` has a driver record already (a replay).
+        Spark replays only its last batch, so records of later batches mean that
+        another query (a new checkpoint location: batch ids from 0 again) is using
+        this state: a :class:`StateCorruptedError` rather than the new query's rows
+        judged against the other query's recorded watermarks."""
+        later = [v for v in self.versions("driver", ".json") if v > batch_id]
+        if later:
+            raise StateCorruptedError(
+                f"{self.path('driver')}: batch {batch_id} runs again, but this state "
+                f"location holds batches up to {later[-1]}. Spark replays only its last "
+                "batch, so this is another query (a new checkpoint location starts from "
+                "batch 0): give each query its own state_location, or delete this one to "
+                "start over"
+            )
+
     def batch_progress(self, batch_id: int | None = None) -> dict[str, Any] | None:
         """The ``progress`` of a finished batch's driver record (``driver/<id>.json``):
         batch ``batch_id``, or the last finished one; ``None`` if it did not finish

@@ -605,6 +605,7 @@ class StreamProcessor:
         """The batch's recorded inputs (reused when the batch is replayed)."""
         rec = self.store.read_json(f"driver/{batch_id}{_JSON}")
         if rec is not None:
+            self.store.refuse_foreign_replay(batch_id)
             return dict(rec)
         earlier = [v for v in self.store.versions("driver", _JSON) if v < batch_id]
         prev = self.store.read_json(f"driver/{earlier[-1]}{_JSON}") if earlier else None
