@@ -663,6 +663,43 @@ def test_streaming_matches_local_operator_and_replays_exactly(
     assert proc.progress(0) is None and proc.progress(99) is None
 
 
+@pytest.mark.parametrize("on_driver", [None, False], ids=["driver", "tasks"])
+def test_a_stream_that_goes_on_after_a_flush_loses_nothing(
+    spark: Any, tmp_path: Path, on_driver: bool | None
+) -> None:
+    """A query run again with new input after ``flush()`` (its batch takes the flush's
+    id): the batch follows the one before the flush, so the windows still open then
+    get its rows, and a second flush closes them; the windows the first flush closed
+    early come again. Every event ends up counted in the last value of its window."""
+    batches = stream_batches()
+    schema = spark.createDataFrame(batches[0].to_pandas()).schema
+    pipe = pipeline()
+    last: dict[tuple, tuple] = {}
+
+    def sink(df: Any, _b: int) -> None:
+        for r in df.collect():
+            last[(r.device, r.window_start)] = (r.n, r.s)
+
+    def run() -> StreamProcessor:
+        return StreamProcessor(
+            pipe, str(tmp_path / "state"), num_partitions=2, sink=sink, on_driver=on_driver
+        )
+
+    proc = run()
+    for b, t in enumerate(batches[:3]):
+        proc(spark.createDataFrame(t.to_pandas(), schema), b)
+    proc.flush(spark, schema)  # as batch 3
+    # The query again, twice, with one new batch each time (Spark's batch 3, then 4),
+    # each run ending with a flush (as batch 4, then 5).
+    for b in (3, 4):
+        proc = run()
+        proc(spark.createDataFrame(batches[b].to_pandas(), schema), b)
+        proc.flush(spark, schema)
+        assert proc.progress()["batch_id"] == b + 1  # type: ignore[index]
+    want = {(d, ws.replace(tzinfo=None)): (n, s) for d, ws, n, s in local_result(pipe, batches)}
+    assert last == want
+
+
 def test_state_partition_tags_land_in_their_spark_partition(spark: Any) -> None:
     """Rows tagged for state partition p go to Spark partition p (one task per state
     partition when nothing merges partitions)."""

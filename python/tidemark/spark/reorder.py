@@ -53,7 +53,7 @@ from tidemark.spark._plan import (
     spark_hash_matches,
     to_arrow_schema,
 )
-from tidemark.spark.state import StateStore, state_errors_surface
+from tidemark.spark.state import StateStore, state_errors_surface, stream_goes_on_after_flush
 
 __all__ = ["ReorderPlan", "ReorderResult", "ReorderStream", "reorder"]
 
@@ -432,7 +432,7 @@ class ReorderStream:
         replayed batch with round-robin routing, which runs where its first run did
         (the driver and Spark deal rows out differently)."""
         rec = self.store.read_json(f"driver/{batch_id}{_JSON}")
-        if rec is not None:
+        if rec is not None and not stream_goes_on_after_flush(rec, flush):
             self.store.refuse_foreign_replay(batch_id)
             prev_of_replay: int | None = rec["prev_batch"]  # same inputs as the first run
             if self._round_robin and not flush and rec.get("layout") in ("driver", "shuffled"):

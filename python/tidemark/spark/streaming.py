@@ -76,7 +76,7 @@ from tidemark.spark._plan import (
     unused_columns_are_cheap,
     used_input,
 )
-from tidemark.spark.state import StateStore, state_errors_surface
+from tidemark.spark.state import StateStore, state_errors_surface, stream_goes_on_after_flush
 from tidemark.watermarks import PartitionedWatermarkTracker
 
 __all__ = ["StreamProcessor"]
@@ -604,7 +604,7 @@ class StreamProcessor:
     def _prepare(self, batch_id: int, flush: bool = False) -> dict[str, Any]:
         """The batch's recorded inputs (reused when the batch is replayed)."""
         rec = self.store.read_json(f"driver/{batch_id}{_JSON}")
-        if rec is not None:
+        if rec is not None and not stream_goes_on_after_flush(rec, flush):
             self.store.refuse_foreign_replay(batch_id)
             return dict(rec)
         earlier = [v for v in self.store.versions("driver", _JSON) if v < batch_id]
@@ -875,7 +875,9 @@ class StreamProcessor:
         rows). The default batch id is one after the last processed batch, or the
         last batch again when that was a flush or did not finish (a driver that died
         mid-flush): a restarted job that flushes again replays the same flush, not a
-        new one.
+        new one. A query that runs again with new input after a flush goes on from the
+        batch before it: the windows the flush closed early come again, with the new
+        rows (see the streaming guide).
         """
         if batch_id is None:
             batch_id = next_flush_batch(self.store, "state_after")
