@@ -34,6 +34,7 @@ def test_builtin_types_are_listed() -> None:
         (pa.array([1.25]), "unixtimestamp_s", [1_250_000]),
         (pa.array(["42", "4.5"]), "unixtimestamp_ms", [42_000, 4_500]),
         (pa.array(["1970-01-01T00:00:01.5Z"]), "iso8601", [1_500_000]),
+        (pa.array([" 1970-01-01T00:00:01Z\n"]), "iso8601", [1_000_000]),  # CSV padding
         (pa.array(["2024-03-01 10:00:00+02:00"], pa.large_string()), "iso8601", [1709280000000000]),
         (pa.array([2_000], pa.timestamp("ms", tz="Europe/Paris")), None, [2_000_000]),
         (pa.array([3], pa.timestamp("s")), None, [3_000_000]),

@@ -271,7 +271,9 @@ pub fn parse_event_time(array: &dyn Array, ty: EventTimeType) -> Result<ParsedEv
             })
         }
         (EventTimeType::Iso8601, _) => map_strings(array, &mut errors, |s| {
-            arrow_cast::parse::string_to_datetime(&chrono::Utc, s)
+            // Surrounding whitespace (a CSV field, a padded column) is not part of the
+            // time, as for numbers above and in Spark's casts.
+            arrow_cast::parse::string_to_datetime(&chrono::Utc, s.trim())
                 .map_err(|_| format!("cannot parse {} as an ISO 8601 timestamp", quote(s)))
                 .and_then(|d| {
                     let us = d.timestamp_micros();
@@ -574,10 +576,18 @@ mod tests {
         assert_eq!(ok_values(&p), vec![Some(1_500_000), Some(1_500), None]);
         assert_eq!(p.errors[0].1, "cannot parse \"x\" as a number");
 
-        let s = StringArray::from(vec!["2024-01-01T00:00:00.25+01:00", "2024-01-01 00:00:00"]);
+        let s = StringArray::from(vec![
+            "2024-01-01T00:00:00.25+01:00",
+            "2024-01-01 00:00:00",
+            " 2024-01-01T00:00:00Z\t",
+            "2024-01-01 T00:00:00",
+        ]);
         let p = parse_event_time(&s, EventTimeType::Iso8601).unwrap();
         assert_eq!(p.values.value(0), 1_704_063_600_250_000);
         assert_eq!(p.values.value(1), 1_704_067_200_000_000);
+        assert_eq!(p.values.value(2), 1_704_067_200_000_000, "padding trimmed");
+        assert_eq!(p.errors.len(), 1, "{:?}", p.errors);
+        assert_eq!(p.errors[0].0, 3);
     }
 
     #[test]
