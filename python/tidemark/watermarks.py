@@ -14,7 +14,7 @@ in epoch microseconds. Idle timeouts are in clock ticks (milliseconds for
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, ClassVar, TypedDict, TypeVar
 
 import pyarrow as pa
 
@@ -57,7 +57,52 @@ class PartitionedWatermarkMetrics(TypedDict):
     rebalances: int
 
 
-class PartitionedWatermarkTracker:
+_T = TypeVar("_T", bound="_Restorable")
+
+
+class _Restorable:
+    """Snapshots, restores, pickling and the clock: the same for every tracker."""
+
+    __slots__ = ()
+    _native_type: ClassVar[Any]
+    _clock: Clock | None
+    _inner: Any
+
+    @property
+    def clock(self) -> Clock | None:
+        """The clock given at construction or restore (``None``: the system clock)."""
+        return self._clock
+
+    def snapshot(self) -> bytes:
+        """The tracker's whole state as bytes (versioned, checksummed), configuration
+        included: what it tracks, watermarks, idleness, metrics.
+
+        >>> import tidemark as tm
+        >>> t = tm.KeyedWatermarkTracker(bounded_delay=5000, max_keys=100)
+        >>> t.update("tenant_a", 15_000)
+        10000
+        >>> back = tm.KeyedWatermarkTracker.restore(t.snapshot())
+        >>> back.watermark_for_key("tenant_a"), back.max_keys
+        (10000, 100)
+        """
+        return bytes(self._inner.snapshot())
+
+    @classmethod
+    def restore(cls: type[_T], data: bytes, clock: Clock | None = None) -> _T:
+        """A tracker from :meth:`snapshot` bytes, configured as the one that wrote them,
+        reading ``clock`` (for idleness) from now on. Raises
+        :class:`StateCorruptedError` for damaged bytes or another kind of snapshot."""
+        obj = cls.__new__(cls)
+        obj._clock = clock
+        obj._inner = cls._native_type.restore(data, native_clock(clock))
+        return obj
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickles as its snapshot (and its clock: a ManualClock at the same reading).
+        return (type(self).restore, (self.snapshot(), self._clock))
+
+
+class PartitionedWatermarkTracker(_Restorable):
     """Watermarks per source partition, with idle detection (seed F064).
 
     One slow or silent partition no longer blocks the others: the combined watermark
@@ -102,6 +147,8 @@ class PartitionedWatermarkTracker:
     """
 
     __slots__ = ("_clock", "_inner")
+    _native_type = _native.PartitionedWatermarkTracker
+    _inner: _native.PartitionedWatermarkTracker
 
     def __init__(self, idle_timeout: Duration | None = None, clock: Clock | None = None) -> None:
         timeout = None if idle_timeout is None else to_millis(idle_timeout, "idle_timeout")
@@ -112,11 +159,6 @@ class PartitionedWatermarkTracker:
     def idle_timeout(self) -> int | None:
         """The idle timeout in clock ticks (``None``: disabled)."""
         return self._inner.idle_timeout
-
-    @property
-    def clock(self) -> Clock | None:
-        """The clock given at construction (``None``: the system clock)."""
-        return self._clock
 
     def register_source(self, source_id: int, num_partitions: int) -> int | None:
         """Registers a source with partitions ``0 .. num_partitions - 1``.
@@ -302,22 +344,6 @@ class PartitionedWatermarkTracker:
             parsed,
         )
 
-    def snapshot(self) -> bytes:
-        """The tracker's state (partitions, watermarks, idleness) as bytes."""
-        return bytes(self._inner.snapshot())
-
-    @classmethod
-    def restore(cls, data: bytes, clock: Clock | None = None) -> PartitionedWatermarkTracker:
-        """A tracker from :meth:`snapshot` bytes (raises :class:`StateCorruptedError`)."""
-        obj = cls.__new__(cls)
-        obj._clock = clock
-        obj._inner = _native.PartitionedWatermarkTracker.restore(data, native_clock(clock))
-        return obj
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Pickles as its snapshot (and its clock: a ManualClock at the same reading).
-        return (type(self).restore, (self.snapshot(), self._clock))
-
     def __repr__(self) -> str:
         m = self.metrics()
         return (
@@ -420,7 +446,7 @@ def _pykey_times(times: Any) -> Any:
     return list(times)
 
 
-class KeyedWatermarkTracker:
+class KeyedWatermarkTracker(_Restorable):
     """Watermarks per key (seed F065): a slow tenant is judged by its own progress.
 
     Each key's watermark is its largest event time minus ``bounded_delay``; an event is
@@ -476,6 +502,8 @@ class KeyedWatermarkTracker:
     """
 
     __slots__ = ("_clock", "_inner")
+    _native_type = _native.KeyedWatermarkTracker
+    _inner: _native.KeyedWatermarkTracker
 
     def __init__(
         self,
@@ -516,11 +544,6 @@ class KeyedWatermarkTracker:
     def eviction(self) -> str:
         """The eviction policy at ``max_keys``."""
         return self._inner.eviction
-
-    @property
-    def clock(self) -> Clock | None:
-        """The clock given at construction or restore (``None``: the system clock)."""
-        return self._clock
 
     def update(self, key: Any, event_time: int) -> int | None:
         """Records an event of ``key`` at ``event_time``.
@@ -628,35 +651,6 @@ class KeyedWatermarkTracker:
         ``global_advances``, ``key_advances``."""
         return self._inner.metrics()  # type: ignore[return-value]
 
-    def snapshot(self) -> bytes:
-        """The tracker's whole state as bytes (versioned, checksummed): its
-        configuration, and each key's maximum event time, last activity and idleness,
-        in activity order; the global watermark reported so far; the metrics.
-
-        >>> import tidemark as tm
-        >>> t = tm.KeyedWatermarkTracker(bounded_delay=5000, max_keys=100)
-        >>> t.update("tenant_a", 15_000)
-        10000
-        >>> back = tm.KeyedWatermarkTracker.restore(t.snapshot())
-        >>> back.watermark_for_key("tenant_a"), back.max_keys
-        (10000, 100)
-        """
-        return bytes(self._inner.snapshot())
-
-    @classmethod
-    def restore(cls, data: bytes, clock: Clock | None = None) -> KeyedWatermarkTracker:
-        """A tracker from :meth:`snapshot` bytes, configured as the one that wrote them,
-        reading ``clock`` (for idleness) from now on. Raises
-        :class:`StateCorruptedError` for damaged bytes or another kind of snapshot."""
-        obj = cls.__new__(cls)
-        obj._clock = clock
-        obj._inner = _native.KeyedWatermarkTracker.restore(data, native_clock(clock))
-        return obj
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Pickles as its snapshot (and its clock: a ManualClock at the same reading).
-        return (type(self).restore, (self.snapshot(), self._clock))
-
     def __len__(self) -> int:
         return self._inner.total_key_count()
 
@@ -676,7 +670,7 @@ class CompactKeyedMetrics(TypedDict):
     sketch_fill: float
 
 
-class CompactKeyedWatermarkTracker:
+class CompactKeyedWatermarkTracker(_Restorable):
     """Per-key watermarks for millions of keys, in memory bounded by configuration.
 
     The ``exact_keys`` most recently active keys are tracked exactly (as in
@@ -705,6 +699,8 @@ class CompactKeyedWatermarkTracker:
     """
 
     __slots__ = ("_clock", "_inner")
+    _native_type = _native.CompactKeyedWatermarkTracker
+    _inner: _native.CompactKeyedWatermarkTracker
 
     def __init__(
         self,
@@ -746,11 +742,6 @@ class CompactKeyedWatermarkTracker:
         """Exact watermark if the key is tracked exactly, else the sketch estimate."""
         return self._inner.watermark_for_key(key)
 
-    @property
-    def clock(self) -> Clock | None:
-        """The clock given at construction or restore (``None``: the system clock)."""
-        return self._clock
-
     def is_exact(self, key: Any) -> bool:
         """Whether ``key`` is in the exact part."""
         return self._inner.is_exact(key)
@@ -786,26 +777,6 @@ class CompactKeyedWatermarkTracker:
         """``exact_keys``, ``evicted_keys``, ``estimated_distinct_keys`` (HyperLogLog),
         ``sketch_fill``."""
         return self._inner.metrics()  # type: ignore[return-value]
-
-    def snapshot(self) -> bytes:
-        """The tracker's whole state as bytes (versioned, checksummed): its
-        configuration, the exact keys, the sketch and the distinct-key counter. Its
-        size is bounded by the configuration, as the memory is."""
-        return bytes(self._inner.snapshot())
-
-    @classmethod
-    def restore(cls, data: bytes, clock: Clock | None = None) -> CompactKeyedWatermarkTracker:
-        """A tracker from :meth:`snapshot` bytes, configured as the one that wrote them,
-        reading ``clock`` from now on. Raises :class:`StateCorruptedError` for damaged
-        bytes or another kind of snapshot."""
-        obj = cls.__new__(cls)
-        obj._clock = clock
-        obj._inner = _native.CompactKeyedWatermarkTracker.restore(data, native_clock(clock))
-        return obj
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Pickles as its snapshot (and its clock: a ManualClock at the same reading).
-        return (type(self).restore, (self.snapshot(), self._clock))
 
     def __repr__(self) -> str:
         m = self.metrics()
