@@ -225,6 +225,46 @@ def test_per_core_metrics_and_prometheus() -> None:
     assert "tidemark_rows_in_total 10.0" in exposed
 
 
+def test_prometheus_covers_every_operator_counter_reorders_and_trackers() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def values(obj: object) -> dict[str, float]:
+        text = prometheus_text(obj)
+        fams = list(text_string_to_metric_families(text))  # valid exposition format
+        return {s.name: s.value for f in fams for s in f.samples if not s.labels}
+
+    op = _pipe("key", tm.Tumbling("5s")).operator()
+    op.process(_table([("acme", d, 0, d * 100, 1.0) for d in range(10)]))
+    got = values(op)
+    m = op.metrics()
+    # Every numeric counter and gauge of metrics() is exported under some name.
+    assert sorted(v for k, v in m.items() if isinstance(v, int)) == sorted(
+        v for k, v in got.items() if not k.startswith("tidemark_partition_")
+    )
+    assert got["tidemark_windows_open"] == m["windows_open"]
+    assert got["tidemark_keys"] == m["keys"] == 10
+    r = tm.Reorder("ts", "unixtimestamp_ms", late_tolerance="1s")
+    r.process(pa.table({"ts": [5_000, 1_000, 9_000]}))
+    assert values(r)["tidemark_reorder_buffer_size"] == r.metrics()["buffer_size"] == 1
+    kt = tm.KeyedWatermarkTracker(bounded_delay=10)
+    assert "tidemark_keyed_global_watermark" not in values(kt)  # none yet: no sample
+    kt.update_batch(["a", "b"], [100, 50])
+    assert values(kt)["tidemark_keyed_global_watermark"] == 40
+    assert values(kt)["tidemark_keyed_keys"] == 2
+    ck = tm.CompactKeyedWatermarkTracker(bounded_delay=10, exact_keys=1, sketch_width=8)
+    ck.update_batch(["a", "b"], [100, 50])
+    assert values(ck)["tidemark_compact_evicted_keys_total"] == 1
+    pt = tm.PartitionedWatermarkTracker()
+    pt.register_source(0, 2)
+    pt.update_partition(0, 0, 7)
+    pt.update_partition(0, 1, 9)
+    assert values(pt)["tidemark_source_watermark"] == 7
+    with pytest.raises(TypeError, match="got dict"):
+        prometheus_text({"rows_in": 1})
+    with pytest.raises(TypeError, match="got str"):
+        PrometheusCollector("op")
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc")
 def test_threads_start_with_the_operator_not_at_import() -> None:
     code = (

@@ -1,5 +1,6 @@
-"""Operator metrics for Prometheus: a text exposition and a ``prometheus_client``
-collector, with the seed's metric names.
+"""Metrics for Prometheus: a text exposition and a ``prometheus_client`` collector,
+with the seed's metric names, for pipeline operators, reorder operators and the three
+watermark trackers.
 
 >>> import pyarrow as pa, tidemark as tm
 >>> from tidemark.metrics import prometheus_text
@@ -70,13 +71,216 @@ _CORE: list[tuple[str, str, str, str, float]] = [
 ]
 _LATENCY = ("tidemark_partition_latency_seconds", "Batch latency per core (ingest to close).")
 _BACKPRESSURE = ("healthy", "warning", "critical", "saturated")
-_TOTALS: list[tuple[str, str, str]] = [
-    ("tidemark_rows_in_total", "Input rows.", "rows_in"),
-    ("tidemark_late_dropped_total", "Rows behind the watermark.", "late_dropped_count"),
-    ("tidemark_rows_error_total", "Rows sent to the error output.", "rows_error"),
-    ("tidemark_windows_emitted_total", "Final window results emitted.", "windows_emitted"),
-    ("tidemark_updates_emitted_total", "Window updates emitted (on_update).", "updates_emitted"),
+# (metric, help, type, key in metrics()): one series each, where the key is present
+# and not None.
+_Series = list[tuple[str, str, str, str]]
+_OPERATOR: _Series = [
+    ("tidemark_rows_in_total", "Input rows.", "counter", "rows_in"),
+    ("tidemark_late_dropped_total", "Rows behind the watermark.", "counter", "late_dropped_count"),
+    ("tidemark_rows_error_total", "Rows sent to the error output.", "counter", "rows_error"),
+    (
+        "tidemark_windows_emitted_total",
+        "Final window results emitted.",
+        "counter",
+        "windows_emitted",
+    ),
+    (
+        "tidemark_updates_emitted_total",
+        "Window updates emitted (on_update).",
+        "counter",
+        "updates_emitted",
+    ),
+    ("tidemark_batches_total", "Batches processed.", "counter", "batches"),
+    (
+        "tidemark_retractions_emitted_total",
+        "Retraction rows emitted (on_update).",
+        "counter",
+        "retractions_emitted",
+    ),
+    (
+        "tidemark_windows_closed_by_watermark_total",
+        "Windows closed by the watermark.",
+        "counter",
+        "windows_closed_by_watermark",
+    ),
+    (
+        "tidemark_windows_closed_by_timer_total",
+        "Windows closed by an idle key's timer.",
+        "counter",
+        "windows_closed_by_timer",
+    ),
+    (
+        "tidemark_sessions_closed_by_watermark_total",
+        "Sessions closed by the watermark.",
+        "counter",
+        "sessions_closed_by_watermark",
+    ),
+    (
+        "tidemark_sessions_closed_by_timer_total",
+        "Sessions closed by an idle key's timer.",
+        "counter",
+        "sessions_closed_by_timer",
+    ),
+    (
+        "tidemark_sessions_merged_total",
+        "Sessions merged by a bridging event.",
+        "counter",
+        "sessions_merged",
+    ),
+    ("tidemark_windows_flushed_total", "Windows closed by flush().", "counter", "windows_flushed"),
+    (
+        "tidemark_windows_evicted_total",
+        "Windows closed early for an evicted key (max_keys).",
+        "counter",
+        "windows_evicted",
+    ),
+    ("tidemark_keys_evicted_total", "Keys evicted at max_keys.", "counter", "keys_evicted"),
+    ("tidemark_keys_expired_total", "Keys dropped by state_ttl.", "counter", "keys_expired"),
+    (
+        "tidemark_windows_expired_total",
+        "Windows dropped by state_ttl.",
+        "counter",
+        "windows_expired",
+    ),
+    (
+        "tidemark_rows_unmatched_total",
+        "Rows whose lookup found no match.",
+        "counter",
+        "rows_unmatched",
+    ),
+    ("tidemark_windows_open", "Windows held in state.", "gauge", "windows_open"),
+    ("tidemark_keys", "Keys held in state.", "gauge", "keys"),
+    ("tidemark_active_keys", "Keys taking part in the watermark.", "gauge", "active_keys"),
+    ("tidemark_idle_keys", "Keys idle (not holding the watermark back).", "gauge", "idle_keys"),
+    ("tidemark_watermark_microseconds", "The operator's watermark.", "gauge", "watermark"),
 ]
+_REORDER: _Series = [
+    ("tidemark_reorder_rows_in_total", "Input rows.", "counter", "rows_in"),
+    (
+        "tidemark_reorder_rows_released_total",
+        "Rows released in event-time order.",
+        "counter",
+        "rows_released",
+    ),
+    (
+        "tidemark_reorder_late_dropped_total",
+        "Rows behind the emitted watermark.",
+        "counter",
+        "late_dropped_count",
+    ),
+    (
+        "tidemark_reorder_rows_error_total",
+        "Rows sent to the error output.",
+        "counter",
+        "rows_error",
+    ),
+    ("tidemark_reorder_batches_total", "Batches processed.", "counter", "batches"),
+    (
+        "tidemark_reorder_watermarks_emitted_total",
+        "Watermarks emitted.",
+        "counter",
+        "watermark_emitted_count",
+    ),
+    ("tidemark_reorder_buffer_size", "Rows waiting in the buffer.", "gauge", "buffer_size"),
+    ("tidemark_reorder_buffer_bytes", "Bytes of the buffered rows.", "gauge", "buffer_bytes"),
+    (
+        "tidemark_reorder_max_timestamp_seen_microseconds",
+        "Largest event time seen.",
+        "gauge",
+        "max_timestamp_seen",
+    ),
+    ("tidemark_reorder_watermark_microseconds", "The emitted watermark.", "gauge", "watermark"),
+]
+_KEYED: _Series = [
+    ("tidemark_keyed_keys", "Keys tracked.", "gauge", "total_keys"),
+    (
+        "tidemark_keyed_active_keys",
+        "Keys taking part in the global watermark.",
+        "gauge",
+        "active_keys",
+    ),
+    ("tidemark_keyed_idle_keys", "Idle keys.", "gauge", "idle_keys"),
+    ("tidemark_keyed_evicted_keys_total", "Keys evicted at max_keys.", "counter", "evicted_keys"),
+    (
+        "tidemark_keyed_global_advances_total",
+        "Rises of the global watermark.",
+        "counter",
+        "global_advances",
+    ),
+    ("tidemark_keyed_key_advances_total", "Rises of a key's watermark.", "counter", "key_advances"),
+    (
+        "tidemark_keyed_global_watermark",
+        "The global watermark (minimum over active keys).",
+        "gauge",
+        "global_watermark",
+    ),
+]
+_COMPACT: _Series = [
+    ("tidemark_compact_exact_keys", "Keys tracked exactly.", "gauge", "exact_keys"),
+    ("tidemark_compact_evicted_keys_total", "Keys moved to the sketch.", "counter", "evicted_keys"),
+    (
+        "tidemark_compact_distinct_keys",
+        "Distinct keys seen (HyperLogLog estimate).",
+        "gauge",
+        "estimated_distinct_keys",
+    ),
+    (
+        "tidemark_compact_sketch_fill",
+        "Share of sketch buckets holding a value (0-1).",
+        "gauge",
+        "sketch_fill",
+    ),
+    (
+        "tidemark_compact_global_watermark",
+        "The exact part's global watermark.",
+        "gauge",
+        "global_watermark",
+    ),
+]
+_PARTITIONED: _Series = [
+    ("tidemark_source_partitions", "Source partitions tracked.", "gauge", "total_partitions"),
+    (
+        "tidemark_source_active_partitions",
+        "Partitions taking part in the watermark.",
+        "gauge",
+        "active_partitions",
+    ),
+    ("tidemark_source_idle_partitions", "Idle partitions.", "gauge", "idle_partitions"),
+    (
+        "tidemark_source_watermark_advances_total",
+        "Rises of the combined watermark.",
+        "counter",
+        "watermark_advances",
+    ),
+    ("tidemark_source_rebalances_total", "Partitions added or removed.", "counter", "rebalances"),
+    ("tidemark_source_watermark", "The combined watermark.", "gauge", "watermark"),
+]
+
+
+def _kind(obj: Any) -> tuple[_Series, dict[str, Any]]:
+    """The series of ``obj``'s kind and its metrics (trackers' watermarks added)."""
+    from tidemark.reorder import ProcessingTimeWatermark, Reorder
+    from tidemark.watermarks import (
+        CompactKeyedWatermarkTracker,
+        KeyedWatermarkTracker,
+        PartitionedWatermarkTracker,
+    )
+
+    if isinstance(obj, Operator):
+        return _OPERATOR, obj.metrics()
+    if isinstance(obj, (Reorder, ProcessingTimeWatermark)):
+        return _REORDER, obj.metrics()
+    if isinstance(obj, KeyedWatermarkTracker):
+        return _KEYED, {**obj.metrics(), "global_watermark": obj.global_watermark()}
+    if isinstance(obj, CompactKeyedWatermarkTracker):
+        return _COMPACT, {**obj.metrics(), "global_watermark": obj.global_watermark()}
+    if isinstance(obj, PartitionedWatermarkTracker):
+        return _PARTITIONED, {**obj.metrics(), "watermark": obj.current_watermark()}
+    raise TypeError(
+        "metrics for Prometheus come from a pipeline Operator, a Reorder or "
+        "ProcessingTimeWatermark, or a Keyed, CompactKeyed or Partitioned "
+        f"WatermarkTracker; got {type(obj).__name__}"
+    )
 
 
 def _cores(metrics: dict[str, Any]) -> list[dict[str, Any]]:
@@ -101,13 +305,13 @@ def _cores(metrics: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _samples(op: Operator) -> Iterator[tuple[str, str, str, list[tuple[dict[str, str], float]]]]:
-    m = op.metrics()
-    for name, help_, key in _TOTALS:
-        yield name, help_, "counter", [({}, float(m[key]))]
-    wm = m.get("watermark")
-    if wm is not None:
-        yield "tidemark_watermark_microseconds", "The operator's watermark.", "gauge", [({}, wm)]
+def _samples(obj: Any) -> Iterator[tuple[str, str, str, list[tuple[dict[str, str], float]]]]:
+    series, m = _kind(obj)
+    for name, help_, kind, key in series:
+        if m.get(key) is not None:
+            yield name, help_, kind, [({}, float(m[key]))]
+    if series is not _OPERATOR:
+        return
     cores = _cores(m)
     for name, help_, kind, key, scale in _CORE:
         yield (
@@ -148,10 +352,12 @@ def _fmt(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else repr(float(v))
 
 
-def prometheus_text(op: Operator) -> str:
-    """The operator's metrics in the Prometheus text exposition format."""
+def prometheus_text(obj: Any) -> str:
+    """The metrics of ``obj`` (a pipeline operator, a reorder operator or a watermark
+    tracker) in the Prometheus text exposition format. Raises ``TypeError`` for
+    anything else."""
     out: list[str] = []
-    for name, help_, kind, samples in _samples(op):
+    for name, help_, kind, samples in _samples(obj):
         out.append(f"# HELP {name} {help_}")
         out.append(f"# TYPE {name} {kind}")
         out.extend(f"{name}{_labels(labels)} {_fmt(v)}" for labels, v in samples)
@@ -159,7 +365,8 @@ def prometheus_text(op: Operator) -> str:
 
 
 class PrometheusCollector:
-    """A ``prometheus_client`` collector for an operator::
+    """A ``prometheus_client`` collector for a pipeline operator, a reorder operator
+    or a watermark tracker (the series of :func:`prometheus_text`)::
 
         from prometheus_client import REGISTRY
         REGISTRY.register(tidemark.metrics.PrometheusCollector(op))
@@ -167,8 +374,9 @@ class PrometheusCollector:
     Needs the ``prometheus_client`` package (``pip install prometheus_client``).
     """
 
-    def __init__(self, op: Operator) -> None:
-        self._op = op
+    def __init__(self, obj: Any) -> None:
+        _kind(obj)  # refuses what has no metrics here now, not at the first scrape
+        self._op = obj
 
     def collect(self) -> Iterator[Any]:
         """Yields one metric family per tidemark metric (called by the registry)."""
