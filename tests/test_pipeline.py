@@ -118,6 +118,14 @@ def test_configuration_mistakes_fail_in_pipeline(kwargs: dict, exc: type, match:
         simple(**kwargs)
 
 
+def test_reprs_summarise_instead_of_printing_tables() -> None:
+    op = simple().operator()
+    out = op.process(events([("a", 1, 1.0), ("a", 30, 2.0), ("b", 2, 3.0)]))
+    assert repr(out) == "Output(windows=1 rows, late=0 rows, errors=0 rows)"
+    assert repr(op).startswith("Operator(Pipeline(key=['device_id']")
+    assert "keys=2, windows_open=2" in repr(op)
+
+
 def test_a_lazy_frame_is_refused_with_what_to_do() -> None:
     lazy = pl.from_arrow(events([("a", 1, 1.0)])).lazy()  # type: ignore[union-attr]
     with pytest.raises(TypeError, match=r"got LazyFrame; call \.collect\(\) on it first"):

@@ -36,6 +36,7 @@ def test_event_time_ordering_and_watermark_advancement() -> None:
     out = r.process(batch([4_000, 8_000], [4, 5]))
     assert out.watermark == 6_000_000
     assert out.rows.column("id").to_pylist() == [2, 4, 0]
+    assert repr(out) == "ReorderOutput(rows=3 rows, watermark=6000000, late=0 rows, errors=0 rows)"
     # Nothing new beyond the watermark: no watermark emitted, nothing released.
     out = r.process(batch([7_000], [6]))
     assert out.watermark is None and out.rows.num_rows == 0

@@ -223,6 +223,13 @@ class Output(NamedTuple):
     Before any batch there is no schema yet (tables without columns); after a restore
     from a snapshot, until the next batch, they hold the columns the pipeline reads."""
 
+    def __repr__(self) -> str:
+        # Row counts, not the tables (print out.windows for those).
+        return (
+            f"Output(windows={self.windows.num_rows} rows, late={self.late.num_rows} rows, "
+            f"errors={self.errors.num_rows} rows)"
+        )
+
 
 def _window_dict(window: Any) -> dict[str, Any]:
     if isinstance(window, Tumbling):
@@ -648,6 +655,14 @@ class Operator:
     def cores(self) -> int:
         """Worker threads (1: the calling thread does the work)."""
         return self._inner.cores if isinstance(self._inner, _native.ShardedOperator) else 1
+
+    def __repr__(self) -> str:
+        m = self._inner.metrics()
+        return (
+            f"Operator({self._pipeline!r}, cores={self.cores}, batches={m.get('batches', 0)}, "
+            f"keys={m.get('keys', 0)}, windows_open={m.get('windows_open', 0)}, "
+            f"watermark={m.get('watermark')})"
+        )
 
     def _single(self, what: str) -> _native.Operator:
         if not isinstance(self._inner, _native.Operator):

@@ -56,6 +56,13 @@ class ReorderOutput(NamedTuple):
     errors: pa.Table
     """Rows whose event time could not be parsed, with a ``reason`` column."""
 
+    def __repr__(self) -> str:
+        # Row counts, not the tables (print out.rows for those).
+        return (
+            f"ReorderOutput(rows={self.rows.num_rows} rows, watermark={self.watermark}, "
+            f"late={self.late.num_rows} rows, errors={self.errors.num_rows} rows)"
+        )
+
 
 class Reorder:
     """Buffers out-of-order rows and releases them in event-time order.
