@@ -51,6 +51,15 @@ def test_cli_documents_every_command() -> None:
 
 
 @pytest.mark.parametrize("command, flag", [("demo", "--out"), ("crash-test", "--workdir")])
+def test_version_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    from tidemark import __version__
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"tidemark {__version__}"
+
+
 def test_an_output_directory_that_cannot_be_made_is_refused_before_the_run(
     command: str, flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -256,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tidemark",
         description="tidemark: correct event time for Spark and Arrow.",
     )
+    from tidemark import __version__
+
+    parser.add_argument("--version", action="version", version=f"tidemark {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser(
         "demo",
