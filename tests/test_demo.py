@@ -50,7 +50,6 @@ def test_cli_documents_every_command() -> None:
     assert args.events == 10 and args.out == "x"
 
 
-@pytest.mark.parametrize("command, flag", [("demo", "--out"), ("crash-test", "--workdir")])
 def test_version_flag(capsys: pytest.CaptureFixture[str]) -> None:
     from tidemark import __version__
 
@@ -60,6 +59,7 @@ def test_version_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.strip() == f"tidemark {__version__}"
 
 
+@pytest.mark.parametrize("command, flag", [("demo", "--out"), ("crash-test", "--workdir")])
 def test_an_output_directory_that_cannot_be_made_is_refused_before_the_run(
     command: str, flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
