@@ -522,11 +522,11 @@ class StreamProcessor:
 
     # --- driver-side state ---------------------------------------------------------
 
-    def _check_meta(self, fields: Any) -> None:
-        """Checks ``meta.json`` against this processor once; rescales the last
-        committed state to ``num_partitions`` where only that changed. ``fields``: the
-        batch's schema (its key columns' types decide whether a rescale can route
-        keys as Spark's shuffle routes their rows)."""
+    def _check_meta(self, fields: Any, batch_id: int) -> None:
+        """Checks ``meta.json`` against this processor once; rescales the state batch
+        ``batch_id`` starts from to ``num_partitions`` where only that changed.
+        ``fields``: the batch's schema (its key columns' types decide whether a rescale
+        can route keys as Spark's shuffle routes their rows)."""
         if self._checked:
             return
         meta = self.store.read_json("meta.json")
@@ -553,7 +553,7 @@ class StreamProcessor:
                         f"typed here: keep num_partitions={old}, use num_partitions=1, or "
                         "start over in a new state_location"
                     )
-                self._rescale(old)
+                self._rescale(old, batch_id)
                 self.store.write_json("meta.json", want)
             else:
                 why = "it was written by a different pipeline configuration"
@@ -561,10 +561,14 @@ class StreamProcessor:
         self.store.clean_temp()
         self._checked = True
 
-    def _rescale(self, old: int) -> None:
+    def _rescale(self, old: int, batch_id: int) -> None:
         """Redistributes the last committed state version from ``old`` state partitions
         to ``num_partitions`` (keys routed by Spark's hash, as the next batch's
-        ``repartition`` routes their rows)."""
+        ``repartition`` routes their rows). Later versions belong to the old layout and
+        are dropped. When Spark replays batch ``batch_id`` and it had committed here
+        (the driver died before Spark recorded it), the version redistributed is the
+        one the batch started from, and the batch's own output is dropped with the
+        rest of the old layout: it runs again from that base, as any replay does."""
         committed = [
             v
             for v in self.store.versions("driver", _JSON)
@@ -573,6 +577,18 @@ class StreamProcessor:
         if not committed:
             return
         b = committed[-1]
+        rec = self.store.read_json(f"driver/{batch_id}{_JSON}")
+        if rec is not None and b >= batch_id:
+            # Refused before anything moves, if this is not Spark's replay.
+            self.store.refuse_foreign_replay(batch_id)
+            base: int | None = rec.get("prev_batch")
+            if base is None:  # the replayed batch started from nothing
+                for p in range(max(old, self.num_partitions)):
+                    self.store.prune_after(f"partitions/{p}", _SNAP, batch_id - 1)
+                return
+            b = base
+        for p in range(max(old, self.num_partitions)):
+            self.store.prune_after(f"partitions/{p}", _SNAP, b)
         snaps = []
         for p in range(old):
             data = self.store.read(f"partitions/{p}/{b}{_SNAP}")
@@ -584,12 +600,9 @@ class StreamProcessor:
             snaps.append(data)
         new = _native.reshard_snapshots(self.pipe._config, snaps, self.num_partitions, "spark")
         for p, data in enumerate(new):
-            # Later versions (an uncommitted batch) belong to the old layout.
-            self.store.prune_after(f"partitions/{p}", _SNAP, b)
             self.store.write(f"partitions/{p}/{b}{_SNAP}", data)
         for p in range(self.num_partitions, old):
             self.store.prune(f"partitions/{p}", _SNAP, b + 1)
-            self.store.prune_after(f"partitions/{p}", _SNAP, b)
         # Per-partition key-scope minima were keyed by the old partitions; a batch
         # started after b (not committed) keeps its recorded inputs otherwise.
         for v in self.store.versions("driver", _JSON):
@@ -717,7 +730,7 @@ class StreamProcessor:
         from pyspark import StorageLevel
 
         fields = schema if flush else df.schema
-        self._check_meta(fields)
+        self._check_meta(fields, batch_id)
         rec = self._prepare(batch_id, flush)
         spark = df.sparkSession
         tz, large = session_arrow_settings(spark)
