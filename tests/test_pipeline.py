@@ -786,6 +786,26 @@ def test_a_pipeline_on_its_own_clock_takes_a_lookup() -> None:
         pickle.dumps(pipe)
 
 
+def test_processing_time_pipelines_need_no_event_time_column() -> None:
+    clock = tm.ManualClock(1_000)
+    pipe = tm.Pipeline(
+        key="k",
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count()},
+        time="processing",
+        clock=clock,
+        schema=pa.schema([("k", pa.string())]),  # checked now: no time column needed
+    )
+    assert repr(pipe).startswith("Pipeline(key=['k'], time='processing', window=")
+    op = pipe.operator()
+    op.process(pa.table({"k": ["a", "a", "b"]}))
+    clock.set(10_000)
+    assert sorted(op.tick().windows.column("n").to_pylist()) == [1, 2]
+    # An event-time pipeline still names its column.
+    with pytest.raises(tm.ConfigError, match=r"event_time must be a column name, got None"):
+        tm.Pipeline(key="k", window=tm.Tumbling("10s"), aggs={"n": tm.count()})
+
+
 def test_enrich_errors_are_clear() -> None:
     base = tm.Pipeline(
         key="device",

@@ -267,7 +267,8 @@ class Pipeline:
         date, time, timestamp, string, binary or dictionary columns.
     event_time : str
         The event-time column: an Arrow timestamp or date, or any column with an
-        ``event_time_type``.
+        ``event_time_type``. Omitted with ``time="processing"`` (rows are stamped
+        with the clock; a column named here is not read).
     event_time_type : str, optional
         A registered event-time type (``"unixtimestamp_ms"``, ``"iso8601"``, or one
         registered with :func:`tidemark.register_event_time_type`).
@@ -316,7 +317,7 @@ class Pipeline:
     def __init__(
         self,
         key: str | list[str] | None,
-        event_time: str,
+        event_time: str | None = None,
         *,
         aggs: Mapping[str, Agg],
         window: Tumbling | Sliding | Session | Rows,
@@ -335,8 +336,13 @@ class Pipeline:
         keys = [] if key is None else [key] if isinstance(key, str) else list(key)
         if not all(isinstance(k, str) for k in keys):
             raise ConfigError(f"key must be a column name, a list of names, or None, got {key!r}")
-        if not isinstance(event_time, str):
-            raise ConfigError(f"event_time must be a column name, got {event_time!r}")
+        if event_time is None and time == "processing":
+            event_time = ""  # stamped with the clock: no column is read
+        if not isinstance(event_time, str) or (not event_time and time != "processing"):
+            raise ConfigError(
+                f"event_time must be a column name, got {event_time!r} (only a "
+                'time="processing" pipeline goes without one)'
+            )
         if not isinstance(aggs, Mapping) or not aggs:
             raise ConfigError("aggs must be a non-empty dict of output name to tm.count(), ...")
         for name, agg in aggs.items():
@@ -544,8 +550,11 @@ class Pipeline:
         )
 
     def __repr__(self) -> str:
+        when = (
+            "time='processing'" if self.time == "processing" else f"event_time={self.event_time!r}"
+        )
         return (
-            f"Pipeline(key={self.key!r}, event_time={self.event_time!r}, "
+            f"Pipeline(key={self.key!r}, {when}, "
             f"window={self.window!r}, per={self.watermark.per!r}, aggs={list(self.aggs)!r})"
         )
 
