@@ -1577,6 +1577,58 @@ def test_streaming_state_errors(spark: Any, tmp_path: Path) -> None:
         reorder(stream, tm.Reorder("ts"))
 
 
+def test_start_fresh_discards_another_querys_state(spark: Any, tmp_path: Path) -> None:
+    """A new query (batch ids from 0 again) on a state location another query used:
+    refused, or with ``start_fresh=True`` that state is discarded, so the new query's
+    replays, flush, progress and watermark are its own."""
+    batches = stream_batches()
+    schema = spark.createDataFrame(batches[0].to_pandas()).schema
+    pipe = pipeline()
+    state = str(tmp_path / "state")
+
+    def frame(b: int) -> Any:
+        return spark.createDataFrame(batches[b].to_pandas(), schema)
+
+    old = StreamProcessor(pipe, state, 2)
+    for b in range(5):  # retention 3: records of batches 2..4 remain
+        old(frame(b), b)
+    got: list[tuple] = []
+
+    def new(start_fresh: bool) -> StreamProcessor:
+        return StreamProcessor(
+            pipe,
+            state,
+            2,
+            start_fresh=start_fresh,
+            sink=lambda df, _b: got.extend(rows_of(df, ["device", "window_start", "n", "s"])),
+        )
+
+    with pytest.raises(tm.StateCorruptedError, match="no finished batch before batch 0"):
+        new(False)(frame(0), 0)
+    proc = new(True)
+    proc(frame(0), 0)
+    proc(frame(1), 1)
+    proc(frame(1), 1)  # Spark's replay of the new query's last batch
+    proc.flush(spark, schema)
+    assert proc.progress()["batch_id"] == 2  # type: ignore[index]  # the flush, after 1
+    # Exactly the windows of a fresh run over the same two batches (the replay gives
+    # its windows again).
+    fresh: list[tuple] = []
+    ref = StreamProcessor(
+        pipe,
+        str(tmp_path / "fresh"),
+        2,
+        sink=lambda df, _b: fresh.extend(rows_of(df, ["device", "window_start", "n", "s"])),
+    )
+    ref(frame(0), 0)
+    ref(frame(1), 1)
+    ref.flush(spark, schema)
+    assert sorted(set(got)) == sorted(set(fresh))
+    # Batch 0 again while the new query holds batch 1 and 2: another query once more.
+    with pytest.raises(tm.StateCorruptedError, match="start_fresh=True to discard"):
+        new(False)(frame(0), 0)
+
+
 def test_entry_points_refuse_wrong_arguments_when_called(spark: Any, tmp_path: Path) -> None:
     # Each wrong argument is named when the call is made, not inside a Spark job later
     # (or, for num_partitions=0, silently replaced by the default).

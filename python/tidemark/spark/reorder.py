@@ -53,7 +53,7 @@ from tidemark.spark._plan import (
     spark_hash_matches,
     to_arrow_schema,
 )
-from tidemark.spark.state import StateStore, state_errors_surface, stream_goes_on_after_flush
+from tidemark.spark.state import StateStore, state_errors_surface
 
 __all__ = ["ReorderPlan", "ReorderResult", "ReorderStream", "reorder"]
 
@@ -338,7 +338,10 @@ class ReorderStream:
     retention : int
         Versions kept per partition (at least 2, so the last batch can be replayed).
     start_fresh : bool
-        Start empty if the state location has no version for the previous batch.
+        Discard state another query left at ``state_location`` (one whose batches are
+        not this query's: a new checkpoint location counts batch ids from 0 again)
+        and start empty, instead of raising :class:`StateCorruptedError`. This
+        query's own state, replays included, is never discarded.
     on_driver : bool, optional
         Whether a micro-batch runs in the driver's process instead of Spark tasks:
         its rows come back as Arrow (``df.toArrow()``), the driver routes them to
@@ -431,9 +434,8 @@ class ReorderStream:
         """The batch to restore, and where the batch runs: ``layout``, except for a
         replayed batch with round-robin routing, which runs where its first run did
         (the driver and Spark deal rows out differently)."""
-        rec = self.store.read_json(f"driver/{batch_id}{_JSON}")
-        if rec is not None and not stream_goes_on_after_flush(rec, flush):
-            self.store.refuse_foreign_replay(batch_id)
+        rec = self.store.replayed(batch_id, flush, self.start_fresh)
+        if rec is not None:
             prev_of_replay: int | None = rec["prev_batch"]  # same inputs as the first run
             if self._round_robin and not flush and rec.get("layout") in ("driver", "shuffled"):
                 layout = rec["layout"]
@@ -443,11 +445,8 @@ class ReorderStream:
             for v in self.store.versions("driver", _JSON)
             if v < batch_id and "watermark" in (self.store.read_json(f"driver/{v}{_JSON}") or {})
         ]
-        if not done and not self.start_fresh and self.store.versions("partitions/0", _SNAP):
-            raise StateCorruptedError(
-                f"{self.store.path('driver')}: no committed batch before {batch_id} but "
-                "buffers exist (pass start_fresh=True to discard them)"
-            )
+        if not done:
+            self.store.start(batch_id, self.start_fresh)
         prev = done[-1] if done else None
         started: dict[str, Any] = {"batch_id": batch_id, "prev_batch": prev, "layout": layout}
         if flush:

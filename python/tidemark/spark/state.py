@@ -121,21 +121,53 @@ class StateStore:
             if v > keep_until:
                 self.fs.delete_file(self.path(rel_dir, f"{v}{suffix}"))
 
-    def refuse_foreign_replay(self, batch_id: int) -> None:
-        """Called when batch ``batch_id`` has a driver record already (a replay).
-        Spark replays only its last batch, so records of later batches mean that
-        another query (a new checkpoint location: batch ids from 0 again) is using
-        this state: a :class:`StateCorruptedError` rather than the new query's rows
-        judged against the other query's recorded watermarks."""
+    def replayed(self, batch_id: int, flush: bool, start_fresh: bool) -> dict[str, Any] | None:
+        """Batch ``batch_id``'s driver record when this run is Spark's replay of it,
+        else ``None`` (a new batch). Spark replays only its last batch, so a record
+        with later batches recorded after it belongs to another query (a new
+        checkpoint location starts from batch 0 again): a :class:`StateCorruptedError`
+        rather than the new query's rows judged against the other query's recorded
+        watermarks, or with ``start_fresh`` that query's state is discarded."""
+        rec = self.read_json(f"driver/{batch_id}.json")
+        if rec is None or stream_goes_on_after_flush(rec, flush):
+            return None
         later = [v for v in self.versions("driver", ".json") if v > batch_id]
+        if later and start_fresh:
+            self.discard_batches()
+            return None
         if later:
             raise StateCorruptedError(
                 f"{self.path('driver')}: batch {batch_id} runs again, but this state "
                 f"location holds batches up to {later[-1]}. Spark replays only its last "
                 "batch, so this is another query (a new checkpoint location starts from "
-                "batch 0): give each query its own state_location, or delete this one to "
-                "start over"
+                "batch 0): give each query its own state_location, delete this one, or "
+                "pass start_fresh=True to discard its state"
             )
+        return dict(rec)
+
+    def start(self, batch_id: int, start_fresh: bool) -> None:
+        """Called for a new batch with no finished batch before it: state another query
+        left here (batches after this one, or any state version but this batch's own)
+        is a :class:`StateCorruptedError`, or with ``start_fresh`` discarded."""
+        later = [v for v in self.versions("driver", ".json") if v > batch_id]
+        stale = later or [v for v in self.versions("partitions/0", ".snap") if v != batch_id]
+        if not stale:
+            return
+        if not start_fresh:
+            raise StateCorruptedError(
+                f"{self.path('driver')}: no finished batch before batch {batch_id} but "
+                "state exists, from another query (pass start_fresh=True to discard it)"
+            )
+        self.discard_batches()
+
+    def discard_batches(self) -> None:
+        """Deletes every batch's driver record and state version (``start_fresh``);
+        ``meta.json`` stays."""
+        for rel in ("driver", "partitions"):
+            sel = pafs.FileSelector(self.path(rel), recursive=True, allow_not_found=True)
+            for info in self.fs.get_file_info(sel):
+                if info.type == pafs.FileType.File:
+                    self.fs.delete_file(info.path)
 
     def batch_progress(self, batch_id: int | None = None) -> dict[str, Any] | None:
         """The ``progress`` of a finished batch's driver record (``driver/<id>.json``):

@@ -418,8 +418,10 @@ class StreamProcessor:
         Versions of state kept per partition (at least 2, so the last batch can be
         replayed).
     start_fresh : bool
-        Start from empty state if the state location has none for the previous batch
-        (instead of raising :class:`StateCorruptedError`).
+        Discard state another query left at ``state_location`` (one whose batches are
+        not this query's: a new checkpoint location counts batch ids from 0 again)
+        and start empty, instead of raising :class:`StateCorruptedError`. This
+        query's own state, replays included, is never discarded.
     clock : callable, optional
         Milliseconds since the epoch for idleness (default: ``time.time()``); read once
         per batch on the driver and recorded with the batch.
@@ -522,7 +524,7 @@ class StreamProcessor:
 
     # --- driver-side state ---------------------------------------------------------
 
-    def _check_meta(self, fields: Any, batch_id: int) -> None:
+    def _check_meta(self, fields: Any, batch_id: int, flush: bool) -> None:
         """Checks ``meta.json`` against this processor once; rescales the state batch
         ``batch_id`` starts from to ``num_partitions`` where only that changed.
         ``fields``: the batch's schema (its key columns' types decide whether a rescale
@@ -553,7 +555,7 @@ class StreamProcessor:
                         f"typed here: keep num_partitions={old}, use num_partitions=1, or "
                         "start over in a new state_location"
                     )
-                self._rescale(old, batch_id)
+                self._rescale(old, batch_id, flush)
                 self.store.write_json("meta.json", want)
             else:
                 why = "it was written by a different pipeline configuration"
@@ -561,7 +563,7 @@ class StreamProcessor:
         self.store.clean_temp()
         self._checked = True
 
-    def _rescale(self, old: int, batch_id: int) -> None:
+    def _rescale(self, old: int, batch_id: int, flush: bool) -> None:
         """Redistributes the last committed state version from ``old`` state partitions
         to ``num_partitions`` (keys routed by Spark's hash, as the next batch's
         ``repartition`` routes their rows). Later versions belong to the old layout and
@@ -579,8 +581,12 @@ class StreamProcessor:
         b = committed[-1]
         rec = self.store.read_json(f"driver/{batch_id}{_JSON}")
         if rec is not None and b >= batch_id:
-            # Refused before anything moves, if this is not Spark's replay.
-            self.store.refuse_foreign_replay(batch_id)
+            # Another query's state is refused before anything moves (with start_fresh
+            # it is discarded: nothing left to move). A batch with rows after a flush
+            # starts, as a replay does, from the batch before.
+            goes_on = stream_goes_on_after_flush(rec, flush)
+            if self.store.replayed(batch_id, flush, self.start_fresh) is None and not goes_on:
+                return
             base: int | None = rec.get("prev_batch")
             if base is None:  # the replayed batch started from nothing
                 for p in range(max(old, self.num_partitions)):
@@ -616,10 +622,9 @@ class StreamProcessor:
 
     def _prepare(self, batch_id: int, flush: bool = False) -> dict[str, Any]:
         """The batch's recorded inputs (reused when the batch is replayed)."""
-        rec = self.store.read_json(f"driver/{batch_id}{_JSON}")
-        if rec is not None and not stream_goes_on_after_flush(rec, flush):
-            self.store.refuse_foreign_replay(batch_id)
-            return dict(rec)
+        replay = self.store.replayed(batch_id, flush, self.start_fresh)
+        if replay is not None:
+            return replay
         earlier = [v for v in self.store.versions("driver", _JSON) if v < batch_id]
         prev = self.store.read_json(f"driver/{earlier[-1]}{_JSON}") if earlier else None
         if prev is not None and "state_after" not in prev:
@@ -627,16 +632,8 @@ class StreamProcessor:
                 f"{self.store.path(f'driver/{earlier[-1]}{_JSON}')}: batch {earlier[-1]} "
                 "never finished and a later batch started; the state store is inconsistent"
             )
-        if (
-            prev is None
-            and not earlier
-            and not self.start_fresh
-            and self.store.versions("partitions/0", _SNAP)
-        ):
-            raise StateCorruptedError(
-                f"{self.store.path('driver')}: no driver record before batch {batch_id} "
-                "but operator state exists (pass start_fresh=True to discard it)"
-            )
+        if prev is None:
+            self.store.start(batch_id, self.start_fresh)
         rec = {
             "batch_id": batch_id,
             "prev_batch": prev["batch_id"] if prev else None,
@@ -730,7 +727,7 @@ class StreamProcessor:
         from pyspark import StorageLevel
 
         fields = schema if flush else df.schema
-        self._check_meta(fields, batch_id)
+        self._check_meta(fields, batch_id, flush)
         rec = self._prepare(batch_id, flush)
         spark = df.sparkSession
         tz, large = session_arrow_settings(spark)
