@@ -232,7 +232,8 @@ def _task(
             if state is None:
                 raise StateCorruptedError(
                     f"{store.path(rel)}: missing; state partition {p} has no version "
-                    f"{prev_batch} to restore (restore the file, or start over in a new state_location)"
+                    f"{prev_batch} to restore (restore the file, or start over in a new "
+                    "state_location)"
                 )
         try:
             # A DataFrame has no row order: the windows need no sort.
