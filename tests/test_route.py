@@ -121,6 +121,23 @@ def test_configuration_and_input_errors_are_clear() -> None:
         )
     with pytest.raises(TypeError, match="Arrow tabular"):
         tm.HashRouter(2, "k").partition_ids([1, 2])
+    for bad in (-1, 2.0, True):
+        with pytest.raises(tm.ConfigError, match="num_partitions must be an int >= 1"):
+            tm.HashRouter(bad, "k")  # type: ignore[arg-type]
+    # A key of another arity than the router's columns: refused, not another partition.
+    two = tm.HashRouter(16, ["t", "d"])
+    rows = pa.record_batch({"t": ["a", "b"], "d": [1, 2]})
+    assert two.partition_ids(rows).to_pylist() == [
+        two.partition_of(("a", 1)),
+        two.partition_of(("b", 2)),
+    ]
+    for key in ("a", ("a",), ("a", 1, 2)):
+        with pytest.raises(tm.ConfigError, match=r"2 key column\(s\) \(t, d\); give a tuple of 2"):
+            two.partition_of(key)
+    one = tm.HashRouter(16, "t")
+    assert one.partition_of("a") == one.partition_of(("a",))
+    with pytest.raises(tm.ConfigError, match="give one value"):
+        one.partition_of(("a", 1))
 
 
 @settings(max_examples=50, deadline=None)

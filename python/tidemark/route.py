@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from tidemark import _native
 from tidemark._arrow import ArrowData, as_tabular
+from tidemark.errors import ConfigError
 
 SYSTEM_FIELDS: dict[str, str] = {
     "_PARTITION": "partition",
@@ -62,6 +63,10 @@ class Router:
         hash: str = "xxh3",
         event_time: str | None = None,
     ) -> None:
+        if not isinstance(num_partitions, int) or isinstance(num_partitions, bool):
+            raise ConfigError(f"num_partitions must be an int >= 1, got {num_partitions!r}")
+        if num_partitions < 1:  # the core names the range; a negative int cannot reach it
+            raise ConfigError(f"num_partitions must be an int >= 1, got {num_partitions}")
         key_list = [keys] if isinstance(keys, str) else (list(keys) if keys else None)
         self._inner = _native.Router(num_partitions, strategy, key_list, hash, event_time)
         self.strategy = strategy
@@ -104,6 +109,16 @@ class Router:
     def partition_of(self, key: Any) -> int:
         """The partition of one key given as Python values (``"a"``, ``7``, ``("eu", 7)``);
         ``hash="xxh3"`` only."""
+        n = len(self.key_columns)
+        arity = len(key) if isinstance(key, tuple) else 1
+        if n and arity != n:
+            # A key of another arity encodes differently: a partition, but not its rows'.
+            raise ConfigError(
+                f"partition_of: this router routes on {n} key column(s) "
+                f"({', '.join(self.key_columns)}); give "
+                + ("one value" if n == 1 else f"a tuple of {n} values")
+                + f", got {key!r}"
+            )
         return self._inner.partition_of(key)
 
     def __repr__(self) -> str:
