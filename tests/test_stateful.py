@@ -118,9 +118,12 @@ class TimerServiceMachine(RuleBasedStateMachine):
         assert [t[0] for t in fired] == sorted(t[0] for t in fired), "in time order"
         self.pending -= want
 
-    @rule()
-    def snapshot_restore(self) -> None:
-        self.ts = tm.TimerService.restore(self.ts.snapshot())
+    @rule(pickled=st.booleans())
+    def snapshot_restore(self, pickled: bool) -> None:
+        if pickled:
+            self.ts = pickle.loads(pickle.dumps(self.ts))
+        else:
+            self.ts = tm.TimerService.restore(self.ts.snapshot())
 
     @invariant()
     def count(self) -> None:

@@ -800,7 +800,8 @@ class TimerService:
         return self._inner.delete(timestamp, key, namespace, kind)
 
     def timers(self, kind: str = "event") -> list[tuple[int, Any, int]]:
-        """Registered timers in firing order."""
+        """Registered timers of ``kind`` (``"event"`` or ``"processing"``) in firing
+        order."""
         return self._inner.timers(kind)
 
     def advance_watermark(self, watermark: int) -> list[tuple[int, Any, int]]:
@@ -829,3 +830,13 @@ class TimerService:
         obj = cls.__new__(cls)
         obj._inner = _native.TimerService.restore(data)
         return obj
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickles as its snapshot.
+        return (TimerService.restore, (self.snapshot(),))
+
+    def __repr__(self) -> str:
+        return (
+            f"TimerService(event={len(self.timers('event'))}, "
+            f"processing={len(self.timers('processing'))}, watermark={self.watermark})"
+        )
