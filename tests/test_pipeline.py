@@ -806,6 +806,33 @@ def test_processing_time_pipelines_need_no_event_time_column() -> None:
         tm.Pipeline(key="k", window=tm.Tumbling("10s"), aggs={"n": tm.count()})
 
 
+@pytest.mark.parametrize("cores", [1, 2])
+def test_operators_pickle_with_their_state_clock_and_lookup(cores: int) -> None:
+    clock = tm.ManualClock(1_000)
+    pipe = tm.Pipeline(
+        key="k",
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count(), "s": tm.sum("w")},
+        time="processing",
+        clock=clock,
+    ).enrich(pa.table({"k": ["a", "b"], "w": [10, 20]}), on="k")
+    op = pipe.operator(cores=cores)
+    op.update_lookup(pa.table({"k": ["a", "b"], "w": [1, 2]}))  # the newer table travels
+    op.process(pa.table({"k": ["a", "a", "b"]}))
+    back = pickle.loads(pickle.dumps(op))
+    assert back.cores == cores
+    assert back.pipeline.clock is not clock and back.pipeline.clock.now() == 1_000
+    for o in (op, back):
+        o.process(pa.table({"k": ["b"]}))
+    clock.set(10_000)
+    back.pipeline.clock.set(10_000)  # type: ignore[union-attr]
+
+    def closed(o: tm.Operator) -> list[dict]:
+        return sorted(o.tick().windows.select(["k", "n", "s"]).to_pylist(), key=lambda r: r["k"])
+
+    assert closed(back) == closed(op) == [{"k": "a", "n": 2, "s": 2}, {"k": "b", "n": 2, "s": 4}]
+
+
 def test_enrich_errors_are_clear() -> None:
     base = tm.Pipeline(
         key="device",

@@ -608,7 +608,7 @@ class Lookup:
 class Operator:
     """The stateful operator of a :class:`Pipeline` (see ``Pipeline.operator()``)."""
 
-    __slots__ = ("_inner", "_pipeline", "pinned")
+    __slots__ = ("_inner", "_options", "_pipeline", "pinned")
 
     def __init__(
         self,
@@ -623,6 +623,15 @@ class Operator:
         ordered: bool = True,
     ) -> None:
         self._pipeline = pipeline
+        # What a pickled copy is built with (see __reduce__).
+        self._options: dict[str, Any] = {
+            "clock": clock,
+            "cores": cores,
+            "queue_capacity": queue_capacity,
+            "hot_keys": hot_keys,
+            "pin_cores": pin_cores,
+            "ordered": ordered,
+        }
         if not isinstance(cores, int) or isinstance(cores, bool) or cores < 1:
             raise ConfigError(f"cores must be a positive int, got {cores!r}")
         if not isinstance(ordered, bool):
@@ -656,9 +665,9 @@ class Operator:
         lookup = self._pipeline.lookup
         if lookup is None or isinstance(self._inner, _native.RowsOperator):
             raise ConfigError("this pipeline has no lookup: use Pipeline.enrich(...)")
-        self._inner.set_lookup(
-            as_tabular(table, "the lookup table"), lookup.on, lookup.how, lookup.prefix
-        )
+        table = as_tabular(table, "the lookup table")
+        self._inner.set_lookup(table, lookup.on, lookup.how, lookup.prefix)
+        self._options["lookup_table"] = table
 
     @property
     def cores(self) -> int:
@@ -721,6 +730,14 @@ class Operator:
         versioned, checksummed, tied to this pipeline's configuration."""
         return bytes(self._inner.snapshot())
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickles as its pipeline, snapshot and options. The clock travels in the
+        # options (a ManualClock as a new clock at the same reading), not in the
+        # pipeline, which refuses to pickle with one.
+        pipe = _copy.copy(self._pipeline)
+        pipe.clock = None
+        return (_unpickle_operator, (pipe, self.snapshot(), dict(self._options)))
+
     @property
     def watermark(self) -> int | None:
         """The watermark in epoch microseconds (key scope: the highest global one)."""
@@ -763,6 +780,18 @@ class Operator:
         ``p99`` (per batch, from an HDR-style histogram); ``hot_rows_spread`` and
         ``hot_keys`` (in the last batch) count hot-key spreading."""
         return self._inner.metrics()
+
+
+def _unpickle_operator(pipe: Pipeline, state: bytes, options: dict[str, Any]) -> Operator:
+    """An operator from :meth:`Operator.__reduce__`'s parts."""
+    lookup_table = options.pop("lookup_table", None)
+    if options["clock"] is not None:
+        pipe = _copy.copy(pipe)
+        pipe.clock = options["clock"]
+    op = Operator(pipe, state, **options)
+    if lookup_table is not None:
+        op.update_lookup(lookup_table)
+    return op
 
 
 class TimerService:
