@@ -1669,6 +1669,20 @@ def test_entry_points_refuse_wrong_arguments_when_called(spark: Any, tmp_path: P
         StreamProcessor(pipe, None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="late_sink must be a function"):
         ReorderStream(tm.Reorder("ts"), state, late_sink="table")  # type: ignore[arg-type]
+    # A late sink of an operator that drops late rows would only ever get empty tables.
+    with pytest.raises(
+        tm.ConfigError, match=r'late_sink gets no rows from a r built with late="drop"'
+    ):
+        ReorderStream(tm.Reorder("ts"), state, late_sink=lambda d, b: None)
+    dropping = tm.Pipeline(
+        key="device",
+        event_time="ts",
+        window=tm.Tumbling("1m"),
+        aggs={"n": tm.count()},
+        late="drop",
+    )
+    with pytest.raises(tm.ConfigError, match="late_sink gets no rows from a pipe"):
+        StreamProcessor(dropping, state, late_sink=lambda d, b: None)
     # A pathlib.Path is a state location like its string.
     seen: list[int] = []
     proc = StreamProcessor(pipe, state, num_partitions=2, sink=lambda d, b: seen.append(b))

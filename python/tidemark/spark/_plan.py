@@ -536,6 +536,14 @@ def require_args(
                 f"{call}: {name} must be a function (DataFrame, batch_id) or None, "
                 f"got {type(sink).__name__}"
             )
+    late = getattr(value, "late", None) or getattr(value, "_config", {}).get("late")
+    if (sinks or {}).get("late_sink") is not None and late == "drop":
+        # Every batch would hand it an empty table: as if no row were ever late.
+        raise ConfigError(
+            f'{call}: late_sink gets no rows from a {operator[0]} built with late="drop" (late '
+            'rows are dropped and counted); build it with late="side_output" or leave '
+            "late_sink out"
+        )
 
 
 def column(name: str) -> Any:

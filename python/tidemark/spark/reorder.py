@@ -324,7 +324,9 @@ class ReorderStream:
     num_partitions : int
         State partitions (fixed for the life of the state location).
     sink, late_sink, error_sink : callable, optional
-        ``f(df, batch_id)`` for released, late and error rows of every micro-batch.
+        ``f(df, batch_id)`` for released, late and error rows of every micro-batch. A
+        ``late_sink`` needs a reorder built with ``late="side_output"`` (its default,
+        ``"drop"``, counts late rows and keeps none: a :class:`ConfigError`).
     arrow_sinks : bool
         ``True``: the sinks get each output as a ``pyarrow.Table`` instead of a Spark
         DataFrame: the table ``toArrow()`` of that DataFrame gives (timestamps in UTC,

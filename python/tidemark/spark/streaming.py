@@ -404,7 +404,9 @@ class StreamProcessor:
         batch's job (``windows_df`` is not cached: persist it to run several actions).
     late_sink, error_sink : callable, optional
         ``f(df, batch_id)`` for late rows and error rows (the outputs then come from
-        one cached result).
+        one cached result). A ``late_sink`` needs a pipeline that keeps its late rows
+        (``late="side_output"``, the default): with ``late="drop"`` it is a
+        :class:`ConfigError`.
     arrow_sinks : bool
         ``True``: the sinks get each output as a ``pyarrow.Table`` instead of a Spark
         DataFrame: the table ``toArrow()`` of that DataFrame gives (timestamps in UTC,
