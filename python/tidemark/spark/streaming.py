@@ -909,9 +909,13 @@ class StreamProcessor:
         return self.store.batch_progress(batch_id)
 
     def watermark(self) -> int | None:
-        """The watermark the next batch will use (epoch microseconds)."""
+        """The watermark the next batch will use (epoch microseconds): after a batch
+        that did not finish, the one its replay will use."""
         done = self.store.versions("driver", _JSON)
         if not done:
             return None
         rec = self.store.read_json(f"driver/{done[-1]}{_JSON}")
-        return None if rec is None else rec.get("next_watermark")
+        if rec is None:
+            return None
+        wm: int | None = rec["next_watermark"] if "next_watermark" in rec else rec.get("watermark")
+        return wm
