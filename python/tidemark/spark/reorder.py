@@ -689,7 +689,11 @@ class ReorderStream:
         return self.store.batch_progress(batch_id)
 
     def watermark(self) -> int | None:
-        """The stream's watermark after the last batch (minimum over partitions)."""
-        done = self.store.versions("driver", _JSON)
-        rec = self.store.read_json(f"driver/{done[-1]}{_JSON}") if done else None
-        return None if rec is None else rec.get("watermark")
+        """The stream's watermark after the last finished batch (minimum over
+        partitions): a batch that did not finish has none yet."""
+        for v in reversed(self.store.versions("driver", _JSON)):
+            rec = self.store.read_json(f"driver/{v}{_JSON}") or {}
+            if "watermark" in rec:
+                wm: int | None = rec["watermark"]
+                return wm
+        return None
