@@ -193,12 +193,13 @@ class StateStore:
 
 def stream_goes_on_after_flush(rec: dict[str, Any], flush: bool) -> bool:
     """Whether a batch with rows runs under the id of a recorded end-of-input flush
-    (``rec``): the query ran again, with new input, after ``flush()``. Such a batch is not the flush's replay: it follows the batch before the flush,
-    whose state it restores, and its record replaces the flush's. The windows the flush
-    closed early come again when they close (with any rows added since), so an
-    idempotent sink ends with their full counts; nothing is lost, whereas restoring
-    the flushed state would drop open windows' rows and a later flush replaying this
-    id would drop the batch's own."""
+    (``rec``): the query ran again, with new input, after ``flush()``. Such a batch is
+    not the flush's replay: it follows the batch before the flush, whose state it
+    restores, and its record replaces the flush's. The windows the flush closed early
+    come again when they close (with any rows added since), so an idempotent sink ends
+    with their full counts; nothing is lost, whereas restoring the flushed state would
+    drop open windows' rows and a later flush replaying this id would drop the batch's
+    own."""
     return bool(rec.get("flush")) and not flush
 
 
