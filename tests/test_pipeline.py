@@ -108,6 +108,8 @@ def test_issue_example_pipeline() -> None:
         ({"allowed_lateness": "-1s"}, tm.ConfigError, "negative"),
         ({"key": None}, tm.ConfigError, "needs key columns"),
         ({"key": ["a", "a"]}, tm.ConfigError, "twice"),
+        ({"key": "window_start"}, tm.ConfigError, "name of an output column"),
+        ({"key": ["d", "retract"], "emit": "on_update"}, tm.ConfigError, "window_end, retract"),
         ({"max_keys": 0}, tm.ConfigError, "max_keys"),
         ({"eviction": "random"}, tm.ConfigError, "eviction"),
         ({"time": "wall"}, tm.ConfigError, "processing"),

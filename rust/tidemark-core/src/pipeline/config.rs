@@ -160,11 +160,24 @@ impl PipelineConfig {
                 ));
             }
         }
-        let mut names: Vec<&str> = self.keys.iter().map(String::as_str).collect();
-        names.extend(["window_start", "window_end"]);
+        let mut reserved = vec!["window_start", "window_end"];
         if self.emit == EmitMode::OnUpdate {
-            names.push("retract");
+            reserved.push("retract");
         }
+        if let Some(k) = self.keys.iter().find(|k| reserved.contains(&k.as_str())) {
+            // The output would hold two columns of that name (Spark refuses to select
+            // either); rename the input column first.
+            return Err(TidemarkError::config(
+                "key",
+                format!(
+                    "key column {k:?} has the name of an output column ({}); rename it \
+                     before the pipeline, e.g. df.withColumnRenamed({k:?}, \"{k}_key\")",
+                    reserved.join(", ")
+                ),
+            ));
+        }
+        let mut names: Vec<&str> = self.keys.iter().map(String::as_str).collect();
+        names.extend(reserved);
         for a in &self.aggs {
             if names.contains(&a.name.as_str()) {
                 return Err(TidemarkError::config(
