@@ -216,6 +216,26 @@ def test_two_dimensional_numpy_keys_and_datetime64_times() -> None:
         t.update(np.datetime64("2024-01-01"), 5)
 
 
+def test_single_events_take_datetimes_as_microseconds() -> None:
+    import datetime as dt
+
+    for make in (
+        lambda: tm.KeyedWatermarkTracker(bounded_delay="1s"),
+        lambda: tm.CompactKeyedWatermarkTracker(bounded_delay="1s", exact_keys=4),
+    ):
+        t = make()
+        t.update("a", dt.datetime(1970, 1, 1, 0, 0, 5, tzinfo=dt.timezone.utc))
+        assert t.watermark_for_key("a") == 4_000_000
+        t.update("a", dt.datetime(1970, 1, 1, 0, 0, 6))  # naive: UTC
+        assert t.watermark_for_key("a") == 5_000_000
+        t.update("a", np.datetime64("1970-01-01T00:00:07", "ms"))
+        t.update("b", pd.Timestamp("1970-01-01 01:00:07", tz="Europe/Paris"))  # 00:00:07 UTC
+        t.update("c", dt.date(1970, 1, 2))
+        assert [t.watermark_for_key(k) for k in "abc"] == [6_000_000, 6_000_000, 86_399_000_000]
+        assert t.is_late("a", dt.datetime(1970, 1, 1, 0, 0, 5)) is True
+        assert t.is_late("a", 6_000_000) is False
+
+
 def test_timestamps_are_microseconds_and_nulls_skipped() -> None:
     t = tm.KeyedWatermarkTracker(bounded_delay="1s")
     t.update_batch(pa.array(["a", "a"]), pa.array([5_000, None], pa.timestamp("ms")))

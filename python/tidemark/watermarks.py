@@ -14,6 +14,7 @@ in epoch microseconds. Idle timeouts are in clock ticks (milliseconds for
 
 from __future__ import annotations
 
+import datetime as _dt
 from typing import Any, ClassVar, TypedDict, TypeVar
 
 import pyarrow as pa
@@ -58,6 +59,7 @@ class PartitionedWatermarkMetrics(TypedDict):
 
 
 _T = TypeVar("_T", bound="_Restorable")
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
 class _Restorable:
@@ -433,6 +435,22 @@ def _event_times(times: Any) -> Any:
     return pa.array(times, pa.int64())
 
 
+def _time_value(t: Any) -> Any:
+    """One event time: an int as it is (ticks), a datetime, date, pandas Timestamp or
+    numpy datetime64 as epoch microseconds (naive ones taken as UTC), as the batch
+    methods read timestamp arrays."""
+    if isinstance(t, _dt.datetime):
+        if t.tzinfo is None:
+            t = t.replace(tzinfo=_dt.timezone.utc)
+        delta = t - _EPOCH
+        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    if isinstance(t, _dt.date):
+        return (t - _EPOCH.date()).days * 86_400_000_000
+    if type(t).__name__ == "datetime64":
+        return int(t.astype("datetime64[us]").astype("int64"))
+    return t
+
+
 def _pykey_times(times: Any) -> Any:
     """Event times paired with a sequence of Python keys: a list of ints as given, or
     (anything array-like) an Arrow array, whose timestamps the native side reads as
@@ -545,13 +563,15 @@ class KeyedWatermarkTracker(_Restorable):
         """The eviction policy at ``max_keys``."""
         return self._inner.eviction
 
-    def update(self, key: Any, event_time: int) -> int | None:
-        """Records an event of ``key`` at ``event_time``.
+    def update(self, key: Any, event_time: int | _dt.date) -> int | None:
+        """Records an event of ``key`` at ``event_time``: ticks (an int), or a
+        ``datetime`` / ``date`` / numpy ``datetime64`` as epoch microseconds (naive
+        ones as UTC), as :meth:`update_batch` reads timestamp arrays.
 
         Returns the global watermark if it rose above every value returned before.
         Raises :class:`MaxKeysReachedError` for a new key when full under ``reject_new``.
         """
-        return self._inner.update(key, event_time)
+        return self._inner.update(key, _time_value(event_time))
 
     def update_batch(self, keys: Any, event_times: Any) -> int | None:
         """Records many events at once (vectorised when given Arrow data).
@@ -596,10 +616,11 @@ class KeyedWatermarkTracker(_Restorable):
         """The highest global watermark returned so far (monotonic)."""
         return self._inner.emitted_watermark()
 
-    def is_late(self, key: Any, event_time: int) -> bool:
-        """Whether an event is late for its key: ``event_time < watermark(key)``.
-        Events of unknown keys are never late."""
-        return self._inner.is_late(key, event_time)
+    def is_late(self, key: Any, event_time: int | _dt.date) -> bool:
+        """Whether an event is late for its key: ``event_time < watermark(key)``
+        (``event_time`` as for :meth:`update`). Events of unknown keys are never
+        late."""
+        return self._inner.is_late(key, _time_value(event_time))
 
     def is_late_batch(self, keys: Any, event_times: Any) -> pa.BooleanArray:
         """Vectorised :meth:`is_late` (same inputs as :meth:`update_batch`); null where
@@ -727,9 +748,10 @@ class CompactKeyedWatermarkTracker(_Restorable):
             native_clock(clock),
         )
 
-    def update(self, key: Any, event_time: int) -> int | None:
-        """Records an event; returns the global watermark if it rose to a new high."""
-        return self._inner.update(key, event_time)
+    def update(self, key: Any, event_time: int | _dt.date) -> int | None:
+        """Records an event (``event_time`` as for :meth:`KeyedWatermarkTracker.update`);
+        returns the global watermark if it rose to a new high."""
+        return self._inner.update(key, _time_value(event_time))
 
     def update_batch(self, keys: Any, event_times: Any) -> int | None:
         """Records many events (same inputs as :meth:`KeyedWatermarkTracker.update_batch`)."""
@@ -746,9 +768,10 @@ class CompactKeyedWatermarkTracker(_Restorable):
         """Whether ``key`` is in the exact part."""
         return self._inner.is_exact(key)
 
-    def is_late(self, key: Any, event_time: int) -> bool:
-        """``event_time < watermark_for_key(key)``."""
-        return self._inner.is_late(key, event_time)
+    def is_late(self, key: Any, event_time: int | _dt.date) -> bool:
+        """``event_time < watermark_for_key(key)`` (``event_time`` as for
+        :meth:`update`)."""
+        return self._inner.is_late(key, _time_value(event_time))
 
     def is_late_batch(self, keys: Any, event_times: Any) -> pa.BooleanArray:
         """Vectorised :meth:`is_late`."""
