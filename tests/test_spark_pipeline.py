@@ -1708,6 +1708,11 @@ def test_entry_points_refuse_wrong_arguments_when_called(spark: Any, tmp_path: P
     )
     with pytest.raises(tm.ConfigError, match="late_sink gets no rows from a pipe"):
         StreamProcessor(dropping, state, late_sink=lambda d, b: None)
+    arrival = tm.Pipeline(
+        key="device", window=tm.Tumbling("1m"), aggs={"n": tm.count()}, time="processing"
+    )
+    with pytest.raises(tm.ConfigError, match=r"F.current_timestamp\(\)"):
+        StreamProcessor(arrival, state)
     # A pathlib.Path is a state location like its string.
     seen: list[int] = []
     proc = StreamProcessor(pipe, state, num_partitions=2, sink=lambda d, b: seen.append(b))

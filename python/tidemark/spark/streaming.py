@@ -501,7 +501,12 @@ class StreamProcessor:
         if retention < 2:
             raise ConfigError("retention must be at least 2 (the last batch must be replayable)")
         if pipe.time != "event":
-            raise ConfigError("StreamProcessor runs event-time pipelines")
+            raise ConfigError(
+                "StreamProcessor runs event-time pipelines: for windows by arrival time, "
+                'stamp the rows in the query, e.g. stream.withColumn("arrived", '
+                "F.current_timestamp()) (Spark records a micro-batch's timestamp, so a "
+                'replay sees the same one), and use event_time="arrived"'
+            )
         if shuffle is True and on_driver is True:
             raise ConfigError(
                 "shuffle=True sends the rows to one task per state partition and "
