@@ -234,6 +234,10 @@ def test_single_events_take_datetimes_as_microseconds() -> None:
         assert [t.watermark_for_key(k) for k in "abc"] == [6_000_000, 6_000_000, 86_399_000_000]
         assert t.is_late("a", dt.datetime(1970, 1, 1, 0, 0, 5)) is True
         assert t.is_late("a", 6_000_000) is False
+        for missing in (None, pd.NaT, np.datetime64("NaT")):
+            with pytest.raises(TypeError, match="an event needs a time"):
+                t.update("a", missing)
+        assert t.watermark_for_key("a") == 6_000_000
 
 
 def test_timestamps_are_microseconds_and_nulls_skipped() -> None:

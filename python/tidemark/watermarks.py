@@ -438,7 +438,17 @@ def _event_times(times: Any) -> Any:
 def _time_value(t: Any) -> Any:
     """One event time: an int as it is (ticks), a datetime, date, pandas Timestamp or
     numpy datetime64 as epoch microseconds (naive ones taken as UTC), as the batch
-    methods read timestamp arrays."""
+    methods read timestamp arrays. A missing time (``None``, NaT) is a ``TypeError``:
+    one event needs a time (the batch methods skip rows without one)."""
+    if (
+        t is None
+        or type(t).__name__ == "NaTType"
+        or (type(t).__name__ == "datetime64" and str(t) == "NaT")
+    ):
+        raise TypeError(
+            f"event_time is {t!r}: an event needs a time (update_batch skips rows whose "
+            "time is null)"
+        )
     if isinstance(t, _dt.datetime):
         if t.tzinfo is None:
             t = t.replace(tzinfo=_dt.timezone.utc)
