@@ -96,6 +96,18 @@ def test_idle_timeout_accepts_durations() -> None:
         tm.PartitionedWatermarkTracker(idle_timeout=-1)
 
 
+def test_events_take_datetimes_and_durations_in_microseconds() -> None:
+    t = tm.PartitionedWatermarkTracker()
+    t.register_source(0, 2)
+    t.update_partition_from_event(0, 0, dt.datetime(1970, 1, 1, 0, 0, 10), "1s")
+    t.update_partition_from_event(0, 1, 20_000_000, dt.timedelta(seconds=2))
+    assert t.current_watermark() == 9_000_000
+    t.update_partition_from_event(0, 0, 30, 5)  # ints: ticks as given
+    assert t.partition_watermark(0, 0) == 9_000_000  # a lower value is ignored
+    with pytest.raises(tm.ConfigError, match="max_lateness"):
+        t.update_partition_from_event(0, 0, 1, -1)
+
+
 def test_snapshots_and_pickles_go_on_where_the_tracker_stopped() -> None:
     clock = tm.ManualClock(0)
     t = tm.PartitionedWatermarkTracker(idle_timeout=100, clock=clock)

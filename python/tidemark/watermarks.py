@@ -194,12 +194,20 @@ class PartitionedWatermarkTracker(_Restorable):
         return self._inner.update_partition(source_id, partition, watermark)
 
     def update_partition_from_event(
-        self, source_id: int, partition: int, event_time: int, max_lateness: int
+        self,
+        source_id: int,
+        partition: int,
+        event_time: int | _dt.date,
+        max_lateness: Duration,
     ) -> int | None:
         """Updates a partition from an event: its watermark becomes
-        ``event_time - max_lateness``. Returns the new combined watermark or ``None``."""
+        ``event_time - max_lateness``. Returns the new combined watermark or ``None``.
+
+        Ints are ticks as given; a ``datetime`` (or date, pandas Timestamp, numpy
+        ``datetime64``) event time and a string or ``timedelta`` lateness are
+        microseconds, the unit of Arrow timestamps (``"1s"``: 1,000,000)."""
         return self._inner.update_partition_from_event(
-            source_id, partition, event_time, max_lateness
+            source_id, partition, _time_value(event_time), _delay(max_lateness, "max_lateness")
         )
 
     def mark_partition_idle(self, source_id: int, partition: int) -> int | None:
