@@ -106,6 +106,10 @@ def test_events_take_datetimes_and_durations_in_microseconds() -> None:
     assert t.partition_watermark(0, 0) == 9_000_000  # a lower value is ignored
     with pytest.raises(tm.ConfigError, match="max_lateness"):
         t.update_partition_from_event(0, 0, 1, -1)
+    t.update_partition(0, 1, dt.datetime(1970, 1, 1, 0, 0, 12, tzinfo=dt.timezone.utc))
+    assert t.partition_watermark(0, 1) == 18_000_000  # lower than 18 s: ignored
+    t.update_partition(0, 0, dt.datetime(1970, 1, 1, 0, 0, 12))
+    assert t.current_watermark() == 12_000_000
 
 
 def test_snapshots_and_pickles_go_on_where_the_tracker_stopped() -> None:

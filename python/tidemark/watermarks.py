@@ -185,13 +185,16 @@ class PartitionedWatermarkTracker(_Restorable):
         """Removes a partition and returns its last state (``None`` if not tracked)."""
         return self._inner.remove_partition(source_id, partition)  # type: ignore[return-value]
 
-    def update_partition(self, source_id: int, partition: int, watermark: int) -> int | None:
-        """Sets a partition's watermark (a lower value is ignored) and marks it active.
+    def update_partition(
+        self, source_id: int, partition: int, watermark: int | _dt.date
+    ) -> int | None:
+        """Sets a partition's watermark (a lower value is ignored) and marks it active:
+        ticks, or a ``datetime`` as epoch microseconds.
 
         Returns the new combined watermark if it advanced, else ``None``. Raises
         :class:`UnknownPartitionError` / :class:`SourceNotFoundError`.
         """
-        return self._inner.update_partition(source_id, partition, watermark)
+        return self._inner.update_partition(source_id, partition, _time_value(watermark))
 
     def update_partition_from_event(
         self,
