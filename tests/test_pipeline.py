@@ -676,6 +676,10 @@ def test_timer_service() -> None:
     assert len(restored) == 0
     with pytest.raises(tm.StateCorruptedError):
         tm.TimerService.restore(b"garbage")
+    for call in (restored.register, restored.delete):
+        with pytest.raises(tm.ConfigError, match='timer domain "wall"'):
+            call(1, "x", kind="wall")
+    assert repr(restored) == "TimerService(event=0, processing=0, watermark=20)"
 
 
 def test_state_ttl_bounds_state_of_keys_that_stop_reporting() -> None:

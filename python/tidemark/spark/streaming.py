@@ -566,7 +566,10 @@ class StreamProcessor:
                 self._rescale(old, batch_id, flush)
                 self.store.write_json("meta.json", want)
             else:
-                why = "it was written by a different pipeline configuration"
+                why = (
+                    "it was written by a different pipeline configuration (a changed "
+                    "pipeline needs a new state_location, and a new checkpoint location)"
+                )
                 raise StateCorruptedError(f"{self.store.path('meta.json')}: {why}")
         self.store.clean_temp()
         self._checked = True

@@ -472,13 +472,18 @@ pub struct PyTimerService {
     inner: TimerService<Vec<u8>>,
 }
 
-fn domain(kind: &str) -> PyResult<TimeDomain> {
+/// A timer kind; anything else is a `ConfigError`, as every other setting's is.
+fn domain(py: Python<'_>, kind: &str) -> PyResult<TimeDomain> {
     match kind {
         "event" => Ok(TimeDomain::EventTime),
         "processing" => Ok(TimeDomain::ProcessingTime),
-        other => Err(pyo3::exceptions::PyValueError::new_err(format!(
-            "timer domain {other:?}: use \"event\" or \"processing\""
-        ))),
+        other => check(
+            py,
+            Err(tidemark_core::TidemarkError::config(
+                "kind",
+                format!("timer domain {other:?}: use \"event\" or \"processing\""),
+            )),
+        ),
     }
 }
 
@@ -504,6 +509,7 @@ impl PyTimerService {
 
     fn register(
         &mut self,
+        py: Python<'_>,
         timestamp: i64,
         key: &Bound<'_, PyAny>,
         namespace: i64,
@@ -511,11 +517,12 @@ impl PyTimerService {
     ) -> PyResult<bool> {
         Ok(self
             .inner
-            .register(domain(kind)?, timestamp, py_key(key)?, namespace))
+            .register(domain(py, kind)?, timestamp, py_key(key)?, namespace))
     }
 
     fn delete(
         &mut self,
+        py: Python<'_>,
         timestamp: i64,
         key: &Bound<'_, PyAny>,
         namespace: i64,
@@ -523,11 +530,11 @@ impl PyTimerService {
     ) -> PyResult<bool> {
         Ok(self
             .inner
-            .delete(domain(kind)?, timestamp, py_key(key)?, namespace))
+            .delete(domain(py, kind)?, timestamp, py_key(key)?, namespace))
     }
 
     fn timers(&self, py: Python<'_>, kind: &str) -> PyResult<Py<PyList>> {
-        timer_list(py, self.inner.timers(domain(kind)?).collect())
+        timer_list(py, self.inner.timers(domain(py, kind)?).collect())
     }
 
     fn advance_watermark(&mut self, py: Python<'_>, watermark: i64) -> PyResult<Py<PyList>> {
