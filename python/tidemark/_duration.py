@@ -13,6 +13,11 @@ Duration = str | _dt.timedelta | int
 :class:`datetime.timedelta`, or an int."""
 
 
+def timedelta_micros(value: _dt.timedelta) -> int:
+    """A timedelta in whole microseconds (exact: no float on the way)."""
+    return (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+
+
 def to_micros(value: Duration, setting: str, *, int_unit: str = "us") -> int:
     """Converts a duration to microseconds.
 
@@ -24,7 +29,7 @@ def to_micros(value: Duration, setting: str, *, int_unit: str = "us") -> int:
     if isinstance(value, int):
         micros = value * (1000 if int_unit == "ms" else 1)
     elif isinstance(value, _dt.timedelta):
-        micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+        micros = timedelta_micros(value)
     elif isinstance(value, str):
         try:
             micros = _native.parse_duration(value)

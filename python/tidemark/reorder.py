@@ -135,6 +135,12 @@ class Reorder:
         """The tolerance in microseconds."""
         return self._tolerance
 
+    @property
+    def late(self) -> str:
+        """``"drop"`` (late rows counted, not kept) or ``"side_output"``."""
+        late: str = self._config["late"]
+        return late
+
     def process(self, data: ArrowData) -> ReorderOutput:
         """Takes one batch (pyarrow, polars, any Arrow tabular data) and returns the
         rows it made safe to release, followed by the watermark."""
@@ -193,7 +199,7 @@ class Reorder:
     def __repr__(self) -> str:
         return (
             f"Reorder(event_time={self.event_time!r}, event_time_type={self.event_time_type!r}, "
-            f"late_tolerance={self.late_tolerance}us, late={self._config['late']!r})"
+            f"late_tolerance={self.late_tolerance}us, late={self.late!r})"
         )
 
 

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from tidemark import _native
 from tidemark._arrow import ArrowData, as_tabular, column
-from tidemark._duration import Duration, to_micros, to_millis
+from tidemark._duration import Duration, timedelta_micros, to_micros, to_millis
 from tidemark.clock import Clock, native_clock
 from tidemark.errors import ConfigError
 from tidemark.event_time import apply_user_parser, resolve_event_time_type
@@ -463,10 +463,9 @@ def _time_value(t: Any) -> Any:
     if isinstance(t, _dt.datetime):
         if t.tzinfo is None:
             t = t.replace(tzinfo=_dt.timezone.utc)
-        delta = t - _EPOCH
-        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+        return timedelta_micros(t - _EPOCH)
     if isinstance(t, _dt.date):
-        return (t - _EPOCH.date()).days * 86_400_000_000
+        return timedelta_micros(t - _EPOCH.date())
     if type(t).__name__ == "datetime64":
         return int(t.astype("datetime64[us]").astype("int64"))
     return t

@@ -536,8 +536,8 @@ def require_args(
                 f"{call}: {name} must be a function (DataFrame, batch_id) or None, "
                 f"got {type(sink).__name__}"
             )
-    late = getattr(value, "late", None) or getattr(value, "_config", {}).get("late")
-    if (sinks or {}).get("late_sink") is not None and late == "drop":
+    # A Pipeline and a Reorder both say what they do with late rows.
+    if (sinks or {}).get("late_sink") is not None and getattr(value, "late", None) == "drop":
         # Every batch would hand it an empty table: as if no row were ever late.
         raise ConfigError(
             f'{call}: late_sink gets no rows from a {operator[0]} built with late="drop" (late '

@@ -592,11 +592,12 @@ class StreamProcessor:
         b = committed[-1]
         rec = self.store.read_json(f"driver/{batch_id}{_JSON}")
         if rec is not None and b >= batch_id:
-            # Another query's state is refused before anything moves (with start_fresh
-            # it is discarded: nothing left to move). A batch with rows after a flush
-            # starts, as a replay does, from the batch before.
-            goes_on = stream_goes_on_after_flush(rec, flush)
-            if self.store.replayed(batch_id, flush, self.start_fresh) is None and not goes_on:
+            # A batch with rows after a flush starts, as a replay does, from the batch
+            # before. Otherwise another query's state is refused before anything moves
+            # (with start_fresh it is discarded: nothing left to move).
+            if not stream_goes_on_after_flush(rec, flush) and (
+                self.store.replayed(batch_id, flush, self.start_fresh) is None
+            ):
                 return
             base: int | None = rec.get("prev_batch")
             if base is None:  # the replayed batch started from nothing
