@@ -36,6 +36,47 @@ fn propagate(tree: &mut [i64], mut i: usize) {
     }
 }
 
+/// Brings node `i` of a [`NodeMinTree`] (`nodes`, `cap` leaves) up to date as far
+/// as `bound` asks, and returns its new value. Pair nodes may lag below their leaves
+/// (lazy rises); every stored value stays a lower bound of its subtree's minimum.
+/// When the returned value is at most `bound`, it is the subtree's minimum and the
+/// leftmost descent from `i` reaches an exact pair holding it; above `bound`, it is
+/// only a (raised) lower bound, which the caller does not need to be exact.
+fn settle(
+    nodes: &mut [i64],
+    i: usize,
+    bound: i64,
+    cap: usize,
+    leaf: &impl Fn(usize) -> i64,
+) -> i64 {
+    if 2 * i >= cap {
+        let l = 2 * i - cap;
+        let m = leaf(l).min(leaf(l + 1));
+        nodes[i] = m;
+        return m;
+    }
+    loop {
+        let (a, b) = (nodes[2 * i], nodes[2 * i + 1]);
+        let m = a.min(b);
+        if m > bound {
+            nodes[i] = m;
+            return m;
+        }
+        // The smaller child must come out exact, below its sibling (the left one on a
+        // tie, as the descent goes left on a tie); otherwise it rose: look again.
+        let (c, lim) = if a <= b {
+            (2 * i, b.min(bound))
+        } else {
+            (2 * i + 1, (a - 1).min(bound))
+        };
+        let v = settle(nodes, c, lim, cap, leaf);
+        if v <= lim {
+            nodes[i] = v;
+            return v;
+        }
+    }
+}
+
 /// Minimum over slots with O(1) query and O(log n) point update.
 ///
 /// # Examples
@@ -256,8 +297,8 @@ impl NodeMinTree {
 
     /// Restores the invariants after leaf `slot` changed: O(log n), stopping at the
     /// first node whose value does not change; plus, when the change raised the pair
-    /// holding the minimum and rises were recorded lazily, one descent per lagging
-    /// pair it then reaches. `leaf(i)` must give leaf `i`'s value
+    /// holding the minimum and rises were recorded lazily, one depth-first pass that
+    /// brings up to date the lagging pairs a descent then reaches. `leaf(i)` must give leaf `i`'s value
     /// ([`MinTree::EMPTY`] for slots that take no part, including ones past the end).
     #[inline]
     pub fn fix(&mut self, slot: usize, leaf: impl Fn(usize) -> i64) {
@@ -301,31 +342,14 @@ impl NodeMinTree {
         self.fix(slot, leaf)
     }
 
-    /// Restores the last invariant (see the type's docs): brings the pair the
-    /// leftmost descent reaches up to date, until it is exact. Each round raises one
-    /// pair node that a lazy rise left behind.
+    /// Restores the last invariant (see the type's docs): brings up to date the pairs
+    /// a leftmost descent would reach, in one depth-first pass (each node on their
+    /// paths is visited once, where a descent from the root per lagging pair walked
+    /// the whole path down and back up for each).
     #[cold]
     fn settle_root(&mut self, leaf: &impl Fn(usize) -> i64) {
-        let (cap, half) = (self.cap, self.cap / 2);
-        let nodes = &mut self.nodes[..cap];
-        loop {
-            let mut i = 1;
-            while i < half {
-                i = if nodes[2 * i] <= nodes[2 * i + 1] {
-                    2 * i
-                } else {
-                    2 * i + 1
-                };
-            }
-            let l = 2 * i - cap;
-            let m = leaf(l).min(leaf(l + 1));
-            if nodes[i] == m {
-                return;
-            }
-            debug_assert!(m > nodes[i], "a pair node is at most its leaves");
-            nodes[i] = m;
-            propagate(nodes, i >> 1);
-        }
+        let cap = self.cap;
+        settle(&mut self.nodes[..cap], 1, MinTree::EMPTY, cap, leaf);
     }
 
     /// Hints the CPU to bring the node above leaf `slot` into cache before a
