@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 from typing import Any
 
 import numpy as np
@@ -238,6 +239,46 @@ def test_single_events_take_datetimes_as_microseconds() -> None:
             with pytest.raises(TypeError, match="an event needs a time"):
                 t.update("a", missing)
         assert t.watermark_for_key("a") == 6_000_000
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: tm.KeyedWatermarkTracker(bounded_delay="1s"),
+        lambda: tm.CompactKeyedWatermarkTracker(bounded_delay="1s", exact_keys=10),
+    ],
+    ids=["exact", "compact"],
+)
+def test_batches_of_python_times_read_them_as_single_events_do(make: Any) -> None:
+    import datetime as dt
+
+    # A list of datetimes (what update() takes one at a time) was refused by the batch
+    # methods with "'datetime.datetime' object cannot be interpreted as an integer".
+    t = make()
+    times = [dt.datetime(1970, 1, 1, 0, 0, 5), None, pd.Timestamp("1970-01-01 00:00:09")]
+    t.update_batch(["a", "b", "c"], times)
+    assert [t.watermark_for_key(k) for k in "abc"] == [4_000_000, None, 8_000_000]
+    assert t.is_late_batch(["a", "c"], (dt.datetime(1970, 1, 1), 9_000_000)).to_pylist() == [
+        True,
+        False,
+    ]
+    # What is no event time says so, and where; nothing was applied.
+    for bad, shown in ((1.5, "1.5 (float)"), (float("nan"), "nan (float)"), ("5", "'5' (str)")):
+        with pytest.raises(TypeError, match=re.escape(f"event_times[1]: event_time is {shown}")):
+            t.update_batch(["x", "y"], [dt.datetime(1970, 1, 1, 0, 1), bad])
+        with pytest.raises(TypeError, match="an event time is an int"):
+            t.update("x", bad)
+    assert t.watermark_for_key("x") is None
+    # A key that is no key still names the key.
+    with pytest.raises(TypeError, match="a key must be"):
+        t.update_batch([["a"]], [dt.datetime(1970, 1, 1)])
+    # The same with an Arrow key column: datetimes read, a float no longer truncated
+    # into ticks (1.5 was taken as 1).
+    t.update_batch(pa.array(["d", "e"]), [dt.datetime(1970, 1, 1, 0, 0, 7), None])
+    assert [t.watermark_for_key(k) for k in "de"] == [6_000_000, None]
+    with pytest.raises(TypeError, match=re.escape("event_times[1]: event_time is 1.5")):
+        t.update_batch(pa.array(["f", "f"]), [2_000_000, 1.5])
+    assert t.watermark_for_key("f") is None
 
 
 def test_timestamps_are_microseconds_and_nulls_skipped() -> None:

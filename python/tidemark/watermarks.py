@@ -15,6 +15,8 @@ in epoch microseconds. Idle timeouts are in clock ticks (milliseconds for
 from __future__ import annotations
 
 import datetime as _dt
+import numbers as _numbers
+from collections.abc import Callable
 from typing import Any, ClassVar, TypedDict, TypeVar
 
 import pyarrow as pa
@@ -443,14 +445,38 @@ def _event_times(times: Any) -> Any:
     if _is_ndarray_like(times):
         # int ticks stay int64; datetime64 values become Arrow timestamps.
         return pa.array(times)
-    return pa.array(times, pa.int64())
+    times = list(times)
+    try:
+        arr = pa.array(times)  # inferred: a float is not truncated into ticks
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        arr = None  # mixed ints and datetimes, or what is no time
+    if arr is not None and (pa.types.is_integer(arr.type) or pa.types.is_timestamp(arr.type)):
+        return arr
+    if arr is not None and pa.types.is_null(arr.type):
+        return arr.cast(pa.int64())
+    return pa.array(_python_times(times), pa.int64())
+
+
+def _python_times(times: list[Any]) -> list[Any]:
+    """A sequence of Python event times as ints (see :func:`_time_value`; ``None`` stays:
+    a row the batch skips). What is no time raises naming its position."""
+    out = []
+    for i, t in enumerate(times):
+        try:
+            out.append(None if t is None else _time_value(t))
+        except TypeError as e:
+            raise TypeError(f"event_times[{i}]: {e}") from None
+    return out
 
 
 def _time_value(t: Any) -> Any:
-    """One event time: an int as it is (ticks), a datetime, date, pandas Timestamp or
-    numpy datetime64 as epoch microseconds (naive ones taken as UTC), as the batch
-    methods read timestamp arrays. A missing time (``None``, NaT) is a ``TypeError``:
-    one event needs a time (the batch methods skip rows without one)."""
+    """One event time: an int as it is (ticks), a datetime, date, pandas Timestamp,
+    numpy datetime64 or Arrow timestamp scalar as epoch microseconds (naive ones taken
+    as UTC), as the batch methods read timestamp arrays. A missing time (``None``, NaT)
+    is a ``TypeError``: one event needs a time (the batch methods skip rows without
+    one); so is anything else (a float, a string), named in the message."""
+    if isinstance(t, pa.Scalar):
+        t = t.as_py()
     if (
         t is None
         or type(t).__name__ == "NaTType"
@@ -468,6 +494,11 @@ def _time_value(t: Any) -> Any:
         return timedelta_micros(t - _EPOCH.date())
     if type(t).__name__ == "datetime64":
         return int(t.astype("datetime64[us]").astype("int64"))
+    if not isinstance(t, _numbers.Integral):
+        raise TypeError(
+            f"event_time is {t!r} ({type(t).__name__}): an event time is an int (ticks, "
+            "e.g. epoch milliseconds) or a datetime"
+        )
     return t
 
 
@@ -482,6 +513,26 @@ def _pykey_times(times: Any) -> Any:
     if hasattr(times, "__arrow_c_array__") or hasattr(times, "__arrow_c_stream__"):
         return times
     return list(times)
+
+
+_R = TypeVar("_R")
+
+
+def _with_pykeys(call: Callable[[list[Any], Any], _R], keys: Any, event_times: Any) -> _R:
+    """``call(keys, times)`` for Python keys and event times (see :func:`_pykey_times`).
+    A list of times other than ints (datetimes, as :meth:`update` takes them) is
+    converted one time at a time, only when the native call refuses it: the times are
+    read before any key is updated, so the call is then made again from the start.
+    A time that is no time (a float, a string) raises naming its position."""
+    keys, times = list(keys), _pykey_times(event_times)
+    try:
+        return call(keys, times)
+    except TypeError:
+        if not isinstance(times, list) or all(
+            t is None or isinstance(t, _numbers.Integral) for t in times
+        ):
+            raise  # not the times (a key): as it was
+    return call(keys, _python_times(times))
 
 
 class KeyedWatermarkTracker(_Restorable):
@@ -607,7 +658,8 @@ class KeyedWatermarkTracker(_Restorable):
         event_times
             int64 ticks or timestamps (Arrow or numpy ``datetime64``: epoch
             microseconds), as an Arrow array, chunked array (e.g. a Table column),
-            numpy array, pandas Series or a sequence. Rows with a null time are
+            numpy array, pandas Series or a sequence (of ints, or of datetimes as
+            :meth:`update` takes them). Rows with a null time are
             skipped.
 
         Returns
@@ -617,7 +669,7 @@ class KeyedWatermarkTracker(_Restorable):
         """
         cols = key_columns(keys)
         if cols is None:
-            return self._inner.update_pykeys(list(keys), _pykey_times(event_times))
+            return _with_pykeys(self._inner.update_pykeys, keys, event_times)
         return self._inner.update_columns(cols, _event_times(event_times))
 
     def watermark_for_key(self, key: Any) -> int | None:
@@ -647,7 +699,7 @@ class KeyedWatermarkTracker(_Restorable):
         the event time is null."""
         cols = key_columns(keys)
         if cols is None:
-            return self._inner.is_late_pykeys(list(keys), _pykey_times(event_times))
+            return _with_pykeys(self._inner.is_late_pykeys, keys, event_times)
         return self._inner.is_late_columns(cols, _event_times(event_times))
 
     def mark_idle(self, key: Any) -> int | None:
@@ -777,7 +829,7 @@ class CompactKeyedWatermarkTracker(_Restorable):
         """Records many events (same inputs as :meth:`KeyedWatermarkTracker.update_batch`)."""
         cols = key_columns(keys)
         if cols is None:
-            return self._inner.update_pykeys(list(keys), _pykey_times(event_times))
+            return _with_pykeys(self._inner.update_pykeys, keys, event_times)
         return self._inner.update_columns(cols, _event_times(event_times))
 
     def watermark_for_key(self, key: Any) -> int | None:
@@ -797,7 +849,7 @@ class CompactKeyedWatermarkTracker(_Restorable):
         """Vectorised :meth:`is_late`."""
         cols = key_columns(keys)
         if cols is None:
-            return self._inner.is_late_pykeys(list(keys), _pykey_times(event_times))
+            return _with_pykeys(self._inner.is_late_pykeys, keys, event_times)
         return self._inner.is_late_columns(cols, _event_times(event_times))
 
     def global_watermark(self) -> int | None:
