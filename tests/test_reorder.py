@@ -118,6 +118,8 @@ def test_processing_time_mode_is_the_default_and_follows_the_clock() -> None:
     assert stage.tick().watermark is None, "clock did not move"
     clock.advance(250)
     assert stage.tick().watermark == 1_250_000
+    # What a planned stream printed was an object address.
+    assert repr(stage) == "ProcessingTimeWatermark(clock=ManualClock(now=1250), watermark=1250000)"
 
 
 def _processing_time_count(clock: tm.ManualClock) -> tm.Pipeline:

@@ -287,6 +287,9 @@ class ProcessingTimeWatermark:
             "watermark": self._watermark,
         }
 
+    def __repr__(self) -> str:
+        return f"ProcessingTimeWatermark(clock={self._clock!r}, watermark={self._watermark})"
+
 
 def _passed(rows: pa.Table, watermark: int | None) -> ReorderOutput:
     """Processing-time output: ``rows`` as they came, no late rows, no error rows."""
