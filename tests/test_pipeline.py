@@ -125,6 +125,15 @@ def test_reprs_summarise_instead_of_printing_tables() -> None:
     out = op.process(events([("a", 1, 1.0), ("a", 30, 2.0), ("b", 2, 3.0)]))
     assert repr(out) == "Output(windows=1 rows, late=0 rows, errors=0 rows)"
     assert repr(op).startswith("Operator(Pipeline(key=['device_id']")
+    # The watermark's delay shows (it printed only its scope).
+    assert "watermark=BoundedOutOfOrderness(delay=" in repr(op.pipeline)
+    assert repr(tm.BoundedOutOfOrderness("2s", per="key")) == (
+        "BoundedOutOfOrderness(delay='2s', per='key')"
+    )
+    assert repr(tm.BoundedOutOfOrderness(5, per="partition", idle_timeout="30s")) == (
+        "BoundedOutOfOrderness(delay=5, per='partition', idle_timeout='30s', "
+        "partition_column='partition')"
+    )
     assert "keys=2, windows_open=2" in repr(op)
 
 

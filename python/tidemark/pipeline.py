@@ -100,6 +100,16 @@ class BoundedOutOfOrderness:
         if self.per not in _SCOPES:
             raise ConfigError(f"per={self.per!r}: use one of {', '.join(map(repr, _SCOPES))}")
 
+    def __repr__(self) -> str:
+        # The settings that mean something for this scope: the partition column only
+        # per partition, the idle timeout only when set.
+        out = f"BoundedOutOfOrderness(delay={self.delay!r}, per={self.per!r}"
+        if self.idle_timeout is not None:
+            out += f", idle_timeout={self.idle_timeout!r}"
+        if self.per == "partition":
+            out += f", partition_column={self.partition_column!r}"
+        return out + ")"
+
 
 @dataclass(frozen=True)
 class Tumbling:
@@ -555,7 +565,7 @@ class Pipeline:
         )
         return (
             f"Pipeline(key={self.key!r}, {when}, "
-            f"window={self.window!r}, per={self.watermark.per!r}, aggs={list(self.aggs)!r})"
+            f"window={self.window!r}, watermark={self.watermark!r}, aggs={list(self.aggs)!r})"
         )
 
     def __copy__(self) -> Pipeline:
