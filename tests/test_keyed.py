@@ -281,6 +281,29 @@ def test_batches_of_python_times_read_them_as_single_events_do(make: Any) -> Non
     assert t.watermark_for_key("f") is None
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: tm.KeyedWatermarkTracker(bounded_delay=5000),
+        lambda: tm.CompactKeyedWatermarkTracker(bounded_delay=5000, exact_keys=10),
+    ],
+    ids=["exact", "compact"],
+)
+@pytest.mark.parametrize("arrow", [False, True], ids=["python_keys", "arrow_keys"])
+def test_a_batch_reports_the_global_watermark_it_leaves(make: Any, arrow: bool) -> None:
+    # "a" far ahead, lagging "b" in the same batch: the compact tracker returned a's
+    # 95_000 (the global after "a" alone), above the -4_995 the batch left, and then
+    # kept quiet about b's real advances below it.
+    t = make()
+    keys = pa.array(["a", "b"]) if arrow else ["a", "b"]
+    assert t.update_batch(keys, [100_000, 5]) == -4_995 == t.global_watermark()
+    assert t.update("b", 20_000) == 15_000
+    # A key that is no key is refused before any event of the batch is applied.
+    with pytest.raises(TypeError, match="a key must be"):
+        t.update_batch(["c", ["bad"]], [1, 2])
+    assert t.watermark_for_key("c") is None
+
+
 def test_timestamps_are_microseconds_and_nulls_skipped() -> None:
     t = tm.KeyedWatermarkTracker(bounded_delay="1s")
     t.update_batch(pa.array(["a", "a"]), pa.array([5_000, None], pa.timestamp("ms")))

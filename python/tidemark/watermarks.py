@@ -826,7 +826,11 @@ class CompactKeyedWatermarkTracker(_Restorable):
         return self._inner.update(key, _time_value(event_time))
 
     def update_batch(self, keys: Any, event_times: Any) -> int | None:
-        """Records many events (same inputs as :meth:`KeyedWatermarkTracker.update_batch`)."""
+        """Records many events (same inputs as :meth:`KeyedWatermarkTracker.update_batch`).
+
+        Returns the global watermark the batch leaves if it rose above every value
+        returned before (``None`` otherwise), as the exact tracker's batches do.
+        """
         cols = key_columns(keys)
         if cols is None:
             return _with_pykeys(self._inner.update_pykeys, keys, event_times)

@@ -401,15 +401,17 @@ impl PyCompactKeyedWatermarkTracker {
         keys: Vec<Bound<'_, PyAny>>,
         event_times: &Bound<'_, PyAny>,
     ) -> PyResult<Option<i64>> {
-        let mut last = None;
+        // Every key is read before any is applied (as the exact tracker does), and the
+        // batch reports the global watermark it leaves.
+        let mut events = Vec::with_capacity(keys.len());
         for (k, t) in paired(py, &keys, &time_values(py, event_times)?)? {
             let k = py_key(k)?;
-            let Some(t) = t else { continue };
-            if let Some(w) = check(py, self.inner.update_encoded(&k, t))? {
-                last = Some(w.timestamp());
+            if let Some(t) = t {
+                events.push((k, t));
             }
         }
-        Ok(last)
+        let tracker = &mut self.inner;
+        detach(py, move || tracker.update_batch_encoded(events)).map(|w| w.map(|w| w.timestamp()))
     }
 
     fn watermark_for_key(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {

@@ -288,16 +288,40 @@ impl CompactKeyedWatermarkTracker {
         for (s, &r) in last_row.iter().enumerate() {
             by_row[r as usize] = s as u32;
         }
-        let mut advanced = None;
-        for s in by_row.into_iter().filter(|&s| s != u32::MAX) {
-            let key = local.key(s);
-            self.hll_add(&key);
-            if let Some(w) = self.exact.update_encoded(&key, maxima[s as usize])? {
-                advanced = Some(w);
-            }
+        let order = by_row.into_iter().filter(|&s| s != u32::MAX);
+        self.apply_batch(order.map(|s| (local.key(s), maxima[s as usize])))
+    }
+
+    /// Applies a batch of `(encoded key, event time)` one key at a time (a key's time
+    /// lands before it can be evicted into the sketch), then recomputes the global
+    /// watermark once: like the exact tracker's batches, the result is the global
+    /// watermark the batch leaves if it rose to a new high, not a value it passed
+    /// through (a key that rose first and a lagging key after it in the same batch
+    /// do not report the first key's watermark). On an error the events before it
+    /// stay applied and the global is still recomputed.
+    pub fn update_batch_encoded<K: AsRef<[u8]>>(
+        &mut self,
+        events: impl IntoIterator<Item = (K, i64)>,
+    ) -> Result<Option<Watermark>> {
+        self.apply_batch(events)
+    }
+
+    fn apply_batch<K: AsRef<[u8]>>(
+        &mut self,
+        events: impl IntoIterator<Item = (K, i64)>,
+    ) -> Result<Option<Watermark>> {
+        let mut result = Ok(());
+        for (key, t) in events {
+            let key = key.as_ref();
+            self.hll_add(key);
+            result = self.exact.apply_encoded(key, t);
             self.drain();
+            if result.is_err() {
+                break;
+            }
         }
-        Ok(advanced.filter(|w| Some(*w) == self.exact.emitted_watermark()))
+        let advanced = self.exact.recalculate_global();
+        result.map(|()| advanced)
     }
 
     /// The watermark of `key`: exact if tracked exactly, else the sketch estimate.
@@ -486,6 +510,42 @@ mod tests {
             "{}",
             m.estimated_distinct_keys
         );
+    }
+
+    #[test]
+    fn a_batch_reports_the_global_watermark_it_leaves() {
+        // "a" rises first, lagging "b" joins later in the same batch: the batch
+        // reported a's 99_990 (a value it passed through, above the global it left);
+        // the exact tracker reports the global after the batch.
+        use arrow_array::{ArrayRef, StringArray};
+        let keys =
+            KeyColumns::single(std::sync::Arc::new(StringArray::from(vec!["a", "b"])) as ArrayRef)
+                .unwrap();
+        let times = Int64Array::from(vec![100_000, 5]);
+        let mut exact = KeyedWatermarkTracker::with_ticks(
+            KeyedTicks {
+                bounded_delay: 10,
+                idle_timeout: None,
+                max_keys: None,
+                eviction_policy: KeyEvictionPolicy::LeastRecentlyActive,
+            },
+            crate::clock::system_clock(),
+        );
+        let want = exact.update_columns(&keys, &times).unwrap();
+        assert_eq!(want, Some(Watermark::new(-5)));
+        let mut t = tracker(10, 1 << 10);
+        assert_eq!(t.update_columns(&keys, &times).unwrap(), want);
+        let mut t2 = tracker(10, 1 << 10);
+        let enc = |k: &str| {
+            let mut v = Vec::new();
+            k.encode_key(&mut v);
+            v
+        };
+        let events = [(enc("a"), 100_000), (enc("b"), 5)];
+        assert_eq!(t2.update_batch_encoded(events).unwrap(), want);
+        // Nothing above the global was reported, so b's rise to 50 is an advance.
+        assert_eq!(t.update("b", 60).unwrap(), Some(Watermark::new(50)));
+        assert_eq!(t.global_watermark(), Some(Watermark::new(50)));
     }
 
     #[test]

@@ -852,6 +852,17 @@ impl KeyedWatermarkTracker {
         Ok(self.recalc())
     }
 
+    /// [`Self::update_encoded`] without recomputing the global watermark: for a caller
+    /// that applies a batch key by key (evicting as it goes) and then calls
+    /// [`Self::recalculate_global`] once, so the batch reports the global watermark
+    /// it leaves, not one it passed through on the way.
+    pub fn apply_encoded(&mut self, key: &[u8], event_time: i64) -> Result<()> {
+        let now = self.clock.now();
+        let slot = self.slot_for_update::<false>(key, now)?;
+        self.apply(slot, event_time, now);
+        Ok(())
+    }
+
     /// Batch update (the clock is read once, the global recomputed once).
     pub fn update_batch<K: AsKey>(&mut self, events: &[(K, i64)]) -> Result<Option<Watermark>> {
         // A scratch buffer reused between calls: small batches pay no allocation.
