@@ -17,6 +17,19 @@ from hypothesis import strategies as st
 import tidemark as tm
 
 
+def either_tracker(delay: Any) -> pytest.MarkDecorator:
+    """Runs a test (argument ``make``) on the exact tracker and on the compact one (10
+    exact slots), both with bounded delay ``delay``."""
+    return pytest.mark.parametrize(
+        "make",
+        [
+            lambda: tm.KeyedWatermarkTracker(bounded_delay=delay),
+            lambda: tm.CompactKeyedWatermarkTracker(bounded_delay=delay, exact_keys=10),
+        ],
+        ids=["exact", "compact"],
+    )
+
+
 def test_seed_doc_example_verbatim() -> None:
     tracker = tm.KeyedWatermarkTracker(bounded_delay=5000, idle_timeout=60_000)
     # Fast tenant advances quickly
@@ -241,14 +254,7 @@ def test_single_events_take_datetimes_as_microseconds() -> None:
         assert t.watermark_for_key("a") == 6_000_000
 
 
-@pytest.mark.parametrize(
-    "make",
-    [
-        lambda: tm.KeyedWatermarkTracker(bounded_delay="1s"),
-        lambda: tm.CompactKeyedWatermarkTracker(bounded_delay="1s", exact_keys=10),
-    ],
-    ids=["exact", "compact"],
-)
+@either_tracker("1s")
 def test_batches_of_python_times_read_them_as_single_events_do(make: Any) -> None:
     import datetime as dt
 
@@ -281,14 +287,7 @@ def test_batches_of_python_times_read_them_as_single_events_do(make: Any) -> Non
     assert t.watermark_for_key("f") is None
 
 
-@pytest.mark.parametrize(
-    "make",
-    [
-        lambda: tm.KeyedWatermarkTracker(bounded_delay=5000),
-        lambda: tm.CompactKeyedWatermarkTracker(bounded_delay=5000, exact_keys=10),
-    ],
-    ids=["exact", "compact"],
-)
+@either_tracker(5000)
 @pytest.mark.parametrize("arrow", [False, True], ids=["python_keys", "arrow_keys"])
 def test_a_batch_reports_the_global_watermark_it_leaves(make: Any, arrow: bool) -> None:
     # "a" far ahead, lagging "b" in the same batch: the compact tracker returned a's
@@ -312,14 +311,7 @@ def test_timestamps_are_microseconds_and_nulls_skipped() -> None:
     assert out.to_pylist() == [True, None]
 
 
-@pytest.mark.parametrize(
-    "make",
-    [
-        lambda: tm.KeyedWatermarkTracker(bounded_delay="1s"),
-        lambda: tm.CompactKeyedWatermarkTracker(bounded_delay="1s", exact_keys=10),
-    ],
-    ids=["exact", "compact"],
-)
+@either_tracker("1s")
 def test_python_keys_with_array_times(make: Any) -> None:
     # Keys as Python values (tuples here, which no Arrow column holds) paired with times
     # in an Arrow, numpy or pandas array: timestamps read as epoch microseconds.
@@ -346,14 +338,7 @@ def test_python_keys_with_array_times(make: Any) -> None:
     assert t.watermark_for_key(("us", 2)) == 5_000_000
 
 
-@pytest.mark.parametrize(
-    "make",
-    [
-        lambda: tm.KeyedWatermarkTracker(bounded_delay=1),
-        lambda: tm.CompactKeyedWatermarkTracker(bounded_delay=1, exact_keys=10),
-    ],
-    ids=["exact", "compact"],
-)
+@either_tracker(1)
 @pytest.mark.parametrize("arrow", [False, True], ids=["sequences", "arrow"])
 def test_batches_pair_keys_and_times_row_by_row(make: Any, arrow: bool) -> None:
     t = make()
