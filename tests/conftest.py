@@ -43,3 +43,20 @@ def _run_job(script: str, arg: Path, env: dict[str, str] | None = None) -> str:
 def run_job() -> Callable[..., str]:
     """Runs a Spark job script from ``tests/`` in a separate process (see ``_run_job``)."""
     return _run_job
+
+
+class SwitchableSink:
+    """A micro-batch sink that raises ``RuntimeError("sink down")`` while ``down``."""
+
+    def __init__(self) -> None:
+        self.down = False
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        if self.down:
+            raise RuntimeError("sink down")
+
+
+@pytest.fixture
+def switchable_sink() -> SwitchableSink:
+    """A sink to fail a micro-batch with (set ``.down``), as a dying sink would."""
+    return SwitchableSink()

@@ -261,9 +261,15 @@ def test_batches_of_python_times_read_them_as_single_events_do(make: Any) -> Non
     # A list of datetimes (what update() takes one at a time) was refused by the batch
     # methods with "'datetime.datetime' object cannot be interpreted as an integer".
     t = make()
-    times = [dt.datetime(1970, 1, 1, 0, 0, 5), None, pd.Timestamp("1970-01-01 00:00:09")]
-    t.update_batch(["a", "b", "c"], times)
-    assert [t.watermark_for_key(k) for k in "abc"] == [4_000_000, None, 8_000_000]
+    times = [
+        dt.datetime(1970, 1, 1, 0, 0, 5),
+        None,
+        pd.Timestamp("1970-01-01 00:00:09"),
+        pd.NaT,
+        np.datetime64("NaT"),
+    ]
+    t.update_batch(["a", "b", "c", "d", "e"], times)  # missing times: rows skipped
+    assert [t.watermark_for_key(k) for k in "abcde"] == [4_000_000, None, 8_000_000, None, None]
     assert t.is_late_batch(["a", "c"], (dt.datetime(1970, 1, 1), 9_000_000)).to_pylist() == [
         True,
         False,

@@ -1630,26 +1630,21 @@ def test_start_fresh_discards_another_querys_state(spark: Any, tmp_path: Path) -
 
 
 def test_watermark_after_a_batch_that_did_not_finish_is_its_replays(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, switchable_sink: Any
 ) -> None:
     batches = stream_batches()
     schema = spark.createDataFrame(batches[0].to_pandas()).schema
-    fail = [False]
-
-    def sink(df: Any, _b: int) -> None:
-        if fail[0]:
-            raise RuntimeError("sink down")
-
+    sink = switchable_sink
     proc = StreamProcessor(pipeline("global"), str(tmp_path / "state"), 2, sink=sink)
     for b in range(2):
         proc(spark.createDataFrame(batches[b].to_pandas(), schema), b)
     after_1 = proc.watermark()
     assert after_1 is not None
-    fail[0] = True
+    sink.down = True
     with pytest.raises(RuntimeError, match="sink down"):
         proc(spark.createDataFrame(batches[2].to_pandas(), schema), 2)
     assert proc.watermark() == after_1  # batch 2's replay runs at batch 1's output
-    fail[0] = False
+    sink.down = False
     proc(spark.createDataFrame(batches[2].to_pandas(), schema), 2)
     assert proc.watermark() is not None and proc.watermark() > after_1  # type: ignore[operator]
 

@@ -198,15 +198,12 @@ def test_a_reorder_stream_that_goes_on_after_a_flush_loses_nothing(
     assert late == want_late
 
 
-def test_reorder_watermark_is_the_last_finished_batchs(spark: Any, tmp_path: Path) -> None:
+def test_reorder_watermark_is_the_last_finished_batchs(
+    spark: Any, tmp_path: Path, switchable_sink: Any
+) -> None:
     batches = arrivals(n_batches=3)
     schema = spark.createDataFrame(batches[0].to_pandas()).schema
-    fail = [False]
-
-    def sink(df: Any, _b: int) -> None:
-        if fail[0]:
-            raise RuntimeError("sink down")
-
+    sink = switchable_sink
     rs = ReorderStream(
         tm.Reorder("ts", "unixtimestamp_ms", late_tolerance="3s"), str(tmp_path / "s"), 1, sink
     )
@@ -214,7 +211,7 @@ def test_reorder_watermark_is_the_last_finished_batchs(spark: Any, tmp_path: Pat
         rs(spark.createDataFrame(batches[b].to_pandas(), schema), b)
     after_1 = rs.watermark()
     assert after_1 is not None
-    fail[0] = True
+    sink.down = True
     with pytest.raises(RuntimeError, match="sink down"):
         rs(spark.createDataFrame(batches[2].to_pandas(), schema), 2)
     assert rs.watermark() == after_1  # not None: batch 2 has none yet

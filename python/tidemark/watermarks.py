@@ -458,15 +458,25 @@ def _event_times(times: Any) -> Any:
 
 
 def _python_times(times: list[Any]) -> list[Any]:
-    """A sequence of Python event times as ints (see :func:`_time_value`; ``None`` stays:
-    a row the batch skips). What is no time raises naming its position."""
+    """A sequence of Python event times as ints (see :func:`_time_value`); a missing one
+    (``None``, NaT) is ``None``: a row the batch skips. What is no time raises naming
+    its position."""
     out = []
     for i, t in enumerate(times):
         try:
-            out.append(None if t is None else _time_value(t))
+            out.append(None if _missing(t) else _time_value(t))
         except TypeError as e:
             raise TypeError(f"event_times[{i}]: {e}") from None
     return out
+
+
+def _missing(t: Any) -> bool:
+    """Whether a Python event time is missing: ``None``, pandas ``NaT`` or numpy NaT."""
+    return (
+        t is None
+        or type(t).__name__ == "NaTType"
+        or (type(t).__name__ == "datetime64" and str(t) == "NaT")
+    )
 
 
 def _time_value(t: Any) -> Any:
@@ -477,11 +487,7 @@ def _time_value(t: Any) -> Any:
     one); so is anything else (a float, a string), named in the message."""
     if isinstance(t, pa.Scalar):
         t = t.as_py()
-    if (
-        t is None
-        or type(t).__name__ == "NaTType"
-        or (type(t).__name__ == "datetime64" and str(t) == "NaT")
-    ):
+    if _missing(t):
         raise TypeError(
             f"event_time is {t!r}: an event needs a time (update_batch skips rows whose "
             "time is null)"

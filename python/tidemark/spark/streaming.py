@@ -926,5 +926,5 @@ class StreamProcessor:
         rec = self.store.read_json(f"driver/{done[-1]}{_JSON}")
         if rec is None:
             return None
-        wm: int | None = rec["next_watermark"] if "next_watermark" in rec else rec.get("watermark")
+        wm: int | None = rec.get("next_watermark", rec.get("watermark"))
         return wm

@@ -289,7 +289,7 @@ impl CompactKeyedWatermarkTracker {
             by_row[r as usize] = s as u32;
         }
         let order = by_row.into_iter().filter(|&s| s != u32::MAX);
-        self.apply_batch(order.map(|s| (local.key(s), maxima[s as usize])))
+        self.update_batch_encoded(order.map(|s| (local.key(s), maxima[s as usize])))
     }
 
     /// Applies a batch of `(encoded key, event time)` one key at a time (a key's time
@@ -300,13 +300,6 @@ impl CompactKeyedWatermarkTracker {
     /// do not report the first key's watermark). On an error the events before it
     /// stay applied and the global is still recomputed.
     pub fn update_batch_encoded<K: AsRef<[u8]>>(
-        &mut self,
-        events: impl IntoIterator<Item = (K, i64)>,
-    ) -> Result<Option<Watermark>> {
-        self.apply_batch(events)
-    }
-
-    fn apply_batch<K: AsRef<[u8]>>(
         &mut self,
         events: impl IntoIterator<Item = (K, i64)>,
     ) -> Result<Option<Watermark>> {

@@ -26,13 +26,13 @@
 //! [`NodeMinTree`] whose leaves are the active slots: `global_watermark` is O(1),
 //! an update of a key above the minimum usually O(1) (its rise is recorded lazily,
 //! without writing the tree), and of the minimum key O(log n) plus one depth-first
-//! pass over the paths to the lagging pairs it brings up to date. With `max_keys` a rise is fixed at once:
-//! evictions mostly remove the minimum key, and the passes would then cost more
-//! than the lazy rises save. An
-//! intrusive list orders keys by last activity, so idle detection and
-//! least-recently-active eviction touch only the keys they act on; a scan cursor
-//! marks the prefix of the list already known to be idle. Lowest-watermark eviction
-//! takes the minimum of the active tree and of a lazy heap of idle keys.
+//! pass over the paths to the lagging pairs it brings up to date. With `max_keys` a
+//! rise is fixed at once: evictions mostly remove the minimum key, and the passes
+//! would then cost more than the lazy rises save. An intrusive list orders keys by
+//! last activity, so idle detection and least-recently-active eviction touch only the
+//! keys they act on; a scan cursor marks the prefix of the list already known to be
+//! idle. Lowest-watermark eviction takes the minimum of the active tree and of a lazy
+//! heap of idle keys.
 //!
 //! Past the caches, the list's two neighbour writes are the third memory access an
 //! update waits for (after the hash index and the key's entry). A lazily compacted
@@ -846,9 +846,7 @@ impl KeyedWatermarkTracker {
 
     /// [`Self::update`] with an already encoded key.
     pub fn update_encoded(&mut self, key: &[u8], event_time: i64) -> Result<Option<Watermark>> {
-        let now = self.clock.now();
-        let slot = self.slot_for_update::<false>(key, now)?;
-        self.apply(slot, event_time, now);
+        self.apply_encoded(key, event_time)?;
         Ok(self.recalc())
     }
 
