@@ -252,7 +252,13 @@ def streaming_part(
     schema = spark.read.parquet(str(source)).schema
     truth = _truth(stream)
     parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    runs: dict[str, list[Any]] = {"spark": [], "floor": [], "tidemark": [], "arrow": []}
+    runs: dict[str, list[Any]] = {
+        "spark": [],
+        "floor": [],
+        "tidemark": [],
+        "arrow": [],
+        "toarrow": [],
+    }
     # Neither system's first run pays the JVM's (or the Python workers') start-up.
     _warm_up(spark, source, schema, work, parts)
     for i in range(repeat):
@@ -268,6 +274,11 @@ def streaming_part(
         )
         _score(r, truth, events)
         runs["arrow"].append(r)
+        r = _run_tidemark(
+            spark, source, schema, work / f"tmt-{i}", "key", parts, on_driver, read_files=False
+        )
+        _score(r, truth, events)
+        runs["toarrow"].append(r)
     med = {k: statistics.median(r.events_per_s for r in v) for k, v in runs.items()}
     # Steady state: micro-batches 2..N (not the first, which starts the Python workers
     # and compiles the plans; not tidemark's end-of-input flush).
@@ -284,6 +295,7 @@ def streaming_part(
         ("floor", "floor: foreachBatch + mapInArrow counting rows"),
         ("tidemark", "tidemark per-key"),
         ("arrow", "tidemark per-key, arrow_sinks=True"),
+        ("toarrow", "tidemark per-key, read_files=False"),
     ]
     for key, label in systems:
         counted = "" if key == "floor" else f"events counted {runs[key][0].events_counted:.2%}"
@@ -292,8 +304,11 @@ def streaming_part(
             f"{counted}"
         )
     ran = collections.Counter(x for r in runs["tidemark"] for x in r.layouts)
+    read = collections.Counter(x for r in runs["tidemark"] for x in r.reads)
     where = ", ".join(f"{k} {v}" for k, v in sorted(ran.items()))
     print(f"  tidemark's micro-batches ran: {where}")
+    how = ", ".join(f"{k} {v}" for k, v in sorted(read.items()))
+    print(f"  tidemark's micro-batches were read from: {how}")
     print("  steady state (median micro-batch after the first):")
     for key, label in systems:
         print(
@@ -310,7 +325,11 @@ def streaming_part(
     def steady_of(r: Any) -> float:
         return float(statistics.median(r.batch_seconds[1:batches]))
 
-    for key, label in (("tidemark", "tidemark"), ("arrow", "tidemark, arrow_sinks")):
+    for key, label in (
+        ("tidemark", "tidemark"),
+        ("arrow", "tidemark, arrow_sinks"),
+        ("toarrow", "tidemark, read_files=False"),
+    ):
         pairs = list(zip(runs["spark"], runs[key], strict=True))
         whole = ", ".join(f"{t.events_per_s / s.events_per_s:.2f}x" for s, t in pairs)
         each = ", ".join(f"{steady_of(s) / steady_of(t):.2f}x" for s, t in pairs)

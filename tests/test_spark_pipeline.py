@@ -611,6 +611,8 @@ def test_streaming_matches_local_operator_and_replays_exactly(
         assert proc.last_progress is not None
         progress[batch_id] = dict(proc.last_progress)
         assert progress[batch_id]["layout"] == layout
+        # A bare Parquet file stream run in the driver is read from its files.
+        assert progress[batch_id]["read"] == ("files" if layout == "driver" else "spark")
 
     q = (
         spark.readStream.schema(schema)
@@ -623,14 +625,15 @@ def test_streaming_matches_local_operator_and_replays_exactly(
     )
     q.awaitTermination()
     # Replay the last streamed batch (as Spark does after a crash, before any other
-    # batch): the same windows, late rows and counts.
+    # batch): the same windows, late rows and counts, here with its rows read through
+    # Spark (a batch DataFrame is not a file stream's micro-batch).
     last = len(batches) - 1
     before, late_before = got[last], len(late)
     proc(spark.read.parquet(str(inp / f"part-{last:05d}.parquet")), last)
     assert got[last] == before
     assert len(late) - late_before == late_per_batch[last]
     del late[late_before:]
-    assert proc.last_progress == progress[last]
+    assert proc.last_progress == {**progress[last], "read": "spark"}
     final = rows_of(proc.flush(spark, schema), ["device", "window_start", "n", "s"])
     assert proc.last_progress is not None
     progress[len(batches)] = dict(proc.last_progress)
@@ -653,13 +656,14 @@ def test_streaming_matches_local_operator_and_replays_exactly(
         assert pr["late_rows"] == late_per_batch[b]
         assert pr["error_rows"] == 0
     assert progress[len(batches)]["input_rows"] == 0  # the flush
+    assert progress[len(batches)]["read"] == "none"
     # The flush runs as the batches did.
     assert progress[len(batches)]["layout"] == layout
     assert progress[len(batches)]["window_rows"] == len(final)
     # The same counts, recorded in the state store for other processes (the last
     # `retention` batches; older records are pruned).
     assert proc.progress() == progress[len(batches)]
-    assert proc.progress(len(batches) - 1) == progress[len(batches) - 1]
+    assert proc.progress(last) == {**progress[last], "read": "spark"}  # the replay's
     assert proc.progress(0) is None and proc.progress(99) is None
 
 

@@ -71,6 +71,8 @@ class SystemResult:
     batch_seconds: list[float] = field(default_factory=list)
     #: Where each micro-batch ran (tidemark: ``StreamProcessor.last_progress["layout"]``).
     layouts: list[str] = field(default_factory=list)
+    #: How each micro-batch's rows were read (tidemark: ``last_progress["read"]``).
+    reads: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -225,6 +227,7 @@ def _run_tidemark(
     partitions: int,
     on_driver: bool | None = None,
     arrow_sinks: bool = False,
+    read_files: bool = True,
 ) -> SystemResult:
     import tidemark as tm
     from tidemark.spark import StreamProcessor
@@ -241,6 +244,7 @@ def _run_tidemark(
     late = [0]
     marks: list[float] = []
     layouts: list[str] = []
+    reads: list[str] = []
 
     def sink(out: Any, _batch_id: int) -> None:
         # A DataFrame, or with arrow_sinks the table toArrow() would give.
@@ -256,6 +260,7 @@ def _run_tidemark(
         sink=sink,
         on_driver=on_driver,
         arrow_sinks=arrow_sinks,
+        read_files=read_files,
     )
 
     def each_batch(df: Any, batch_id: int) -> None:
@@ -264,6 +269,7 @@ def _run_tidemark(
         assert proc.last_progress is not None
         late[0] += proc.last_progress["late_rows"]
         layouts.append(proc.last_progress["layout"])
+        reads.append(proc.last_progress["read"])
 
     t = _run_file_stream(spark, source, schema, each_batch, chk / "query")
     proc.flush(spark, schema)  # end of input: close the windows still open
@@ -275,6 +281,7 @@ def _run_tidemark(
         late_rows=late[0],
         batch_seconds=_intervals(t, marks),
         layouts=layouts,
+        reads=reads,
     )
 
 

@@ -56,6 +56,7 @@ from tidemark.clock import ManualClock
 from tidemark.errors import ConfigError, StateCorruptedError
 from tidemark.pipeline import Pipeline, Rows
 from tidemark.route import HashRouter
+from tidemark.spark._files import batch_files, read_batch_files
 from tidemark.spark._plan import (
     KIND_ERROR,
     KIND_LATE,
@@ -63,6 +64,7 @@ from tidemark.spark._plan import (
     ON_DRIVER_BYTES,
     Plan,
     ShippedPipeline,
+    arrow_schema_of,
     concat_input,
     estimated_bytes,
     fits_one_task,
@@ -73,6 +75,7 @@ from tidemark.spark._plan import (
     session_arrow_settings,
     spark_context,
     spark_hash_matches,
+    to_arrow_schema,
     unused_columns_are_cheap,
     used_input,
 )
@@ -301,18 +304,30 @@ def _run_on_driver(
     flush: bool,
     kinds: list[int],
     as_arrow: bool = False,
-) -> tuple[Any, Any, Any]:
+    read_files: bool = False,
+    large: bool = False,
+) -> tuple[Any, Any, Any, str]:
     """Runs ``task`` (see :func:`_task`, built ``untagged``) in this process over
     ``df``'s rows (``columns`` of them, or all), fetched as Arrow (a flush reads none);
     returns the windows, late and error rows as local DataFrames in the schemas
     :meth:`Plan.split` gives them (``as_arrow``: as Arrow tables in the schemas of
     :meth:`Plan.sink_arrow_schema`), for the outputs ``kinds`` (``None`` for the
-    others). ``windows_only``: the task emits the windows alone (see :func:`_task`),
-    else the combined result, split here in Arrow (no Spark plan per output)."""
+    others), and how the rows were read: ``"files"``, ``"spark"`` or ``"none"``.
+    ``windows_only``: the task emits the windows alone (see :func:`_task`), else the
+    combined result, split here in Arrow (no Spark plan per output).
+
+    ``read_files``: a micro-batch of a bare Parquet file stream is read from its files
+    (see :mod:`tidemark.spark._files`), in the schema ``toArrow()`` would give it
+    (``large``: strings as ``large_string``)."""
     batches: list[pa.RecordBatch] = []
+    read = "none"
     if not flush:
-        src = df if columns is None else df.selectExpr(*[quoted(c) for c in columns])
-        batches = src.toArrow().to_batches()
+        table = _read_files(df, columns, large) if read_files else None
+        read = "spark" if table is None else "files"
+        if table is None:
+            src = df if columns is None else df.selectExpr(*[quoted(c) for c in columns])
+            table = src.toArrow()
+        batches = table.to_batches()
     out = list(task(iter(batches)))
     if windows_only:
         tables = {KIND_WINDOW: pa.Table.from_batches(out, schema=plan.single_arrow[KIND_WINDOW])}
@@ -320,20 +335,38 @@ def _run_on_driver(
         tables = plan.split_arrow(pa.Table.from_batches(out, schema=plan.combined_arrow), kinds)
     if as_arrow:
         got = [tables[k].cast(plan.sink_arrow_schema(k)) if k in tables else None for k in _KINDS]
-        return got[0], got[1], got[2]
+        return got[0], got[1], got[2], read
     spark = df.sparkSession
     local = [
         spark.createDataFrame(tables[k], schema=plan.split_spark(k)) if k in kinds else None
         for k in _KINDS
     ]
-    return local[0], local[1], local[2]
+    return local[0], local[1], local[2], read
+
+
+def _read_files(df: Any, columns: list[str] | None, large: bool) -> pa.Table | None:
+    """``df``'s rows (``columns`` of them, or all) read from its Parquet files, in the
+    schema ``toArrow()`` gives them, or ``None`` where they must come from Spark (see
+    :mod:`tidemark.spark._files`)."""
+    from pyspark.sql.types import StructType
+
+    files = batch_files(df)
+    if files is None:
+        return None
+    schema = df.schema
+    wanted = StructType([schema[c] for c in columns]) if columns is not None else schema
+    return read_batch_files(files, to_arrow_schema(arrow_schema_of(wanted, "UTC", large)))
 
 
 def _counts(
-    batch_id: int, rec: dict[str, Any], progress: list[tuple[int, Any, Any, Any]], layout: str
+    batch_id: int,
+    rec: dict[str, Any],
+    progress: list[tuple[int, Any, Any, Any]],
+    layout: str,
+    read: str,
 ) -> dict[str, Any]:
     """A batch's row counts, summed over the progress rows of its state partitions,
-    and where it ran (``layout``)."""
+    where it ran (``layout``) and how its rows were read (``read``)."""
     c = {"input_rows": 0, "window_rows": 0, "late_rows": 0, "error_rows": 0}
     for _, kind, a, b in progress:
         if kind == _P_OUTPUT:
@@ -348,6 +381,7 @@ def _counts(
         "watermark": rec["watermark"],
         "next_watermark": rec["next_watermark"],
         "layout": layout,
+        "read": read,
     }
 
 
@@ -417,6 +451,19 @@ class StreamProcessor:
         of a 100,000-row micro-batch whose sink collects the windows, see the
         streaming guide); one that ran in Spark tasks hands them ``toArrow()`` of
         the output (the job that computes it). Default ``False``.
+    read_files : bool
+        ``True`` (default): a micro-batch that runs in the driver (see ``on_driver``)
+        and is a bare scan of a Parquet file stream (``spark.readStream.schema(s)
+        .parquet(directory)`` handed to ``foreachBatch`` as it is: no filter or
+        computed column before it) is read with pyarrow from the files Spark's source
+        chose for it, instead of fetched with ``toArrow()``: the same rows in the same
+        schema, without the Spark job that converts them to Arrow row by row (two
+        thirds of a 400,000-row micro-batch, see the streaming guide). Wherever
+        Spark's reading rules and pyarrow's could differ (a column Spark casts or
+        matches by another case, INT96 timestamps, files that need calendar rebasing,
+        partition columns, reading options such as ``mergeSchema``), or a file
+        cannot be read from the driver, the rows come from Spark. A replay reads the
+        same files. ``False``: always from Spark.
     retention : int
         Versions of state kept per partition (at least 2, so the last batch can be
         replayed).
@@ -463,8 +510,10 @@ class StreamProcessor:
         The last batch, as Spark's ``query.lastProgress``, set once it is done:
         ``batch_id``, ``input_rows``, ``window_rows``, ``late_rows`` (Spark's
         ``numRowsDroppedByWatermark``), ``error_rows``, the ``watermark`` it ran with
-        and ``next_watermark`` (epoch microseconds), and ``layout``, where it ran:
-        ``"driver"``, ``"one task"`` or ``"shuffled"``. Counted by the batch's own
+        and ``next_watermark`` (epoch microseconds), ``layout``, where it ran:
+        ``"driver"``, ``"one task"`` or ``"shuffled"``, and ``read``, how its rows
+        were read: ``"files"`` (see ``read_files``), ``"spark"``, or ``"none"`` (a
+        flush). Counted by the batch's own
         job: reading it costs no Spark job. Also recorded in ``state_location``: see
         :meth:`progress`.
     """
@@ -484,6 +533,7 @@ class StreamProcessor:
         shuffle: bool | None = None,
         on_driver: bool | None = None,
         arrow_sinks: bool = False,
+        read_files: bool = True,
     ) -> None:
         require_args(
             "StreamProcessor()",
@@ -522,6 +572,7 @@ class StreamProcessor:
         self.shuffle = shuffle
         self.on_driver = on_driver
         self.arrow_sinks = arrow_sinks
+        self.read_files = read_files
         self._checked = False
         self._shipped: ShippedPipeline | None = None
         # The layout of the last batch run: shuffled, and run in the driver.
@@ -760,6 +811,7 @@ class StreamProcessor:
             self._last_shuffled = shuffled and not driver
             self._last_on_driver = driver
         layout = "driver" if driver else "shuffled" if shuffled else "one task"
+        read = "none" if flush else "spark"
         untagged = untagged or driver  # the driver routes the rows as a one-task batch
         columns = fields.fieldNames() if windows_only else None
         if columns is not None and untagged and unused_columns_are_cheap(df.schema, columns, size):
@@ -785,8 +837,17 @@ class StreamProcessor:
             kinds = [KIND_WINDOW]
             kinds += [KIND_LATE] if self.late_sink is not None else []
             kinds += [KIND_ERROR] if self.error_sink is not None else []
-            windows, late, errors = _run_on_driver(
-                df, task, plan, columns, windows_only, flush, kinds, self.arrow_sinks
+            windows, late, errors, read = _run_on_driver(
+                df,
+                task,
+                plan,
+                columns,
+                windows_only,
+                flush,
+                kinds,
+                self.arrow_sinks,
+                self.read_files,
+                large,
             )
             combined = None  # nothing persisted, no job left to run
         else:
@@ -832,7 +893,7 @@ class StreamProcessor:
                     f"{self.store.path('partitions')}"
                 )
             self._combine(rec, progress)
-            self.last_progress = rec["progress"] = _counts(batch_id, rec, progress, layout)
+            self.last_progress = rec["progress"] = _counts(batch_id, rec, progress, layout, read)
         except BaseException:
             if combined is not None:
                 combined.unpersist()

@@ -1,0 +1,169 @@
+"""A Parquet file stream's micro-batches read from their files by the driver
+(``StreamProcessor(read_files=True)``, the default): the same windows as rows fetched
+from Spark, and rows fetched from Spark wherever the two could differ."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from test_spark_pipeline import pipeline, rows_of, stream_batches, write_stream_files
+from tidemark.spark import StreamProcessor
+from tidemark.spark._files import read_batch_files
+
+T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+COLUMNS = ["device", "window_start", "n", "s"]
+WANT = pa.schema(
+    [("device", pa.string()), ("ts", pa.timestamp("us", tz="UTC")), ("value", pa.float64())]
+)
+
+
+def _table(**columns: pa.Array) -> pa.Table:
+    base = {
+        "device": pa.array(["a", "b", None]),
+        "ts": pa.array([T0, T0 + dt.timedelta(seconds=1), None], pa.timestamp("us", tz="UTC")),
+        "value": pa.array([1.0, None, 3.0]),
+    }
+    return pa.table({**base, **columns})
+
+
+def test_files_are_read_where_pyarrow_reads_them_as_spark_does(tmp_path: Path) -> None:
+    def write(name: str, table: pa.Table, **kw: Any) -> str:
+        f = tmp_path / name
+        pq.write_table(table, f, **kw)
+        return f.as_uri()
+
+    base = _table()
+    ok = write("ok.parquet", base)
+    got = read_batch_files([ok, ok], WANT)
+    assert got is not None and got.equals(pa.concat_tables([base, base]).cast(WANT))
+    # Columns are read by name, in the asked order, others left out.
+    got = read_batch_files([ok], pa.schema([WANT.field("value"), WANT.field("device")]))
+    assert got is not None and got.column_names == ["value", "device"]
+    # Widths Spark does not see: strings as large_string, timestamps in ms, another zone.
+    large = pa.schema([WANT.field("device").with_type(pa.large_string())])
+    got = read_batch_files([ok], large)
+    assert got is not None and got.column("device").to_pylist() == ["a", "b", None]
+    ms = _table(ts=base.column("ts").cast(pa.timestamp("ms", tz="Europe/Paris")))
+    got = read_batch_files([write("ms.parquet", ms)], WANT)
+    assert got is not None and got.column("ts").equals(base.column("ts"))
+    assert read_batch_files([], WANT) == WANT.empty_table()
+
+    refused = {
+        "naive timestamps": _table(ts=base.column("ts").cast(pa.timestamp("us"))),
+        "nanoseconds (Spark fails on them)": _table(ts=base.column("ts").cast(pa.timestamp("ns"))),
+        "another number type (Spark may widen it)": _table(value=pa.array([1, 2, 3], pa.int32())),
+        "a column in another case": base.rename_columns(["Device", "ts", "value"]),
+        "two columns one name to Spark": base.append_column("DEVICE", pa.array(["x"] * 3)),
+        "a missing column": base.drop_columns(["value"]),
+        "binary where Spark has a string": _table(device=pa.array([b"a", b"b", None])),
+    }
+    for why, table in refused.items():
+        assert read_batch_files([ok, write(f"{why}.parquet", table)], WANT) is None, why
+    int96 = write("int96.parquet", base, use_deprecated_int96_timestamps=True)
+    assert read_batch_files([int96], WANT) is None
+    legacy = base.replace_schema_metadata({"org.apache.spark.legacyDateTime": ""})
+    assert read_batch_files([write("legacy.parquet", legacy)], WANT) is None
+    assert read_batch_files([(tmp_path / "gone.parquet").as_uri()], WANT) is None
+    assert read_batch_files(["s3a://bucket/x.parquet"], WANT) is None
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet")
+    assert read_batch_files([(tmp_path / "bad.parquet").as_uri()], WANT) is None
+
+
+def _run(
+    spark: Any,
+    tmp_path: Path,
+    name: str,
+    inp: Path,
+    query: Callable[[Any], Any],
+    options: dict[str, str],
+    read_files: bool = True,
+) -> tuple[list[tuple], list[str]]:
+    """The windows of the file stream ``query`` makes of ``inp`` (two files a
+    micro-batch, then a flush), and how each micro-batch's rows were read."""
+    schema = spark.read.parquet(str(inp)).schema
+    got: list[tuple] = []
+    reads: list[str] = []
+
+    def sink(df: Any, _batch_id: int) -> None:
+        got.extend(rows_of(df, COLUMNS))
+
+    proc = StreamProcessor(
+        pipeline(), str(tmp_path / name / "state"), 3, sink=sink, read_files=read_files
+    )
+
+    def each_batch(df: Any, batch_id: int) -> None:
+        proc(df, batch_id)
+        assert proc.last_progress is not None and proc.last_progress["layout"] == "driver"
+        reads.append(proc.last_progress["read"])
+
+    reader = spark.readStream.schema(schema).option("maxFilesPerTrigger", 2)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    stream = query(reader.parquet(str(inp)))
+    q = (
+        stream.writeStream.foreachBatch(each_batch)
+        .option("checkpointLocation", str(tmp_path / name / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination()
+    proc.flush(spark, stream.schema)
+    return sorted(got), reads
+
+
+@pytest.mark.parametrize(
+    ("query", "options", "conf", "read"),
+    [
+        (lambda s: s, {}, {}, "files"),
+        (lambda s: s.select("value", "ts", "device"), {}, {}, "files"),
+        (lambda s: s, {}, {"spark.sql.execution.arrow.useLargeVarTypes": "true"}, "files"),
+        # Rows the query changes come from Spark: a filter (that keeps every row), a
+        # computed column, a renamed one; so do rows read with options of their own.
+        (lambda s: s.filter("value >= 0"), {}, {}, "spark"),
+        (
+            lambda s: s.filter("coalesce(value, 0) + rand() >= 0"),
+            {},
+            {},
+            "spark",
+        ),  # kept above the scan
+        (lambda s: s.selectExpr("device", "ts", "value * 1.0 AS value"), {}, {}, "spark"),
+        (lambda s: s, {"mergeSchema": "true"}, {}, "spark"),
+    ],
+    ids=[
+        "bare",
+        "plain-columns",
+        "large-strings",
+        "filter",
+        "unpushed-filter",
+        "computed",
+        "option",
+    ],
+)
+def test_a_parquet_file_stream_gives_the_same_windows_read_either_way(
+    spark: Any,
+    tmp_path: Path,
+    query: Callable[[Any], Any],
+    options: dict[str, str],
+    conf: dict[str, str],
+    read: str,
+) -> None:
+    inp = tmp_path / "in"
+    write_stream_files(inp, stream_batches())
+    want, reads = _run(spark, tmp_path, "spark", inp, lambda s: s, {}, read_files=False)
+    assert reads == ["spark"] * 3
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        got, reads = _run(spark, tmp_path, "files", inp, query, options)
+    finally:
+        for k in conf:
+            spark.conf.unset(k)
+    assert reads == [read] * 3
+    assert got == want
