@@ -53,6 +53,9 @@ def test_files_are_read_where_pyarrow_reads_them_as_spark_does(tmp_path: Path) -
     ms = _table(ts=base.column("ts").cast(pa.timestamp("ms", tz="Europe/Paris")))
     got = read_batch_files([write("ms.parquet", ms)], WANT)
     assert got is not None and got.column("ts").equals(base.column("ts"))
+    categories = _table(device=pa.array(["a", "b", None]).dictionary_encode())
+    got = read_batch_files([write("dictionary.parquet", categories)], WANT)
+    assert got is not None and got.equals(base.cast(WANT))
     assert read_batch_files([], WANT) == WANT.empty_table()
 
     refused = {
@@ -63,6 +66,7 @@ def test_files_are_read_where_pyarrow_reads_them_as_spark_does(tmp_path: Path) -
         "two columns one name to Spark": base.append_column("DEVICE", pa.array(["x"] * 3)),
         "a missing column": base.drop_columns(["value"]),
         "binary where Spark has a string": _table(device=pa.array([b"a", b"b", None])),
+        "a dictionary of other values": _table(device=pa.array([1, 2, None]).dictionary_encode()),
     }
     for why, table in refused.items():
         assert read_batch_files([ok, write(f"{why}.parquet", table)], WANT) is None, why
@@ -72,6 +76,8 @@ def test_files_are_read_where_pyarrow_reads_them_as_spark_does(tmp_path: Path) -
     assert read_batch_files([write("legacy.parquet", legacy)], WANT) is None
     assert read_batch_files([(tmp_path / "gone.parquet").as_uri()], WANT) is None
     assert read_batch_files(["s3a://bucket/x.parquet"], WANT) is None
+    dotted = pa.schema([pa.field("a.b", pa.int64())])
+    assert read_batch_files([write("dotted.parquet", pa.table({"a.b": [1]}))], dotted) is None
     (tmp_path / "bad.parquet").write_bytes(b"not parquet")
     assert read_batch_files([(tmp_path / "bad.parquet").as_uri()], WANT) is None
 
@@ -83,10 +89,11 @@ def _run(
     inp: Path,
     query: Callable[[Any], Any],
     options: dict[str, str],
-    read_files: bool = True,
+    **kw: Any,
 ) -> tuple[list[tuple], list[str]]:
     """The windows of the file stream ``query`` makes of ``inp`` (two files a
-    micro-batch, then a flush), and how each micro-batch's rows were read."""
+    micro-batch, then a flush) through ``StreamProcessor(**kw)``, and where each
+    micro-batch ran and how its rows were read (``"driver/files"``, ...)."""
     schema = spark.read.parquet(str(inp)).schema
     got: list[tuple] = []
     reads: list[str] = []
@@ -94,14 +101,12 @@ def _run(
     def sink(df: Any, _batch_id: int) -> None:
         got.extend(rows_of(df, COLUMNS))
 
-    proc = StreamProcessor(
-        pipeline(), str(tmp_path / name / "state"), 3, sink=sink, read_files=read_files
-    )
+    proc = StreamProcessor(pipeline(), str(tmp_path / name / "state"), 3, sink=sink, **kw)
 
     def each_batch(df: Any, batch_id: int) -> None:
         proc(df, batch_id)
-        assert proc.last_progress is not None and proc.last_progress["layout"] == "driver"
-        reads.append(proc.last_progress["read"])
+        assert proc.last_progress is not None
+        reads.append(f"{proc.last_progress['layout']}/{proc.last_progress['read']}")
 
     reader = spark.readStream.schema(schema).option("maxFilesPerTrigger", 2)
     for k, v in options.items():
@@ -157,7 +162,7 @@ def test_a_parquet_file_stream_gives_the_same_windows_read_either_way(
     inp = tmp_path / "in"
     write_stream_files(inp, stream_batches())
     want, reads = _run(spark, tmp_path, "spark", inp, lambda s: s, {}, read_files=False)
-    assert reads == ["spark"] * 3
+    assert reads == ["driver/spark"] * 3
     for k, v in conf.items():
         spark.conf.set(k, v)
     try:
@@ -165,5 +170,35 @@ def test_a_parquet_file_stream_gives_the_same_windows_read_either_way(
     finally:
         for k in conf:
             spark.conf.unset(k)
-    assert reads == [read] * 3
+    assert reads == [f"driver/{read}"] * 3
     assert got == want
+
+
+def test_a_micro_batch_read_from_its_files_runs_in_the_driver_up_to_a_larger_size(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above ``ON_DRIVER_BYTES`` a micro-batch the driver can read from its files still
+    runs there, up to ``FILES_ON_DRIVER_BYTES``; ``on_driver=True`` reads any size
+    from its files, and ``on_driver=False`` or ``shuffle=True`` none."""
+    import importlib
+
+    streaming = importlib.import_module("tidemark.spark.streaming")
+    inp = tmp_path / "in"
+    write_stream_files(inp, stream_batches())
+    same = lambda s: s  # noqa: E731
+    want, reads = _run(spark, tmp_path, "small", inp, same, {})
+    assert reads == ["driver/files"] * 3
+    monkeypatch.setattr(streaming, "ON_DRIVER_BYTES", 1)
+    got, reads = _run(spark, tmp_path, "above-driver-bytes", inp, same, {})
+    assert (got, reads) == (want, ["driver/files"] * 3)
+    got, reads = _run(spark, tmp_path, "toarrow", inp, same, {}, read_files=False)
+    assert (got, reads) == (want, ["one task/spark"] * 3)
+    monkeypatch.setattr(streaming, "FILES_ON_DRIVER_BYTES", 1)
+    got, reads = _run(spark, tmp_path, "above-files-bytes", inp, same, {})
+    assert (got, reads) == (want, ["one task/spark"] * 3)
+    got, reads = _run(spark, tmp_path, "on-driver", inp, same, {}, on_driver=True)
+    assert (got, reads) == (want, ["driver/files"] * 3)
+    got, reads = _run(spark, tmp_path, "tasks", inp, same, {}, on_driver=False)
+    assert (got, reads) == (want, ["one task/spark"] * 3)
+    got, reads = _run(spark, tmp_path, "shuffled", inp, same, {}, shuffle=True)
+    assert (got, reads) == (want, ["shuffled/spark"] * 3)

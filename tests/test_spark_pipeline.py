@@ -1724,3 +1724,28 @@ def test_entry_points_refuse_wrong_arguments_when_called(spark: Any, tmp_path: P
 def test_local_cluster_mode(run_job: Callable[..., str], tmp_path: Path) -> None:
     """Separate executor processes: state partitions move between Python workers."""
     assert "LOCAL-CLUSTER OK" in run_job("spark_local_cluster_job.py", tmp_path)
+
+
+def test_the_driver_routes_a_large_micro_batch_in_slices_to_the_same_partitions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Routed in slices on several threads, each state partition gets the rows one
+    router gives it, in the same order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tidemark.spark import streaming
+
+    n = 10_001
+    table = pa.table(
+        {
+            "device": [f"d{(i * 7919) % 613}" for i in range(n)],
+            "ts": pa.array(range(n), pa.timestamp("us", tz="UTC")),
+        }
+    )
+    want = streaming._route(table, 4, ["device"])
+    assert sum(t.num_rows for t in want) == n and all(t.num_rows for t in want)
+    monkeypatch.setattr(streaming, "_PARALLEL_ROUTE_ROWS", 1)
+    for threads in (2, 3, 7):
+        with ThreadPoolExecutor(threads) as pool:
+            got = streaming._route(table, 4, ["device"], threads, pool)
+        assert [t.combine_chunks() for t in got] == [t.combine_chunks() for t in want]

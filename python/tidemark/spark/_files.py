@@ -128,6 +128,8 @@ def _readable_as(file_type: pa.DataType, want: pa.DataType) -> bool:
     if file_type == want:
         return True
     t = pa.types
+    if t.is_dictionary(file_type):  # a dictionary-encoded column: Spark sees its values
+        return _readable_as(file_type.value_type, want)
     if t.is_timestamp(want):
         return (
             t.is_timestamp(file_type)
@@ -160,6 +162,8 @@ def read_batch_files(files: list[str], schema: pa.Schema) -> pa.Table | None:
                 arrow = pf.schema_arrow
                 parquet = pf.schema
                 for field in schema:
+                    if "." in field.name:
+                        return None  # pyarrow would take it for a nested column's path
                     lower = field.name.lower()
                     same = [n for n in arrow.names if n.lower() == lower]
                     if same != [field.name]:

@@ -368,6 +368,13 @@ class ShippedPipeline:
 #: its compressed size.
 ON_DRIVER_BYTES = 8 << 20
 
+#: The same for a micro-batch the driver reads from its Parquet files (see
+#: ``StreamProcessor(read_files=...)``), shuffled or not: pyarrow reads the files
+#: several times faster than Spark hands rows to a task, so the driver outruns the
+#: tasks on small machines well beyond ``ON_DRIVER_BYTES``; the cap bounds what it
+#: holds (about 4 million rows of a key, a timestamp and a number).
+FILES_ON_DRIVER_BYTES = 32 << 20
+
 #: Spark's size estimate of a one-task input at most which its unused fixed-width
 #: columns travel to the task instead of being projected away (see
 #: :func:`unused_columns_are_cheap`).

@@ -25,7 +25,9 @@ With a windows sink alone, each micro-batch is one Spark job, the sink's own:
    or error sinks: the combined result, cached and split); by default a one-task
    micro-batch (Spark's estimate at most ``ON_DRIVER_BYTES``, 8 MiB) skips the task:
    its rows come back to the driver as Arrow, the driver runs the same steps in its
-   own process, and the sinks get its outputs as local DataFrames;
+   own process, and the sinks get its outputs as local DataFrames; so does a
+   micro-batch of a bare Parquet file stream up to ``FILES_ON_DRIVER_BYTES`` (32 MiB),
+   whose rows the driver reads from its files;
 3. the sinks run (their job runs the tasks); then the driver reads every state
    partition's progress (running the tasks a sink left unrun) and combines it into
    the watermark of the next batch (global: the maximum event time; per source
@@ -58,13 +60,13 @@ from tidemark.pipeline import Pipeline, Rows
 from tidemark.route import HashRouter
 from tidemark.spark._files import batch_files, read_batch_files
 from tidemark.spark._plan import (
+    FILES_ON_DRIVER_BYTES,
     KIND_ERROR,
     KIND_LATE,
     KIND_WINDOW,
     ON_DRIVER_BYTES,
     Plan,
     ShippedPipeline,
-    arrow_schema_of,
     concat_input,
     estimated_bytes,
     fits_one_task,
@@ -210,6 +212,7 @@ def _task(
     windows_only: bool,
     num_partitions: int,
     untagged: bool = False,
+    threads: int = 1,
 ) -> Any:
     """The task over rows tagged by :func:`_tagged` (run by Spark, or by the driver
     itself: see :func:`_run_on_driver`). For every state partition among
@@ -223,7 +226,9 @@ def _task(
     state partition: it routes the rows by tidemark's Spark hash of the keys, which
     equals Spark's ``hash()`` for the key types :func:`spark_hash_matches` admits, so
     a key lands in the state partition a shuffled batch gives it. An ``untagged``
-    flush reads no rows and flushes every state partition."""
+    flush reads no rows and flushes every state partition. ``threads`` (the driver's
+    run, where no Spark task holds a core): up to that many state partitions at once
+    (the Rust work releases the GIL); their outputs come in state partition order."""
     data_tags, placeholder_tags = _tags(num_partitions)
     partition_of = {v: p for tags in (data_tags, placeholder_tags) for p, v in enumerate(tags)}
 
@@ -271,10 +276,20 @@ def _task(
         pipe = shipped.get()
         if untagged:
             table = concat_input(batches, plan.input_arrow)  # a flush has none
+            if threads > 1 and num_partitions > 1:
+                from concurrent.futures import ThreadPoolExecutor
+
+                with ThreadPoolExecutor(max_workers=min(threads, num_partitions)) as pool:
+                    shards = _route(table, num_partitions, pipe.key, threads, pool)
+                    outs = list(
+                        pool.map(lambda p: list(one(pipe, p, shards[p])), range(num_partitions))
+                    )
+                for out in outs:
+                    yield from out
+                return
             shards = [table]
             if num_partitions > 1:
-                router = HashRouter(num_partitions, pipe.key, hash="spark")
-                shards = [pa.Table.from_batches([b]) for b in router.route(table)]
+                shards = _route(table, num_partitions, pipe.key)
             for p, rows in enumerate(shards):
                 yield from one(pipe, p, rows)
             return
@@ -295,6 +310,28 @@ def _task(
     return run
 
 
+def _route(
+    table: pa.Table, n: int, keys: list[str], threads: int = 1, pool: Any = None
+) -> list[pa.Table]:
+    """``table``'s rows per state partition, routed by Spark's hash of ``keys``; with
+    ``threads`` and a ``pool``, a large table in that many slices at once (a router
+    each: routing releases the GIL), each partition's rows kept in table order."""
+
+    def route(rows: pa.Table) -> list[pa.RecordBatch]:
+        return HashRouter(n, keys, hash="spark").route(rows)
+
+    if pool is None or threads < 2 or table.num_rows < _PARALLEL_ROUTE_ROWS:
+        return [pa.Table.from_batches([b]) for b in route(table)]
+    step = -(-table.num_rows // threads)
+    slices = [table.slice(i, step) for i in range(0, table.num_rows, step)]
+    routed = list(pool.map(route, slices))
+    return [pa.Table.from_batches([r[p] for r in routed]) for p in range(n)]
+
+
+# Rows at least which the driver routes a micro-batch in slices on several threads.
+_PARALLEL_ROUTE_ROWS = 200_000
+
+
 def _run_on_driver(
     df: Any,
     task: Any,
@@ -304,8 +341,7 @@ def _run_on_driver(
     flush: bool,
     kinds: list[int],
     as_arrow: bool = False,
-    read_files: bool = False,
-    large: bool = False,
+    table: pa.Table | None = None,
 ) -> tuple[Any, Any, Any, str]:
     """Runs ``task`` (see :func:`_task`, built ``untagged``) in this process over
     ``df``'s rows (``columns`` of them, or all), fetched as Arrow (a flush reads none);
@@ -316,13 +352,11 @@ def _run_on_driver(
     ``windows_only``: the task emits the windows alone (see :func:`_task`), else the
     combined result, split here in Arrow (no Spark plan per output).
 
-    ``read_files``: a micro-batch of a bare Parquet file stream is read from its files
-    (see :mod:`tidemark.spark._files`), in the schema ``toArrow()`` would give it
-    (``large``: strings as ``large_string``)."""
+    ``table``: the micro-batch's rows, read from its files (see :func:`_read_files`);
+    ``None``: fetched from Spark."""
     batches: list[pa.RecordBatch] = []
     read = "none"
     if not flush:
-        table = _read_files(df, columns, large) if read_files else None
         read = "spark" if table is None else "files"
         if table is None:
             src = df if columns is None else df.selectExpr(*[quoted(c) for c in columns])
@@ -344,18 +378,23 @@ def _run_on_driver(
     return local[0], local[1], local[2], read
 
 
-def _read_files(df: Any, columns: list[str] | None, large: bool) -> pa.Table | None:
-    """``df``'s rows (``columns`` of them, or all) read from its Parquet files, in the
-    schema ``toArrow()`` gives them, or ``None`` where they must come from Spark (see
-    :mod:`tidemark.spark._files`)."""
-    from pyspark.sql.types import StructType
+def _driver_threads() -> int:
+    """The cores this process may run on: the state partitions a micro-batch run in
+    the driver processes at once (no Spark task of the batch holds a core then)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
+
+def _read_files(df: Any, plan: Plan) -> pa.Table | None:
+    """``df``'s rows (the columns of ``plan``'s input) read from its Parquet files, in
+    the schema ``toArrow()`` gives them, or ``None`` where they must come from Spark
+    (see :mod:`tidemark.spark._files`)."""
     files = batch_files(df)
     if files is None:
         return None
-    schema = df.schema
-    wanted = StructType([schema[c] for c in columns]) if columns is not None else schema
-    return read_batch_files(files, to_arrow_schema(arrow_schema_of(wanted, "UTC", large)))
+    return read_batch_files(files, to_arrow_schema(plan.input_arrow))
 
 
 def _counts(
@@ -452,10 +491,11 @@ class StreamProcessor:
         streaming guide); one that ran in Spark tasks hands them ``toArrow()`` of
         the output (the job that computes it). Default ``False``.
     read_files : bool
-        ``True`` (default): a micro-batch that runs in the driver (see ``on_driver``)
-        and is a bare scan of a Parquet file stream (``spark.readStream.schema(s)
-        .parquet(directory)`` handed to ``foreachBatch`` as it is: no filter or
-        computed column before it) is read with pyarrow from the files Spark's source
+        ``True`` (default): a micro-batch that runs in the driver (see ``on_driver``:
+        by default up to ``FILES_ON_DRIVER_BYTES`` this way) and is a bare scan of a
+        Parquet file stream (``spark.readStream.schema(s).parquet(directory)``
+        handed to ``foreachBatch`` as it is, or with plain columns selected: no
+        filter or computed column) is read with pyarrow from the files Spark's source
         chose for it, instead of fetched with ``toArrow()``: the same rows in the same
         schema, without the Spark job that converts them to Arrow row by row (two
         thirds of a 400,000-row micro-batch, see the streaming guide). Wherever
@@ -499,7 +539,9 @@ class StreamProcessor:
         on a 2-core machine (see the streaming guide). Default: a micro-batch that
         would run in one task (see ``shuffle``) and that Spark estimates at most
         ``ON_DRIVER_BYTES`` (8 MiB; the driver holds the whole micro-batch in
-        memory). ``True``: every micro-batch. ``False``: never. Either way only where
+        memory), and one the driver reads from its files (see ``read_files``) up to
+        ``FILES_ON_DRIVER_BYTES`` (32 MiB), shuffled or not, unless ``shuffle=True``.
+        ``True``: every micro-batch. ``False``: never. Either way only where
         tidemark routes the key types as Spark's hash does (see ``shuffle``). A
         :meth:`flush` runs in the driver with ``True``, or by default after a
         micro-batch that did. State, outputs and replays are the same either way.
@@ -513,9 +555,8 @@ class StreamProcessor:
         and ``next_watermark`` (epoch microseconds), ``layout``, where it ran:
         ``"driver"``, ``"one task"`` or ``"shuffled"``, and ``read``, how its rows
         were read: ``"files"`` (see ``read_files``), ``"spark"``, or ``"none"`` (a
-        flush). Counted by the batch's own
-        job: reading it costs no Spark job. Also recorded in ``state_location``: see
-        :meth:`progress`.
+        flush). Counted by the batch's own job: reading it costs no Spark job. Also
+        recorded in ``state_location``: see :meth:`progress`.
     """
 
     def __init__(
@@ -806,7 +847,8 @@ class StreamProcessor:
         if self._shipped is None:
             self._shipped = ShippedPipeline(self.pipe, spark)  # one broadcast per query
         shuffled, untagged, size = self._layout(df, flush)
-        driver = self._runs_on_driver(df, flush, shuffled, size)
+        table = self._files_on_driver(df, flush, size, plan)
+        driver = table is not None or self._runs_on_driver(df, flush, shuffled, size)
         if not flush:
             self._last_shuffled = shuffled and not driver
             self._last_on_driver = driver
@@ -830,6 +872,7 @@ class StreamProcessor:
             windows_only,
             self.num_partitions,
             untagged,
+            _driver_threads() if driver else 1,
         )
         if driver:
             # The task's work, done here: the outputs are computed (and the state
@@ -846,8 +889,7 @@ class StreamProcessor:
                 flush,
                 kinds,
                 self.arrow_sinks,
-                self.read_files,
-                large,
+                table,
             )
             combined = None  # nothing persisted, no job left to run
         else:
@@ -927,6 +969,22 @@ class StreamProcessor:
         shuffled = n > 1 and self.shuffle is None and not fits_one_task(df.sparkSession, size)
         hashable = n == 1 or spark_hash_matches(df.schema, self.pipe.key)
         return shuffled, not shuffled and bool(size) and hashable, size
+
+    def _files_on_driver(
+        self, df: Any, flush: bool, size: int | None, plan: Plan
+    ) -> pa.Table | None:
+        """The micro-batch's rows, read from its files, where it runs in the driver
+        that way (see ``read_files``): with ``on_driver=True``, or by default up to
+        ``FILES_ON_DRIVER_BYTES`` of Spark's estimate, unless ``shuffle=True``; and only
+        where the driver routes the keys as Spark's shuffle would. ``None``: the batch
+        runs as :meth:`_runs_on_driver` says, its rows fetched from Spark."""
+        if flush or not self.read_files or self.on_driver is False or self.shuffle is True:
+            return None
+        if self.on_driver is None and (size is None or size > FILES_ON_DRIVER_BYTES):
+            return None
+        if self.num_partitions > 1 and not spark_hash_matches(df.schema, self.pipe.key):
+            return None
+        return _read_files(df, plan)
 
     def _runs_on_driver(self, df: Any, flush: bool, shuffled: bool, size: int | None) -> bool:
         """Whether the batch runs in this process (see ``on_driver``): a batch only
