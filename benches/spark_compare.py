@@ -30,8 +30,12 @@ rows); events/s and the share of events counted, over the whole run (query start
 tidemark's end-of-input flush included) and in the steady state (the median
 micro-batch after the first). By default tidemark runs a one-task micro-batch that
 Spark estimates at most 8 MiB in the driver (``StreamProcessor(on_driver=None)``): no
-Python worker, so it can beat the floor of the ``mapInArrow`` path. ``--on-driver no``
-measures the one-task path, ``--on-driver yes`` runs every micro-batch in the driver.
+Python worker, so it can beat the floor of the ``mapInArrow`` path; and it reads a
+micro-batch of this bare Parquet file stream from its files (``read_files=True``), up
+to 32 MiB in the driver. tidemark also runs with ``arrow_sinks=True`` and with
+``read_files=False`` (its rows fetched with ``toArrow()``, or sent to its task, by
+Spark). ``--on-driver no`` measures the one-task path, ``--on-driver yes`` runs every
+micro-batch in the driver.
 
 Reorder (``--part reorder``, not part of ``both``): ``ReorderStream`` over the same kind
 of stream, 4 state partitions routed by tenant (then round robin), its micro-batches in
