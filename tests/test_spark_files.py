@@ -101,10 +101,11 @@ def _run(
     def sink(df: Any, _batch_id: int) -> None:
         got.extend(rows_of(df, COLUMNS))
 
+    derive = kw.pop("derive", lambda df: df)
     proc = StreamProcessor(pipeline(), str(tmp_path / name / "state"), 3, sink=sink, **kw)
 
     def each_batch(df: Any, batch_id: int) -> None:
-        proc(df, batch_id)
+        proc(derive(df), batch_id)
         assert proc.last_progress is not None
         reads.append(f"{proc.last_progress['layout']}/{proc.last_progress['read']}")
 
@@ -202,3 +203,26 @@ def test_a_micro_batch_read_from_its_files_runs_in_the_driver_up_to_a_larger_siz
     assert (got, reads) == (want, ["one task/spark"] * 3)
     got, reads = _run(spark, tmp_path, "shuffled", inp, same, {}, shuffle=True)
     assert (got, reads) == (want, ["shuffled/spark"] * 3)
+
+
+@pytest.mark.parametrize(
+    ("derive", "read"),
+    [
+        (lambda df: df.select("ts", "device", "value"), "files"),
+        (lambda df: df.select("value", "device", "ts").select("ts", "device", "value"), "files"),
+        (lambda df: df.filter("value >= 0"), "spark"),
+        (lambda df: df.selectExpr("device", "ts", "value * 1.0 AS value"), "spark"),
+    ],
+    ids=["select", "select-twice", "filter", "computed"],
+)
+def test_a_micro_batch_derived_inside_foreach_batch_is_read_from_files_when_plain(
+    spark: Any, tmp_path: Path, derive: Callable[[Any], Any], read: str
+) -> None:
+    """``foreachBatch(lambda df, b: proc(df.select(...), b))``: a selection of plain
+    columns of the micro-batch is read from its files; anything else from Spark."""
+    inp = tmp_path / "in"
+    write_stream_files(inp, stream_batches())
+    same = lambda s: s  # noqa: E731
+    want, _ = _run(spark, tmp_path, "spark", inp, same, {}, read_files=False)
+    got, reads = _run(spark, tmp_path, "derived", inp, same, {}, derive=derive)
+    assert (got, reads) == (want, [f"driver/{read}"] * 3)

@@ -11,9 +11,9 @@ Spark's rules decide what a bare scan reads, so this module reads a micro-batch
 itself only where those rules and pyarrow's give the same table, and answers
 ``None`` (the caller then fetches the rows from Spark) anywhere else:
 
-- the micro-batch is the query's own (``foreachBatch``'s DataFrame, not one derived
-  from it), and the query's physical plan is a Parquet file scan with no filter, no
-  partition columns, and at most a projection of plain columns above it;
+- the micro-batch is the query's own (``foreachBatch``'s DataFrame, or a selection of
+  its plain columns), and the query's physical plan is a Parquet file scan with no
+  filter, no partition columns, and at most a projection of plain columns above it;
 - the scan has no options that change how Spark reads the files (only the file
   stream's options that choose files);
 - every column read is in every file under its exact name, with no other column
@@ -72,6 +72,11 @@ def _simple_name(obj: Any) -> str:
     return str(obj.getClass().getSimpleName())
 
 
+def _plain_columns(exprs: Any) -> bool:
+    """Whether a projection's expressions (a JVM ``Seq``) are all plain columns."""
+    return all(_simple_name(exprs.apply(i)) == "AttributeReference" for i in range(exprs.size()))
+
+
 def batch_files(df: Any) -> list[str] | None:
     """The files of ``df``'s micro-batch, if ``df`` is ``foreachBatch``'s DataFrame of
     a query whose plan is a bare Parquet file scan (see the module's text), as
@@ -80,6 +85,9 @@ def batch_files(df: Any) -> list[str] | None:
     try:
         jdf = df._jdf
         analyzed = jdf.queryExecution().analyzed()
+        # A selection of plain columns of the micro-batch (df.select("a", "b")).
+        while _simple_name(analyzed) == "Project" and _plain_columns(analyzed.projectList()):
+            analyzed = analyzed.child()
         if _simple_name(analyzed) != "LogicalRDD":
             return None
         spark = df.sparkSession
@@ -96,11 +104,7 @@ def batch_files(df: Any) -> list[str] | None:
         while _simple_name(node) != "FileSourceScanExec":
             name = _simple_name(node)
             if name == "ProjectExec":
-                exprs = node.projectList()
-                if any(
-                    _simple_name(exprs.apply(i)) != "AttributeReference"
-                    for i in range(exprs.size())
-                ):
+                if not _plain_columns(node.projectList()):
                     return None
             elif name not in _PASS_THROUGH:
                 return None
