@@ -49,6 +49,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -276,22 +277,18 @@ def _task(
         pipe = shipped.get()
         if untagged:
             table = concat_input(batches, plan.input_arrow)  # a flush has none
-            if threads > 1 and num_partitions > 1:
-                from concurrent.futures import ThreadPoolExecutor
-
-                with ThreadPoolExecutor(max_workers=min(threads, num_partitions)) as pool:
-                    shards = _route(table, num_partitions, pipe.key, threads, pool)
-                    outs = list(
-                        pool.map(lambda p: list(one(pipe, p, shards[p])), range(num_partitions))
-                    )
-                for out in outs:
-                    yield from out
+            if threads < 2 or num_partitions < 2:
+                shards = _route(table, num_partitions, pipe.key) if num_partitions > 1 else [table]
+                for p, rows in enumerate(shards):
+                    yield from one(pipe, p, rows)
                 return
-            shards = [table]
-            if num_partitions > 1:
-                shards = _route(table, num_partitions, pipe.key)
-            for p, rows in enumerate(shards):
-                yield from one(pipe, p, rows)
+            with ThreadPoolExecutor(max_workers=min(threads, num_partitions)) as pool:
+                shards = _route(table, num_partitions, pipe.key, threads, pool)
+                outs = list(
+                    pool.map(lambda p: list(one(pipe, p, shards[p])), range(num_partitions))
+                )
+            for out in outs:
+                yield from out
             return
         collected = list(batches)
         if not collected:
@@ -805,7 +802,6 @@ class StreamProcessor:
         partition has not written them (its task did not run). On a remote store the
         files are read concurrently (one request each); local files in turn (a thread
         pool would cost more than the reads)."""
-        from concurrent.futures import ThreadPoolExecutor
 
         def read(p: int) -> Any:
             return self.store.read_json(f"partitions/{p}/{batch_id}{_PROGRESS}")
@@ -967,8 +963,13 @@ class StreamProcessor:
         size = estimated_bytes(df)
         # One state partition needs no routing.
         shuffled = n > 1 and self.shuffle is None and not fits_one_task(df.sparkSession, size)
-        hashable = n == 1 or spark_hash_matches(df.schema, self.pipe.key)
+        hashable = self._routable(df)
         return shuffled, not shuffled and bool(size) and hashable, size
+
+    def _routable(self, df: Any) -> bool:
+        """Whether this process routes ``df``'s keys to the state partitions Spark's
+        shuffle would give them (or there is one state partition)."""
+        return self.num_partitions == 1 or spark_hash_matches(df.schema, self.pipe.key)
 
     def _files_on_driver(
         self, df: Any, flush: bool, size: int | None, plan: Plan
@@ -982,7 +983,7 @@ class StreamProcessor:
             return None
         if self.on_driver is None and (size is None or size > FILES_ON_DRIVER_BYTES):
             return None
-        if self.num_partitions > 1 and not spark_hash_matches(df.schema, self.pipe.key):
+        if not self._routable(df):
             return None
         return _read_files(df, plan)
 
@@ -994,7 +995,7 @@ class StreamProcessor:
             self.on_driver,
             self._last_on_driver,
             flush,
-            lambda: self.num_partitions == 1 or spark_hash_matches(df.schema, self.pipe.key),
+            lambda: self._routable(df),
             lambda: not shuffled and size is not None and size <= ON_DRIVER_BYTES,
         )
 
