@@ -12,6 +12,7 @@ from collections import defaultdict
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -150,6 +151,7 @@ class OperatorMachine(RuleBasedStateMachine):
         self.op = self.pipe.operator()
         self.wm: int | None = None
         self.open: dict[tuple[str, int], int] = defaultdict(int)
+        self.flushed = False
 
     def _table(self, rows: list[tuple[str, int]]) -> pa.Table:
         return pa.table(
@@ -170,6 +172,12 @@ class OperatorMachine(RuleBasedStateMachine):
 
     @rule(rows=st.lists(st.tuples(KEYS, st.integers(0, 60_000)), max_size=12))
     def process(self, rows: list[tuple[str, int]]) -> None:
+        if self.flushed:
+            # Every window was emitted at the flush: new rows could only emit one
+            # again, so a flushed operator refuses them.
+            with pytest.raises(tm.ConfigError, match="flushed"):
+                self.op.process(self._table(rows))
+            return
         out = self.op.process(self._table(rows))
         judged = self.wm  # the watermark as the call began
         late = [r for r in rows if judged is not None and r[1] < judged]
@@ -198,6 +206,7 @@ class OperatorMachine(RuleBasedStateMachine):
         out = self.op.flush()
         assert self._closed(out) == sorted((k, s, n) for (k, s), n in self.open.items())
         self.open.clear()
+        self.flushed = True
 
 
 TestKeyedTracker = KeyedTrackerMachine.TestCase

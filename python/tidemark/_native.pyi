@@ -200,6 +200,12 @@ class Operator:
         clock: SystemClock | ManualClock | None = None,
         state: bytes | None = None,
     ) -> Operator: ...
+    def ingest(self, data: Any, parsed_times: Any = None) -> None:
+        """The first half of `process`: judges and adds the rows and advances this
+        operator's watermarks (see `progress`), closing nothing; `complete` finishes."""
+    def complete(self, close_watermark: int | None = None) -> tuple[Any, Any, Any]:
+        """The second half of `process`: closes the windows `close_watermark` (combined
+        over every operator of the scope; `None`: this operator's own) passed."""
     def process(self, data: Any, parsed_times: Any = None) -> tuple[Any, Any, Any]:
         """Processes one arrival unit (all batches of `data` together)."""
     def flush(self) -> tuple[Any, Any, Any]: ...
@@ -220,6 +226,25 @@ class Operator:
         global watermark."""
     def key_watermark(self, key: Any) -> int | None: ...
     def metrics(self) -> dict[str, Any]: ...
+
+@final
+class ScopeWatermark:
+    """The watermark of a pipeline's scope, combined over the operators that share it
+    (see `tidemark_core::time::ScopeWatermark`)."""
+
+    def __new__(
+        cls,
+        config: dict[str, Any],
+        clock: SystemClock | ManualClock | None = None,
+        state: bytes | None = None,
+    ) -> ScopeWatermark: ...
+    def advance(self, progress: list[dict[str, Any]]) -> int | None:
+        """Combines the progress dicts of one call of every operator; returns the
+        watermark that closes windows after it (`None`: none yet)."""
+    @property
+    def current(self) -> int | None:
+        """The current watermark (`None`: none yet)."""
+    def to_bytes(self) -> bytes: ...
 
 @final
 class RowsOperator:

@@ -68,6 +68,8 @@ __all__ = [
 ]
 
 _SCOPES = ("global", "partition", "key")
+# Source partition ids a pipeline takes: 0 to 2**20 - 1 (the core's SOURCE_PARTITIONS).
+_SOURCE_PARTITIONS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -89,16 +91,50 @@ class BoundedOutOfOrderness:
         ticks (milliseconds).
     partition_column : str
         The integer source-partition column for ``per="partition"``.
+    partitions : int, optional
+        ``per="partition"``: the source's partitions, ``0`` to ``partitions - 1``,
+        declared up front (as a Kafka topic's partition count). Each holds the
+        combined watermark back from the first batch until it reports rows or goes
+        idle (``idle_timeout``), so a partition that starts late is not outrun by the
+        others. Without it a partition counts from its first row on. Partitions
+        outside the range are still tracked from their first row.
+
+    Examples
+    --------
+    A Kafka source (``spark.readStream.format("kafka")``) gives each row its topic
+    partition in the ``partition`` column: declare the topic's 8 partitions so that
+    none is judged by the others' progress before it reports.
+
+    >>> import tidemark as tm
+    >>> tm.BoundedOutOfOrderness("5s", per="partition", partitions=8, idle_timeout="1m")
+    BoundedOutOfOrderness(delay='5s', per='partition', idle_timeout='1m', partition_column='partition', partitions=8)
     """
 
     delay: Duration = "0s"
     per: str = "global"
     idle_timeout: Duration | None = None
     partition_column: str = "partition"
+    partitions: int | None = None
 
     def __post_init__(self) -> None:
         if self.per not in _SCOPES:
             raise ConfigError(f"per={self.per!r}: use one of {', '.join(map(repr, _SCOPES))}")
+        if self.partitions is not None:
+            if not isinstance(self.partitions, int) or isinstance(self.partitions, bool):
+                raise ConfigError(
+                    f"watermark.partitions must be an int (the source's partition count), "
+                    f"got {self.partitions!r}"
+                )
+            if self.per != "partition":
+                raise ConfigError(
+                    f'watermark.partitions declares source partitions: use per="partition" '
+                    f"(got per={self.per!r})"
+                )
+            if not 1 <= self.partitions <= _SOURCE_PARTITIONS:
+                raise ConfigError(
+                    f"watermark.partitions must be between 1 and {_SOURCE_PARTITIONS}, "
+                    f"got {self.partitions}"
+                )
 
     def __repr__(self) -> str:
         # The settings that mean something for this scope: the partition column only
@@ -108,6 +144,8 @@ class BoundedOutOfOrderness:
             out += f", idle_timeout={self.idle_timeout!r}"
         if self.per == "partition":
             out += f", partition_column={self.partition_column!r}"
+        if self.partitions is not None:
+            out += f", partitions={self.partitions!r}"
         return out + ")"
 
 
@@ -388,6 +426,7 @@ class Pipeline:
             "delay": to_micros(wm.delay, "watermark.delay"),
             "scope": wm.per,
             "partition_column": wm.partition_column,
+            "source_partitions": wm.partitions,
             "idle_timeout": None
             if wm.idle_timeout is None
             else to_millis(wm.idle_timeout, "watermark.idle_timeout"),
@@ -702,14 +741,8 @@ class Operator:
         """The pipeline this operator runs."""
         return self._pipeline
 
-    def process(self, data: ArrowData) -> Output:
-        """Processes one arrival unit (a batch; a Table counts as one batch).
-
-        Returns the windows closed (or updated) by this call, the late rows and the
-        error rows. ``data`` is any Arrow tabular object (pyarrow, polars, pandas, ...),
-        or a batch Spark DataFrame, whose rows are fetched into this process with
-        ``toArrow()`` (for work spread over a cluster, see :mod:`tidemark.spark`).
-        """
+    def _parsed(self, data: ArrowData) -> tuple[Any, Any]:
+        """``data`` as Arrow, and its event times where a user parser reads them."""
         parsed = None
         p = self._pipeline
         table = as_tabular(data)
@@ -718,7 +751,32 @@ class Operator:
             parsed = apply_user_parser(p.event_time_type, p._parser, column(table, p.event_time))[0]
             if isinstance(parsed, pa.ChunkedArray):
                 parsed = parsed.combine_chunks()
-        return Output(*self._inner.process(table, parsed))
+        return table, parsed
+
+    def process(self, data: ArrowData) -> Output:
+        """Processes one arrival unit (a batch; a Table counts as one batch).
+
+        Returns the windows closed (or updated) by this call, the late rows and the
+        error rows. ``data`` is any Arrow tabular object (pyarrow, polars, pandas, ...),
+        or a batch Spark DataFrame, whose rows are fetched into this process with
+        ``toArrow()`` (for work spread over a cluster, see :mod:`tidemark.spark`).
+        A flushed operator takes no more rows (:class:`ConfigError`).
+        """
+        return Output(*self._inner.process(*self._parsed(data)))
+
+    def ingest(self, data: ArrowData) -> None:
+        """The first half of :meth:`process`, for operators that each hold part of a
+        scope (the state partitions of a Spark micro-batch): judges and adds the rows
+        and advances this operator's own watermarks (see :meth:`progress`), but closes
+        nothing. Combine every operator's :meth:`progress` with
+        :class:`ScopeWatermark`, then call :meth:`complete` on each."""
+        self._single("ingest").ingest(*self._parsed(data))
+
+    def complete(self, close_watermark: int | None = None) -> Output:
+        """The second half of :meth:`process`: closes the windows that
+        ``close_watermark`` (combined over every operator of the scope; ``None``: this
+        operator's own) passed and returns the call's output."""
+        return Output(*self._single("complete").complete(close_watermark))
 
     def tick(self) -> Output:
         """A call without rows: time moves on by itself.
@@ -769,8 +827,11 @@ class Operator:
 
     def progress(self) -> dict[str, Any]:
         """What the last ``process`` call saw: ``max_event_time``, ``partition_max``
-        (``[(partition, max event time)]``) and ``key_global`` (per-key scope: the
-        minimum watermark over active keys)."""
+        (``[(partition, max event time)]``), ``key_global`` (per-key scope: the
+        minimum watermark over active keys), ``on_time_max`` (the largest event time
+        of its on-time rows) and ``key_parts`` (per key: the minimum watermark over
+        active keys, and the highest key watermark seen): what
+        :class:`ScopeWatermark` combines."""
         return self._inner.progress()
 
     def key_watermark(self, key: Any) -> int | None:
@@ -790,6 +851,55 @@ class Operator:
         ``p99`` (per batch, from an HDR-style histogram); ``hot_rows_spread`` and
         ``hot_keys`` (in the last batch) count hot-key spreading."""
         return self._inner.metrics()
+
+
+class ScopeWatermark:
+    """The watermark of a pipeline's scope, combined over operators that each hold
+    part of it (the rule one operator applies to itself, in one home).
+
+    Global: ``max(on-time event time) - delay`` over every operator; per source
+    partition: one watermark per partition (every row counting), the minimum over
+    active ones (idle ones excluded; all idle: the maximum; declared partitions hold
+    it back until they report or go idle); per key: the minimum over every operator's
+    active keys (none active: the highest key watermark), which closes idle keys'
+    windows.
+
+    >>> import pyarrow as pa, tidemark as tm
+    >>> pipe = tm.Pipeline(key="k", event_time="ts", event_time_type="unixtimestamp_ms",
+    ...                    window=tm.Tumbling("10s"), aggs={"n": tm.count()},
+    ...                    watermark=tm.BoundedOutOfOrderness("0s"))
+    >>> ops = [pipe.operator(), pipe.operator()]
+    >>> ops[0].ingest(pa.table({"k": ["a"], "ts": [12_000]}))
+    >>> ops[1].ingest(pa.table({"k": ["b"], "ts": [3_000]}))
+    >>> scope = tm.ScopeWatermark(pipe)
+    >>> w = scope.advance([op.progress() for op in ops])
+    >>> w
+    12000000
+    >>> [op.complete(w).windows.num_rows for op in ops]
+    [0, 1]
+    """
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, pipeline: Pipeline, state: bytes | None = None, *, clock: Clock | None = None) -> None:
+        self._inner = _native.ScopeWatermark(pipeline._config, native_clock(clock), state)
+
+    def advance(self, progress: list[dict[str, Any]]) -> int | None:
+        """Combines one call's :meth:`Operator.progress` of every operator; returns the
+        watermark that closes windows after it (epoch microseconds, ``None``: none)."""
+        return self._inner.advance(list(progress))
+
+    @property
+    def current(self) -> int | None:
+        """The combined watermark so far (per key: the highest reported)."""
+        return self._inner.current
+
+    def to_bytes(self) -> bytes:
+        """The state, for ``ScopeWatermark(pipeline, state)``."""
+        return bytes(self._inner.to_bytes())
+
+    def __repr__(self) -> str:
+        return f"ScopeWatermark(current={self.current})"
 
 
 def _unpickle_operator(pipe: Pipeline, state: bytes, options: dict[str, Any]) -> Operator:

@@ -30,9 +30,13 @@ With a windows sink alone, each micro-batch is one Spark job, the sink's own:
    whose rows the driver reads from its files;
 3. the sinks run (their job runs the tasks); then the driver reads every state
    partition's progress (running the tasks a sink left unrun) and combines it into
-   the watermark of the next batch (global: the maximum event time; per source
-   partition: a :class:`~tidemark.PartitionedWatermarkTracker` with idleness; per
-   key: the minimum over state partitions).
+   the watermark of the next batch with :class:`~tidemark.ScopeWatermark`, the rule
+   every operator kind shares (global: the maximum event time; per source
+   partition: the minimum over active partitions, with idleness; per key: the
+   minimum over active keys). A task that holds every state partition (the driver,
+   or one task) closes windows on the watermark this batch's rows reach, combined
+   over its partitions, exactly as one operator does; one state partition of a
+   shuffled batch closes on the watermark the batch started with.
 
 No state lives in a Python worker: workers are forked and reused, and a state
 partition may run in any of them. Replaying batch ``b`` restores version ``b-1`` and
@@ -57,7 +61,7 @@ import pyarrow as pa
 from tidemark import _native
 from tidemark.clock import ManualClock
 from tidemark.errors import ConfigError, StateCorruptedError
-from tidemark.pipeline import Pipeline, Rows
+from tidemark.pipeline import Operator, Output, Pipeline, Rows, ScopeWatermark
 from tidemark.route import HashRouter
 from tidemark.spark._files import batch_files, read_batch_files
 from tidemark.spark._plan import (
@@ -83,7 +87,6 @@ from tidemark.spark._plan import (
     used_input,
 )
 from tidemark.spark.state import StateStore, state_errors_surface, stream_goes_on_after_flush
-from tidemark.watermarks import PartitionedWatermarkTracker
 
 __all__ = ["StreamProcessor"]
 
@@ -95,10 +98,51 @@ _JSON = ".json"
 _PROGRESS = ".progress"
 
 # Progress rows a task reports, (state partition, kind, a, b) by kind:
-_P_TIMES = 0  # a: largest event time, b: the partition's per-key global watermark
+_P_TIMES = 0  # a: largest event time, b: largest event time of the on-time rows
 _P_PARTITION = 1  # a: source partition, b: its largest event time
 _P_OUTPUT = 2  # a: window rows, b: late rows
 _P_INPUT = 3  # a: error rows, b: input rows
+_P_KEYS = 4  # per key: a: minimum watermark over active keys, b: highest key watermark
+
+
+def _progress_rows(p: int, prog: dict[str, Any]) -> list[tuple[int, Any, Any, Any]]:
+    """State partition ``p``'s progress (:meth:`Operator.progress`) as progress rows."""
+    rows: list[tuple[int, Any, Any, Any]] = [
+        (p, _P_TIMES, prog["max_event_time"], prog["on_time_max"]),
+        (p, _P_KEYS, *prog["key_parts"]),
+    ]
+    rows += [(p, _P_PARTITION, part, mx) for part, mx in prog["partition_max"]]
+    return rows
+
+
+def _progress_dicts(rows: list[tuple[int, Any, Any, Any]]) -> list[dict[str, Any]]:
+    """Progress rows back as one :meth:`Operator.progress` dict per state partition."""
+    by: dict[int, dict[str, Any]] = {}
+    for p, kind, a, b in rows:
+        d = by.setdefault(
+            p,
+            {
+                "max_event_time": None,
+                "on_time_max": None,
+                "partition_max": [],
+                "key_global": None,
+                "key_parts": (None, None),
+            },
+        )
+        if kind == _P_TIMES:
+            d["max_event_time"], d["on_time_max"] = a, b
+        elif kind == _P_KEYS:
+            d["key_parts"] = (a, b)
+        elif kind == _P_PARTITION:
+            d["partition_max"].append((a, b))
+    return list(by.values())
+
+
+def _scope(pipe: Pipeline, state: str | None, clock_ms: int) -> ScopeWatermark:
+    """The scope watermark recorded before a batch (base64, ``None``: fresh), on the
+    batch's clock reading."""
+    raw = None if state is None else base64.b64decode(state)
+    return ScopeWatermark(pipe, raw, clock=ManualClock(clock_ms))
 
 
 # The column that carries each row's state partition into the task (see _tags).
@@ -214,6 +258,7 @@ def _task(
     num_partitions: int,
     untagged: bool = False,
     threads: int = 1,
+    scope_state: str | None = None,
 ) -> Any:
     """The task over rows tagged by :func:`_tagged` (run by Spark, or by the driver
     itself: see :func:`_run_on_driver`). For every state partition among
@@ -229,11 +274,23 @@ def _task(
     a key lands in the state partition a shuffled batch gives it. An ``untagged``
     flush reads no rows and flushes every state partition. ``threads`` (the driver's
     run, where no Spark task holds a core): up to that many state partitions at once
-    (the Rust work releases the GIL); their outputs come in state partition order."""
+    (the Rust work releases the GIL); their outputs come in state partition order.
+
+    Windows close on the watermark combined over every state partition, as one
+    operator would close them. An ``untagged`` task holds every state partition, so
+    it runs each call in two halves: every partition ingests its rows, the scope
+    watermark (restored from ``scope_state``, the driver's record before the batch)
+    combines their progress, then every partition closes what that passed. A task of
+    one state partition among several (a shuffled batch) cannot see the others: it
+    closes on the highest watermark known not to exceed the combined one (the
+    batch's starting ``watermark``; global scope: also its own), so a window may come
+    one micro-batch later than from one operator, never twice, and late and error
+    rows are the same."""
     data_tags, placeholder_tags = _tags(num_partitions)
     partition_of = {v: p for tags in (data_tags, placeholder_tags) for p, v in enumerate(tags)}
+    windowed = not isinstance(shipped.get().window, Rows)  # ROWS windows have no watermark
 
-    def one(pipe: Pipeline, p: int, table: pa.Table) -> Iterator[pa.RecordBatch]:
+    def restore(pipe: Pipeline, p: int) -> Operator:
         state = None
         if prev_batch is not None:
             rel = f"partitions/{p}/{prev_batch}{_SNAP}"
@@ -252,24 +309,50 @@ def _task(
                 f"{store.path(f'partitions/{p}/{prev_batch}{_SNAP}')}: {e}"
             ) from None
         del state  # the snapshot's bytes, freed before the next one is taken
-        if not isinstance(pipe.window, Rows):  # ROWS windows have no watermark
+        if windowed:
             op.set_external_watermark(watermark)
-        out = op.flush() if flush else op.process(table)
+        return op
+
+    def finish(p: int, op: Operator, out: Output, rows_in: int) -> Iterator[pa.RecordBatch]:
         if windows_only:
             yield from plan.encode_one(out, KIND_WINDOW)
         else:
             yield from plan.encode(out)
         store.write(f"partitions/{p}/{batch_id}{_SNAP}", op.snapshot())
         store.prune(f"partitions/{p}", _SNAP, batch_id - retention + 1)
-        prog = op.progress()
-        rows: list[tuple[int, int | None, int | None, int | None]] = [
-            (p, _P_TIMES, prog["max_event_time"], prog["key_global"])
-        ]
-        rows += [(p, _P_PARTITION, part, mx) for part, mx in prog["partition_max"]]
+        rows = _progress_rows(p, op.progress())
         rows.append((p, _P_OUTPUT, out.windows.num_rows, out.late.num_rows))
-        rows.append((p, _P_INPUT, out.errors.num_rows, table.num_rows))
+        rows.append((p, _P_INPUT, out.errors.num_rows, rows_in))
         store.write_json(f"partitions/{p}/{batch_id}{_PROGRESS}", {"token": token, "rows": rows})
         store.prune(f"partitions/{p}", _PROGRESS, batch_id - retention + 1)
+
+    def one(pipe: Pipeline, p: int, table: pa.Table) -> Iterator[pa.RecordBatch]:
+        op = restore(pipe, p)
+        out = op.flush() if flush else op.process(table)
+        yield from finish(p, op, out, table.num_rows)
+
+    def every(pipe: Pipeline, shards: list[pa.Table], pool: Any) -> Iterator[pa.RecordBatch]:
+        """Every state partition of the batch, closed on the combined watermark."""
+        if flush or not windowed:
+            outs = pool_map(pool, lambda p: list(one(pipe, p, shards[p])), range(len(shards)))
+            for out in outs:
+                yield from out
+            return
+
+        def ingest(p: int) -> Operator:
+            op = restore(pipe, p)
+            op.ingest(shards[p])
+            return op
+
+        ops = pool_map(pool, ingest, range(len(shards)))
+        close = _scope(pipe, scope_state, clock_ms).advance([op.progress() for op in ops])
+        outs = pool_map(
+            pool,
+            lambda p: list(finish(p, ops[p], ops[p].complete(close), shards[p].num_rows)),
+            range(len(shards)),
+        )
+        for out in outs:
+            yield from out
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.compute as pc
@@ -279,16 +362,12 @@ def _task(
             table = concat_input(batches, plan.input_arrow)  # a flush has none
             if threads < 2 or num_partitions < 2:
                 shards = _route(table, num_partitions, pipe.key) if num_partitions > 1 else [table]
-                for p, rows in enumerate(shards):
-                    yield from one(pipe, p, rows)
+                yield from every(pipe, shards, None)
                 return
             with ThreadPoolExecutor(max_workers=min(threads, num_partitions)) as pool:
                 shards = _route(table, num_partitions, pipe.key, threads, pool)
-                outs = list(
-                    pool.map(lambda p: list(one(pipe, p, shards[p])), range(num_partitions))
-                )
-            for out in outs:
-                yield from out
+                outs = list(every(pipe, shards, pool))
+            yield from outs
             return
         collected = list(batches)
         if not collected:
@@ -305,6 +384,11 @@ def _task(
             yield from one(pipe, p, rows)
 
     return run
+
+
+def pool_map(pool: Any, f: Callable[[int], Any], items: range) -> list[Any]:
+    """``f`` over ``items`` in order: on ``pool``'s threads, or here (``None``)."""
+    return list(map(f, items) if pool is None else pool.map(f, items))
 
 
 def _route(
@@ -710,16 +794,6 @@ class StreamProcessor:
             self.store.write(f"partitions/{p}/{b}{_SNAP}", data)
         for p in range(self.num_partitions, old):
             self.store.prune(f"partitions/{p}", _SNAP, b + 1)
-        # Per-partition key-scope minima were keyed by the old partitions; a batch
-        # started after b (not committed) keeps its recorded inputs otherwise.
-        for v in self.store.versions("driver", _JSON):
-            if v < b:
-                continue
-            rec = self.store.read_json(f"driver/{v}{_JSON}")
-            for part in ("state", "state_after"):
-                if part in rec:
-                    rec[part]["key_globals"] = {}
-            self.store.write_json(f"driver/{v}{_JSON}", rec)
 
     def _prepare(self, batch_id: int, flush: bool = False) -> dict[str, Any]:
         """The batch's recorded inputs (reused when the batch is replayed)."""
@@ -741,9 +815,7 @@ class StreamProcessor:
             "clock_ms": max(self._clock(), prev["clock_ms"] if prev else 0),
             "watermark": prev["next_watermark"] if prev else None,
             # Driver-side tracker state before this batch (after: "state_after").
-            "state": prev["state_after"]
-            if prev
-            else {"global_max": None, "partitions": None, "key_globals": {}},
+            "state": prev["state_after"] if prev else {"scope": None},
         }
         if flush:
             rec["flush"] = True
@@ -751,50 +823,12 @@ class StreamProcessor:
         return rec
 
     def _combine(self, rec: dict[str, Any], progress: list[tuple[int, Any, Any, Any]]) -> None:
-        """Next batch's watermark from this batch's progress rows. Starts from the state
+        """Next batch's watermark from this batch's progress rows, by the rule every
+        operator kind shares (:class:`~tidemark.ScopeWatermark`). Starts from the state
         recorded before the batch, so a replayed batch computes the same result."""
-        wm = self.pipe.watermark
-        delay = self.pipe.config["delay"]
-        scope = wm.per
-        before = rec["state"]
-        after: dict[str, Any] = {"partitions": None, "key_globals": {}}
-        global_max = before["global_max"]
-        for _, kind, a, _ in progress:
-            if kind == _P_TIMES and a is not None:
-                global_max = a if global_max is None else max(global_max, a)
-        after["global_max"] = global_max
-        nxt = rec["watermark"]
-        if scope == "global" and global_max is not None:
-            cand = global_max - delay
-            nxt = cand if nxt is None else max(nxt, cand)
-        elif scope == "partition":
-            clock = ManualClock(rec["clock_ms"])
-            if before["partitions"]:
-                tracker = PartitionedWatermarkTracker.restore(
-                    base64.b64decode(before["partitions"]), clock=clock
-                )
-            else:
-                tracker = PartitionedWatermarkTracker(
-                    idle_timeout=self.pipe.config["idle_timeout"], clock=clock
-                )
-                tracker.register_source(0, 0)
-            for _, kind, part, mx in progress:
-                if kind == _P_PARTITION:
-                    if (0, part) not in tracker.partitions():
-                        tracker.add_partition(0, part)
-                    tracker.update_partition_from_event(0, part, mx, delay)
-            tracker.check_idle_partitions()
-            after["partitions"] = base64.b64encode(tracker.snapshot()).decode()
-            nxt = tracker.current_watermark()
-        elif scope == "key":
-            globals_ = dict(before["key_globals"])
-            for p, kind, _, kg in progress:
-                if kind == _P_TIMES:
-                    globals_[str(p)] = kg
-            after["key_globals"] = globals_
-            vals = [v for v in globals_.values() if v is not None]
-            nxt = min(vals) if vals else None
-        rec["state_after"] = after
+        scope = _scope(self.pipe, rec["state"]["scope"], rec["clock_ms"])
+        nxt = scope.advance(_progress_dicts(progress))
+        rec["state_after"] = {"scope": base64.b64encode(scope.to_bytes()).decode()}
         rec["next_watermark"] = nxt
 
     def _read_progress(self, batch_id: int, token: str) -> list[tuple[int, Any, Any, Any]] | None:
@@ -869,6 +903,7 @@ class StreamProcessor:
             self.num_partitions,
             untagged,
             _driver_threads() if driver else 1,
+            rec["state"]["scope"],
         )
         if driver:
             # The task's work, done here: the outputs are computed (and the state

@@ -44,6 +44,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<keyed::PyKeyedWatermarkTracker>()?;
     m.add_class::<keyed::PyCompactKeyedWatermarkTracker>()?;
     m.add_class::<pipeline::PyOperator>()?;
+    m.add_class::<pipeline::PyScopeWatermark>()?;
     m.add_class::<pipeline::PyTimerService>()?;
     m.add_class::<pipeline::PyRowsOperator>()?;
     m.add_class::<route::PyRouter>()?;

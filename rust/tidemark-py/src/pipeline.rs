@@ -8,10 +8,11 @@ use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
 use pyo3_arrow::{PySchema, PyTable};
 use tidemark_core::agg::{AggKind, AggSpec};
 use tidemark_core::pipeline::{
-    ArrivalOperator, EmitMode, LatePolicy, Operator, Output, PipelineConfig, Scope, TimeMode,
+    ArrivalOperator, EmitMode, LatePolicy, Operator, Output, Pending, PipelineConfig, Progress,
+    Scope, TimeMode,
 };
 use tidemark_core::state::{self, Reader, SnapshotKind, Writer};
-use tidemark_core::time::KeyEvictionPolicy;
+use tidemark_core::time::{KeyEvictionPolicy, ScopeWatermark};
 use tidemark_core::timer::{TimeDomain, TimerService};
 use tidemark_core::window::WindowSpec;
 use tidemark_core::TidemarkError;
@@ -151,6 +152,7 @@ pub fn config_from_dict(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<Pipel
         delay: get(d, "delay")?,
         scope,
         idle_timeout: get(d, "idle_timeout")?,
+        source_partitions: get(d, "source_partitions")?,
         window,
         aggs,
         emit,
@@ -202,6 +204,8 @@ pub fn output(py: Python<'_>, o: Output) -> PyResult<(Py<PyAny>, Py<PyAny>, Py<P
 #[pyclass(name = "Operator", module = "tidemark._native")]
 pub struct PyOperator {
     inner: Operator,
+    /// Rows ingested by `ingest`, waiting for `complete`.
+    pending: Option<Pending>,
 }
 
 #[pymethods]
@@ -223,7 +227,50 @@ impl PyOperator {
                 tidemark_core::runtime::restore_operator(cfg, clock, bytes),
             )?,
         };
-        Ok(Self { inner })
+        Ok(Self {
+            inner,
+            pending: None,
+        })
+    }
+
+    /// The first half of `process`: judges and adds the rows and advances this
+    /// operator's watermarks (see `progress`), closing nothing; `complete` finishes.
+    #[pyo3(signature = (data, parsed_times = None))]
+    fn ingest(
+        &mut self,
+        py: Python<'_>,
+        data: AnyRecordBatch,
+        parsed_times: Option<AnyArray>,
+    ) -> PyResult<()> {
+        let (schema, batches) = read_batches(py, data)?;
+        let parsed = parsed_times_of(py, parsed_times)?;
+        let op = &mut self.inner;
+        let pending = detach(py, move || {
+            let batch = one_batch(schema, batches)?;
+            op.ingest(&batch, parsed.as_ref())
+        })?;
+        self.pending = Some(pending);
+        Ok(())
+    }
+
+    /// The second half of `process`: closes the windows `close_watermark` (combined
+    /// over every operator of the scope; `None`: this operator's own) passed.
+    #[pyo3(signature = (close_watermark = None))]
+    fn complete(&mut self, py: Python<'_>, close_watermark: Option<i64>) -> PyResult<Tables> {
+        let pending = self.pending.take().ok_or_else(|| {
+            to_py(
+                py,
+                TidemarkError::config("complete", "complete() needs an ingest() first"),
+            )
+        })?;
+        let op = &mut self.inner;
+        let out = detach(py, move || {
+            op.set_close_watermark(close_watermark);
+            let out = op.complete(pending);
+            op.set_close_watermark(None);
+            out
+        })?;
+        output(py, out)
     }
 
     /// Processes one arrival unit (all batches of `data` together).
@@ -354,7 +401,84 @@ pub fn progress_dict<'py>(
     )?;
     d.set_item("partition_max", p.partition_max.clone())?;
     d.set_item("key_global", p.key_global)?;
+    d.set_item(
+        "on_time_max",
+        (p.on_time_max != i64::MIN).then_some(p.on_time_max),
+    )?;
+    d.set_item(
+        "key_parts",
+        (
+            p.key_parts.0,
+            (p.key_parts.1 != i64::MIN).then_some(p.key_parts.1),
+        ),
+    )?;
     Ok(d)
+}
+
+/// A progress dict (see [`progress_dict`]) read back.
+fn progress_from_dict(d: &Bound<'_, PyDict>) -> PyResult<Progress> {
+    let opt = |k: &str| -> PyResult<i64> { Ok(get::<Option<i64>>(d, k)?.unwrap_or(i64::MIN)) };
+    let (active, highest): (Option<i64>, Option<i64>) = get(d, "key_parts")?;
+    Ok(Progress {
+        max_event_time: opt("max_event_time")?,
+        partition_max: get(d, "partition_max")?,
+        key_global: get(d, "key_global")?,
+        on_time_max: opt("on_time_max")?,
+        key_parts: (active, highest.unwrap_or(i64::MIN)),
+    })
+}
+
+/// The watermark of a pipeline's scope, combined over the operators that share it
+/// (see `tidemark_core::time::ScopeWatermark`).
+#[pyclass(name = "ScopeWatermark", module = "tidemark._native")]
+pub struct PyScopeWatermark {
+    inner: ScopeWatermark,
+}
+
+#[pymethods]
+impl PyScopeWatermark {
+    #[new]
+    #[pyo3(signature = (config, clock = None, state = None))]
+    fn new(
+        py: Python<'_>,
+        config: &Bound<'_, PyDict>,
+        clock: Option<&Bound<'_, PyAny>>,
+        state: Option<&[u8]>,
+    ) -> PyResult<Self> {
+        let cfg = config_from_dict(py, config)?;
+        let clock = clock_ref(clock)?;
+        let inner = match state {
+            None => ScopeWatermark::new(&cfg, clock),
+            Some(b) => check(py, ScopeWatermark::from_bytes(&cfg, clock, b))?,
+        };
+        Ok(Self { inner })
+    }
+
+    /// Combines the progress dicts of one call of every operator; returns the
+    /// watermark that closes windows after it (`None`: none yet).
+    fn advance(
+        &mut self,
+        py: Python<'_>,
+        progress: Vec<Bound<'_, PyDict>>,
+    ) -> PyResult<Option<i64>> {
+        let progress = progress
+            .iter()
+            .map(progress_from_dict)
+            .collect::<PyResult<Vec<_>>>()?;
+        let w = check(py, self.inner.advance(&progress))?;
+        Ok((w != i64::MIN).then_some(w))
+    }
+
+    /// The current watermark (`None`: none yet).
+    #[getter]
+    fn current(&self) -> Option<i64> {
+        let w = self.inner.current();
+        (w != i64::MIN).then_some(w)
+    }
+
+    fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.inner.to_bytes())
+    }
 }
 
 /// The metrics dict of an operator (one or sharded).

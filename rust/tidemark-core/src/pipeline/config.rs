@@ -71,6 +71,10 @@ pub struct PipelineConfig {
     pub scope: Scope,
     /// Idle timeout for partitions (partition scope) or keys (key scope).
     pub idle_timeout: Option<i64>,
+    /// Partition scope: the source's partitions `0..n`, declared up front. Each holds
+    /// the combined watermark back from the first batch until it reports rows or goes
+    /// idle (`None`: partitions count from their first row on).
+    pub source_partitions: Option<u32>,
     /// The window.
     pub window: WindowSpec,
     /// Aggregates, in output order.
@@ -113,6 +117,7 @@ impl PipelineConfig {
             delay: 0,
             scope: Scope::Global,
             idle_timeout: None,
+            source_partitions: None,
             window,
             aggs,
             emit: EmitMode::OnWindowClose,
@@ -215,6 +220,23 @@ impl PipelineConfig {
                 "must be at least 1 (or None)",
             ));
         }
+        if let Some(n) = self.source_partitions {
+            if !matches!(self.scope, Scope::Partition { .. }) {
+                return Err(TidemarkError::config(
+                    "watermark.partitions",
+                    "declared source partitions need per=\"partition\"",
+                ));
+            }
+            if n == 0 || i64::from(n) > super::SOURCE_PARTITIONS {
+                return Err(TidemarkError::config(
+                    "watermark.partitions",
+                    format!(
+                        "must be between 1 and {} (got {n})",
+                        super::SOURCE_PARTITIONS
+                    ),
+                ));
+            }
+        }
         if self.time == TimeMode::Processing && self.scope != Scope::Global {
             return Err(TidemarkError::config(
                 "time",
@@ -243,6 +265,11 @@ impl PipelineConfig {
             Scope::Key => w.u8(2),
         }
         w.i64(self.idle_timeout.unwrap_or(-1));
+        if let Some(n) = self.source_partitions {
+            // Only when set: configurations without it keep their fingerprints.
+            w.str("source_partitions");
+            w.u64(u64::from(n));
+        }
         if let Some(ttl) = self.state_ttl {
             // Only when set: configurations without a TTL keep their fingerprints.
             w.str("state_ttl");

@@ -18,6 +18,7 @@
 //! [`Operator::snapshot`] / [`Operator::restore`].
 
 mod config;
+mod floors;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -40,9 +41,10 @@ use crate::error::{Result, TidemarkError};
 use crate::key::{decode_key_columns, is_key_type, same_values, KeyBytes, KeyColumns, KeyRows};
 use crate::state::{self, Reader, SnapshotKind, Writer};
 use crate::time::{
-    parse_event_time, EventTimeType, KeyedTicks, KeyedWatermarkTracker, PartitionedWatermarkTracker,
+    parse_event_time, EventTimeType, KeyedTicks, KeyedWatermarkTracker, ScopeWatermark,
 };
 use crate::window::{add_to_sessions, Session, SessionChange, WindowSpec};
+use floors::FloorSketch;
 
 /// What every operator kind (one core, sharded, ROWS) does with arrival units: the
 /// surface the bindings drive.
@@ -678,14 +680,23 @@ pub struct Operator {
     free_states: Vec<u32>,
     /// Event-time timers closing windows.
     timers: CloseIndex,
-    /// Global / partition / processing scope: the current watermark.
-    watermark: i64,
-    global_max: i64,
-    partitions: PartitionedWatermarkTracker,
+    /// The scope's watermark, advanced by this operator's own rows (the rule every
+    /// operator kind shares: see [`ScopeWatermark`]).
+    scope: ScopeWatermark,
+    /// What [`ScopeWatermark::advance`] gave for the last call: the watermark that
+    /// closes windows (per key: idle keys' windows).
+    own_close: i64,
     /// A watermark given from outside (the Spark driver combines all tasks' progress):
-    /// replaces the scope watermark (global, partition) or, per key, the global
-    /// watermark that closes idle keys' windows.
+    /// the watermark the call began with, combined over every operator of the scope.
+    /// It judges rows (global, partition) and bounds what closes when no combined
+    /// close watermark is set (see [`Self::close_watermark`]).
     external: Option<i64>,
+    /// Floors of keys whose state was dropped (`max_keys`, `state_ttl`).
+    floors: FloorSketch,
+    /// Per key slot: its floor (see [`floors`]), `UNRESOLVED` until looked up.
+    slot_floor: Vec<i64>,
+    /// `flush` closed every window: the operator takes no more rows.
+    flushed: bool,
     /// The watermark that closes windows (global and partition scope; idle keys'
     /// windows in key scope), set by a coordinator combining several operators.
     close_override: Option<i64>,
@@ -711,6 +722,9 @@ pub struct Operator {
     release: Vec<u32>,
     scratch_windows: Vec<(i64, i64)>,
 }
+
+/// A key slot whose floor is not looked up yet (see [`Operator::floor_of`]).
+const UNRESOLVED: i64 = i64::MAX;
 
 /// Source partition ids a pipeline takes: `0..SOURCE_PARTITIONS` (other rows are
 /// error rows).
@@ -756,10 +770,8 @@ impl Operator {
         )
         .with_eviction_log()
         .with_idle_log();
-        let partitions = PartitionedWatermarkTracker::new()
-            .idle_timeout_ticks(cfg.idle_timeout)
-            .with_clock(clock.clone());
-        let mut op = Operator {
+        let scope = ScopeWatermark::new(&cfg, clock.clone());
+        let op = Operator {
             fingerprint: cfg.fingerprint(),
             cfg,
             clock,
@@ -770,10 +782,12 @@ impl Operator {
             flags: Vec::new(),
             free_states: Vec::new(),
             timers: CloseIndex::default(),
-            watermark: i64::MIN,
-            global_max: i64::MIN,
-            partitions,
+            scope,
+            own_close: i64::MIN,
             external: None,
+            floors: FloorSketch::default(),
+            slot_floor: Vec::new(),
+            flushed: false,
             close_override: None,
             partials: false,
             sorted: true,
@@ -789,7 +803,6 @@ impl Operator {
             release: Vec::new(),
             scratch_windows: Vec::new(),
         };
-        op.partitions.register_source(0, 0);
         Ok(op)
     }
 
@@ -825,11 +838,7 @@ impl Operator {
                 .keys
                 .emitted_watermark()
                 .map_or(i64::MIN, |w| w.timestamp()),
-            Scope::Partition { .. } => self
-                .partitions
-                .current_watermark()
-                .map_or(i64::MIN, |w| w.timestamp()),
-            Scope::Global => self.watermark,
+            _ => self.scope.current(),
         };
         (w != i64::MIN).then_some(w)
     }
@@ -1184,15 +1193,19 @@ impl Operator {
         let parts = parts.as_ref().map(|p| p.as_primitive::<Int64Type>());
 
         // 3. The watermark as it stood when the call began.
+        if self.flushed {
+            return Err(TidemarkError::config(
+                "flush",
+                "the operator was flushed (end of input: every window closed and was \
+                 emitted); a flushed operator takes no more rows, so that no window \
+                 comes out twice: build a new operator, or restore a snapshot taken \
+                 before the flush",
+            ));
+        }
         let lateness = self.cfg.allowed_lateness;
-        let scope_threshold = match (self.external, &self.cfg.scope) {
-            (Some(w), Scope::Global | Scope::Partition { .. }) => w.saturating_sub(lateness),
-            (_, Scope::Global) => self.watermark.saturating_sub(lateness),
-            (_, Scope::Partition { .. }) => self
-                .partitions
-                .current_watermark()
-                .map_or(i64::MIN, |w| w.timestamp().saturating_sub(lateness)),
-            (_, Scope::Key) => i64::MIN,
+        let scope_threshold = match (self.external, self.scope.threshold()) {
+            (_, None) => i64::MIN,
+            (Some(w), Some(_)) | (None, Some(w)) => w.saturating_sub(lateness),
         };
         let key_scope = self.cfg.scope == Scope::Key;
 
@@ -1345,6 +1358,11 @@ impl Operator {
             } else {
                 scope_threshold
             };
+            let threshold = if self.floors.is_empty() {
+                threshold
+            } else {
+                threshold.max(self.floor_of(slot))
+            };
             // Consecutive rows of a key mostly fall in the window of the previous row:
             // rows with `lo <= ts < hi` update its state directly.
             let (mut lo, mut hi, mut base) = (i64::MAX, i64::MIN, 0);
@@ -1357,6 +1375,16 @@ impl Operator {
                     }
                 }
                 let row = row as usize;
+                if let Some(p) = parts {
+                    // A source partition's rows all count towards its own watermark,
+                    // late or not: a partition that lags holds the combined watermark
+                    // back from its first row on.
+                    let pi = p.value(row) as usize;
+                    if part_max.len() <= pi {
+                        part_max.resize(pi + 1, i64::MIN);
+                    }
+                    part_max[pi] = part_max[pi].max(ts);
+                }
                 if ts < threshold {
                     late_rows.push(row as u32);
                     continue;
@@ -1375,13 +1403,6 @@ impl Operator {
                     }
                 }
                 batch_max = batch_max.max(ts);
-                if let Some(p) = parts {
-                    let pi = p.value(row) as usize;
-                    if part_max.len() <= pi {
-                        part_max.resize(pi + 1, i64::MIN);
-                    }
-                    part_max[pi] = part_max[pi].max(ts);
-                }
             }
         }
         late_rows.sort_unstable();
@@ -1401,31 +1422,9 @@ impl Operator {
         }
 
         // 4. Advance the watermarks with this batch's rows.
-        match &self.cfg.scope {
-            Scope::Global => {
-                self.global_max = self.global_max.max(batch_max);
-                let w = match self.cfg.time {
-                    TimeMode::Processing => self.clock.now().saturating_mul(1_000),
-                    TimeMode::Event => self.global_max.saturating_sub(self.cfg.delay),
-                };
-                self.watermark = self.watermark.max(w);
-            }
-            Scope::Partition { .. } => {
-                let maxima: Vec<(u32, i64)> = part_max
-                    .iter()
-                    .enumerate()
-                    .filter(|&(_, &t)| t != i64::MIN)
-                    .map(|(p, &t)| (p as u32, t))
-                    .collect();
-                self.partitions
-                    .observe_max_event_times(0, &maxima, self.cfg.delay, true)?;
-                self.partitions.check_idle_partitions();
-            }
-            Scope::Key => {
-                self.keys.check_idle_keys();
-            }
+        if self.cfg.scope == Scope::Key {
+            self.keys.check_idle_keys();
         }
-
         self.progress = Progress {
             max_event_time: seen_max.max(batch_max),
             partition_max: part_max
@@ -1441,6 +1440,7 @@ impl Operator {
             on_time_max: batch_max,
             key_parts: self.keys.global_parts(),
         };
+        self.own_close = self.scope.advance([&self.progress])?;
         Ok(Pending {
             batch: batch.clone(),
             late_rows,
@@ -1664,13 +1664,32 @@ impl Operator {
     }
 
     /// Closes the windows of keys dropped from the tracker.
+    /// Remembers each key's floor (the end of the last window it emitted; per key
+    /// also its lateness threshold), so that a returning key reopens none of them.
     fn close_dropped(&mut self, dropped: Vec<crate::time::Eviction>) {
+        let width = FloorSketch::width_for(self.cfg.max_keys);
+        if self.floors.is_empty() && !dropped.is_empty() {
+            // The keys held now were never forgotten: no floor (a key that comes
+            // later, in a new slot or one freed here, is looked up).
+            self.slot_floor.clear();
+            self.slot_floor.resize(self.keys.slot_bound(), i64::MIN);
+        }
         for e in dropped {
             let slot = e.slot as usize;
-            if slot >= self.wins.len() {
-                continue;
+            // The slot goes to another key (or this one, back): its floor is looked up.
+            if let Some(f) = self.slot_floor.get_mut(slot) {
+                *f = UNRESOLVED;
             }
-            let list = std::mem::take(&mut self.wins[slot]);
+            let list = self
+                .wins
+                .get_mut(slot)
+                .map(std::mem::take)
+                .unwrap_or_default();
+            let mut floor = list.iter().map(|w| w.end).max().unwrap_or(i64::MIN);
+            if self.cfg.scope == Scope::Key {
+                floor = floor.max(e.watermark.saturating_sub(self.cfg.allowed_lateness));
+            }
+            self.floors.insert(&e.key, floor, width);
             if list.is_empty() {
                 continue;
             }
@@ -1794,23 +1813,42 @@ impl Operator {
                 }
             }
         }
-        let w = match &self.cfg.scope {
-            _ if self.close_override.is_some() => self.close_override.expect("checked"),
-            Scope::Global => self.watermark,
-            Scope::Partition { .. } => self
-                .partitions
-                .current_watermark()
-                .map_or(i64::MIN, |w| w.timestamp()),
-            // The current global watermark (minimum over active keys) is at or below
-            // every active key's own: it closes idle keys' windows and nothing early.
-            Scope::Key => self
-                .keys
-                .global_watermark()
-                .map_or(i64::MIN, |w| w.timestamp()),
-        };
+        let w = self.close_watermark();
         for (at, slot, start) in self.timers.pop_until(w) {
             self.close_window(slot, start, at, true);
         }
+    }
+
+    /// The watermark that closes windows now (per key: idle keys' windows; the
+    /// current global watermark, the minimum over active keys, is at or below every
+    /// active key's own, so it closes nothing early):
+    ///
+    /// * the combined watermark a coordinator set ([`Self::set_close_watermark`]);
+    /// * else, with an external watermark (this operator holds part of the scope and
+    ///   no combined close is known), the highest value known not to exceed the
+    ///   combined one: its own global watermark or the external one (global scope),
+    ///   the external one (partition and key scope: this operator's view of the
+    ///   partitions or keys it saw would run ahead of the combined minimum);
+    /// * else its own.
+    fn close_watermark(&self) -> i64 {
+        match (self.close_override, self.external) {
+            (Some(c), _) => c,
+            (None, Some(e)) if self.cfg.scope == Scope::Global => e.max(self.own_close),
+            (None, Some(e)) => e,
+            (None, None) => self.own_close,
+        }
+    }
+
+    /// The floor of the key in `slot` (looked up once per key: see [`floors`]).
+    fn floor_of(&mut self, slot: u32) -> i64 {
+        let s = slot as usize;
+        if self.slot_floor.len() <= s {
+            self.slot_floor.resize(s + 1, UNRESOLVED);
+        }
+        if self.slot_floor[s] == UNRESOLVED {
+            self.slot_floor[s] = self.floors.floor(&self.keys.slot_key(slot));
+        }
+        self.slot_floor[s]
     }
 
     /// A call without rows: idleness and processing time move on with the clock, and
@@ -1846,6 +1884,7 @@ impl Operator {
             }
         }
         self.timers.clear();
+        self.flushed = true;
         let windows = self.build_windows(&bound)?;
         let (late, errors) = bound.no_rejects()?;
         Ok(Output {
@@ -2014,9 +2053,9 @@ impl Operator {
                 }
             }
         }
-        w.i64(self.watermark);
-        w.i64(self.global_max);
-        self.partitions.write_state(&mut w);
+        w.i64(self.scope.watermark);
+        w.i64(self.scope.global_max);
+        self.scope.partitions.write_state(&mut w);
         let m = &self.metrics;
         for v in [
             m.batches,
@@ -2039,6 +2078,8 @@ impl Operator {
         ] {
             w.u64(v);
         }
+        w.bool(self.flushed);
+        self.floors.write(&mut w);
         w.seal(SnapshotKind::Pipeline, self.fingerprint)
     }
 
@@ -2092,12 +2133,12 @@ impl Operator {
                 }
             }
         }
-        op.watermark = r.i64()?;
-        op.global_max = r.i64()?;
-        op.partitions = PartitionedWatermarkTracker::new()
+        op.scope.watermark = r.i64()?;
+        op.scope.global_max = r.i64()?;
+        op.scope.partitions = crate::time::PartitionedWatermarkTracker::new()
             .idle_timeout_ticks(op.cfg.idle_timeout)
             .with_clock(op.clock.clone());
-        op.partitions.read_state(&mut r)?;
+        op.scope.partitions.read_state(&mut r)?;
         let mut m = PipelineMetrics::default();
         for v in [
             &mut m.batches,
@@ -2121,6 +2162,8 @@ impl Operator {
             *v = r.u64()?;
         }
         op.metrics = m;
+        op.flushed = r.bool()?;
+        op.floors = FloorSketch::read(&mut r)?;
         r.finish()?;
         Ok(op)
     }

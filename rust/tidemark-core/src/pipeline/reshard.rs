@@ -9,6 +9,7 @@
 
 use arrow_schema::{DataType, Field};
 
+use super::floors::FloorSketch;
 use super::{read_acc, read_fields, write_acc, write_fields, Operator, PipelineConfig};
 use crate::agg::Acc;
 use crate::error::{Result, TidemarkError};
@@ -43,6 +44,10 @@ pub struct Parsed {
     pub partitions: Vec<u8>,
     /// Pipeline metrics, in snapshot order.
     pub metrics: [u64; 17],
+    /// The operator was flushed.
+    flushed: bool,
+    /// Floors of forgotten keys.
+    floors: FloorSketch,
 }
 
 /// Scope-wide values for the new shards.
@@ -97,6 +102,8 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
     for m in metrics.iter_mut() {
         *m = r.u64()?;
     }
+    let flushed = r.bool()?;
+    let floors = FloorSketch::read(&mut r)?;
     r.finish()?;
     Ok(Parsed {
         fields,
@@ -105,6 +112,8 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
         watermark,
         partitions: pw.finish(),
         metrics,
+        flushed,
+        floors,
     })
 }
 
@@ -137,7 +146,12 @@ pub fn redistribute(
     let mut metrics = [0u64; 17];
     let (mut evicted, mut gadv, mut kadv) = (0, 0, 0);
     let mut max_seen = i64::MIN;
+    // Every new shard keeps every floor (a key may land in any of them) and the
+    // flushed mark.
+    let mut floors = FloorSketch::default();
+    let flushed = parsed.iter().any(|p| p.flushed);
     for p in &parsed {
+        floors.merge(&p.floors)?;
         for (i, m) in p.metrics.iter().enumerate() {
             // [0] is the batch count: every shard saw every call.
             metrics[i] = if i == 0 {
@@ -220,6 +234,8 @@ pub fn redistribute(
         for (i, m) in metrics.iter().enumerate() {
             w.u64(if first || i == 0 { *m } else { 0 });
         }
+        w.bool(flushed);
+        floors.write(&mut w);
         out.push(state::seal(
             SnapshotKind::Pipeline,
             cfg.fingerprint(),

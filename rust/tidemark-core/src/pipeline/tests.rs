@@ -1057,3 +1057,211 @@ fn a_restored_operator_ticks_before_its_first_batch_as_the_live_one_does() {
     let (mut fresh, _) = op(keyed_idle_cfg());
     assert_eq!(fresh.tick().unwrap().windows.num_columns(), 0);
 }
+
+/// Rows `(key, partition, event time)` with `v = 1`.
+fn part_batch(rows: &[(&str, i64, i64)]) -> RecordBatch {
+    let (k, (p, ts)): (Vec<&str>, (Vec<i64>, Vec<i64>)) =
+        rows.iter().map(|r| (r.0, (r.1, r.2))).unzip();
+    RecordBatch::try_from_iter(vec![
+        ("k", Arc::new(StringArray::from(k)) as ArrayRef),
+        (
+            "ts",
+            Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")) as ArrayRef,
+        ),
+        (
+            "v",
+            Arc::new(Int64Array::from(vec![1; rows.len()])) as ArrayRef,
+        ),
+        ("p", Arc::new(Int64Array::from(p)) as ArrayRef),
+    ])
+    .unwrap()
+}
+
+fn partition_cfg(declared: Option<u32>) -> PipelineConfig {
+    PipelineConfig {
+        delay: 5,
+        source_partitions: declared,
+        ..cfg(
+            WindowSpec::Tumbling {
+                size: 10,
+                offset: 0,
+            },
+            Scope::Partition { column: "p".into() },
+        )
+    }
+}
+
+#[test]
+fn a_lagging_partition_holds_the_watermark_back_once_it_has_rows() {
+    let (mut o, _) = op(partition_cfg(None));
+    o.process(&part_batch(&[("fast", 0, 100)]), None).unwrap();
+    assert_eq!(o.watermark(), Some(95));
+    // Partition 1's first rows are behind the combined watermark: late, but they count
+    // towards its own watermark, so from now on it holds the combined one back.
+    let out = o.process(&part_batch(&[("slow", 1, 20)]), None).unwrap();
+    assert_eq!(out.late.num_rows(), 1);
+    let out = o
+        .process(&part_batch(&[("fast", 0, 200), ("slow", 1, 40)]), None)
+        .unwrap();
+    assert_eq!(out.late.num_rows(), 1, "40 < 95");
+    assert_eq!(
+        o.watermark(),
+        Some(95),
+        "partition 1 (at 35) holds it at 95"
+    );
+    let out = o.process(&part_batch(&[("slow", 1, 97)]), None).unwrap();
+    assert_eq!(out.late.num_rows(), 0, "97 >= 95: partition 1 caught up");
+    assert_eq!(o.watermark(), Some(95));
+    o.process(&part_batch(&[("slow", 1, 130)]), None).unwrap();
+    assert_eq!(o.watermark(), Some(125));
+}
+
+#[test]
+fn declared_partitions_hold_the_watermark_back_from_the_first_batch() {
+    let (mut o, clock) = op(PipelineConfig {
+        idle_timeout: Some(1_000),
+        ..partition_cfg(Some(3))
+    });
+    let out = o.process(&part_batch(&[("fast", 0, 100)]), None).unwrap();
+    assert_eq!(o.watermark(), None, "partitions 1 and 2 have not reported");
+    assert_eq!(out.windows.num_rows(), 0);
+    let out = o.process(&part_batch(&[("slow", 1, 20)]), None).unwrap();
+    assert_eq!(
+        out.late.num_rows(),
+        0,
+        "nothing is late before every partition reported"
+    );
+    assert_eq!(o.watermark(), None, "partition 2 still silent");
+    // Partition 2 never reports: it goes idle on the clock and stops holding it back.
+    clock.advance(1_001);
+    let out = o
+        .process(&part_batch(&[("fast", 0, 110), ("slow", 1, 36)]), None)
+        .unwrap();
+    assert_eq!(o.watermark(), Some(31));
+    assert_eq!(
+        rows(&out.windows),
+        vec![("slow".into(), 20, 30, 1, Some(1))],
+        "[20, 30) closed at 31"
+    );
+    // Declared partitions are part of the configuration (its fingerprint).
+    assert_ne!(
+        partition_cfg(Some(3)).fingerprint(),
+        partition_cfg(None).fingerprint()
+    );
+    let mut bad = partition_cfg(Some(0));
+    assert!(bad.validate().is_err());
+    bad.source_partitions = Some(2);
+    bad.scope = Scope::Global;
+    assert!(
+        bad.validate().is_err(),
+        "declared partitions need per=partition"
+    );
+}
+
+/// Every window a run emitted, `(key, start)`, with the number of times it came out.
+fn emitted_twice(outs: &[Output]) -> Vec<(String, i64)> {
+    let mut seen = std::collections::HashMap::new();
+    for out in outs {
+        for (k, s, _, _, _) in rows(&out.windows) {
+            *seen.entry((k, s)).or_insert(0) += 1;
+        }
+    }
+    let mut twice: Vec<(String, i64)> = seen
+        .into_iter()
+        .filter(|&(_, n)| n > 1)
+        .map(|(w, _)| w)
+        .collect();
+    twice.sort();
+    twice
+}
+
+#[test]
+fn an_evicted_key_that_returns_reopens_no_window_it_emitted() {
+    for scope in [Scope::Key, Scope::Global] {
+        let mut c = cfg(
+            WindowSpec::Tumbling {
+                size: 10,
+                offset: 0,
+            },
+            scope.clone(),
+        );
+        c.delay = 60;
+        c.max_keys = Some(2);
+        let (mut o, _) = op(c.clone());
+        let mut outs = vec![o
+            .process(&batch(&[("a", 1, 1), ("b", 2, 1)]), None)
+            .unwrap()];
+        let out = o
+            .process(&batch(&[("c", 3, 1), ("a", 4, 1)]), None)
+            .unwrap();
+        // "a" was evicted (its [0, 10) emitted early with n=1): its row at 4 would
+        // reopen that window, so it is late.
+        assert_eq!(out.late.num_rows(), 1, "{scope:?}");
+        outs.push(out);
+        // The floor survives a snapshot.
+        let mut o =
+            Operator::restore(c.clone(), Arc::new(ManualClock::new(0)), &o.snapshot()).unwrap();
+        let out = o
+            .process(&batch(&[("d", 5, 1), ("a", 6, 1)]), None)
+            .unwrap();
+        assert_eq!(out.late.num_rows(), 1, "{scope:?}");
+        outs.push(out);
+        // A row of "a" after its floor opens a new window as usual.
+        outs.push(o.process(&batch(&[("a", 12, 1)]), None).unwrap());
+        outs.push(o.flush().unwrap());
+        assert_eq!(
+            emitted_twice(&outs),
+            Vec::<(String, i64)>::new(),
+            "{scope:?}"
+        );
+        let a: Vec<_> = outs
+            .iter()
+            .flat_map(|o| rows(&o.windows))
+            .filter(|r| r.0 == "a")
+            .map(|r| (r.1, r.3))
+            .collect();
+        assert_eq!(a, vec![(0, 1), (10, 1)], "{scope:?}");
+    }
+}
+
+#[test]
+fn an_expired_key_that_returns_reopens_no_window_it_emitted() {
+    let mut c = keyed_idle_cfg();
+    c.idle_timeout = None;
+    c.delay = 60;
+    c.state_ttl = Some(1_000);
+    let (mut o, clock) = op(c);
+    let mut outs = vec![o
+        .process(&batch(&[("a", 1, 1), ("b", 2, 1)]), None)
+        .unwrap()];
+    clock.advance(1_500);
+    outs.push(o.process(&batch(&[("b", 3, 1)]), None).unwrap());
+    let out = o.process(&batch(&[("a", 4, 1)]), None).unwrap();
+    assert_eq!(
+        out.late.num_rows(),
+        1,
+        "a's [0, 10) was emitted when it expired"
+    );
+    outs.push(out);
+    outs.push(o.flush().unwrap());
+    assert!(emitted_twice(&outs).is_empty());
+}
+
+#[test]
+fn a_flushed_operator_takes_no_more_rows() {
+    let (mut o, clock) = op(cfg(
+        WindowSpec::Tumbling {
+            size: 10,
+            offset: 0,
+        },
+        Scope::Global,
+    ));
+    o.process(&batch(&[("a", 1, 1)]), None).unwrap();
+    assert_eq!(o.flush().unwrap().windows.num_rows(), 1);
+    let err = o.process(&batch(&[("a", 2, 1)]), None).unwrap_err();
+    assert!(err.to_string().contains("flushed"), "{err}");
+    assert!(o.tick().is_err());
+    // Also after a snapshot.
+    let mut r = Operator::restore(o.config().clone(), Arc::new(clock), &o.snapshot()).unwrap();
+    assert!(r.process(&batch(&[("a", 3, 1)]), None).is_err());
+}

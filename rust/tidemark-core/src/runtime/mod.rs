@@ -41,12 +41,12 @@ use crate::clock::ClockRef;
 use crate::error::{Result, TidemarkError};
 use crate::key::{EncodedRows, KeyColumns, KeyRows};
 use crate::pipeline::reshard;
-use crate::pipeline::{
-    Operator, Output, PipelineConfig, PipelineMetrics, Progress, Scope, TimeMode,
-};
+use crate::pipeline::{Operator, Output, PipelineConfig, PipelineMetrics, Progress, Scope};
 use crate::route::{group_rows, HashAlgo, Router, RowGroups, Strategy};
 use crate::state::{self, Reader, SnapshotKind, Writer};
-use crate::time::{KeyedWatermarkMetrics, PartitionedWatermarkTracker};
+use crate::time::{
+    merged_partition_max, KeyedWatermarkMetrics, PartitionedWatermarkTracker, ScopeWatermark,
+};
 
 /// Starts a wall-clock measurement for the per-core metrics (busy time, latency).
 /// The one place the runtime reads the system clock: metrics only, never a result,
@@ -322,11 +322,8 @@ pub struct ShardedOperator {
     capacity: usize,
     created: Instant,
     clock: ClockRef,
-    // Coordinator state (the combined watermark).
-    watermark: i64,
-    global_max: i64,
-    partitions: PartitionedWatermarkTracker,
-    key_reported: i64,
+    /// Coordinator state: the watermark combined over the shards.
+    scope: ScopeWatermark,
     progress: Progress,
     /// Two-phase mode: shards emit partial aggregates, merged here per window.
     partial: bool,
@@ -465,10 +462,7 @@ impl ShardedOperator {
             op.set_partial_output(partial);
             workers.push(Worker::spawn(i, op, queue_capacity, cores > 1)?);
         }
-        let mut partitions = PartitionedWatermarkTracker::new()
-            .idle_timeout_ticks(cfg.idle_timeout)
-            .with_clock(clock.clone());
-        partitions.register_source(0, 0);
+        let scope = ScopeWatermark::new(&cfg, clock.clone());
         Ok(Self {
             cfg,
             router: Arc::new(router),
@@ -476,10 +470,7 @@ impl ShardedOperator {
             capacity: queue_capacity,
             created: stopwatch(),
             clock,
-            watermark: i64::MIN,
-            global_max: i64::MIN,
-            partitions,
-            key_reported: i64::MIN,
+            scope,
             progress: Progress::default(),
             partial,
             hot_share,
@@ -505,14 +496,7 @@ impl ShardedOperator {
 
     /// The combined watermark (as [`Operator::watermark`]).
     pub fn watermark(&self) -> Option<i64> {
-        let w = match self.cfg.scope {
-            Scope::Global => self.watermark,
-            Scope::Partition { .. } => self
-                .partitions
-                .current_watermark()
-                .map_or(i64::MIN, |w| w.timestamp()),
-            Scope::Key => self.key_reported,
-        };
+        let w = self.scope.current();
         (w != i64::MIN).then_some(w)
     }
 
@@ -522,15 +506,7 @@ impl ShardedOperator {
     }
 
     fn threshold(&self) -> Option<i64> {
-        match self.cfg.scope {
-            Scope::Global => Some(self.watermark),
-            Scope::Partition { .. } => Some(
-                self.partitions
-                    .current_watermark()
-                    .map_or(i64::MIN, |w| w.timestamp()),
-            ),
-            Scope::Key => None,
-        }
+        self.scope.threshold()
     }
 
     /// As [`Operator::set_lookup`]: every input row is joined with `lookup` (once,
@@ -781,51 +757,8 @@ impl ShardedOperator {
             .map(|p| p.on_time_max)
             .max()
             .unwrap_or(i64::MIN);
-        let mut partition_max: Vec<(u32, i64)> = Vec::new();
-        for p in &progress {
-            partition_max.extend(p.partition_max.iter().copied());
-        }
-        partition_max.sort_unstable();
-        partition_max.dedup_by(|later, earlier| {
-            // Sorted by (partition, time): keep the last (largest) per partition.
-            if later.0 == earlier.0 {
-                earlier.1 = earlier.1.max(later.1);
-                true
-            } else {
-                false
-            }
-        });
-        let close = match self.cfg.scope {
-            Scope::Global => {
-                self.global_max = self.global_max.max(on_time_max);
-                let w = match self.cfg.time {
-                    TimeMode::Processing => self.clock.now().saturating_mul(1_000),
-                    TimeMode::Event => self.global_max.saturating_sub(self.cfg.delay),
-                };
-                self.watermark = self.watermark.max(w);
-                self.watermark
-            }
-            Scope::Partition { .. } => {
-                self.partitions
-                    .observe_max_event_times(0, &partition_max, self.cfg.delay, true)?;
-                self.partitions.check_idle_partitions();
-                self.partitions
-                    .current_watermark()
-                    .map_or(i64::MIN, |w| w.timestamp())
-            }
-            Scope::Key => {
-                let active_min = progress.iter().filter_map(|p| p.key_parts.0).min();
-                let g = active_min.unwrap_or_else(|| {
-                    progress
-                        .iter()
-                        .map(|p| p.key_parts.1)
-                        .max()
-                        .unwrap_or(i64::MIN)
-                });
-                self.key_reported = self.key_reported.max(g);
-                g
-            }
-        };
+        let partition_max = merged_partition_max(progress.iter().copied());
+        let close = self.scope.advance(progress.iter().copied())?;
         self.progress = Progress {
             max_event_time,
             partition_max,
@@ -971,14 +904,14 @@ impl ShardedOperator {
         }
         let mut wr = Writer::new();
         wr.u32(self.workers.len() as u32);
-        wr.i64(self.watermark);
-        wr.i64(self.global_max);
-        wr.i64(self.key_reported);
+        wr.i64(self.scope.watermark);
+        wr.i64(self.scope.global_max);
+        wr.i64(self.scope.key_reported);
         wr.f64(self.hot_share.unwrap_or(f64::NAN));
         wr.u64(self.windows_out);
         wr.u64(self.hot_rows);
         wr.u64(self.rows_unmatched);
-        self.partitions.write_state(&mut wr);
+        self.scope.partitions.write_state(&mut wr);
         for w in &self.workers {
             let Reply::Snapshot(b) = w.recv()? else {
                 unreachable!("snapshot replies Snapshot")
@@ -1017,16 +950,18 @@ impl ShardedOperator {
             Some(bytes) => crate::pipeline::snapshot_input(&op.cfg, bytes)?,
             None => None,
         };
-        op.watermark = s.watermark;
-        op.global_max = s.global_max;
-        op.key_reported = s.key_reported;
+        op.scope.watermark = s.watermark;
+        op.scope.global_max = s.global_max;
+        op.scope.key_reported = s.key_reported;
         op.windows_out = s.windows_out;
         op.hot_rows = s.hot_rows;
         op.rows_unmatched = s.rows_unmatched;
-        op.partitions = PartitionedWatermarkTracker::new()
+        op.scope.partitions = PartitionedWatermarkTracker::new()
             .idle_timeout_ticks(op.cfg.idle_timeout)
             .with_clock(clock);
-        op.partitions.read_state(&mut Reader::new(&s.partitions))?;
+        op.scope
+            .partitions
+            .read_state(&mut Reader::new(&s.partitions))?;
         Ok(op)
     }
 }

@@ -1223,6 +1223,11 @@ impl KeyedWatermarkTracker {
         Watermark::from_raw(self.global)
     }
 
+    /// One more than the largest key slot ever handed out.
+    pub fn slot_bound(&self) -> usize {
+        self.keys.slot_bound()
+    }
+
     /// The minimum watermark over active keys right now (`None`: no active key), and
     /// the highest key watermark ever seen: the two inputs of the global watermark,
     /// for combining trackers that each hold a shard of the keys.

@@ -6,6 +6,7 @@ mod keyed;
 mod mintree;
 mod parse;
 mod partitioned;
+mod scope;
 mod watermark;
 
 pub use self::core::{CoreWatermarkState, WatermarkCoordinator};
@@ -20,4 +21,6 @@ pub use partitioned::{
     max_event_time_per_partition, PartitionId, PartitionWatermarkState,
     PartitionedWatermarkMetrics, PartitionedWatermarkTracker,
 };
+pub(crate) use scope::merged_partition_max;
+pub use scope::ScopeWatermark;
 pub use watermark::Watermark;

@@ -1,0 +1,179 @@
+//! The watermark of a pipeline's scope, combined over the operators that share it.
+//!
+//! Several operators may run one pipeline side by side: the cores of a
+//! [`crate::runtime::ShardedOperator`], or the state partitions of a Spark micro-batch.
+//! Each reports what its rows saw ([`Progress`]); [`ScopeWatermark::advance`] combines
+//! the reports into the one watermark they all close windows with, by the pipeline's
+//! rule:
+//!
+//! * global: `max(on-time event time) - delay` over every operator, monotonic;
+//! * per source partition: one watermark per partition (`max event time - delay`,
+//!   every row of the partition counting, late or not), combined by the minimum over
+//!   active partitions, idle ones excluded (all idle: the maximum); declared
+//!   partitions hold it back until they report or go idle;
+//! * per key: the minimum over every operator's active keys (none active: the highest
+//!   key watermark any reports), which closes idle keys' windows.
+//!
+//! The same rule serves one operator alone (it reports to itself), so a pipeline
+//! gives one answer on one core, on many, and spread over Spark tasks.
+
+use crate::clock::ClockRef;
+use crate::error::Result;
+use crate::pipeline::{PipelineConfig, Progress, Scope, TimeMode};
+use crate::state::{Reader, Writer};
+use crate::time::PartitionedWatermarkTracker;
+
+/// The combined watermark of a pipeline's scope (see the module docs).
+#[derive(Debug, Clone)]
+pub struct ScopeWatermark {
+    scope: Scope,
+    time: TimeMode,
+    delay: i64,
+    clock: ClockRef,
+    /// Global scope (and processing time): the watermark.
+    pub(crate) watermark: i64,
+    /// Global scope: the largest on-time event time seen.
+    pub(crate) global_max: i64,
+    /// Partition scope: one watermark per source partition.
+    pub(crate) partitions: PartitionedWatermarkTracker,
+    /// Key scope: the highest combined watermark reported.
+    pub(crate) key_reported: i64,
+}
+
+impl ScopeWatermark {
+    /// The scope watermark of `cfg` before any row (declared source partitions
+    /// registered).
+    pub fn new(cfg: &PipelineConfig, clock: ClockRef) -> Self {
+        let mut partitions = PartitionedWatermarkTracker::new()
+            .idle_timeout_ticks(cfg.idle_timeout)
+            .with_clock(clock.clone());
+        partitions.register_source(0, cfg.source_partitions.unwrap_or(0) as usize);
+        Self {
+            scope: cfg.scope.clone(),
+            time: cfg.time,
+            delay: cfg.delay,
+            clock,
+            watermark: i64::MIN,
+            global_max: i64::MIN,
+            partitions,
+            key_reported: i64::MIN,
+        }
+    }
+
+    /// The current watermark (`i64::MIN`: none yet): global, combined over source
+    /// partitions, or (key scope) the highest reported.
+    pub fn current(&self) -> i64 {
+        match self.scope {
+            Scope::Global => self.watermark,
+            Scope::Partition { .. } => self
+                .partitions
+                .current_watermark()
+                .map_or(i64::MIN, |w| w.timestamp()),
+            Scope::Key => self.key_reported,
+        }
+    }
+
+    /// The watermark rows of the next call are judged against: global and partition
+    /// scope; `None` per key (each key has its own).
+    pub fn threshold(&self) -> Option<i64> {
+        match self.scope {
+            Scope::Key => None,
+            _ => Some(self.current()),
+        }
+    }
+
+    /// Combines one call's progress of every operator into the watermark that closes
+    /// windows after it (per key: the global watermark closing idle keys' windows).
+    pub fn advance<'a>(&mut self, progress: impl IntoIterator<Item = &'a Progress>) -> Result<i64> {
+        let progress: Vec<&Progress> = progress.into_iter().collect();
+        Ok(match self.scope {
+            Scope::Global => {
+                let on_time = progress.iter().map(|p| p.on_time_max).max();
+                self.global_max = self.global_max.max(on_time.unwrap_or(i64::MIN));
+                let w = match self.time {
+                    TimeMode::Processing => self.clock.now().saturating_mul(1_000),
+                    TimeMode::Event => self.global_max.saturating_sub(self.delay),
+                };
+                self.watermark = self.watermark.max(w);
+                self.watermark
+            }
+            Scope::Partition { .. } => {
+                let mut maxima = merged_partition_max(progress.iter().copied());
+                maxima.retain(|&(_, t)| t != i64::MIN);
+                self.partitions
+                    .observe_max_event_times(0, &maxima, self.delay, true)?;
+                self.partitions.check_idle_partitions();
+                self.current()
+            }
+            Scope::Key => {
+                let active_min = progress.iter().filter_map(|p| p.key_parts.0).min();
+                let g = active_min.unwrap_or_else(|| {
+                    progress
+                        .iter()
+                        .map(|p| p.key_parts.1)
+                        .max()
+                        .unwrap_or(i64::MIN)
+                });
+                self.key_reported = self.key_reported.max(g);
+                g
+            }
+        })
+    }
+
+    /// Writes the state (see [`Self::read_state`]).
+    pub fn write_state(&self, w: &mut Writer) {
+        w.i64(self.watermark);
+        w.i64(self.global_max);
+        w.i64(self.key_reported);
+        self.partitions.write_state(w);
+    }
+
+    /// Restores state written by [`Self::write_state`] into a fresh scope watermark.
+    pub fn read_state(&mut self, r: &mut Reader<'_>) -> Result<()> {
+        self.watermark = r.i64()?;
+        self.global_max = r.i64()?;
+        self.key_reported = r.i64()?;
+        self.partitions = PartitionedWatermarkTracker::new()
+            .idle_timeout_ticks(self.partitions.idle_timeout())
+            .with_clock(self.clock.clone());
+        self.partitions.read_state(r)
+    }
+
+    /// The state as bytes (for a driver that keeps it between micro-batches).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        self.write_state(&mut w);
+        w.finish()
+    }
+
+    /// A scope watermark of `cfg` restored from [`Self::to_bytes`].
+    pub fn from_bytes(cfg: &PipelineConfig, clock: ClockRef, bytes: &[u8]) -> Result<Self> {
+        let mut s = Self::new(cfg, clock);
+        let mut r = Reader::new(bytes);
+        s.read_state(&mut r)?;
+        r.finish()?;
+        Ok(s)
+    }
+}
+
+/// The largest event time per source partition over several operators' progress,
+/// sorted by partition.
+pub(crate) fn merged_partition_max<'a>(
+    progress: impl Iterator<Item = &'a Progress>,
+) -> Vec<(u32, i64)> {
+    let mut all: Vec<(u32, i64)> = Vec::new();
+    for p in progress {
+        all.extend(p.partition_max.iter().copied());
+    }
+    all.sort_unstable();
+    all.dedup_by(|later, earlier| {
+        // Sorted by (partition, time): keep the last (largest) per partition.
+        if later.0 == earlier.0 {
+            earlier.1 = earlier.1.max(later.1);
+            true
+        } else {
+            false
+        }
+    });
+    all
+}
