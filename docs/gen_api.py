@@ -26,6 +26,7 @@ SECTIONS: list[tuple[str, object, list[str]]] = [
             "Operator",
             "Output",
             "BoundedOutOfOrderness",
+            "ScopeWatermark",
             "Tumbling",
             "Sliding",
             "Session",
@@ -75,6 +76,7 @@ SECTIONS: list[tuple[str, object, list[str]]] = [
         tm,
         [
             "TidemarkError",
+            "TidemarkWarning",
             "ConfigError",
             "UnknownEventTimeTypeError",
             "MissingColumnError",

@@ -196,10 +196,11 @@ def main(tmp: str) -> None:
     assert last is not None and last["input_rows"] == tables[-1].num_rows, last
     assert last["layout"] == "driver", last
     # A damaged state file surfaces on this client as tm.StateCorruptedError naming it.
-    snap = work / "default" / "state" / "partitions" / "1" / "3.snap"  # the flush: batch 3
+    # Rows after the flush (batch 3) run as batch 3 again, from batch 2's state.
+    snap = work / "default" / "state" / "partitions" / "1" / "2.snap"
     snap.write_bytes(snap.read_bytes()[:-10])
     try:
-        proc(spark.read.parquet(str(work / "in" / "part-0.parquet")), 4)
+        proc(spark.read.parquet(str(work / "in" / "part-0.parquet")), 3)
     except tm.StateCorruptedError as e:
         assert str(snap) in str(e) and "truncated" in str(e), e
     else:

@@ -91,7 +91,13 @@ def test_an_array_where_a_table_is_expected_is_a_clear_type_error() -> None:
     operator: a TypeError that says what to pass, not pyarrow's import error."""
     with pytest.raises(TypeError, match=r"parse_event_time\(values, event_time_type='iso8601'\)"):
         tm.parse_event_time(pa.array(["2026-01-01"]), "iso8601")
-    pipe = tm.Pipeline(key=None, event_time="ts", window=tm.Tumbling("10s"), aggs={"n": tm.count()})
+    pipe = tm.Pipeline(
+        watermark=tm.BoundedOutOfOrderness("0s"),
+        key=None,
+        event_time="ts",
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count()},
+    )
     for data in (pa.array([1]), pl.Series("ts", [1])):
         with pytest.raises(TypeError, match=r"tabular data with named columns.*pa\.table"):
             pipe.operator().process(data)

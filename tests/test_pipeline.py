@@ -198,6 +198,7 @@ def test_output_types_follow_the_input() -> None:
         assert out.windows.column("window_start")[0].as_py() == T0
     ints = pa.table({"d": pa.array([7, 7], pa.int16()), "ts": [1_000, 60_000], "v": [1, 2]})
     pipe = tm.Pipeline(
+        watermark=tm.BoundedOutOfOrderness("0s"),
         key="d",
         event_time="ts",
         event_time_type="unixtimestamp_ms",
@@ -224,6 +225,7 @@ def test_key_types_round_trip() -> None:
         }
     )
     pipe = tm.Pipeline(
+        watermark=tm.BoundedOutOfOrderness("0s"),
         key=["region", "id", "name"],
         event_time="ts",
         window=tm.Tumbling("1s"),
@@ -714,6 +716,7 @@ def test_state_ttl_bounds_state_of_keys_that_stop_reporting() -> None:
     assert (m["keys_expired"], m["windows_expired"], m["keys"]) == (1, 1, 1)
     with pytest.raises(tm.ConfigError, match="state_ttl"):
         tm.Pipeline(
+            watermark=tm.BoundedOutOfOrderness("0s"),
             key="device",
             event_time="ts",
             event_time_type="unixtimestamp_ms",
@@ -818,7 +821,12 @@ def test_processing_time_pipelines_need_no_event_time_column() -> None:
     assert sorted(op.tick().windows.column("n").to_pylist()) == [1, 2]
     # An event-time pipeline still names its column.
     with pytest.raises(tm.ConfigError, match=r"event_time must be a column name, got None"):
-        tm.Pipeline(key="k", window=tm.Tumbling("10s"), aggs={"n": tm.count()})
+        tm.Pipeline(
+            watermark=tm.BoundedOutOfOrderness("0s"),
+            key="k",
+            window=tm.Tumbling("10s"),
+            aggs={"n": tm.count()},
+        )
 
 
 @pytest.mark.parametrize("cores", [1, 2])
@@ -850,6 +858,7 @@ def test_operators_pickle_with_their_state_clock_and_lookup(cores: int) -> None:
 
 def test_enrich_errors_are_clear() -> None:
     base = tm.Pipeline(
+        watermark=tm.BoundedOutOfOrderness("0s"),
         key="device",
         event_time="ts",
         event_time_type="unixtimestamp_ms",

@@ -184,6 +184,7 @@ def test_configuration_errors() -> None:
     with pytest.raises(tm.ConfigError, match="queue_capacity"):
         pipe.operator(cores=2, queue_capacity=0)
     glob = tm.Pipeline(
+        watermark=tm.BoundedOutOfOrderness("0s"),
         key=None,
         event_time="ts",
         event_time_type="unixtimestamp_ms",
@@ -274,7 +275,8 @@ def test_threads_start_with_the_operator_not_at_import() -> None:
         "import tidemark as tm\n"
         "imported = n()\n"
         "pipe = tm.Pipeline(key='k', event_time='ts', event_time_type='unixtimestamp_ms',\n"
-        "    window=tm.Tumbling('5s'), aggs={'n': tm.count()})\n"
+        "    window=tm.Tumbling('5s'), aggs={'n': tm.count()},\n"
+        "    watermark=tm.BoundedOutOfOrderness('5s'))\n"
         "op = pipe.operator(cores=3)\n"
         "running = n()\n"
         "del op; gc.collect()\n"

@@ -42,20 +42,20 @@ def test_files_are_read_where_pyarrow_reads_them_as_spark_does(tmp_path: Path) -
     base = _table()
     ok = write("ok.parquet", base)
     got = read_batch_files([ok, ok], WANT)
-    assert got is not None and got.equals(pa.concat_tables([base, base]).cast(WANT))
+    assert isinstance(got, pa.Table) and got.equals(pa.concat_tables([base, base]).cast(WANT))
     # Columns are read by name, in the asked order, others left out.
     got = read_batch_files([ok], pa.schema([WANT.field("value"), WANT.field("device")]))
-    assert got is not None and got.column_names == ["value", "device"]
+    assert isinstance(got, pa.Table) and got.column_names == ["value", "device"]
     # Widths Spark does not see: strings as large_string, timestamps in ms, another zone.
     large = pa.schema([WANT.field("device").with_type(pa.large_string())])
     got = read_batch_files([ok], large)
-    assert got is not None and got.column("device").to_pylist() == ["a", "b", None]
+    assert isinstance(got, pa.Table) and got.column("device").to_pylist() == ["a", "b", None]
     ms = _table(ts=base.column("ts").cast(pa.timestamp("ms", tz="Europe/Paris")))
     got = read_batch_files([write("ms.parquet", ms)], WANT)
-    assert got is not None and got.column("ts").equals(base.column("ts"))
+    assert isinstance(got, pa.Table) and got.column("ts").equals(base.column("ts"))
     categories = _table(device=pa.array(["a", "b", None]).dictionary_encode())
     got = read_batch_files([write("dictionary.parquet", categories)], WANT)
-    assert got is not None and got.equals(base.cast(WANT))
+    assert isinstance(got, pa.Table) and got.equals(base.cast(WANT))
     assert read_batch_files([], WANT) == WANT.empty_table()
 
     refused = {
@@ -69,17 +69,19 @@ def test_files_are_read_where_pyarrow_reads_them_as_spark_does(tmp_path: Path) -
         "a dictionary of other values": _table(device=pa.array([1, 2, None]).dictionary_encode()),
     }
     for why, table in refused.items():
-        assert read_batch_files([ok, write(f"{why}.parquet", table)], WANT) is None, why
+        assert isinstance(read_batch_files([ok, write(f"{why}.parquet", table)], WANT), str), why
     int96 = write("int96.parquet", base, use_deprecated_int96_timestamps=True)
-    assert read_batch_files([int96], WANT) is None
+    # The reason names what to change: Spark writes INT96 timestamps by default.
+    assert "INT96" in str(read_batch_files([int96], WANT))
     legacy = base.replace_schema_metadata({"org.apache.spark.legacyDateTime": ""})
-    assert read_batch_files([write("legacy.parquet", legacy)], WANT) is None
-    assert read_batch_files([(tmp_path / "gone.parquet").as_uri()], WANT) is None
-    assert read_batch_files(["s3a://bucket/x.parquet"], WANT) is None
+    assert "legacy" in str(read_batch_files([write("legacy.parquet", legacy)], WANT))
+    assert isinstance(read_batch_files([(tmp_path / "gone.parquet").as_uri()], WANT), str)
+    assert isinstance(read_batch_files(["s3a://bucket/x.parquet"], WANT), str)
     dotted = pa.schema([pa.field("a.b", pa.int64())])
-    assert read_batch_files([write("dotted.parquet", pa.table({"a.b": [1]}))], dotted) is None
+    got = read_batch_files([write("dotted.parquet", pa.table({"a.b": [1]}))], dotted)
+    assert isinstance(got, str)
     (tmp_path / "bad.parquet").write_bytes(b"not parquet")
-    assert read_batch_files([(tmp_path / "bad.parquet").as_uri()], WANT) is None
+    assert isinstance(read_batch_files([(tmp_path / "bad.parquet").as_uri()], WANT), str)
 
 
 def _run(

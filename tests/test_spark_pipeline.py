@@ -16,6 +16,12 @@ import tidemark as tm
 from tidemark.spark import StreamProcessor, aggregate
 
 pytestmark = pytest.mark.spark
+
+
+def NO_SINK(df: Any, batch_id: int) -> None:
+    """A sink that writes nothing (the batch's tasks still run, for its state)."""
+
+
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
 
@@ -133,6 +139,7 @@ def test_error_rows_known_from_the_input_match_the_pipelines(spark: Any) -> None
         rows, "`dev.id` string, k2 int, ts timestamp, value double, reason string"
     )
     pipe = tm.Pipeline(
+        watermark=tm.BoundedOutOfOrderness("0s"),
         key=["dev.id", "k2"],
         event_time="ts",
         window=tm.Tumbling("1m"),
@@ -176,7 +183,11 @@ def test_error_rows_known_from_the_input_match_the_pipelines(spark: Any) -> None
         "length(`dev.id`) < 10 OR `dev.id` IS NULL"
     )
     daily = tm.Pipeline(
-        key=["dev.id", "k2"], event_time="day", window=tm.Tumbling("1d"), aggs={"n": tm.count()}
+        watermark=tm.BoundedOutOfOrderness("0s"),
+        key=["dev.id", "k2"],
+        event_time="day",
+        window=tm.Tumbling("1d"),
+        aggs={"n": tm.count()},
     )
     by_day = aggregate(dates, daily, num_partitions=2)
     assert by_day.combined is None
@@ -190,6 +201,7 @@ def test_error_rows_known_from_the_input_match_the_pipelines(spark: Any) -> None
             "device string, ms long",
         )
         by_ms = tm.Pipeline(
+            watermark=tm.BoundedOutOfOrderness("0s"),
             key="device",
             event_time="ms",
             event_time_type=f"unixtimestamp_{unit}",
@@ -232,7 +244,12 @@ def test_error_rows_known_from_the_input_match_the_pipelines(spark: Any) -> None
     # Where the pipeline can fail a row for more, its result is persisted as before.
     for other in (
         tm.Pipeline(
-            key="k2", event_time="ts", window=tm.Tumbling("1m"), aggs={"n": tm.count()}, max_keys=10
+            watermark=tm.BoundedOutOfOrderness("0s"),
+            key="k2",
+            event_time="ts",
+            window=tm.Tumbling("1m"),
+            aggs={"n": tm.count()},
+            max_keys=10,
         ),
     ):
         res = aggregate(df, other, num_partitions=2)
@@ -427,6 +444,7 @@ def test_batch_aggregate_with_a_broadcast_lookup(spark: Any) -> None:
     res.unpersist()
     by_site = pipe.without_lookup().enrich(pa.table({"device": ["d0"], "site": ["n"]}), on="device")
     site_key = tm.Pipeline(
+        watermark=tm.BoundedOutOfOrderness("0s"),
         key="site",
         event_time="ts",
         window=tm.Tumbling("1m"),
@@ -1428,7 +1446,7 @@ def test_keys_with_a_collation_are_a_clear_error(spark: Any, tmp_path: Path) -> 
     with pytest.raises(ConfigError, match=r"F.collate\(F.lower"):
         aggregate(collated, pipe)
     with pytest.raises(ConfigError, match="UTF8_LCASE"):
-        StreamProcessor(pipe, str(tmp_path / "state"), 2, sink=None)(collated, 0)
+        StreamProcessor(pipe, str(tmp_path / "state"), 2, sink=NO_SINK)(collated, 0)
     # Either way the user means works.
     lower = collated.withColumn("device", F.collate(F.lower("device"), "UTF8_BINARY"))
     assert {r.device: r.n for r in aggregate(lower, pipe).windows.collect()} == {"dev": 4}
@@ -1467,7 +1485,7 @@ def test_column_names_with_dots_spaces_and_backticks(spark: Any, tmp_path: Path)
         assert rows_of(res.windows, cols) == want, kw
         (err,) = res.errors.collect()
         assert (err["user.id"], err["v`x"], err["reason"]) == ("u1", 1.0, "event time is null")
-    proc = StreamProcessor(pipe, str(tmp_path / "state"), num_partitions=2, sink=None)
+    proc = StreamProcessor(pipe, str(tmp_path / "state"), num_partitions=2, sink=NO_SINK)
     proc(df.filter("`event.time` IS NOT NULL"), 0)
     assert proc.last_progress["input_rows"] == 40
     r = tm.Reorder("event.time", late_tolerance="1m")
@@ -1500,9 +1518,15 @@ def test_rows_windows_on_spark_batch_and_streaming(spark: Any, tmp_path: Path) -
 
 
 def test_global_aggregate_streams_on_one_state_partition(tmp_path: Path) -> None:
-    glob = tm.Pipeline(key=None, event_time="ts", window=tm.Tumbling("1m"), aggs={"n": tm.count()})
-    assert StreamProcessor(glob, str(tmp_path / "a")).num_partitions == 1
-    assert StreamProcessor(pipeline(), str(tmp_path / "b")).num_partitions == 8
+    glob = tm.Pipeline(
+        watermark=tm.BoundedOutOfOrderness("0s"),
+        key=None,
+        event_time="ts",
+        window=tm.Tumbling("1m"),
+        aggs={"n": tm.count()},
+    )
+    assert StreamProcessor(glob, str(tmp_path / "a"), sink=NO_SINK).num_partitions == 1
+    assert StreamProcessor(pipeline(), str(tmp_path / "b"), sink=NO_SINK).num_partitions == 8
     with pytest.raises(tm.ConfigError, match="num_partitions=1"):
         StreamProcessor(glob, str(tmp_path / "c"), num_partitions=3)
 
@@ -1543,13 +1567,13 @@ def test_streaming_state_errors(spark: Any, tmp_path: Path) -> None:
     for i, t in enumerate(batches):
         proc(spark.createDataFrame(t.to_pandas(), schema), i)
     with pytest.raises(tm.StateCorruptedError, match="different pipeline configuration"):
-        StreamProcessor(pipeline("global"), str(tmp_path / "state"), num_partitions=2)(
+        StreamProcessor(pipeline("global"), str(tmp_path / "state"), 2, sink=NO_SINK)(
             spark.createDataFrame(batches[0].to_pandas(), schema), 2
         )
     # A second query (a new checkpoint: batch ids from 0 again) on this state is told
     # so, not run as a replay against the first query's recorded watermarks.
     with pytest.raises(tm.StateCorruptedError, match=r"holds batches up to 1.*another query"):
-        StreamProcessor(pipe, str(tmp_path / "state"), num_partitions=2)(
+        StreamProcessor(pipe, str(tmp_path / "state"), num_partitions=2, sink=NO_SINK)(
             spark.createDataFrame(batches[0].to_pandas(), schema), 0
         )
     df = spark.createDataFrame(batches[0].to_pandas(), schema)
@@ -1593,7 +1617,7 @@ def test_start_fresh_discards_another_querys_state(spark: Any, tmp_path: Path) -
     def frame(b: int) -> Any:
         return spark.createDataFrame(batches[b].to_pandas(), schema)
 
-    old = StreamProcessor(pipe, state, 2)
+    old = StreamProcessor(pipe, state, 2, sink=NO_SINK)
     for b in range(5):  # retention 3: records of batches 2..4 remain
         old(frame(b), b)
     got: list[tuple] = []
@@ -1699,6 +1723,7 @@ def test_entry_points_refuse_wrong_arguments_when_called(spark: Any, tmp_path: P
     ):
         ReorderStream(tm.Reorder("ts"), state, late_sink=lambda d, b: None)
     dropping = tm.Pipeline(
+        watermark=tm.BoundedOutOfOrderness("0s"),
         key="device",
         event_time="ts",
         window=tm.Tumbling("1m"),

@@ -20,6 +20,7 @@ __all__ = [
     "ReorderOperator",
     "Router",
     "RowsOperator",
+    "ScopeWatermark",
     "ShardedOperator",
     "SystemClock",
     "TimerService",

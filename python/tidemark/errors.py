@@ -32,6 +32,7 @@ __all__ = [
     "SourceNotFoundError",
     "StateCorruptedError",
     "TidemarkError",
+    "TidemarkWarning",
     "UnknownEventTimeTypeError",
     "UnknownPartitionError",
     "WatermarkError",
@@ -88,3 +89,8 @@ class ArrowDataError(TidemarkError, ValueError):
 
 class InternalError(TidemarkError):
     """A bug in tidemark: a Rust panic caught at the boundary. Please report it."""
+
+
+class TidemarkWarning(UserWarning):
+    """Something tidemark did that the user may not expect (rows dropped without a
+    late sink, a Spark watermark that does not apply); said once per processor."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy as _copy
 import datetime as _dt
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -106,8 +107,9 @@ class BoundedOutOfOrderness:
     none is judged by the others' progress before it reports.
 
     >>> import tidemark as tm
-    >>> tm.BoundedOutOfOrderness("5s", per="partition", partitions=8, idle_timeout="1m")
-    BoundedOutOfOrderness(delay='5s', per='partition', idle_timeout='1m', partition_column='partition', partitions=8)
+    >>> wm = tm.BoundedOutOfOrderness("5s", per="partition", partitions=8, idle_timeout="1m")
+    >>> wm.partitions, wm.partition_column
+    (8, 'partition')
     """
 
     delay: Duration = "0s"
@@ -203,6 +205,17 @@ class Agg:
     kind: str
     column: str | None = None
     ddof: int = 1
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.ddof, bool)
+            or not isinstance(self.ddof, int)
+            or not 0 <= self.ddof <= 255
+        ):
+            raise ConfigError(
+                f"{self.kind}(ddof=...): ddof must be an int from 0 (population) to 255, "
+                f"got {self.ddof!r}"
+            )
 
 
 def count(column: str | None = None) -> Agg:
@@ -321,7 +334,9 @@ class Pipeline:
         A registered event-time type (``"unixtimestamp_ms"``, ``"iso8601"``, or one
         registered with :func:`tidemark.register_event_time_type`).
     watermark : BoundedOutOfOrderness
-        How the watermark is computed and at which scope.
+        How the watermark is computed and at which scope. Required for event-time
+        windows (a :class:`ConfigError` without it, as Spark requires
+        ``withWatermark``); ROWS windows and ``time="processing"`` have none.
     window : Tumbling, Sliding or Session
         The window.
     aggs : dict of str to Agg
@@ -398,6 +413,20 @@ class Pipeline:
                 raise ConfigError(
                     f"aggs[{name!r}] must be an aggregate such as tm.sum('value'), got {agg!r}"
                 )
+        if watermark is None and time == "event" and not isinstance(window, Rows):
+            # A default would drop rows silently (with 0 s of delay every row behind
+            # the newest one is late); Spark too makes the user call withWatermark.
+            raise ConfigError(
+                "watermark is required: say how far behind the newest event a row may "
+                'arrive, e.g. watermark=tm.BoundedOutOfOrderness("10s") (what Spark\'s '
+                'df.withWatermark("ts", "10 seconds") says), with per="key" or '
+                'per="partition" for one watermark per key or source partition; rows '
+                "behind it go to the late output"
+            )
+        if max_keys is not None and (
+            isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1
+        ):
+            raise ConfigError(f"max_keys must be an int >= 1 (or None), got {max_keys!r}")
         wm = watermark or BoundedOutOfOrderness()
         if not isinstance(wm, BoundedOutOfOrderness):
             raise ConfigError("watermark must be tm.BoundedOutOfOrderness(...)")
@@ -478,7 +507,8 @@ class Pipeline:
         >>> import pyarrow as pa, tidemark as tm
         >>> sites = pa.table({"device": [1, 2], "site": ["north", "south"]})
         >>> pipe = tm.Pipeline(key="site", event_time="ts", event_time_type="unixtimestamp_ms",
-        ...                    window=tm.Tumbling("10s"), aggs={"n": tm.count()})
+        ...                    window=tm.Tumbling("10s"), aggs={"n": tm.count()},
+        ...                    watermark=tm.BoundedOutOfOrderness("5s"))
         >>> op = pipe.enrich(sites, on="device").operator()
         >>> out = op.process(pa.table({"device": [1, 2, 1], "ts": [1_000, 2_000, 3_000]}))
         >>> sorted((r["site"], r["n"]) for r in op.flush().windows.to_pylist())
@@ -657,7 +687,7 @@ class Lookup:
 class Operator:
     """The stateful operator of a :class:`Pipeline` (see ``Pipeline.operator()``)."""
 
-    __slots__ = ("_inner", "_options", "_pipeline", "pinned")
+    __slots__ = ("_inner", "_lock", "_options", "_pipeline", "pinned")
 
     def __init__(
         self,
@@ -672,6 +702,9 @@ class Operator:
         ordered: bool = True,
     ) -> None:
         self._pipeline = pipeline
+        # One call at a time: a second thread waits for the first (the native operator
+        # runs with the GIL released and refuses a concurrent call).
+        self._lock = threading.Lock()
         # What a pickled copy is built with (see __reduce__).
         self._options: dict[str, Any] = {
             "clock": clock,
@@ -762,7 +795,9 @@ class Operator:
         ``toArrow()`` (for work spread over a cluster, see :mod:`tidemark.spark`).
         A flushed operator takes no more rows (:class:`ConfigError`).
         """
-        return Output(*self._inner.process(*self._parsed(data)))
+        table, parsed = self._parsed(data)
+        with self._lock:
+            return Output(*self._inner.process(table, parsed))
 
     def ingest(self, data: ArrowData) -> None:
         """The first half of :meth:`process`, for operators that each hold part of a
@@ -770,13 +805,16 @@ class Operator:
         and advances this operator's own watermarks (see :meth:`progress`), but closes
         nothing. Combine every operator's :meth:`progress` with
         :class:`ScopeWatermark`, then call :meth:`complete` on each."""
-        self._single("ingest").ingest(*self._parsed(data))
+        table, parsed = self._parsed(data)
+        with self._lock:
+            self._single("ingest").ingest(table, parsed)
 
     def complete(self, close_watermark: int | None = None) -> Output:
         """The second half of :meth:`process`: closes the windows that
         ``close_watermark`` (combined over every operator of the scope; ``None``: this
         operator's own) passed and returns the call's output."""
-        return Output(*self._single("complete").complete(close_watermark))
+        with self._lock:
+            return Output(*self._single("complete").complete(close_watermark))
 
     def tick(self) -> Output:
         """A call without rows: time moves on by itself.
@@ -787,16 +825,19 @@ class Operator:
         their windows. An operator restored from a snapshot does this before its
         first batch too; a fresh one has nothing to close (tables without columns).
         """
-        return Output(*self._inner.tick())
+        with self._lock:
+            return Output(*self._inner.tick())
 
     def flush(self) -> Output:
         """End of input: closes every open window and returns them."""
-        return Output(*self._inner.flush())
+        with self._lock:
+            return Output(*self._inner.flush())
 
     def snapshot(self) -> bytes:
         """The whole state (windows, aggregates, timers, watermarks) as bytes:
         versioned, checksummed, tied to this pipeline's configuration."""
-        return bytes(self._inner.snapshot())
+        with self._lock:
+            return bytes(self._inner.snapshot())
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickles as its pipeline, snapshot and options. The clock travels in the
@@ -881,7 +922,9 @@ class ScopeWatermark:
 
     __slots__ = ("_inner",)
 
-    def __init__(self, pipeline: Pipeline, state: bytes | None = None, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self, pipeline: Pipeline, state: bytes | None = None, *, clock: Clock | None = None
+    ) -> None:
         self._inner = _native.ScopeWatermark(pipeline._config, native_clock(clock), state)
 
     def advance(self, progress: list[dict[str, Any]]) -> int | None:

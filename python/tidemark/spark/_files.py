@@ -78,11 +78,11 @@ def _plain_columns(exprs: Any) -> bool:
     return all(_simple_name(exprs.apply(i)) == "AttributeReference" for i in range(exprs.size()))
 
 
-def batch_files(df: Any) -> list[str] | None:
+def batch_files(df: Any) -> list[str] | str:
     """The files of ``df``'s micro-batch, if ``df`` is ``foreachBatch``'s DataFrame of
     a query whose plan is a bare Parquet file scan (see the module's text), as
-    URIs; else ``None``. Reads Spark's plan through the JVM: under Spark Connect, or
-    where anything is not as described, ``None``."""
+    URIs; else why not (a reason for the progress). Reads Spark's plan through the
+    JVM: under Spark Connect, or where anything is not as described, a reason."""
     try:
         jdf = df._jdf
         analyzed = jdf.queryExecution().analyzed()
@@ -90,41 +90,45 @@ def batch_files(df: Any) -> list[str] | None:
         while _simple_name(analyzed) == "Project" and _plain_columns(analyzed.projectList()):
             analyzed = analyzed.child()
         if _simple_name(analyzed) != "LogicalRDD":
-            return None
+            return "not foreachBatch's DataFrame (or one derived from it by more than a selection)"
         spark = df.sparkSession
         # foreachBatch runs inside the micro-batch's SQL execution, on the JVM thread
         # that called Python (py4j's pinned threads): its id names the query's plan.
         eid = spark._jsparkSession.sparkContext().getLocalProperty("spark.sql.execution.id")
         if eid is None:
-            return None
+            return "no SQL execution (called outside foreachBatch)"
         qe = spark._jvm.org.apache.spark.sql.execution.SQLExecution.getQueryExecution(int(eid))
         # The DataFrame foreachBatch made of that plan holds its RDD: the same object.
         if qe is None or not qe.toRdd().equals(analyzed.rdd()):
-            return None
+            return "not foreachBatch's DataFrame of this micro-batch"
         node = qe.executedPlan()
         while _simple_name(node) != "FileSourceScanExec":
             name = _simple_name(node)
             if name == "ProjectExec":
                 if not _plain_columns(node.projectList()):
-                    return None
+                    return "the query computes columns"
             elif name not in _PASS_THROUGH:
-                return None
+                return f"the query's plan is not a bare file scan ({name})"
             children = node.children()
             if children.size() != 1:
-                return None
+                return f"the query's plan is not a bare file scan ({name})"
             node = children.apply(0)
         rel = node.relation()
-        if _simple_name(rel.fileFormat()) != "ParquetFileFormat":
-            return None
-        if rel.partitionSchema().size() != 0 or node.dataFilters().size() != 0:
-            return None
+        fmt = _simple_name(rel.fileFormat())
+        if fmt != "ParquetFileFormat":
+            return f"not a Parquet source ({fmt})"
+        if rel.partitionSchema().size() != 0:
+            return "partition columns"
+        if node.dataFilters().size() != 0:
+            return "the scan filters rows"
         keys = rel.options().keySet().iterator()
         while keys.hasNext():
-            if str(keys.next()).lower() not in _FILE_CHOICE_OPTIONS:
-                return None
+            key = str(keys.next())
+            if key.lower() not in _FILE_CHOICE_OPTIONS:
+                return f"reading option {key!r}"
         return [str(f) for f in rel.location().inputFiles()]
-    except Exception:  # Spark internals it does not promise: read through Spark
-        return None
+    except Exception as e:  # Spark internals it does not promise: read through Spark
+        return f"Spark's plan could not be read ({type(e).__name__})"
 
 
 def _readable_as(file_type: pa.DataType, want: pa.DataType) -> bool:
@@ -148,9 +152,9 @@ def _readable_as(file_type: pa.DataType, want: pa.DataType) -> bool:
     return False
 
 
-def read_batch_files(files: list[str], schema: pa.Schema) -> pa.Table | None:
+def read_batch_files(files: list[str], schema: pa.Schema) -> pa.Table | str:
     """The rows of ``files`` (Parquet, as URIs), columns ``schema.names`` cast to
-    ``schema``, or ``None`` where a file is not one Spark and pyarrow read alike (see
+    ``schema``, or why not, where a file is not one Spark and pyarrow read alike (see
     the module's text) or cannot be read."""
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
@@ -162,23 +166,35 @@ def read_batch_files(files: list[str], schema: pa.Schema) -> pa.Table | None:
             with fs.open_input_file(path) as f:
                 pf = pq.ParquetFile(f)
                 meta = pf.metadata.metadata or {}
-                if any(k in meta for k in _LEGACY_KEYS):
-                    return None
+                legacy = [k.decode() for k in _LEGACY_KEYS if k in meta]
+                if legacy:
+                    return f"{uri}: written with Spark's legacy calendar ({legacy[0]})"
                 arrow = pf.schema_arrow
                 for field in schema:
                     if "." in field.name:
-                        return None  # pyarrow would take it for a nested column's path
+                        # pyarrow would take it for a nested column's path
+                        return f"column {field.name!r} has a dot in its name"
                     lower = field.name.lower()
                     same = [n for n in arrow.names if n.lower() == lower]
                     if same != [field.name]:
-                        return None  # missing, in another case, or ambiguous to Spark
+                        # missing, in another case, or ambiguous to Spark
+                        return f"{uri}: column {field.name!r} is missing or differs in case"
                     # INT96 timestamps come as nanoseconds, which Spark reads
                     # otherwise (with its rebase rules): refused here by their unit.
-                    if not _readable_as(arrow.field(field.name).type, field.type):
-                        return None
+                    got = arrow.field(field.name).type
+                    if not _readable_as(got, field.type):
+                        why = (
+                            "INT96 or nanosecond timestamps (Spark's default for its own "
+                            "files: spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS "
+                            "writes them readable)"
+                            if pa.types.is_timestamp(got) and got.unit == "ns"
+                            else f"{got} where Spark reads {field.type}"
+                        )
+                        return f"{uri}: column {field.name!r}: {why}"
                 tables.append(pf.read(columns=schema.names))
         if not tables:
             return schema.empty_table()
         return pa.concat_tables([t.cast(schema) for t in tables])
-    except Exception:  # unreadable here (a file system pyarrow lacks, a bad file):
-        return None  # Spark reads it, by its own rules (ignoreCorruptFiles, ...)
+    except Exception as e:  # unreadable here (a file system pyarrow lacks, a bad file):
+        # Spark reads it, by its own rules (ignoreCorruptFiles, ...)
+        return f"pyarrow cannot read the files ({type(e).__name__})"

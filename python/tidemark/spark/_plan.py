@@ -122,10 +122,15 @@ class Plan:
         if missing:
             from tidemark.errors import ConfigError
 
+            why = (
+                " (Spark routes rows by the pipeline's keys before the lookup join, so keys "
+                "must be input columns; aggregates may use lookup columns)"
+                if pipe.lookup is not None
+                else ""
+            )
             raise ConfigError(
-                f"key column(s) {missing} are not columns of the DataFrame: Spark routes "
-                "rows by the pipeline's keys before the lookup join, so keys must be input "
-                "columns (aggregates may use lookup columns)"
+                f"key column(s) {missing} are not columns of the DataFrame; it has "
+                f"{', '.join(df_schema.fieldNames())}{why}"
             )
         collated = collated_columns(df_schema, pipe.key)
         if collated:

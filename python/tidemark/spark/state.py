@@ -47,7 +47,9 @@ class StateStore:
             fs, root = pafs.FileSystem.from_uri(location)
         else:
             fs, root = pafs.LocalFileSystem(), os.path.abspath(location)
-        self.location = location
+        # Resolved here, on the driver: pickled to executors, a relative path would
+        # be read against each executor's own working directory.
+        self.location = location if "://" in location else root
         self.fs: Any = fs
         self.root = root.rstrip("/")
         # A local store answers each read in microseconds (no request to overlap).

@@ -52,6 +52,7 @@ import functools
 import os
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -60,7 +61,7 @@ import pyarrow as pa
 
 from tidemark import _native
 from tidemark.clock import ManualClock
-from tidemark.errors import ConfigError, StateCorruptedError
+from tidemark.errors import ConfigError, StateCorruptedError, TidemarkWarning
 from tidemark.pipeline import Operator, Output, Pipeline, Rows, ScopeWatermark
 from tidemark.route import HashRouter
 from tidemark.spark._files import batch_files, read_batch_files
@@ -468,13 +469,13 @@ def _driver_threads() -> int:
         return os.cpu_count() or 1
 
 
-def _read_files(df: Any, plan: Plan) -> pa.Table | None:
+def _read_files(df: Any, plan: Plan) -> pa.Table | str:
     """``df``'s rows (the columns of ``plan``'s input) read from its Parquet files, in
-    the schema ``toArrow()`` gives them, or ``None`` where they must come from Spark
-    (see :mod:`tidemark.spark._files`)."""
+    the schema ``toArrow()`` gives them, or why they must come from Spark (see
+    :mod:`tidemark.spark._files`)."""
     files = batch_files(df)
-    if files is None:
-        return None
+    if isinstance(files, str):
+        return files
     return read_batch_files(files, to_arrow_schema(plan.input_arrow))
 
 
@@ -636,7 +637,10 @@ class StreamProcessor:
         and ``next_watermark`` (epoch microseconds), ``layout``, where it ran:
         ``"driver"``, ``"one task"`` or ``"shuffled"``, and ``read``, how its rows
         were read: ``"files"`` (see ``read_files``), ``"spark"``, or ``"none"`` (a
-        flush). Counted by the batch's own job: reading it costs no Spark job. Also
+        flush); where they came from Spark, ``read_why`` says why not from the files
+        (for a Parquet stream Spark wrote with its defaults: INT96 timestamps, which
+        ``spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS`` avoids). Counted by the
+        batch's own job: reading it costs no Spark job. Also
         recorded in ``state_location``: see :meth:`progress`.
     """
 
@@ -686,6 +690,12 @@ class StreamProcessor:
             )
         self.pipe = pipe
         self.store = StateStore(state_location)
+        if sink is None and late_sink is None and error_sink is None:
+            raise ConfigError(
+                "StreamProcessor() needs a sink: sink=f(windows_df, batch_id) writes each "
+                "micro-batch's windows (late_sink and error_sink the late and error rows); "
+                "without one nothing would be written"
+            )
         self.num_partitions = num_partitions
         self.sink, self.late_sink, self.error_sink = sink, late_sink, error_sink
         self.retention = retention
@@ -696,6 +706,8 @@ class StreamProcessor:
         self.arrow_sinks = arrow_sinks
         self.read_files = read_files
         self._checked = False
+        # Said once: late rows dropped for want of a late_sink; Spark's watermark ignored.
+        self._warned: set[str] = set()
         self._shipped: ShippedPipeline | None = None
         # The layout of the last batch run: shuffled, and run in the driver.
         self._last_shuffled: bool | None = None
@@ -807,6 +819,17 @@ class StreamProcessor:
                 f"{self.store.path(f'driver/{earlier[-1]}{_JSON}')}: batch {earlier[-1]} "
                 "never finished and a later batch started; the state store is inconsistent"
             )
+        if prev is not None and prev.get("flush") and not flush:
+            # The flush emitted every open window: going on from its state could emit
+            # a window twice. Rows after it belong to the flush's own batch id (a
+            # restarted query reuses it, and goes on from the batch before the flush).
+            raise ConfigError(
+                f"batch {batch_id} comes after batch {prev['batch_id']}, an end-of-input "
+                "flush that emitted every open window: a flushed stream takes no more "
+                f"batches. A query that runs again after a flush goes on as batch "
+                f"{prev['batch_id']} (the next batch id Spark gives it), or start over "
+                "in a new state_location"
+            )
         if prev is None:
             self.store.start(batch_id, self.start_fresh)
         rec = {
@@ -861,6 +884,8 @@ class StreamProcessor:
         from pyspark import StorageLevel
 
         fields = schema if flush else df.schema
+        if not flush:
+            self._warn_spark_watermark(fields)
         self._check_meta(fields, batch_id, flush)
         rec = self._prepare(batch_id, flush)
         spark = df.sparkSession
@@ -877,7 +902,7 @@ class StreamProcessor:
         if self._shipped is None:
             self._shipped = ShippedPipeline(self.pipe, spark)  # one broadcast per query
         shuffled, untagged, size = self._layout(df, flush)
-        table = self._files_on_driver(df, flush, size, plan)
+        table, read_why = self._files_on_driver(df, flush, size, plan)
         driver = table is not None or self._runs_on_driver(df, flush, shuffled, size)
         if not flush:
             self._last_shuffled = shuffled and not driver
@@ -967,6 +992,9 @@ class StreamProcessor:
                 )
             self._combine(rec, progress)
             self.last_progress = rec["progress"] = _counts(batch_id, rec, progress, layout, read)
+            if read == "spark" and read_why is not None:
+                self.last_progress["read_why"] = read_why
+            self._warn_dropped(self.last_progress["late_rows"], batch_id)
         except BaseException:
             if combined is not None:
                 combined.unpersist()
@@ -976,6 +1004,37 @@ class StreamProcessor:
         self.last_batch_id = batch_id
         self._last = combined
         return windows, late, errors
+
+    def _warn(self, what: str, message: str) -> None:
+        """Warns once per processor about ``what``."""
+        if what not in self._warned:
+            self._warned.add(what)
+            warnings.warn(message, TidemarkWarning, stacklevel=3)
+
+    def _warn_dropped(self, late_rows: int, batch_id: int) -> None:
+        """Says once that late rows were dropped where the pipeline keeps them
+        (``late="side_output"``) but no ``late_sink`` takes them."""
+        if late_rows and self.late_sink is None and self.pipe.late == "side_output":
+            self._warn(
+                "late",
+                f"StreamProcessor dropped {late_rows} late rows in batch {batch_id} (rows "
+                "behind the watermark): pass late_sink=f(df, batch_id) to keep them, or build "
+                'the pipeline with late="drop" to drop them knowingly; '
+                "last_progress['late_rows'] counts them",
+            )
+
+    def _warn_spark_watermark(self, schema: Any) -> None:
+        """Says once that a ``withWatermark`` on the stream is not what judges its rows:
+        Spark marks the column with its delay; tidemark's watermark applies."""
+        for f in schema.fields:
+            delay = (f.metadata or {}).get("spark.watermarkDelayMs")
+            if delay is not None:
+                self._warn(
+                    "spark-watermark",
+                    f"the stream has Spark's withWatermark on {f.name!r} ({delay} ms): "
+                    "StreamProcessor ignores it; the pipeline's own watermark "
+                    f"({self.pipe.watermark!r}) judges late rows and closes windows",
+                )
 
     def _layout(self, df: Any, flush: bool) -> tuple[bool, bool, int | None]:
         """``(shuffled, untagged, size)`` for the batch: whether its rows are shuffled
@@ -1008,19 +1067,22 @@ class StreamProcessor:
 
     def _files_on_driver(
         self, df: Any, flush: bool, size: int | None, plan: Plan
-    ) -> pa.Table | None:
+    ) -> tuple[pa.Table | None, str | None]:
         """The micro-batch's rows, read from its files, where it runs in the driver
         that way (see ``read_files``): with ``on_driver=True``, or by default up to
         ``FILES_ON_DRIVER_BYTES`` of Spark's estimate, unless ``shuffle=True``; and only
         where the driver routes the keys as Spark's shuffle would. ``None``: the batch
-        runs as :meth:`_runs_on_driver` says, its rows fetched from Spark."""
-        if flush or not self.read_files or self.on_driver is False or self.shuffle is True:
-            return None
+        runs as :meth:`_runs_on_driver` says, its rows fetched from Spark, and why."""
+        if flush:
+            return None, None
+        if not self.read_files or self.on_driver is False or self.shuffle is True:
+            return None, "read_files=False, on_driver=False or shuffle=True"
         if self.on_driver is None and (size is None or size > FILES_ON_DRIVER_BYTES):
-            return None
+            return None, "no size estimate, or above FILES_ON_DRIVER_BYTES"
         if not self._routable(df):
-            return None
-        return _read_files(df, plan)
+            return None, "key types the driver does not hash as Spark does"
+        got = _read_files(df, plan)
+        return (None, got) if isinstance(got, str) else (got, None)
 
     def _runs_on_driver(self, df: Any, flush: bool, shuffled: bool, size: int | None) -> bool:
         """Whether the batch runs in this process (see ``on_driver``): a batch only
@@ -1056,6 +1118,11 @@ class StreamProcessor:
         batch before it: the windows the flush closed early come again, with the new
         rows (see the streaming guide).
         """
+        if not hasattr(schema, "fieldNames"):
+            raise ConfigError(
+                "flush(spark, schema) needs the stream's schema (a StructType, e.g. "
+                f"stream_df.schema) for the columns of its late and error outputs, got {schema!r}"
+            )
         if batch_id is None:
             batch_id = next_flush_batch(self.store, "state_after")
         windows, _, _ = self._run(spark.range(0), batch_id, flush=True, schema=schema)

@@ -64,7 +64,14 @@ pub fn parse_duration_micros(text: &str) -> Result<i64> {
         let unit_end = rest
             .find(|c: char| !c.is_alphabetic())
             .unwrap_or(rest.len());
-        let unit = rest[..unit_end].to_lowercase();
+        let raw_unit = &rest[..unit_end];
+        if raw_unit == "M" {
+            // "1M" reads as a month in some tools and a minute in others.
+            return Err(err(
+                "\"M\" is ambiguous: write \"m\" or \"min\" for minutes (months have no fixed length)",
+            ));
+        }
+        let unit = raw_unit.to_lowercase();
         rest = &rest[unit_end..];
         let micros_per: i128 = match unit.as_str() {
             "us" | "µs" | "μs" | "microsecond" | "microseconds" => 1,
@@ -130,6 +137,7 @@ mod tests {
             ("10 Seconds", 10_000_000),
             ("5S", 5_000_000),
             ("1 minute", 60_000_000),
+            ("1MIN", 60_000_000),
             ("2 hours 30 minutes", 9_000_000_000),
             ("1 day", 86_400_000_000),
             ("1 week", 604_800_000_000),
@@ -164,6 +172,8 @@ mod tests {
             "intervals 5s",
             "interval5s",
             "5 fortnights",
+            "1M",
+            "2 M",
         ] {
             assert!(parse_duration_micros(s).is_err(), "{s}");
         }

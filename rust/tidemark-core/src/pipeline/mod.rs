@@ -949,6 +949,27 @@ impl Operator {
             column: c.to_string(),
             available: schema.fields().iter().map(|f| f.name().clone()).collect(),
         };
+        // A name the pipeline reads must name one column (Spark: AMBIGUOUS_REFERENCE).
+        let mut read: Vec<&str> = cfg.keys.iter().map(String::as_str).collect();
+        if cfg.time == TimeMode::Event {
+            read.push(&cfg.event_time);
+        }
+        if let Scope::Partition { column } = &cfg.scope {
+            read.push(column);
+        }
+        read.extend(cfg.aggs.iter().filter_map(|a| a.column.as_deref()));
+        for name in read {
+            let n = schema.fields().iter().filter(|f| f.name() == name).count();
+            if n > 1 {
+                return Err(TidemarkError::config(
+                    "input",
+                    format!(
+                        "the input has {n} columns named {name:?}: the reference is ambiguous; \
+                         rename or drop all but one"
+                    ),
+                ));
+            }
+        }
         let mut key_idx = Vec::new();
         let mut key_fields = Vec::new();
         for k in &cfg.keys {

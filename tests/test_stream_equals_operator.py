@@ -1,0 +1,423 @@
+"""StreamProcessor gives exactly what one standalone operator gives, batch by batch.
+
+Hypothesis generates streams (keys, source partitions, out-of-order and late event
+times, keys and partitions that fall silent, a clock that moves between micro-batches)
+and pipelines (global, per-partition and per-key watermarks, idleness, declared
+partitions, ``max_keys`` with each eviction policy, ``state_ttl``, tumbling, sliding and
+session windows). Each stream goes through:
+
+* one standalone operator (``cores=1``), one ``process()`` per micro-batch: the
+  reference;
+* the same operator on two cores (where keys are not bounded: ``max_keys`` is per core);
+* ``StreamProcessor`` with 1, 2, 3 or 8 state partitions, its micro-batches run in the
+  driver or in a Spark task (the executor path), called as ``foreachBatch`` calls it.
+
+Windows, late rows and error rows must be equal micro-batch by micro-batch (and at the
+final flush), and no run may emit a (key, window) twice. ``max_keys`` bounds each state
+partition, as it bounds each core: those runs use one state partition.
+
+``TIDEMARK_EQUIVALENCE_EXAMPLES`` sets the number of examples (default 25 for the driver
+path, a fifth of it for the executor path); the long profile was run with 2,000.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tidemark as tm
+from tidemark.spark import StreamProcessor
+
+pytestmark = pytest.mark.spark
+
+EXAMPLES = int(os.environ.get("TIDEMARK_EQUIVALENCE_EXAMPLES", "25"))
+KEYS = [f"k{i}" for i in range(6)]
+SOURCE_PARTITIONS = 3  # key i sends from partition i % 3
+SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("partition", pa.int64()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("v", pa.int64()),
+    ]
+)
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def table(rows: list[tuple[int, int]]) -> pa.Table:
+    """Rows ``(key index, event time in seconds)`` as the stream's table."""
+    return pa.table(
+        {
+            "key": [KEYS[k] for k, _ in rows],
+            "partition": [k % SOURCE_PARTITIONS for k, _ in rows],
+            "ts": [t * 1_000_000 for _, t in rows],
+            "v": [k * 1_000 + t for k, t in rows],
+        },
+        schema=SCHEMA,
+    )
+
+
+@st.composite
+def streams(draw: Any) -> list[tuple[int, list[tuple[int, int]]]]:
+    """Micro-batches ``(clock step in seconds, rows)``: a moving front, rows behind it
+    (late or not), keys that fall silent, an empty batch now and then."""
+    n = draw(st.integers(1, 5))
+    active = draw(st.sets(st.integers(0, len(KEYS) - 1), min_size=1))
+    batches = []
+    front = draw(st.integers(0, 30))
+    for _ in range(n):
+        front += draw(st.sampled_from([0, 3, 10, 25]))
+        step = draw(st.sampled_from([0, 30, 90]))
+        keys = draw(st.lists(st.sampled_from(sorted(active)), max_size=8))
+        rows = [(k, max(0, front - draw(st.sampled_from([0, 1, 4, 9, 20])))) for k in keys]
+        batches.append((step, rows))
+    return batches
+
+
+@st.composite
+def pipelines(draw: Any) -> tuple[tm.Pipeline, bool]:
+    """A pipeline, and whether its keys are bounded (``max_keys``)."""
+    per = draw(st.sampled_from(["global", "partition", "key"]))
+    window = draw(st.sampled_from([tm.Tumbling("10s"), tm.Sliding("10s", "5s"), tm.Session("5s")]))
+    idle = draw(st.sampled_from([None, "60s"])) if per != "global" else None
+    declared = draw(st.sampled_from([None, SOURCE_PARTITIONS])) if per == "partition" else None
+    bounded = draw(st.booleans())
+    extra: dict[str, Any] = {}
+    if bounded:
+        extra["max_keys"] = draw(st.integers(1, 4))
+        extra["eviction"] = draw(
+            st.sampled_from(["least_recently_active", "lowest_watermark", "reject_new"])
+        )
+    if draw(st.booleans()):
+        extra["state_ttl"] = "100s"
+    pipe = tm.Pipeline(
+        key="key",
+        event_time="ts",
+        window=window,
+        aggs={"n": tm.count(), "s": tm.sum("v")},
+        watermark=tm.BoundedOutOfOrderness(
+            draw(st.sampled_from(["0s", "5s"])), per=per, idle_timeout=idle, partitions=declared
+        ),
+        allowed_lateness=draw(st.sampled_from(["0s", "3s"])),
+        **extra,
+    )
+    return pipe, bounded
+
+
+def _micros(v: Any) -> Any:
+    return int((v - EPOCH).total_seconds() * 1_000_000) if isinstance(v, dt.datetime) else v
+
+
+def rows_of(t: pa.Table | None) -> list[tuple[Any, ...]]:
+    """A table's rows, sorted, timestamps as epoch microseconds."""
+    if t is None or t.num_rows == 0:
+        return []
+    cols = [c.to_pylist() for c in t.columns]
+    return sorted(tuple(_micros(v) for v in r) for r in zip(*cols, strict=True))
+
+
+Run = list[tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]]]]
+
+
+def by_operator(pipe: tm.Pipeline, stream: list[Any], cores: int) -> Run:
+    """(windows, late, errors) per micro-batch, then the flush, of one operator."""
+    clock = tm.ManualClock(1_000_000)
+    op = pipe.operator(clock=clock, cores=cores)
+    out: Run = []
+    for step, rows in stream:
+        clock.advance(step * 1_000)
+        o = op.process(table(rows))
+        out.append((rows_of(o.windows), rows_of(o.late), rows_of(o.errors)))
+    o = op.flush()
+    out.append((rows_of(o.windows), [], []))
+    return out
+
+
+class Collect:
+    """A sink keeping each micro-batch's rows."""
+
+    def __init__(self) -> None:
+        self.got: dict[int, list[tuple[Any, ...]]] = {}
+
+    def __call__(self, t: pa.Table, batch_id: int) -> None:
+        self.got[batch_id] = rows_of(t)
+
+
+def by_stream_processor(
+    spark: Any, pipe: tm.Pipeline, stream: list[Any], where: Path, n: int, on_driver: bool
+) -> tuple[Run, list[dict[str, Any]]]:
+    """(windows, late, errors) per micro-batch, then the flush, of a StreamProcessor
+    called as foreachBatch calls it; and each batch's progress."""
+    now = [1_000_000]
+    sinks = Collect(), Collect(), Collect()
+    proc = StreamProcessor(
+        pipe,
+        str(where),
+        num_partitions=n,
+        sink=sinks[0],
+        late_sink=sinks[1],
+        error_sink=sinks[2],
+        arrow_sinks=True,
+        on_driver=on_driver,
+        clock=lambda: now[0],
+    )
+    progress = []
+    for b, (step, rows) in enumerate(stream):
+        now[0] += step * 1_000
+        proc(spark.createDataFrame(table(rows)), b)
+        assert proc.last_progress is not None
+        progress.append(proc.last_progress)
+    proc.flush(spark, spark.createDataFrame(table([])).schema)
+    nb = len(stream) + 1
+    out: Run = [
+        (sinks[0].got.get(b, []), sinks[1].got.get(b, []), sinks[2].got.get(b, []))
+        for b in range(nb)
+    ]
+    return out, progress
+
+
+def emitted_twice(run: Run) -> list[tuple[Any, ...]]:
+    """(key, window start, window end) that came out more than once in a run."""
+    seen = collections.Counter(w[:3] for windows, _, _ in run for w in windows)
+    return [w for w, c in seen.items() if c > 1]
+
+
+def check(spark: Any, tmp: Path, pipe: tm.Pipeline, bounded: bool, stream: Any, paths: Any) -> None:
+    want = by_operator(pipe, stream, cores=1)
+    assert emitted_twice(want) == []
+    if not bounded:
+        assert by_operator(pipe, stream, cores=2) == want
+    for n, on_driver in paths:
+        if bounded and n > 1:
+            continue
+        where = tmp / f"state-{len(list(tmp.iterdir()))}"
+        got, progress = by_stream_processor(spark, pipe, stream, where, n, on_driver)
+        label = f"num_partitions={n} on_driver={on_driver}"
+        assert emitted_twice(got) == [], label
+        for b, (g, w) in enumerate(zip(got, want, strict=True)):
+            assert g == w, f"{label}, batch {b} (of {len(stream)}; the last is the flush)"
+        assert [p["late_rows"] for p in progress] == [len(w[1]) for w in want[:-1]]
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=True,
+)
+@given(pipe=pipelines(), stream=streams(), n=st.sampled_from([1, 2, 3, 8]))
+def test_stream_processor_in_the_driver_equals_the_operator(
+    spark: Any, tmp_path_factory: Any, pipe: Any, stream: Any, n: int
+) -> None:
+    check(spark, tmp_path_factory.mktemp("eq"), *pipe, stream, [(n, True)])
+
+
+@settings(
+    max_examples=max(EXAMPLES // 5, 3),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=True,
+)
+@given(pipe=pipelines(), stream=streams(), n=st.sampled_from([1, 3, 8]))
+def test_stream_processor_on_the_executors_equals_the_operator(
+    spark: Any, tmp_path_factory: Any, pipe: Any, stream: Any, n: int
+) -> None:
+    check(spark, tmp_path_factory.mktemp("eq"), *pipe, stream, [(n, False)])
+
+
+def _stream_of(rows_per_batch: list[list[tuple[str, int, int]]]) -> list[pa.Table]:
+    return [
+        pa.table(
+            {
+                "key": [r[0] for r in rows],
+                "partition": [r[1] for r in rows],
+                "ts": [r[2] * 1_000_000 for r in rows],
+            },
+            schema=pa.schema(
+                [
+                    ("key", pa.string()),
+                    ("partition", pa.int64()),
+                    ("ts", pa.timestamp("us", tz="UTC")),
+                ]
+            ),
+        )
+        for rows in rows_per_batch
+    ]
+
+
+def _windows_per_batch(
+    spark: Any, pipe: tm.Pipeline, tables: list[pa.Table], where: Path, step_ms: int = 0, **kw: Any
+) -> tuple[list[list[tuple[Any, ...]]], list[list[tuple[Any, ...]]], list[dict[str, Any]]]:
+    """Windows per micro-batch from StreamProcessor and from one operator (same clock)."""
+    now = [1_000_000]
+    sink = Collect()
+    proc = StreamProcessor(
+        pipe, str(where), sink=sink, arrow_sinks=True, clock=lambda: now[0], **kw
+    )
+    clock = tm.ManualClock(now[0])
+    op = pipe.operator(clock=clock)
+    want, progress = [], []
+    for b, t in enumerate(tables):
+        now[0] += step_ms
+        clock.advance(step_ms)
+        proc(spark.createDataFrame(t), b)
+        assert proc.last_progress is not None
+        progress.append(proc.last_progress)
+        want.append(rows_of(op.process(t).windows))
+    return [sink.got.get(b, []) for b in range(len(tables))], want, progress
+
+
+@pytest.mark.parametrize("on_driver", [True, False])
+def test_per_partition_windows_close_once_on_the_combined_watermark(
+    spark: Any, tmp_path: Path, on_driver: bool
+) -> None:
+    # Each key stays in one source partition; dev1's partition lags. A state partition
+    # closed dev0's [0, 10) on its own view of the partitions (only partition 0):
+    # emitted at batch 1 with n=1 and again at batch 2 with n=1.
+    tables = _stream_of(
+        [
+            [("dev0", 0, 1), ("dev1", 1, 1)],
+            [("dev0", 0, 31), ("dev1", 1, 2)],
+            [("dev0", 0, 8), ("dev1", 1, 3)],
+            [("dev0", 0, 61), ("dev1", 1, 61)],
+        ]
+    )
+    pipe = tm.Pipeline(
+        key="key",
+        event_time="ts",
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count()},
+        watermark=tm.BoundedOutOfOrderness("5s", per="partition"),
+    )
+    got, want, progress = _windows_per_batch(spark, pipe, tables, tmp_path, on_driver=on_driver)
+    assert got == want
+    dev0 = [w for batch in got for w in batch if w[0] == "dev0" and w[1] == 0]
+    assert [w[3] for w in dev0] == [2], "dev0 [0, 10) once, with both rows"
+    assert sum(p["late_rows"] for p in progress) == 0
+
+
+@pytest.mark.parametrize("on_driver", [True, False])
+def test_an_idle_key_alone_in_its_state_partition_still_closes(
+    spark: Any, tmp_path: Path, on_driver: bool
+) -> None:
+    # tenant-9 sends only in the first micro-batch; the clock moves 60 s per batch and
+    # keys go idle after 90 s. Its window closed on the global watermark at batch 2
+    # in one operator, and never in its own state partition.
+    tenants = [f"tenant-{i}" for i in range(10)]
+    tables = _stream_of(
+        [[(t, 0, 1) for t in tenants]]
+        + [[(t, 0, 1 + 10 * b) for t in tenants[:9]] for b in range(1, 8)]
+    )
+    pipe = tm.Pipeline(
+        key="key",
+        event_time="ts",
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count()},
+        watermark=tm.BoundedOutOfOrderness("5s", per="key", idle_timeout="90s"),
+    )
+    got, want, progress = _windows_per_batch(
+        spark, pipe, tables, tmp_path, step_ms=60_000, on_driver=on_driver
+    )
+    assert got == want
+    closed_at = [b for b, ws in enumerate(got) for w in ws if w[0] == "tenant-9"]
+    assert closed_at == [2]
+    assert progress[-1]["next_watermark"] > 0, "no longer held at tenant-9's -4 s"
+
+
+def _file_stream(
+    spark: Any, tmp: Path, proc: StreamProcessor, query: Any = None, **write: Any
+) -> list[dict[str, Any]]:
+    """Three Parquet files (pyarrow ``write`` options) streamed one a micro-batch
+    through ``proc`` (``query`` applied to the stream); each batch's progress."""
+    inp = tmp / "in"
+    inp.mkdir()
+    for b in range(3):
+        t = _stream_of([[("a", 0, 10 * b + 1), ("b", 1, 10 * b + 2), ("a", 0, 0)]])[0]
+        import pyarrow.parquet as pq
+
+        pq.write_table(t, inp / f"part-{b}.parquet", **write)
+        os.utime(inp / f"part-{b}.parquet", (1_700_000_000 + b, 1_700_000_000 + b))
+    schema = spark.read.parquet(str(inp)).schema
+    stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(inp))
+    if query is not None:
+        stream = query(stream)
+    progress: list[dict[str, Any]] = []
+
+    def each(df: Any, b: int) -> None:
+        proc(df, b)
+        assert proc.last_progress is not None
+        progress.append(proc.last_progress)
+
+    q = (
+        stream.writeStream.foreachBatch(each)
+        .option("checkpointLocation", str(tmp / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination()
+    return progress
+
+
+def _pipe(**kw: Any) -> tm.Pipeline:
+    return tm.Pipeline(
+        key="key",
+        event_time="ts",
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count()},
+        watermark=tm.BoundedOutOfOrderness("0s"),
+        **kw,
+    )
+
+
+def test_a_stream_processor_says_what_it_drops_and_ignores(spark: Any, tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    with pytest.raises(tm.ConfigError, match="needs a sink"):
+        StreamProcessor(_pipe(), str(tmp_path / "none"))
+    proc = StreamProcessor(_pipe(), str(tmp_path / "state"), 2, sink=lambda d, b: None)
+    with pytest.warns(tm.TidemarkWarning) as said:
+        progress = _file_stream(
+            spark, tmp_path, proc, lambda s: s.withWatermark("ts", "10 seconds")
+        )
+    messages = [str(w.message) for w in said]
+    # Each said once, though every batch has late rows and the watermark.
+    assert sum("withWatermark" in m and "ignores it" in m for m in messages) == 1, messages
+    assert sum("late_sink" in m for m in messages) == 1, messages
+    assert sum(p["late_rows"] for p in progress) == 2
+    with pytest.raises(tm.ConfigError, match="needs the stream's schema"):
+        proc.flush(spark, None)
+    # Rows after the end-of-input flush would reopen windows it emitted.
+    schema = spark.read.parquet(str(tmp_path / "in")).schema
+    proc.flush(spark, schema)
+    with pytest.raises(tm.ConfigError, match="end-of-input flush"):
+        proc(spark.read.parquet(str(tmp_path / "in")).withColumn("n", F.lit(1)), 4)
+
+
+def test_int96_files_say_why_they_are_read_through_spark(spark: Any, tmp_path: Path) -> None:
+    seen: list[int] = []
+    proc = StreamProcessor(_pipe(), str(tmp_path / "state"), 2, sink=lambda d, b: seen.append(b))
+    progress = _file_stream(spark, tmp_path, proc, use_deprecated_int96_timestamps=True)
+    assert seen == [0, 1, 2]
+    assert {p["read"] for p in progress} == {"spark"}
+    assert all("INT96" in p["read_why"] for p in progress), progress
+
+
+def test_a_relative_state_location_is_resolved_on_the_driver(
+    spark: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    import pickle
+
+    monkeypatch.chdir(tmp_path)
+    proc = StreamProcessor(_pipe(), "rel/state", 2, sink=lambda d, b: None, on_driver=False)
+    # What an executor gets (its working directory is its own) names the driver's path.
+    assert pickle.loads(pickle.dumps(proc.store)).root == str(tmp_path / "rel" / "state")
+    proc(spark.createDataFrame(_stream_of([[("a", 0, 1)]])[0]), 0)
+    assert (tmp_path / "rel" / "state" / "partitions" / "0" / "0.snap").exists()
