@@ -108,9 +108,7 @@ def test_an_evicted_key_does_not_reopen_a_window_it_emitted() -> None:
     outs.append(op.process(t(["c", "a"], [3, 4])))
     outs.append(op.process(t(["d"], [5])))
     outs.append(op.flush())
-    emitted = Counter(
-        (r["k"], r["window_start"]) for o in outs for r in o.windows.to_pylist()
-    )
+    emitted = Counter((r["k"], r["window_start"]) for o in outs for r in o.windows.to_pylist())
     assert max(emitted.values()) == 1, emitted
     # "a" was evicted in call 2 (its [0, 10) emitted early, n=1); its row at 4 s came
     # back and would have reopened that window: it is late instead.
@@ -187,7 +185,7 @@ def test_an_operator_shared_by_threads_serves_one_call_at_a_time() -> None:
         try:
             for _ in range(3):
                 op.process(table)
-        except BaseException as e:  # noqa: BLE001 - collected for the assertion
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=work) for _ in range(4)]

@@ -651,7 +651,12 @@ def test_streaming_matches_local_operator_and_replays_exactly(
     assert got[last] == before
     assert len(late) - late_before == late_per_batch[last]
     del late[late_before:]
-    assert proc.last_progress == {**progress[last], "read": "spark"}
+    replayed = dict(proc.last_progress or {})
+    # Read through Spark, and the progress says why not from the files.
+    why = {"read_why": replayed["read_why"]}
+    if layout == "driver":
+        assert "not foreachBatch's DataFrame" in why["read_why"]
+    assert replayed == {**progress[last], **why, "read": "spark"}
     final = rows_of(proc.flush(spark, schema), ["device", "window_start", "n", "s"])
     assert proc.last_progress is not None
     progress[len(batches)] = dict(proc.last_progress)
@@ -681,7 +686,7 @@ def test_streaming_matches_local_operator_and_replays_exactly(
     # The same counts, recorded in the state store for other processes (the last
     # `retention` batches; older records are pruned).
     assert proc.progress() == progress[len(batches)]
-    assert proc.progress(last) == {**progress[last], "read": "spark"}  # the replay's
+    assert proc.progress(last) == {**progress[last], **why, "read": "spark"}  # the replay's
     assert proc.progress(0) is None and proc.progress(99) is None
 
 
@@ -812,7 +817,9 @@ def test_small_micro_batches_run_in_one_task_without_a_shuffle(
         return {r.p for r in tagged.select(F.spark_partition_id().alias("p")).collect()}
 
     def proc(**kw: Any) -> StreamProcessor:
-        return StreamProcessor(pipeline("key"), str(tmp_path / "s"), num_partitions=3, **kw)
+        return StreamProcessor(
+            pipeline("key"), str(tmp_path / "s"), num_partitions=3, sink=NO_SINK, **kw
+        )
 
     assert tasks(proc()) == {0}
     assert tasks(proc(shuffle=True)) == {0, 1, 2}
@@ -836,7 +843,9 @@ def test_small_micro_batches_run_on_the_driver(
     df = spark.read.parquet(str(inp / "part-00000.parquet"))
 
     def proc(**kw: Any) -> StreamProcessor:
-        return StreamProcessor(pipeline("key"), str(tmp_path / "s"), num_partitions=3, **kw)
+        return StreamProcessor(
+            pipeline("key"), str(tmp_path / "s"), num_partitions=3, sink=NO_SINK, **kw
+        )
 
     def on_driver(p: StreamProcessor, flush: bool = False) -> bool:
         shuffled, _, size = p._layout(df, flush=False)
@@ -1239,7 +1248,7 @@ def test_a_windows_only_task_reads_the_columns_the_windows_need() -> None:
 def test_streaming_state_is_right_whatever_the_sink_does(spark: Any, tmp_path: Path) -> None:
     """With a windows sink alone, the sink's own job runs the state partitions'
     tasks. A sink that coalesces its DataFrame (so one Spark task runs several state
-    partitions), reads only part of it, or no sink at all: the same windows, counts
+    partitions), reads only part of it, or nothing at all: the same windows, counts
     and watermarks as the cached combined result (used when a late sink is set)."""
     batches = stream_batches()
     inp = tmp_path / "in"
@@ -1283,7 +1292,7 @@ def test_streaming_state_is_right_whatever_the_sink_does(spark: Any, tmp_path: P
     assert run("coalesced", coalesced) == want
     assert seen["coalesced"] == seen["ref"]
     assert run("partial", partial) == want
-    assert run("none", None) == want
+    assert run("none", NO_SINK) == want  # a sink that reads nothing
 
 
 @pytest.mark.parametrize("shuffle", [None, True])

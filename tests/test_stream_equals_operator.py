@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import datetime as dt
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -152,7 +153,13 @@ class Collect:
 
 
 def by_stream_processor(
-    spark: Any, pipe: tm.Pipeline, stream: list[Any], where: Path, n: int, on_driver: bool
+    spark: Any,
+    pipe: tm.Pipeline,
+    stream: list[Any],
+    where: Path,
+    n: int,
+    on_driver: bool,
+    shuffle: bool | None = None,
 ) -> tuple[Run, list[dict[str, Any]]]:
     """(windows, late, errors) per micro-batch, then the flush, of a StreamProcessor
     called as foreachBatch calls it; and each batch's progress."""
@@ -167,6 +174,7 @@ def by_stream_processor(
         error_sink=sinks[2],
         arrow_sinks=True,
         on_driver=on_driver,
+        shuffle=shuffle,
         clock=lambda: now[0],
     )
     progress = []
@@ -218,6 +226,34 @@ def test_stream_processor_in_the_driver_equals_the_operator(
     spark: Any, tmp_path_factory: Any, pipe: Any, stream: Any, n: int
 ) -> None:
     check(spark, tmp_path_factory.mktemp("eq"), *pipe, stream, [(n, True)])
+
+
+@settings(
+    max_examples=max(EXAMPLES // 8, 3),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=True,
+)
+@given(pipe=pipelines(), stream=streams(), n=st.sampled_from([2, 3]))
+def test_a_shuffled_stream_processor_emits_the_operators_windows_once(
+    spark: Any, tmp_path_factory: Any, pipe: Any, stream: Any, n: int
+) -> None:
+    """One task per state partition: no task sees the others, so a window may close one
+    micro-batch later than in one operator (on the watermark the next batch starts
+    with), never twice; late and error rows are the same, batch by batch."""
+    pipe, bounded = pipe
+    if bounded:
+        return  # max_keys bounds each state partition (see the module's text)
+    want = by_operator(pipe, stream, cores=1)
+    where = tmp_path_factory.mktemp("eq") / "state"
+    got, _ = by_stream_processor(spark, pipe, stream, where, n, False, shuffle=True)
+    assert emitted_twice(got) == []
+    assert [g[1:] for g in got] == [w[1:] for w in want]
+    assert sorted(x for g in got for x in g[0]) == sorted(x for w in want for x in w[0])
+    for b, (g, w) in enumerate(zip(got, want, strict=True)):
+        # Every window comes in the batch one operator emits it or in the next.
+        later = set(got[b + 1][0]) if b + 1 < len(got) else set()
+        assert set(w[0]) <= set(g[0]) | later, f"batch {b}"
 
 
 @settings(
@@ -421,3 +457,42 @@ def test_a_relative_state_location_is_resolved_on_the_driver(
     assert pickle.loads(pickle.dumps(proc.store)).root == str(tmp_path / "rel" / "state")
     proc(spark.createDataFrame(_stream_of([[("a", 0, 1)]])[0]), 0)
     assert (tmp_path / "rel" / "state" / "partitions" / "0" / "0.snap").exists()
+
+
+def test_a_reorder_streams_watermark_ignores_partitions_without_rows(
+    spark: Any, tmp_path: Path
+) -> None:
+    from tidemark.spark import ReorderStream
+
+    rs = ReorderStream(
+        tm.Reorder("ts", late_tolerance="2s"),
+        str(tmp_path / "state"),
+        num_partitions=4,
+        partition_by=["key"],
+        sink=lambda df, b: None,
+    )
+    tables = _stream_of([[("a", 0, 5)], [("a", 0, 9)]])
+    for b, t in enumerate(tables):
+        rs(spark.createDataFrame(t), b)
+        # One key: three of the four state partitions never see a row.
+        assert rs.watermark() == (5 + 4 * b - 2) * 1_000_000
+
+
+def test_aggregate_bounds_keys_without_error_rows_when_replayed_in_small_units(
+    spark: Any,
+) -> None:
+    from tidemark.spark import aggregate
+
+    rows = [(f"k{i % 30}", 0, i) for i in range(300)]
+    t = _stream_of([rows])[0].append_column("seq", pa.array(range(300)))
+    df = spark.createDataFrame(t)
+    pipe = _pipe(max_keys=5)
+    whole = aggregate(df, pipe, num_partitions=1)
+    assert whole.errors.count() > 0, "one unit of 30 keys over a bound of 5"
+    assert "max_keys" in whole.errors.first()["reason"]
+    res = aggregate(df, pipe, num_partitions=1, order_by="seq", batch_rows=5)
+    assert res.errors.count() == 0
+    counted = sum(r["n"] for r in res.windows.collect())
+    assert counted + res.late.count() == 300, "nothing lost: counted or late"
+    seen = Counter((r["key"], r["window_start"]) for r in res.windows.collect())
+    assert max(seen.values()) == 1, "no window twice"

@@ -354,8 +354,15 @@ class Pipeline:
     clock : SystemClock or ManualClock, optional
         The clock for idleness and processing time.
     max_keys : int, optional
-        Bound on keys in state; when reached, the ``eviction`` policy picks a key whose
-        windows are closed (and emitted) early.
+        Bound on keys in state, per operator (a core, a Spark partition or state
+        partition); when reached, the ``eviction`` policy picks a key whose windows are
+        closed (and emitted) early. A forgotten key reopens no window it emitted: its
+        rows up to the end of its last emitted window (per key: also behind its
+        watermark) are late when it comes back (a bounded sketch remembers these
+        floors; it errs only towards calling a row late). One call holding more
+        keys than ``max_keys`` sends the rows of the keys evicted while it ran to
+        ``errors`` (reason ``max_keys reached: ...``): feed smaller calls (Spark
+        ``aggregate(order_by=..., batch_rows=...)``) or raise ``max_keys``.
     eviction : str
         ``"least_recently_active"``, ``"lowest_watermark"`` or ``"reject_new"`` (rows
         of new keys become error rows).
@@ -365,7 +372,7 @@ class Pipeline:
     state_ttl : str, timedelta or int, optional
         Drop a key's state (watermark, activity, open windows) once it has had no rows
         for this long on the pipeline's clock. Windows still open are emitted early,
-        so nothing is lost; ``metrics()`` counts ``keys_expired`` and
+        so nothing is lost (as after eviction, the key reopens none of them); ``metrics()`` counts ``keys_expired`` and
         ``windows_expired``. Bounds state for keys that stop reporting.
     schema : pyarrow.Schema, optional
         The input schema, to check columns and types now rather than at the first batch.
@@ -860,10 +867,13 @@ class Operator:
         return _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(microseconds=w)
 
     def set_external_watermark(self, watermark: int | None) -> None:
-        """Drives this operator with a watermark combined elsewhere (the Spark driver
-        combines every task's :meth:`progress`): it replaces the global / partition
-        watermark, or (``per="key"``) the global watermark closing idle keys' windows.
-        ``None`` returns to the operator's own watermark."""
+        """Drives this operator, which holds part of a scope, with the watermark the
+        scope's call began with, combined elsewhere (the Spark driver combines every
+        task's :meth:`progress` with :class:`ScopeWatermark`): it judges the rows
+        (global and partition scope) and, unless :meth:`complete` is given the
+        combined watermark, closes windows (global scope: or this operator's own
+        watermark, if higher; per key: idle keys' windows). ``None`` returns to the
+        operator's own watermark."""
         self._single("set_external_watermark").set_external_watermark(watermark)
 
     def progress(self) -> dict[str, Any]:

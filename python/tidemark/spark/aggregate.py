@@ -183,6 +183,11 @@ def aggregate(
         of it with more. The outputs are the same.
     order_by, batch_rows
         Replay each partition in ``order_by`` order, ``batch_rows`` rows at a time.
+        Also the way to bound keys (``max_keys``) on an input with more keys per
+        partition than the bound: a partition run as one arrival unit sends the rows
+        of the keys evicted while it ran to ``errors``; replayed in smaller units,
+        keys are evicted between them (their windows emitted early, their later rows
+        late).
     storage_level : pyspark.StorageLevel, optional
         How the result is persisted (default: memory and disk).
     cores : int, optional

@@ -572,8 +572,10 @@ class ReorderStream:
                 combined.unpersist()
             raise
         marks = [w for w, _ in progress.values() if w is not None]
-        # The stream's watermark: every partition has released up to it.
-        watermark = min(marks) if len(marks) == len(progress) else None
+        # The stream's watermark: every partition has released up to it. A partition
+        # that never had rows holds nothing and has released nothing to wait for (its
+        # keys' rows, when they come, are judged by its own watermark).
+        watermark = min(marks) if marks else None
         totals = [sum(c[i] for _, c in progress.values()) for i in range(len(COUNTS))]
         self.last_progress = {
             "batch_id": batch_id,

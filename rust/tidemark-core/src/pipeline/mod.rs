@@ -1836,7 +1836,11 @@ impl Operator {
         }
         let w = self.close_watermark();
         for (at, slot, start) in self.timers.pop_until(w) {
-            self.close_window(slot, start, at, true);
+            if self.close_window(slot, start, at, true) && key_scope {
+                // An idle key's window closed on the global watermark: the key's rows
+                // in it are late when it comes back, not a reopened window.
+                self.keys.raise_idle_watermark(slot, at);
+            }
         }
     }
 
@@ -1894,6 +1898,7 @@ impl Operator {
         self.emits.clear();
         self.owned_keys.clear();
         self.release.clear();
+        self.flushed = true;
         let Some(bound) = self.bound.clone() else {
             return Ok(Output::nothing());
         };
@@ -1905,7 +1910,6 @@ impl Operator {
             }
         }
         self.timers.clear();
-        self.flushed = true;
         let windows = self.build_windows(&bound)?;
         let (late, errors) = bound.no_rejects()?;
         Ok(Output {

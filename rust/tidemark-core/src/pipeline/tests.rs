@@ -1265,3 +1265,33 @@ fn a_flushed_operator_takes_no_more_rows() {
     let mut r = Operator::restore(o.config().clone(), Arc::new(clock), &o.snapshot()).unwrap();
     assert!(r.process(&batch(&[("a", 3, 1)]), None).is_err());
 }
+
+#[test]
+fn an_idle_key_that_returns_reopens_no_window_the_global_watermark_closed() {
+    let mut c = keyed_idle_cfg();
+    c.delay = 0;
+    let (mut o, clock) = op(c);
+    let mut outs = vec![o
+        .process(&batch(&[("a", 13, 1), ("b", 13, 1)]), None)
+        .unwrap()];
+    // "a" goes quiet and idle; "b" moves on: the global watermark passes a's [10, 20).
+    clock.advance(1_001);
+    outs.push(o.process(&batch(&[("b", 25, 1)]), None).unwrap());
+    assert_eq!(
+        rows(&outs[1].windows),
+        vec![
+            ("a".into(), 10, 20, 1, Some(1)),
+            ("b".into(), 10, 20, 1, Some(1))
+        ]
+    );
+    // "a" comes back with a row in that window (not behind its own watermark, 13).
+    let out = o.process(&batch(&[("a", 15, 1)]), None).unwrap();
+    assert_eq!(out.late.num_rows(), 1);
+    outs.push(out);
+    outs.push(o.flush().unwrap());
+    assert!(
+        emitted_twice(&outs).is_empty(),
+        "{:?}",
+        emitted_twice(&outs)
+    );
+}

@@ -1179,6 +1179,17 @@ impl KeyedWatermarkTracker {
         self.wm_of(slot as usize)
     }
 
+    /// Raises the watermark of the idle key in `slot` to at least `w`, leaving it
+    /// idle: its windows up to `w` closed on the global watermark, so its rows behind
+    /// `w` are late when it comes back (an idle key's watermark follows the global
+    /// one as far as it closed the key's windows). No effect on an active key.
+    pub fn raise_idle_watermark(&mut self, slot: u32, w: i64) {
+        let h = &mut self.keys[slot as usize];
+        if h.idle {
+            h.max_event = h.max_event.max(w.saturating_add(self.cfg.bounded_delay));
+        }
+    }
+
     /// Whether the key in `slot` is idle.
     #[inline]
     pub fn slot_is_idle(&self, slot: u32) -> bool {
