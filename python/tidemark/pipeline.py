@@ -372,8 +372,9 @@ class Pipeline:
     state_ttl : str, timedelta or int, optional
         Drop a key's state (watermark, activity, open windows) once it has had no rows
         for this long on the pipeline's clock. Windows still open are emitted early,
-        so nothing is lost (as after eviction, the key reopens none of them); ``metrics()`` counts ``keys_expired`` and
-        ``windows_expired``. Bounds state for keys that stop reporting.
+        so nothing is lost (as after eviction, the key reopens none of them);
+        ``metrics()`` counts ``keys_expired`` and ``windows_expired``. Bounds state
+        for keys that stop reporting.
     schema : pyarrow.Schema, optional
         The input schema, to check columns and types now rather than at the first batch.
 
