@@ -376,13 +376,19 @@ def _task(
         table = pa.Table.from_batches(collected)
         tags = table.column(_SP)
         parts = sorted({partition_of[v] for v in pc.unique(tags).to_pylist()})
-        for p in parts:
+
+        def rows_of(p: int) -> pa.Table:
             if flush:
-                rows = plan.input_arrow.empty_table()
-            else:
-                rows = table.filter(pc.equal(tags, pa.scalar(data_tags[p], pa.int32())))
-                rows = rows.drop_columns([_SP])
-            yield from one(pipe, p, rows)
+                return plan.input_arrow.empty_table()
+            rows = table.filter(pc.equal(tags, pa.scalar(data_tags[p], pa.int32())))
+            return rows.drop_columns([_SP])
+
+        if len(parts) == num_partitions:
+            # Every state partition's rows (and placeholder) in this one task.
+            yield from every(pipe, [rows_of(p) for p in parts], None)
+            return
+        for p in parts:
+            yield from one(pipe, p, rows_of(p))
 
     return run
 
