@@ -36,7 +36,20 @@ SECTIONS: list[tuple[str, object, list[str]]] = [
     (
         "Aggregates",
         tm,
-        ["count", "sum", "min", "max", "mean", "variance", "stddev", "first", "last", "Agg"],
+        [
+            "count",
+            "sum",
+            "min",
+            "max",
+            "mean",
+            "variance",
+            "stddev",
+            "first",
+            "last",
+            "count_distinct",
+            "approx_count_distinct",
+            "Agg",
+        ],
     ),
     (
         "Watermark trackers",

@@ -57,7 +57,9 @@ __all__ = [
     "Sliding",
     "TimerService",
     "Tumbling",
+    "approx_count_distinct",
     "count",
+    "count_distinct",
     "first",
     "last",
     "max",
@@ -266,6 +268,22 @@ def first(column: str) -> Agg:
 def last(column: str) -> Agg:
     """The non-null value with the latest event time (ties: the largest value)."""
     return Agg("last", column)
+
+
+def count_distinct(column: str) -> Agg:
+    """Number of distinct non-null values, exact: Spark's ``count_distinct`` /
+    ``count(DISTINCT col)`` (``NaN`` counts once, ``-0.0`` equals ``0.0``). The state
+    holds every distinct value of the window; :func:`approx_count_distinct` bounds it."""
+    return Agg("count_distinct", column)
+
+
+def approx_count_distinct(column: str) -> Agg:
+    """Number of distinct non-null values, estimated with HyperLogLog++ as Spark's
+    ``approx_count_distinct(col)`` does at its default 5% relative standard deviation:
+    the same hash of each value and the same 512 registers (512 bytes of state per
+    window), so the same answer up to about 400 distinct values; above that Spark
+    also subtracts an empirical bias, and the two may differ by about that bias."""
+    return Agg("approx_count_distinct", column)
 
 
 class Output(NamedTuple):

@@ -17,12 +17,15 @@
 //! | `mean(col)` | `decimal(p, s)` | `decimal(min(38, p + 4), min(38, s + 4))`, rounded half away from zero |
 //! | `variance(col, ddof)`, `stddev(col, ddof)` | integer / float / decimal | float64 (null if fewer than `ddof + 1` values) |
 //! | `min`, `max`, `first`, `last` | integer, float, decimal, boolean, temporal, string, binary | the input type |
+//! | `count_distinct(col)` | any of those | int64 (distinct non-null values; `NaN` once, `-0.0 == 0.0`) |
+//! | `approx_count_distinct(col)` | any of those | int64 (HyperLogLog++ as Spark's, 5% standard error) |
 //!
 //! Decimal sums and means are exact ([`WideSum`]) and follow Spark's result types for
 //! `sum` and `avg` of a `DecimalType` column.
 
 mod decimal;
 mod exact;
+mod hll;
 
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -40,6 +43,11 @@ use arrow_buffer::NullBuffer;
 use arrow_schema::{DataType, Field, Schema};
 
 pub use decimal::{Unscaled, WideSum};
+
+/// Fresh registers of `approx_count_distinct` (for reading them from a snapshot).
+pub(crate) fn hll_registers() -> Box<[u8]> {
+    hll::registers()
+}
 pub use exact::ExactSum;
 
 use crate::error::{Result, TidemarkError};
@@ -72,6 +80,11 @@ pub enum AggKind {
     First,
     /// The non-null value with the largest event time (ties: the largest value).
     Last,
+    /// Number of distinct non-null values, exact (Spark's `count(DISTINCT col)`).
+    CountDistinct,
+    /// Number of distinct non-null values, estimated with HyperLogLog++ at Spark's
+    /// default relative standard deviation of 5% (Spark's `approx_count_distinct`).
+    ApproxCountDistinct,
 }
 
 impl AggKind {
@@ -87,12 +100,14 @@ impl AggKind {
             "stddev" | "std" => AggKind::Stddev { ddof },
             "first" => AggKind::First,
             "last" => AggKind::Last,
+            "count_distinct" => AggKind::CountDistinct,
+            "approx_count_distinct" => AggKind::ApproxCountDistinct,
             other => {
                 return Err(TidemarkError::config(
                     "aggs",
                     format!(
                         "unknown aggregate {other:?}; use count, sum, min, max, mean, variance, \
-                         stddev, first or last"
+                         stddev, first, last, count_distinct or approx_count_distinct"
                     ),
                 ))
             }
@@ -111,6 +126,8 @@ impl AggKind {
             AggKind::Stddev { .. } => "stddev",
             AggKind::First => "first",
             AggKind::Last => "last",
+            AggKind::CountDistinct => "count_distinct",
+            AggKind::ApproxCountDistinct => "approx_count_distinct",
         }
     }
 }
@@ -279,6 +296,7 @@ impl BoundAgg {
                 }
             }
             AggKind::Min | AggKind::Max | AggKind::First | AggKind::Last => value_type(&dt).clone(),
+            AggKind::CountDistinct | AggKind::ApproxCountDistinct => DataType::Int64,
         };
         // Variance and stddev read decimals as doubles (as Spark does).
         let class = match (spec.kind, class) {
@@ -339,6 +357,8 @@ impl BoundAgg {
             (AggKind::Max, _) => Acc::Max(None),
             (AggKind::First, _) => Acc::First(None),
             (AggKind::Last, _) => Acc::Last(None),
+            (AggKind::CountDistinct, _) => Acc::Distinct(Vec::new()),
+            (AggKind::ApproxCountDistinct, _) => Acc::Hll(hll::registers()),
         }
     }
 
@@ -363,6 +383,9 @@ impl BoundAgg {
             DataType::Dictionary(_, v) => arrow_cast::cast(col, v)?,
             _ => col.clone(),
         };
+        if self.spec.kind == AggKind::ApproxCountDistinct {
+            return Ok(Input::Hash(hll::spark_hashes(&col)?));
+        }
         Ok(match self.class {
             Class::Rows => Input::NonNull(col.logical_nulls()),
             Class::Int => Input::Int(int64(&col)?.as_primitive::<Int64Type>().clone()),
@@ -427,6 +450,17 @@ impl BoundAgg {
                 let mut b = Float64Builder::with_capacity(rows);
                 for a in accs {
                     b.append_option(a.float_value(self.spec.kind));
+                }
+                Arc::new(b.finish())
+            }
+            AggKind::CountDistinct | AggKind::ApproxCountDistinct => {
+                let mut b = Int64Builder::with_capacity(rows);
+                for a in accs {
+                    b.append_value(match a {
+                        Acc::Distinct(v) => v.len() as i64,
+                        Acc::Hll(r) => hll::estimate(r),
+                        _ => 0,
+                    });
                 }
                 Arc::new(b.finish())
             }
@@ -545,6 +579,8 @@ pub enum Input {
     Dec(Decimal128Array),
     /// Strings and binary as `BinaryView`.
     Bytes(BinaryViewArray),
+    /// Spark's 64-bit hash of each value (`approx_count_distinct`).
+    Hash(UInt64Array),
 }
 
 impl Input {
@@ -578,6 +614,7 @@ impl Input {
                 .is_valid(row)
                 .then(|| Scalar::D(Unscaled::new(a.value(row)))),
             Input::Bytes(a) => a.is_valid(row).then(|| Scalar::B(a.value(row).to_vec())),
+            Input::Hash(a) => a.is_valid(row).then(|| Scalar::U(a.value(row))),
         }
     }
 }
@@ -667,6 +704,10 @@ pub enum Acc {
     First(Option<(i64, Scalar)>),
     /// Value at the largest event time.
     Last(Option<(i64, Scalar)>),
+    /// The distinct values, sorted by [`Scalar::total_cmp`].
+    Distinct(Vec<Scalar>),
+    /// HyperLogLog++ registers.
+    Hll(Box<[u8]>),
 }
 
 impl Acc {
@@ -696,6 +737,11 @@ impl Acc {
                 if a.is_valid(row) {
                     s.add(a.value(row));
                     *n += 1;
+                }
+            }
+            (Acc::Hll(r), Input::Hash(h)) => {
+                if h.is_valid(row) {
+                    hll::add(r, h.value(row));
                 }
             }
             _ => {
@@ -758,6 +804,16 @@ impl Acc {
                     *l = Some((ts, v));
                 }
             }
+            Acc::Distinct(d) => {
+                if let Err(i) = d.binary_search_by(|x| x.total_cmp(&v)) {
+                    d.insert(i, v);
+                }
+            }
+            Acc::Hll(r) => {
+                if let Scalar::U(h) = v {
+                    hll::add(r, h);
+                }
+            }
         }
     }
 
@@ -787,6 +843,32 @@ impl Acc {
             }
             (me @ Acc::First(_), Acc::First(Some((t, v))))
             | (me @ Acc::Last(_), Acc::Last(Some((t, v)))) => me.update_value(v.clone(), *t),
+            (Acc::Distinct(a), Acc::Distinct(b)) => {
+                // Both sorted: one merge pass, equal values once.
+                let mut out = Vec::with_capacity(a.len() + b.len());
+                let (mut i, mut j) = (0, 0);
+                while i < a.len() && j < b.len() {
+                    match a[i].total_cmp(&b[j]) {
+                        Ordering::Less => {
+                            out.push(a[i].clone());
+                            i += 1;
+                        }
+                        Ordering::Greater => {
+                            out.push(b[j].clone());
+                            j += 1;
+                        }
+                        Ordering::Equal => {
+                            out.push(a[i].clone());
+                            i += 1;
+                            j += 1;
+                        }
+                    }
+                }
+                out.extend_from_slice(&a[i..]);
+                out.extend_from_slice(&b[j..]);
+                *a = out;
+            }
+            (Acc::Hll(a), Acc::Hll(b)) => hll::merge(a, b),
             _ => {}
         }
     }
@@ -1072,5 +1154,42 @@ mod tests {
         let mean = vals.iter().sum::<f64>() / 100.0;
         let sd = (vals.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 99.0).sqrt();
         assert!((all.float_value(spec.kind).unwrap() - sd).abs() / sd < 1e-9);
+    }
+
+    proptest::proptest! {
+        /// Distinct counts, exact and estimated, are the same from one pass as from
+        /// two parts merged in either order.
+        #[test]
+        fn distinct_counts_merge_as_one_pass(
+            vals in proptest::collection::vec(proptest::option::of(-50i64..50), 0..300),
+            split in proptest::collection::vec(proptest::bool::ANY, 300),
+        ) {
+            let sch = Schema::new(vec![Field::new("v", DataType::Int64, true)]);
+            let col: ArrayRef = Arc::new(Int64Array::from(vals.clone()));
+            for kind in [AggKind::CountDistinct, AggKind::ApproxCountDistinct] {
+                let spec = AggSpec::new("x", kind, Some("v"));
+                let b = BoundAgg::bind(&spec, &sch).unwrap();
+                let input = b.input(std::slice::from_ref(&col)).unwrap();
+                let (mut all, mut l, mut r) = (b.new_acc(), b.new_acc(), b.new_acc());
+                for (i, &left) in split.iter().enumerate().take(vals.len()) {
+                    all.update(&input, i, 0);
+                    if left { l.update(&input, i, 0) } else { r.update(&input, i, 0) }
+                }
+                let mut lr = l.clone();
+                lr.merge(&r);
+                r.merge(&l);
+                let out = |a: &Acc| {
+                    b.finish(std::iter::once(a)).unwrap().as_primitive::<Int64Type>().value(0)
+                };
+                proptest::prop_assert_eq!(out(&lr), out(&all));
+                proptest::prop_assert_eq!(out(&r), out(&all));
+                if kind == AggKind::CountDistinct {
+                    let mut want: Vec<i64> = vals.iter().flatten().copied().collect();
+                    want.sort_unstable();
+                    want.dedup();
+                    proptest::prop_assert_eq!(out(&all), want.len() as i64);
+                }
+            }
+        }
     }
 }

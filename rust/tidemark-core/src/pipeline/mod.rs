@@ -2442,6 +2442,17 @@ fn write_acc(w: &mut Writer, a: &Acc) {
             w.i64(carry);
             w.i64(*n)
         }
+        Acc::Distinct(values) => {
+            w.u8(11);
+            w.len(values.len());
+            for v in values {
+                write_scalar(w, v);
+            }
+        }
+        Acc::Hll(reg) => {
+            w.u8(12);
+            w.bytes(reg);
+        }
     }
 }
 
@@ -2472,6 +2483,27 @@ fn read_acc(r: &mut Reader<'_>) -> Result<Acc> {
         8 => Acc::First(opt_t(r)?),
         9 => Acc::Last(opt_t(r)?),
         10 => Acc::Dec(WideSum::from_parts(r.i128()?, r.i64()?), r.i64()?),
+        11 => {
+            let n = r.len(2)?;
+            let mut values = Vec::with_capacity(n);
+            for _ in 0..n {
+                values.push(read_scalar(r)?);
+            }
+            Acc::Distinct(values)
+        }
+        12 => {
+            let reg = r.bytes()?;
+            let mut fresh = crate::agg::hll_registers();
+            if reg.len() != fresh.len() {
+                return Err(TidemarkError::StateCorrupted(format!(
+                    "approx_count_distinct: {} registers, expected {}",
+                    reg.len(),
+                    fresh.len()
+                )));
+            }
+            fresh.copy_from_slice(reg);
+            Acc::Hll(fresh)
+        }
         t => {
             return Err(TidemarkError::StateCorrupted(format!(
                 "unknown aggregate tag {t}"

@@ -21,7 +21,7 @@ use crate::clock::ClockRef;
 use crate::error::Result;
 use crate::pipeline::{PipelineConfig, Progress, Scope, TimeMode};
 use crate::state::{Reader, Writer};
-use crate::time::PartitionedWatermarkTracker;
+use crate::time::{PartitionId, PartitionedWatermarkTracker};
 
 /// The combined watermark of a pipeline's scope (see the module docs).
 #[derive(Debug, Clone)]
@@ -29,6 +29,10 @@ pub struct ScopeWatermark {
     scope: Scope,
     time: TimeMode,
     delay: i64,
+    /// Source partitions declared up front (`0..declared`), registered at the first
+    /// call: their idle timeouts run from the first micro-batch, wherever the
+    /// operator was built.
+    declared: u32,
     clock: ClockRef,
     /// Global scope (and processing time): the watermark.
     pub(crate) watermark: i64,
@@ -41,17 +45,17 @@ pub struct ScopeWatermark {
 }
 
 impl ScopeWatermark {
-    /// The scope watermark of `cfg` before any row (declared source partitions
-    /// registered).
+    /// The scope watermark of `cfg` before any row.
     pub fn new(cfg: &PipelineConfig, clock: ClockRef) -> Self {
         let mut partitions = PartitionedWatermarkTracker::new()
             .idle_timeout_ticks(cfg.idle_timeout)
             .with_clock(clock.clone());
-        partitions.register_source(0, cfg.source_partitions.unwrap_or(0) as usize);
+        partitions.register_source(0, 0);
         Self {
             scope: cfg.scope.clone(),
             time: cfg.time,
             delay: cfg.delay,
+            declared: cfg.source_partitions.unwrap_or(0),
             clock,
             watermark: i64::MIN,
             global_max: i64::MIN,
@@ -98,6 +102,11 @@ impl ScopeWatermark {
                 self.watermark
             }
             Scope::Partition { .. } => {
+                let last = PartitionId::new(0, self.declared.saturating_sub(1));
+                if self.declared > 0 && self.partitions.partition_state(last).is_err() {
+                    // The first call: the declared partitions start holding it back.
+                    self.partitions.register_source(0, self.declared as usize);
+                }
                 let mut maxima = merged_partition_max(progress.iter().copied());
                 maxima.retain(|&(_, t)| t != i64::MIN);
                 self.partitions
