@@ -48,6 +48,8 @@ SECTIONS: list[tuple[str, object, list[str]]] = [
             "last",
             "count_distinct",
             "approx_count_distinct",
+            "min_by",
+            "max_by",
             "Agg",
         ],
     ),

@@ -38,6 +38,7 @@ def rows(n: int, seed: int = 3) -> list[tuple[Any, ...]]:
                 T0 + dt.timedelta(microseconds=v * 1_001),
                 decimal.Decimal(v) / 100,
                 decimal.Decimal(v) * 10**20,
+                None if i % 11 == 0 else rng.random(),  # unique, some null: to order by
             )
         )
     return out
@@ -45,7 +46,7 @@ def rows(n: int, seed: int = 3) -> list[tuple[Any, ...]]:
 
 SCHEMA = (
     "k string, ts timestamp, i int, l long, d double, s string, b boolean, day date, "
-    "t timestamp, small decimal(10, 2), wide decimal(30, 0)"
+    "t timestamp, small decimal(10, 2), wide decimal(30, 0), u double"
 )
 
 
@@ -117,3 +118,36 @@ def test_distinct_counts_merge_across_cores_sessions_and_snapshots() -> None:
         t.filter(pa.compute.greater_equal(t["ts"], pa.scalar(6, pa.timestamp("s", "UTC"))))
     )
     assert again.flush().windows.to_pylist() == want
+
+
+def test_min_by_and_max_by_equal_sparks(spark: Any) -> None:
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame(rows(300), SCHEMA)
+    aggs: dict[str, tm.Agg] = {}
+    spark_aggs = []
+    for c in COLUMNS:
+        aggs[f"lo_{c}"] = tm.min_by(c, "u")
+        aggs[f"hi_{c}"] = tm.max_by(c, "u")
+        spark_aggs += [F.min_by(c, "u").alias(f"lo_{c}"), F.max_by(c, "u").alias(f"hi_{c}")]
+    pipe = tm.Pipeline(
+        key="k",
+        event_time="ts",
+        window=tm.Sliding("10s", "5s"),
+        aggs=aggs,
+        watermark=tm.BoundedOutOfOrderness("1m"),
+    )
+    ours = {(r["k"], r["window_start"]): r for r in aggregate(df, pipe).windows.collect()}
+    theirs = {
+        (r["k"], r["w"].start): r
+        for r in df.groupBy("k", F.window("ts", "10 seconds", "5 seconds").alias("w"))
+        .agg(*spark_aggs)
+        .collect()
+    }
+    assert ours.keys() == theirs.keys()
+    same = lambda a, b: a == b or (a != a and b != b)  # noqa: E731 - NaN equals NaN here
+    for key, want in theirs.items():
+        for c in COLUMNS:
+            for f in ("lo", "hi"):
+                got = ours[key][f"{f}_{c}"]
+                assert same(got, want[f"{f}_{c}"]), (key, f, c, got, want[f"{f}_{c}"])

@@ -63,8 +63,10 @@ __all__ = [
     "first",
     "last",
     "max",
+    "max_by",
     "mean",
     "min",
+    "min_by",
     "stddev",
     "sum",
     "variance",
@@ -207,6 +209,7 @@ class Agg:
     kind: str
     column: str | None = None
     ddof: int = 1
+    by: str | None = None
 
     def __post_init__(self) -> None:
         if (
@@ -268,6 +271,20 @@ def first(column: str) -> Agg:
 def last(column: str) -> Agg:
     """The non-null value with the latest event time (ties: the largest value)."""
     return Agg("last", column)
+
+
+def min_by(column: str, by: str) -> Agg:
+    """The value of ``column`` in the row with the smallest ``by`` value: Spark's
+    ``min_by``. Rows whose ``by`` is null are skipped; of rows with equal ``by``
+    values, the smallest value is kept (null first), so the result never depends on
+    row order (Spark keeps whichever comes first)."""
+    return Agg("min_by", column, by=by)
+
+
+def max_by(column: str, by: str) -> Agg:
+    """The value of ``column`` in the row with the largest ``by`` value: Spark's
+    ``max_by`` (ties: the largest value; rows with a null ``by`` skipped)."""
+    return Agg("max_by", column, by=by)
 
 
 def count_distinct(column: str) -> Agg:
@@ -486,7 +503,7 @@ class Pipeline:
             if wm.idle_timeout is None
             else to_millis(wm.idle_timeout, "watermark.idle_timeout"),
             "window": _window_dict(window),
-            "aggs": [(name, a.kind, a.column, a.ddof) for name, a in self.aggs.items()],
+            "aggs": [(name, a.kind, a.column, a.ddof, a.by) for name, a in self.aggs.items()],
             "emit": emit,
             "allowed_lateness": to_micros(allowed_lateness, "allowed_lateness"),
             "late": late,

@@ -578,7 +578,7 @@ def used_input(pipe: Pipeline, schema: Any) -> Any:
     used = {*cfg["keys"], cfg["event_time"]}
     if cfg["scope"] == "partition":
         used.add(cfg["partition_column"])
-    used.update(a[2] for a in cfg["aggs"] if a[2] is not None)
+    used.update(c for a in cfg["aggs"] for c in (a[2], a[4]) if c is not None)
     return StructType([f for f in schema.fields if f.name in used])
 
 

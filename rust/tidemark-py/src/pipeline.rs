@@ -107,13 +107,16 @@ pub fn config_from_dict(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<Pipel
             ))
         }
     };
-    let agg_list: Vec<(String, String, Option<String>, u8)> = get(d, "aggs")?;
+    // (name, kind, column, ddof, by)
+    type AggTuple = (String, String, Option<String>, u8, Option<String>);
+    let agg_list: Vec<AggTuple> = get(d, "aggs")?;
     let mut aggs = Vec::with_capacity(agg_list.len());
-    for (name, kind, column, ddof) in agg_list {
+    for (name, kind, column, ddof, by) in agg_list {
         aggs.push(AggSpec {
             name,
             kind: check(py, AggKind::from_name(&kind, ddof))?,
             column,
+            by,
         });
     }
     let emit = choice(

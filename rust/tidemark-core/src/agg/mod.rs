@@ -19,6 +19,7 @@
 //! | `min`, `max`, `first`, `last` | integer, float, decimal, boolean, temporal, string, binary | the input type |
 //! | `count_distinct(col)` | any of those | int64 (distinct non-null values; `NaN` once, `-0.0 == 0.0`) |
 //! | `approx_count_distinct(col)` | any of those | int64 (HyperLogLog++ as Spark's, 5% standard error) |
+//! | `min_by(col, by)`, `max_by(col, by)` | any of those (both) | the type of `col` (ties in `by`: the smaller / larger value) |
 //!
 //! Decimal sums and means are exact ([`WideSum`]) and follow Spark's result types for
 //! `sum` and `avg` of a `DecimalType` column.
@@ -85,6 +86,12 @@ pub enum AggKind {
     /// Number of distinct non-null values, estimated with HyperLogLog++ at Spark's
     /// default relative standard deviation of 5% (Spark's `approx_count_distinct`).
     ApproxCountDistinct,
+    /// The value of the row with the smallest `by` value (Spark's `min_by`; ties: the
+    /// smallest value, null first).
+    MinBy,
+    /// The value of the row with the largest `by` value (Spark's `max_by`; ties: the
+    /// largest value).
+    MaxBy,
 }
 
 impl AggKind {
@@ -102,12 +109,14 @@ impl AggKind {
             "last" => AggKind::Last,
             "count_distinct" => AggKind::CountDistinct,
             "approx_count_distinct" => AggKind::ApproxCountDistinct,
+            "min_by" => AggKind::MinBy,
+            "max_by" => AggKind::MaxBy,
             other => {
                 return Err(TidemarkError::config(
                     "aggs",
                     format!(
                         "unknown aggregate {other:?}; use count, sum, min, max, mean, variance, \
-                         stddev, first, last, count_distinct or approx_count_distinct"
+                         stddev, first, last, count_distinct, approx_count_distinct, min_by or max_by"
                     ),
                 ))
             }
@@ -128,6 +137,8 @@ impl AggKind {
             AggKind::Last => "last",
             AggKind::CountDistinct => "count_distinct",
             AggKind::ApproxCountDistinct => "approx_count_distinct",
+            AggKind::MinBy => "min_by",
+            AggKind::MaxBy => "max_by",
         }
     }
 }
@@ -141,6 +152,8 @@ pub struct AggSpec {
     pub kind: AggKind,
     /// Input column (`None` only for `count()` of rows).
     pub column: Option<String>,
+    /// The column `min_by` / `max_by` order by (`None` for every other aggregate).
+    pub by: Option<String>,
 }
 
 impl AggSpec {
@@ -150,6 +163,15 @@ impl AggSpec {
             name: name.to_string(),
             kind,
             column: column.map(str::to_string),
+            by: None,
+        }
+    }
+
+    /// `min_by` / `max_by` of `column` ordered by `by`.
+    pub fn ordered(name: &str, kind: AggKind, column: &str, by: &str) -> Self {
+        Self {
+            by: Some(by.to_string()),
+            ..Self::new(name, kind, Some(column))
         }
     }
 }
@@ -210,6 +232,8 @@ pub struct BoundAgg {
     /// The specification.
     pub spec: AggSpec,
     column: Option<usize>,
+    /// `min_by` / `max_by`: the column ordered by, and how it is read.
+    by: Option<(usize, Class)>,
     class: Class,
     input_type: DataType,
     output_type: DataType,
@@ -235,6 +259,7 @@ impl BoundAgg {
             return Ok(BoundAgg {
                 spec: spec.clone(),
                 column: None,
+                by: None,
                 class: Class::Rows,
                 input_type: DataType::Null,
                 output_type: DataType::Int64,
@@ -295,7 +320,12 @@ impl BoundAgg {
                     _ => DataType::Float64,
                 }
             }
-            AggKind::Min | AggKind::Max | AggKind::First | AggKind::Last => value_type(&dt).clone(),
+            AggKind::Min
+            | AggKind::Max
+            | AggKind::First
+            | AggKind::Last
+            | AggKind::MinBy
+            | AggKind::MaxBy => value_type(&dt).clone(),
             AggKind::CountDistinct | AggKind::ApproxCountDistinct => DataType::Int64,
         };
         // Variance and stddev read decimals as doubles (as Spark does).
@@ -303,9 +333,29 @@ impl BoundAgg {
             (AggKind::Variance { .. } | AggKind::Stddev { .. }, Class::Decimal) => Class::Float,
             _ => class,
         };
+        let by = match &spec.by {
+            None => None,
+            Some(b) => {
+                let i = schema
+                    .index_of(b)
+                    .map_err(|_| TidemarkError::MissingColumn {
+                        column: b.clone(),
+                        available: schema.fields().iter().map(|f| f.name().clone()).collect(),
+                    })?;
+                let bt = schema.field(i).data_type();
+                let c = class_of(bt).ok_or_else(|| {
+                    TidemarkError::config(
+                        format!("aggs[{:?}]", spec.name),
+                        format!("{} cannot order by a {bt} column", spec.kind.name()),
+                    )
+                })?;
+                Some((i, c))
+            }
+        };
         Ok(BoundAgg {
             spec: spec.clone(),
             column: Some(idx),
+            by,
             class,
             input_type: dt,
             output_type,
@@ -359,6 +409,8 @@ impl BoundAgg {
             (AggKind::Last, _) => Acc::Last(None),
             (AggKind::CountDistinct, _) => Acc::Distinct(Vec::new()),
             (AggKind::ApproxCountDistinct, _) => Acc::Hll(hll::registers()),
+            (AggKind::MinBy, _) => Acc::MinBy(None),
+            (AggKind::MaxBy, _) => Acc::MaxBy(None),
         }
     }
 
@@ -386,7 +438,30 @@ impl BoundAgg {
         if self.spec.kind == AggKind::ApproxCountDistinct {
             return Ok(Input::Hash(hll::spark_hashes(&col)?));
         }
-        Ok(match self.class {
+        if let Some((i, class)) = self.by {
+            let by = match columns[i].data_type() {
+                DataType::Dictionary(_, v) => arrow_cast::cast(&columns[i], v)?,
+                _ => columns[i].clone(),
+            };
+            return Ok(Input::By(
+                Box::new(read_input(&col, self.class)?),
+                Box::new(read_input(&by, class)?),
+            ));
+        }
+        read_input(&col, self.class)
+    }
+
+    /// Finalises partial states into an output column.
+    pub fn finish<'a>(&self, accs: impl Iterator<Item = &'a Acc>) -> Result<ArrayRef> {
+        self.finish_states(accs)
+    }
+}
+
+/// A column (dictionaries decoded) read as `class` for the accumulators.
+fn read_input(col: &ArrayRef, class: Class) -> Result<Input> {
+    {
+        let col = col.clone();
+        Ok(match class {
             Class::Rows => Input::NonNull(col.logical_nulls()),
             Class::Int => Input::Int(int64(&col)?.as_primitive::<Int64Type>().clone()),
             Class::UInt => Input::UInt(col.as_primitive::<UInt64Type>().clone()),
@@ -404,9 +479,10 @@ impl BoundAgg {
             ),
         })
     }
+}
 
-    /// Finalises partial states into an output column.
-    pub fn finish<'a>(&self, accs: impl Iterator<Item = &'a Acc>) -> Result<ArrayRef> {
+impl BoundAgg {
+    fn finish_states<'a>(&self, accs: impl Iterator<Item = &'a Acc>) -> Result<ArrayRef> {
         // Sized up front: builders grown by doubling copy the column again and again.
         let rows = accs.size_hint().0;
         let arr: ArrayRef = match self.spec.kind {
@@ -464,7 +540,12 @@ impl BoundAgg {
                 }
                 Arc::new(b.finish())
             }
-            AggKind::Min | AggKind::Max | AggKind::First | AggKind::Last => {
+            AggKind::Min
+            | AggKind::Max
+            | AggKind::First
+            | AggKind::Last
+            | AggKind::MinBy
+            | AggKind::MaxBy => {
                 let scalars = accs.map(|a| a.scalar());
                 let arr = scalars_to_array(scalars, self.class, &self.output_type)?;
                 return Ok(arrow_cast::cast(&arr, &self.output_type)?);
@@ -581,6 +662,8 @@ pub enum Input {
     Bytes(BinaryViewArray),
     /// Spark's 64-bit hash of each value (`approx_count_distinct`).
     Hash(UInt64Array),
+    /// `min_by` / `max_by`: the values and the column they are ordered by.
+    By(Box<Input>, Box<Input>),
 }
 
 impl Input {
@@ -615,9 +698,13 @@ impl Input {
                 .then(|| Scalar::D(Unscaled::new(a.value(row)))),
             Input::Bytes(a) => a.is_valid(row).then(|| Scalar::B(a.value(row).to_vec())),
             Input::Hash(a) => a.is_valid(row).then(|| Scalar::U(a.value(row))),
+            Input::By(v, _) => v.value(row),
         }
     }
 }
+
+/// The state of `min_by` / `max_by`: the `by` value kept and its row's value.
+pub type ByValue = (Scalar, Option<Scalar>);
 
 /// A single value of an aggregate input.
 #[derive(Debug, Clone, PartialEq)]
@@ -708,6 +795,11 @@ pub enum Acc {
     Distinct(Vec<Scalar>),
     /// HyperLogLog++ registers.
     Hll(Box<[u8]>),
+    /// The smallest `by` value so far and its row's value (null: `None`), boxed:
+    /// two values would double every state's size.
+    MinBy(Option<Box<ByValue>>),
+    /// The largest `by` value so far and its row's value.
+    MaxBy(Option<Box<ByValue>>),
 }
 
 impl Acc {
@@ -742,6 +834,12 @@ impl Acc {
             (Acc::Hll(r), Input::Hash(h)) => {
                 if h.is_valid(row) {
                     hll::add(r, h.value(row));
+                }
+            }
+            (Acc::MinBy(_) | Acc::MaxBy(_), Input::By(v, by)) => {
+                // Rows whose `by` value is null are skipped (as in Spark).
+                if let Some(o) = by.value(row) {
+                    self.offer_by(o, v.value(row));
                 }
             }
             _ => {
@@ -814,6 +912,31 @@ impl Acc {
                     hll::add(r, h);
                 }
             }
+            Acc::MinBy(_) | Acc::MaxBy(_) => {}
+        }
+    }
+
+    /// `min_by` / `max_by`: the row ordered by `by` with value `v` replaces the one
+    /// kept if its `by` value is smaller (larger), or equal with a smaller (larger)
+    /// value, a null value being the smallest: the result never depends on row order.
+    fn offer_by(&mut self, by: Scalar, v: Option<Scalar>) {
+        let value_cmp = |a: &Option<Scalar>, b: &Option<Scalar>| match (a, b) {
+            (None, None) => Ordering::Equal,
+            (None, Some(_)) => Ordering::Less,
+            (Some(_), None) => Ordering::Greater,
+            (Some(a), Some(b)) => a.total_cmp(b),
+        };
+        let (slot, want) = match self {
+            Acc::MinBy(s) => (s, Ordering::Less),
+            Acc::MaxBy(s) => (s, Ordering::Greater),
+            _ => return,
+        };
+        let better = slot.as_ref().is_none_or(|cur| match by.total_cmp(&cur.0) {
+            Ordering::Equal => value_cmp(&v, &cur.1) == want,
+            o => o == want,
+        });
+        if better {
+            *slot = Some(Box::new((by, v)));
         }
     }
 
@@ -869,6 +992,8 @@ impl Acc {
                 *a = out;
             }
             (Acc::Hll(a), Acc::Hll(b)) => hll::merge(a, b),
+            (me @ Acc::MinBy(_), Acc::MinBy(Some(b)))
+            | (me @ Acc::MaxBy(_), Acc::MaxBy(Some(b))) => me.offer_by(b.0.clone(), b.1.clone()),
             _ => {}
         }
     }
@@ -934,6 +1059,7 @@ impl Acc {
         match self {
             Acc::Min(m) | Acc::Max(m) => m.as_ref(),
             Acc::First(f) | Acc::Last(f) => f.as_ref().map(|(_, v)| v),
+            Acc::MinBy(b) | Acc::MaxBy(b) => b.as_ref().and_then(|b| b.1.as_ref()),
             _ => None,
         }
     }
@@ -975,6 +1101,7 @@ mod tests {
             name: "x".into(),
             kind,
             column: col.map(Into::into),
+            by: None,
         };
         let b = BoundAgg::bind(&spec, &schema()).unwrap();
         let input = b.input(&cols()).unwrap();
@@ -1021,6 +1148,7 @@ mod tests {
                 name: "x".into(),
                 kind: AggKind::Sum,
                 column: Some("s".into()),
+                by: None,
             },
             &s,
         )
@@ -1031,6 +1159,7 @@ mod tests {
                 name: "x".into(),
                 kind: AggKind::Sum,
                 column: Some("zz".into()),
+                by: None,
             },
             &s,
         )
@@ -1041,6 +1170,7 @@ mod tests {
                 name: "x".into(),
                 kind: AggKind::Mean,
                 column: None,
+                by: None,
             },
             &s,
         )
@@ -1129,6 +1259,7 @@ mod tests {
             name: "x".into(),
             kind: AggKind::Stddev { ddof: 1 },
             column: Some("f".into()),
+            by: None,
         };
         let sch = Schema::new(vec![Field::new("f", DataType::Float64, true)]);
         let b = BoundAgg::bind(&spec, &sch).unwrap();
@@ -1189,6 +1320,41 @@ mod tests {
                     want.dedup();
                     proptest::prop_assert_eq!(out(&all), want.len() as i64);
                 }
+            }
+        }
+
+        /// `min_by` / `max_by` keep the same row from one pass as from two parts
+        /// merged in either order, ties in the ordering column included.
+        #[test]
+        fn ordered_values_merge_as_one_pass(
+            rows in proptest::collection::vec(
+                (proptest::option::of(0i64..5), proptest::option::of(0i64..20)), 0..60),
+            split in proptest::collection::vec(proptest::bool::ANY, 60),
+        ) {
+            let sch = Schema::new(vec![
+                Field::new("o", DataType::Int64, true),
+                Field::new("v", DataType::Int64, true),
+            ]);
+            let o: ArrayRef = Arc::new(Int64Array::from(rows.iter().map(|r| r.0).collect::<Vec<_>>()));
+            let v: ArrayRef = Arc::new(Int64Array::from(rows.iter().map(|r| r.1).collect::<Vec<_>>()));
+            for kind in [AggKind::MinBy, AggKind::MaxBy] {
+                let b = BoundAgg::bind(&AggSpec::ordered("x", kind, "v", "o"), &sch).unwrap();
+                let input = b.input(&[o.clone(), v.clone()]).unwrap();
+                let (mut all, mut l, mut r) = (b.new_acc(), b.new_acc(), b.new_acc());
+                for (i, &left) in split.iter().enumerate().take(rows.len()) {
+                    all.update(&input, i, 0);
+                    if left { l.update(&input, i, 0) } else { r.update(&input, i, 0) }
+                }
+                let mut lr = l.clone();
+                lr.merge(&r);
+                r.merge(&l);
+                let out = |a: &Acc| {
+                    let arr = b.finish(std::iter::once(a)).unwrap();
+                    let arr = arr.as_primitive::<Int64Type>();
+                    arr.is_valid(0).then(|| arr.value(0))
+                };
+                proptest::prop_assert_eq!(out(&lr), out(&all));
+                proptest::prop_assert_eq!(out(&r), out(&all));
             }
         }
     }

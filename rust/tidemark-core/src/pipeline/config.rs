@@ -164,6 +164,17 @@ impl PipelineConfig {
                     format!("{} needs a column", a.kind.name()),
                 ));
             }
+            let ordered = matches!(a.kind, AggKind::MinBy | AggKind::MaxBy);
+            if ordered != a.by.is_some() {
+                return Err(TidemarkError::config(
+                    format!("aggs[{:?}]", a.name),
+                    if ordered {
+                        format!("{} needs the column to order by (by=...)", a.kind.name())
+                    } else {
+                        format!("{} takes no by= column", a.kind.name())
+                    },
+                ));
+            }
         }
         let mut reserved = vec!["window_start", "window_end"];
         if self.emit == EmitMode::OnUpdate {
@@ -308,6 +319,11 @@ impl PipelineConfig {
                 w.u8(ddof);
             }
             w.str(a.column.as_deref().unwrap_or(""));
+            if let Some(by) = &a.by {
+                // Only when set: other aggregates keep their fingerprints.
+                w.str("by");
+                w.str(by);
+            }
         }
         w.u8(self.emit as u8);
         w.i64(self.allowed_lateness);

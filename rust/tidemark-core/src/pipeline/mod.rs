@@ -958,6 +958,7 @@ impl Operator {
             read.push(column);
         }
         read.extend(cfg.aggs.iter().filter_map(|a| a.column.as_deref()));
+        read.extend(cfg.aggs.iter().filter_map(|a| a.by.as_deref()));
         for name in read {
             let n = schema.fields().iter().filter(|f| f.name() == name).count();
             if n > 1 {
@@ -1044,7 +1045,7 @@ impl Operator {
         used.extend(time_idx);
         used.extend(part_idx);
         for a in &cfg.aggs {
-            if let Some(c) = &a.column {
+            for c in a.column.iter().chain(&a.by) {
                 used.push(schema.index_of(c).expect("bound"));
             }
         }
@@ -2453,6 +2454,17 @@ fn write_acc(w: &mut Writer, a: &Acc) {
             w.u8(12);
             w.bytes(reg);
         }
+        Acc::MinBy(b) | Acc::MaxBy(b) => {
+            w.u8(if matches!(a, Acc::MinBy(_)) { 13 } else { 14 });
+            match b {
+                None => w.bool(false),
+                Some(b) => {
+                    w.bool(true);
+                    write_scalar(w, &b.0);
+                    opt(w, &b.1);
+                }
+            }
+        }
     }
 }
 
@@ -2503,6 +2515,18 @@ fn read_acc(r: &mut Reader<'_>) -> Result<Acc> {
             }
             fresh.copy_from_slice(reg);
             Acc::Hll(fresh)
+        }
+        t @ (13 | 14) => {
+            let b = if r.bool()? {
+                Some(Box::new((read_scalar(r)?, opt(r)?)))
+            } else {
+                None
+            };
+            if t == 13 {
+                Acc::MinBy(b)
+            } else {
+                Acc::MaxBy(b)
+            }
         }
         t => {
             return Err(TidemarkError::StateCorrupted(format!(

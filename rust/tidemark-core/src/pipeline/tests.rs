@@ -431,6 +431,7 @@ fn float_sums_do_not_depend_on_row_order() {
         name: "s".into(),
         kind: AggKind::Sum,
         column: Some("f".into()),
+        by: None,
     }];
     let vals = [1e16, 1.0, -1e16, 3.3, 1e-3, 7e15, -7e15];
     let mk = |order: &[usize]| {

@@ -443,6 +443,7 @@ proptest! {
             name: "weight".into(),
             kind: AggKind::Sum,
             column: Some("lk_w".into()),
+            by: None,
         });
         let clock: ClockRef = Arc::new(ManualClock::new(0));
         let mut single = Operator::new(c.clone(), clock.clone()).unwrap();
