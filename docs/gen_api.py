@@ -50,6 +50,7 @@ SECTIONS: list[tuple[str, object, list[str]]] = [
             "approx_count_distinct",
             "min_by",
             "max_by",
+            "percentile_approx",
             "Agg",
         ],
     ),

@@ -151,3 +151,44 @@ def test_min_by_and_max_by_equal_sparks(spark: Any) -> None:
             for f in ("lo", "hi"):
                 got = ours[key][f"{f}_{c}"]
                 assert same(got, want[f"{f}_{c}"]), (key, f, c, got, want[f"{f}_{c}"])
+
+
+def test_percentile_approx_equals_sparks(spark: Any) -> None:
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame(rows(600), SCHEMA)
+    # Doubles without NaN: Spark sorts NaN by IEEE comparisons, which place it
+    # arbitrarily (tidemark: NaN is greatest). A decimal wider than a double's 53 bits
+    # differs too (Spark reads every value as a double).
+    df = df.withColumn("dn", F.when(F.isnan("d"), F.lit(None)).otherwise(F.col("d")))
+    cols = ["i", "l", "dn", "day", "t", "small"]
+    aggs: dict[str, tm.Agg] = {}
+    spark_aggs = []
+    for c in cols:
+        for p in (0.0, 0.25, 0.5, 0.9, 1.0):
+            name = f"p{int(p * 100)}_{c}"
+            aggs[name] = tm.percentile_approx(c, p)
+            spark_aggs.append(F.percentile_approx(c, p).alias(name))
+    pipe = tm.Pipeline(
+        key="k",
+        event_time="ts",
+        window=tm.Session("3s"),
+        aggs=aggs,
+        watermark=tm.BoundedOutOfOrderness("1m"),
+    )
+    ours = {(r["k"], r["window_start"]): r for r in aggregate(df, pipe).windows.collect()}
+    theirs = {
+        (r["k"], r["w"].start): r
+        for r in df.groupBy("k", F.session_window("ts", "3 seconds").alias("w"))
+        .agg(*spark_aggs)
+        .collect()
+    }
+    assert ours.keys() == theirs.keys()
+    same = lambda a, b: a == b or (a != a and b != b)  # noqa: E731 - NaN equals NaN here
+    for key, want in theirs.items():
+        for name in aggs:
+            assert same(ours[key][name], want[name]), (key, name, ours[key][name], want[name])
+    with pytest.raises(tm.ConfigError, match="percentage"):
+        tm.percentile_approx("v", 1.5)
+    with pytest.raises(tm.ConfigError, match="accuracy"):
+        tm.percentile_approx("v", 0.5, accuracy=0)

@@ -67,6 +67,7 @@ __all__ = [
     "mean",
     "min",
     "min_by",
+    "percentile_approx",
     "stddev",
     "sum",
     "variance",
@@ -210,6 +211,8 @@ class Agg:
     column: str | None = None
     ddof: int = 1
     by: str | None = None
+    #: ``percentile_approx``: the percentage and the accuracy.
+    quantile: tuple[float, int] | None = None
 
     def __post_init__(self) -> None:
         if (
@@ -285,6 +288,25 @@ def max_by(column: str, by: str) -> Agg:
     """The value of ``column`` in the row with the largest ``by`` value: Spark's
     ``max_by`` (ties: the largest value; rows with a null ``by`` skipped)."""
     return Agg("max_by", column, by=by)
+
+
+def percentile_approx(column: str, percentage: float = 0.5, accuracy: int = 10_000) -> Agg:
+    """The value at ``percentage`` (0 to 1) of the window's non-null values: Spark's
+    ``percentile_approx(col, percentage, accuracy)``, with Spark's own algorithm (a
+    Greenwald-Khanna summary whose answer's rank is off by at most about
+    ``n / accuracy``). Up to ``accuracy / 2`` values it is exact and Spark's answer:
+    the value at rank ``ceil(percentage * n)`` in sorted order. Numeric and temporal
+    columns; the result has the column's type. Mergeable across cores, sessions and
+    snapshots; its state grows with ``accuracy``, not with the window's rows."""
+    if isinstance(percentage, bool) or not isinstance(percentage, (int, float)):
+        raise ConfigError(f"percentile_approx: percentage must be a number, got {percentage!r}")
+    if not 0.0 <= float(percentage) <= 1.0:
+        raise ConfigError(
+            f"percentile_approx: percentage must be between 0 and 1, got {percentage}"
+        )
+    if isinstance(accuracy, bool) or not isinstance(accuracy, int) or not 1 <= accuracy < 2**31:
+        raise ConfigError(f"percentile_approx: accuracy must be a positive int, got {accuracy!r}")
+    return Agg("percentile_approx", column, quantile=(float(percentage), accuracy))
 
 
 def count_distinct(column: str) -> Agg:
@@ -503,7 +525,9 @@ class Pipeline:
             if wm.idle_timeout is None
             else to_millis(wm.idle_timeout, "watermark.idle_timeout"),
             "window": _window_dict(window),
-            "aggs": [(name, a.kind, a.column, a.ddof, a.by) for name, a in self.aggs.items()],
+            "aggs": [
+                (name, a.kind, a.column, a.ddof, a.by, a.quantile) for name, a in self.aggs.items()
+            ],
             "emit": emit,
             "allowed_lateness": to_micros(allowed_lateness, "allowed_lateness"),
             "late": late,

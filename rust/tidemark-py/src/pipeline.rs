@@ -107,14 +107,25 @@ pub fn config_from_dict(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<Pipel
             ))
         }
     };
-    // (name, kind, column, ddof, by)
-    type AggTuple = (String, String, Option<String>, u8, Option<String>);
+    // (name, kind, column, ddof, by, (percentage, accuracy) of percentile_approx)
+    type AggTuple = (
+        String,
+        String,
+        Option<String>,
+        u8,
+        Option<String>,
+        Option<(f64, u32)>,
+    );
     let agg_list: Vec<AggTuple> = get(d, "aggs")?;
     let mut aggs = Vec::with_capacity(agg_list.len());
-    for (name, kind, column, ddof, by) in agg_list {
+    for (name, kind, column, ddof, by, quantile) in agg_list {
+        let kind = match quantile {
+            Some((p, accuracy)) => AggKind::percentile_approx(p, accuracy),
+            None => AggKind::from_name(&kind, ddof),
+        };
         aggs.push(AggSpec {
             name,
-            kind: check(py, AggKind::from_name(&kind, ddof))?,
+            kind: check(py, kind)?,
             column,
             by,
         });

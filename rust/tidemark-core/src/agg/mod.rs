@@ -20,6 +20,7 @@
 //! | `count_distinct(col)` | any of those | int64 (distinct non-null values; `NaN` once, `-0.0 == 0.0`) |
 //! | `approx_count_distinct(col)` | any of those | int64 (HyperLogLog++ as Spark's, 5% standard error) |
 //! | `min_by(col, by)`, `max_by(col, by)` | any of those (both) | the type of `col` (ties in `by`: the smaller / larger value) |
+//! | `percentile_approx(col, p, accuracy)` | integer, float, decimal, temporal | the input type (Spark's algorithm; exact up to `accuracy / 2` values) |
 //!
 //! Decimal sums and means are exact ([`WideSum`]) and follow Spark's result types for
 //! `sum` and `avg` of a `DecimalType` column.
@@ -27,6 +28,10 @@
 mod decimal;
 mod exact;
 mod hll;
+mod quantile;
+
+pub use quantile::QuantileSketch;
+pub(crate) use quantile::Sample;
 
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -92,6 +97,15 @@ pub enum AggKind {
     /// The value of the row with the largest `by` value (Spark's `max_by`; ties: the
     /// largest value).
     MaxBy,
+    /// The value at a quantile, with rank error `n / accuracy` (Spark's
+    /// `percentile_approx(col, percentage, accuracy)`; exact below `2 * accuracy`
+    /// values).
+    PercentileApprox {
+        /// The quantile in `[0, 1]`, as `f64` bits (so that the kind stays `Eq`).
+        percentage_bits: u64,
+        /// Spark's `accuracy` (relative rank error `1 / accuracy`).
+        accuracy: u32,
+    },
 }
 
 impl AggKind {
@@ -111,12 +125,16 @@ impl AggKind {
             "approx_count_distinct" => AggKind::ApproxCountDistinct,
             "min_by" => AggKind::MinBy,
             "max_by" => AggKind::MaxBy,
+            "percentile_approx" => AggKind::PercentileApprox {
+                percentage_bits: 0.5f64.to_bits(),
+                accuracy: 10_000,
+            },
             other => {
                 return Err(TidemarkError::config(
                     "aggs",
                     format!(
                         "unknown aggregate {other:?}; use count, sum, min, max, mean, variance, \
-                         stddev, first, last, count_distinct, approx_count_distinct, min_by or max_by"
+                         stddev, first, last, count_distinct, approx_count_distinct, min_by, max_by or percentile_approx"
                     ),
                 ))
             }
@@ -139,7 +157,28 @@ impl AggKind {
             AggKind::ApproxCountDistinct => "approx_count_distinct",
             AggKind::MinBy => "min_by",
             AggKind::MaxBy => "max_by",
+            AggKind::PercentileApprox { .. } => "percentile_approx",
         }
+    }
+
+    /// `percentile_approx` with `percentage` in `[0, 1]` and `accuracy >= 1`.
+    pub fn percentile_approx(percentage: f64, accuracy: u32) -> Result<Self> {
+        if !(0.0..=1.0).contains(&percentage) {
+            return Err(TidemarkError::config(
+                "percentile_approx",
+                format!("percentage must be between 0 and 1, got {percentage}"),
+            ));
+        }
+        if accuracy == 0 {
+            return Err(TidemarkError::config(
+                "percentile_approx",
+                "accuracy must be at least 1",
+            ));
+        }
+        Ok(AggKind::PercentileApprox {
+            percentage_bits: percentage.to_bits(),
+            accuracy,
+        })
     }
 }
 
@@ -326,6 +365,17 @@ impl BoundAgg {
             | AggKind::Last
             | AggKind::MinBy
             | AggKind::MaxBy => value_type(&dt).clone(),
+            AggKind::PercentileApprox { .. } => {
+                if !numeric && !temporal {
+                    return Err(TidemarkError::config(
+                        format!("aggs[{:?}]", spec.name),
+                        format!(
+                            "percentile_approx({col:?}) needs a numeric or temporal column, got {dt}"
+                        ),
+                    ));
+                }
+                value_type(&dt).clone()
+            }
             AggKind::CountDistinct | AggKind::ApproxCountDistinct => DataType::Int64,
         };
         // Variance and stddev read decimals as doubles (as Spark does).
@@ -411,6 +461,9 @@ impl BoundAgg {
             (AggKind::ApproxCountDistinct, _) => Acc::Hll(hll::registers()),
             (AggKind::MinBy, _) => Acc::MinBy(None),
             (AggKind::MaxBy, _) => Acc::MaxBy(None),
+            (AggKind::PercentileApprox { accuracy, .. }, _) => {
+                Acc::Quantiles(Box::new(QuantileSketch::new(accuracy)))
+            }
         }
     }
 
@@ -548,6 +601,23 @@ impl BoundAgg {
             | AggKind::MaxBy => {
                 let scalars = accs.map(|a| a.scalar());
                 let arr = scalars_to_array(scalars, self.class, &self.output_type)?;
+                return Ok(arrow_cast::cast(&arr, &self.output_type)?);
+            }
+            AggKind::PercentileApprox {
+                percentage_bits, ..
+            } => {
+                let p = f64::from_bits(percentage_bits);
+                let values: Vec<Option<Scalar>> = accs
+                    .map(|a| match a {
+                        Acc::Quantiles(q) => q.query(p),
+                        _ => None,
+                    })
+                    .collect();
+                let arr = scalars_to_array(
+                    values.iter().map(Option::as_ref),
+                    self.class,
+                    &self.output_type,
+                )?;
                 return Ok(arrow_cast::cast(&arr, &self.output_type)?);
             }
         };
@@ -800,6 +870,8 @@ pub enum Acc {
     MinBy(Option<Box<ByValue>>),
     /// The largest `by` value so far and its row's value.
     MaxBy(Option<Box<ByValue>>),
+    /// A quantile sketch (`percentile_approx`).
+    Quantiles(Box<QuantileSketch>),
 }
 
 impl Acc {
@@ -913,6 +985,7 @@ impl Acc {
                 }
             }
             Acc::MinBy(_) | Acc::MaxBy(_) => {}
+            Acc::Quantiles(q) => q.add(v),
         }
     }
 
@@ -992,6 +1065,7 @@ impl Acc {
                 *a = out;
             }
             (Acc::Hll(a), Acc::Hll(b)) => hll::merge(a, b),
+            (Acc::Quantiles(a), Acc::Quantiles(b)) => a.merge(b),
             (me @ Acc::MinBy(_), Acc::MinBy(Some(b)))
             | (me @ Acc::MaxBy(_), Acc::MaxBy(Some(b))) => me.offer_by(b.0.clone(), b.1.clone()),
             _ => {}

@@ -318,6 +318,14 @@ impl PipelineConfig {
             if let AggKind::Variance { ddof } | AggKind::Stddev { ddof } = a.kind {
                 w.u8(ddof);
             }
+            if let AggKind::PercentileApprox {
+                percentage_bits,
+                accuracy,
+            } = a.kind
+            {
+                w.u64(percentage_bits);
+                w.u32(accuracy);
+            }
             w.str(a.column.as_deref().unwrap_or(""));
             if let Some(by) = &a.by {
                 // Only when set: other aggregates keep their fingerprints.

@@ -2454,6 +2454,21 @@ fn write_acc(w: &mut Writer, a: &Acc) {
             w.u8(12);
             w.bytes(reg);
         }
+        Acc::Quantiles(q) => {
+            w.u8(15);
+            w.u64(q.n);
+            w.u32(q.accuracy);
+            w.len(q.samples.len());
+            for x in &q.samples {
+                write_scalar(w, &x.value);
+                w.u64(x.g);
+                w.u64(x.delta);
+            }
+            w.len(q.buffer.len());
+            for v in &q.buffer {
+                write_scalar(w, v);
+            }
+        }
         Acc::MinBy(b) | Acc::MaxBy(b) => {
             w.u8(if matches!(a, Acc::MinBy(_)) { 13 } else { 14 });
             match b {
@@ -2515,6 +2530,21 @@ fn read_acc(r: &mut Reader<'_>) -> Result<Acc> {
             }
             fresh.copy_from_slice(reg);
             Acc::Hll(fresh)
+        }
+        15 => {
+            let (n, accuracy) = (r.u64()?, r.u32()?);
+            let count = r.len(17)?;
+            let mut samples = Vec::with_capacity(count);
+            for _ in 0..count {
+                let (value, g, delta) = (read_scalar(r)?, r.u64()?, r.u64()?);
+                samples.push(crate::agg::Sample { value, g, delta });
+            }
+            let mut q = crate::agg::QuantileSketch::from_parts(n, accuracy, samples)?;
+            let buffered = r.len(2)?;
+            for _ in 0..buffered {
+                q.buffer.push(read_scalar(r)?);
+            }
+            Acc::Quantiles(Box::new(q))
         }
         t @ (13 | 14) => {
             let b = if r.bool()? {
