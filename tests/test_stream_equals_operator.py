@@ -496,3 +496,23 @@ def test_aggregate_bounds_keys_without_error_rows_when_replayed_in_small_units(
     assert counted + res.late.count() == 300, "nothing lost: counted or late"
     seen = Counter((r["key"], r["window_start"]) for r in res.windows.collect())
     assert max(seen.values()) == 1, "no window twice"
+
+
+def test_a_shuffled_state_partition_closes_nothing_before_the_stream_has_a_watermark(
+    spark: Any, tmp_path: Path
+) -> None:
+    # Found by the long profile of the shuffled test: at the first micro-batch the
+    # driver has no watermark yet, and a state partition holding only source
+    # partition 0 closed k0's [0, 10) on its own view (10), where the combined
+    # watermark is 9 (partition 1 is at 9).
+    pipe = tm.Pipeline(
+        key="key",
+        event_time="ts",
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count(), "s": tm.sum("v")},
+        watermark=tm.BoundedOutOfOrderness("0s", per="partition"),
+    )
+    stream = [(0, [(0, 10), (0, 10), (0, 10), (0, 10), (0, 9), (1, 9)])]
+    want = by_operator(pipe, stream, cores=1)
+    got, _ = by_stream_processor(spark, pipe, stream, tmp_path / "s", 2, False, shuffle=True)
+    assert got == want

@@ -146,6 +146,9 @@ def _scope(pipe: Pipeline, state: str | None, clock_ms: int) -> ScopeWatermark:
     return ScopeWatermark(pipe, raw, clock=ManualClock(clock_ms))
 
 
+# The watermark of a stream that has none yet (epoch microseconds: i64::MIN).
+_NO_WATERMARK = -(2**63)
+
 # The column that carries each row's state partition into the task (see _tags).
 _SP = "__tm_state_partition"
 
@@ -311,7 +314,9 @@ def _task(
             ) from None
         del state  # the snapshot's bytes, freed before the next one is taken
         if windowed:
-            op.set_external_watermark(watermark)
+            # Before the stream has a watermark the combined one is the lowest: a
+            # state partition must not close on its own view of the scope.
+            op.set_external_watermark(_NO_WATERMARK if watermark is None else watermark)
         return op
 
     def finish(p: int, op: Operator, out: Output, rows_in: int) -> Iterator[pa.RecordBatch]:
