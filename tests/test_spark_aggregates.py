@@ -50,6 +50,32 @@ SCHEMA = (
 )
 
 
+def both(
+    df: Any, window: Any, spark_window: Any, aggs: dict[str, tm.Agg], spark_aggs: list[Any]
+) -> tuple[dict[Any, Any], dict[Any, Any]]:
+    """The windows of ``aggs`` through tidemark's ``aggregate`` and of ``spark_aggs``
+    through Spark's ``groupBy(key, window)``, each by (key, window start)."""
+    pipe = tm.Pipeline(
+        key="k",
+        event_time="ts",
+        window=window,
+        aggs=aggs,
+        watermark=tm.BoundedOutOfOrderness("1m"),
+    )
+    ours = {(r["k"], r["window_start"]): r for r in aggregate(df, pipe).windows.collect()}
+    theirs = {
+        (r["k"], r["w"].start): r
+        for r in df.groupBy("k", spark_window.alias("w")).agg(*spark_aggs).collect()
+    }
+    assert ours.keys() == theirs.keys()
+    return ours, theirs
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal, NaN equal to NaN."""
+    return bool(a == b or (a != a and b != b))
+
+
 @pytest.mark.parametrize("n", [60, 1_500])
 def test_distinct_counts_equal_sparks(spark: Any, n: int) -> None:
     from pyspark.sql import functions as F
@@ -64,19 +90,7 @@ def test_distinct_counts_equal_sparks(spark: Any, n: int) -> None:
             F.count_distinct(c).alias(f"cd_{c}"),
             F.approx_count_distinct(c).alias(f"acd_{c}"),
         ]
-    pipe = tm.Pipeline(
-        key="k",
-        event_time="ts",
-        window=tm.Tumbling("10s"),
-        aggs=aggs,
-        watermark=tm.BoundedOutOfOrderness("1m"),
-    )
-    ours = {(r["k"], r["window_start"]): r for r in aggregate(df, pipe).windows.collect()}
-    theirs = {
-        (r["k"], r["w"].start): r
-        for r in df.groupBy("k", F.window("ts", "10 seconds").alias("w")).agg(*spark_aggs).collect()
-    }
-    assert ours.keys() == theirs.keys()
+    ours, theirs = both(df, tm.Tumbling("10s"), F.window("ts", "10 seconds"), aggs, spark_aggs)
     for key, want in theirs.items():
         got = ours[key]
         for c in COLUMNS:
@@ -130,22 +144,8 @@ def test_min_by_and_max_by_equal_sparks(spark: Any) -> None:
         aggs[f"lo_{c}"] = tm.min_by(c, "u")
         aggs[f"hi_{c}"] = tm.max_by(c, "u")
         spark_aggs += [F.min_by(c, "u").alias(f"lo_{c}"), F.max_by(c, "u").alias(f"hi_{c}")]
-    pipe = tm.Pipeline(
-        key="k",
-        event_time="ts",
-        window=tm.Sliding("10s", "5s"),
-        aggs=aggs,
-        watermark=tm.BoundedOutOfOrderness("1m"),
-    )
-    ours = {(r["k"], r["window_start"]): r for r in aggregate(df, pipe).windows.collect()}
-    theirs = {
-        (r["k"], r["w"].start): r
-        for r in df.groupBy("k", F.window("ts", "10 seconds", "5 seconds").alias("w"))
-        .agg(*spark_aggs)
-        .collect()
-    }
-    assert ours.keys() == theirs.keys()
-    same = lambda a, b: a == b or (a != a and b != b)  # noqa: E731 - NaN equals NaN here
+    sliding = F.window("ts", "10 seconds", "5 seconds")
+    ours, theirs = both(df, tm.Sliding("10s", "5s"), sliding, aggs, spark_aggs)
     for key, want in theirs.items():
         for c in COLUMNS:
             for f in ("lo", "hi"):
@@ -169,22 +169,8 @@ def test_percentile_approx_equals_sparks(spark: Any) -> None:
             name = f"p{int(p * 100)}_{c}"
             aggs[name] = tm.percentile_approx(c, p)
             spark_aggs.append(F.percentile_approx(c, p).alias(name))
-    pipe = tm.Pipeline(
-        key="k",
-        event_time="ts",
-        window=tm.Session("3s"),
-        aggs=aggs,
-        watermark=tm.BoundedOutOfOrderness("1m"),
-    )
-    ours = {(r["k"], r["window_start"]): r for r in aggregate(df, pipe).windows.collect()}
-    theirs = {
-        (r["k"], r["w"].start): r
-        for r in df.groupBy("k", F.session_window("ts", "3 seconds").alias("w"))
-        .agg(*spark_aggs)
-        .collect()
-    }
-    assert ours.keys() == theirs.keys()
-    same = lambda a, b: a == b or (a != a and b != b)  # noqa: E731 - NaN equals NaN here
+    session = F.session_window("ts", "3 seconds")
+    ours, theirs = both(df, tm.Session("3s"), session, aggs, spark_aggs)
     for key, want in theirs.items():
         for name in aggs:
             assert same(ours[key][name], want[name]), (key, name, ours[key][name], want[name])

@@ -181,6 +181,15 @@ pub fn config_from_dict(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<Pipel
     Ok(cfg)
 }
 
+/// The core configuration and clock of a class built from `tidemark.Pipeline`'s dict.
+fn config_and_clock(
+    py: Python<'_>,
+    config: &Bound<'_, PyDict>,
+    clock: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(PipelineConfig, tidemark_core::clock::ClockRef)> {
+    Ok((config_from_dict(py, config)?, clock_ref(clock)?))
+}
+
 /// Validates a pipeline configuration dict (raises a `ConfigError` on mistakes).
 #[pyfunction]
 pub fn validate_pipeline(py: Python<'_>, config: &Bound<'_, PyDict>) -> PyResult<u64> {
@@ -232,8 +241,7 @@ impl PyOperator {
         clock: Option<&Bound<'_, PyAny>>,
         state: Option<&[u8]>,
     ) -> PyResult<Self> {
-        let cfg = config_from_dict(py, config)?;
-        let clock = clock_ref(clock)?;
+        let (cfg, clock) = config_and_clock(py, config, clock)?;
         let inner = match state {
             None => check(py, Operator::new(cfg, clock))?,
             Some(bytes) => check(
@@ -459,8 +467,7 @@ impl PyScopeWatermark {
         clock: Option<&Bound<'_, PyAny>>,
         state: Option<&[u8]>,
     ) -> PyResult<Self> {
-        let cfg = config_from_dict(py, config)?;
-        let clock = clock_ref(clock)?;
+        let (cfg, clock) = config_and_clock(py, config, clock)?;
         let inner = match state {
             None => ScopeWatermark::new(&cfg, clock),
             Some(b) => check(py, ScopeWatermark::from_bytes(&cfg, clock, b))?,
