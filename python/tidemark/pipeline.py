@@ -22,11 +22,14 @@
 >>> out.windows.select(["device_id", "n", "total"]).to_pylist()
 [{'device_id': 'a', 'n': 2, 'total': 3}, {'device_id': 'b', 'n': 1, 'total': 5}]
 
-Semantics (DESIGN.md): every row of one ``process`` call is judged late or on time
-against the watermark as it stood when the call began (the scope's: global, the
-row's source partition combined, or the row's own key); a row is late iff
-``ts < W - allowed_lateness``. Then the call's rows advance the watermarks and every
-window with ``end + allowed_lateness <= W`` closes.
+Semantics (DESIGN.md): a row is late only when the window it belongs to has closed
+(``late_rule``). Under the default, ``"spark"``, each ``process`` call closes the
+windows its starting watermark passed (``end + allowed_lateness <= W``, the
+watermark of the scope: global, the source partitions combined, or the row's own
+key), and a row is late when its window was closed by an earlier call: with a global
+watermark the output is Spark's ``withWatermark`` + ``groupBy(window(...), key)``,
+micro-batch by micro-batch. ``"flink"`` closes a window in the call whose rows moved
+the watermark past it; ``"row"`` calls a row late when ``ts < W - allowed_lateness``.
 """
 
 from __future__ import annotations
@@ -176,7 +179,8 @@ class Sliding:
 @dataclass(frozen=True)
 class Session:
     """Per-key sessions: a session ends after ``gap`` without events; an event can
-    bridge two sessions, which then merge."""
+    bridge two sessions, which then merge. Events exactly ``gap`` apart are one session
+    (sessions that touch merge, as in Spark's ``session_window`` and Flink)."""
 
     gap: Duration
 
@@ -408,6 +412,28 @@ class Pipeline:
     late : str
         ``"side_output"`` (late rows come back in ``Output.late``) or ``"drop"``
         (counted only).
+    late_rule : str
+        When a row is late (see docs/guide/late-data.md); ``W`` is the watermark a
+        call began with, ``W_prev`` the one the call before began with, and
+        ``allowed_lateness`` adds to every rule:
+
+        * ``"spark"`` (default): Spark's rule, timing included. A call closes the
+          windows with ``end + allowed_lateness <= W``; a row is late when its window
+          has ``end + allowed_lateness <= W_prev`` (closed by an earlier call). With a
+          global watermark the output equals Spark's ``withWatermark`` +
+          ``groupBy(window(...) or session_window(...), key)`` in append mode, call by
+          call (micro-batch by micro-batch). A session row is late when its own
+          session ``[ts, ts + gap)`` is closed.
+        * ``"flink"``: Flink's ``isWindowLate``: a row is late when its window has
+          ``end + allowed_lateness <= W``; a window closes in the call whose rows
+          moved the watermark past it (one call sooner than ``"spark"``). A session
+          row is late when it merges into no open session and its own is closed.
+        * ``"row"``: a row is late when ``ts < W - allowed_lateness``; windows close as
+          under ``"flink"``.
+
+        A sliding-window row goes into each of its windows still open, and is late
+        only when all of them are closed. Processing time: no row is late, windows
+        close as soon as the clock passes them.
     clock : SystemClock or ManualClock, optional
         The clock for idleness and processing time.
     max_keys : int, optional
@@ -454,6 +480,7 @@ class Pipeline:
         emit: str = "on_window_close",
         allowed_lateness: Duration = "0s",
         late: str = "side_output",
+        late_rule: str = "spark",
         clock: Clock | None = None,
         max_keys: int | None = None,
         eviction: str = "least_recently_active",
@@ -505,6 +532,12 @@ class Pipeline:
         self.emit = emit
         self.allowed_lateness = allowed_lateness
         self.late = late
+        if late_rule not in ("spark", "flink", "row"):
+            raise ConfigError(
+                f'late_rule must be "spark", "flink" or "row", got {late_rule!r} '
+                "(see docs/guide/late-data.md)"
+            )
+        self.late_rule = late_rule
         self.clock = clock
         self.max_keys = max_keys
         self.eviction = eviction
@@ -531,6 +564,7 @@ class Pipeline:
             "emit": emit,
             "allowed_lateness": to_micros(allowed_lateness, "allowed_lateness"),
             "late": late,
+            "late_rule": late_rule,
             "max_keys": max_keys,
             "eviction": eviction,
             "time": time,
@@ -701,7 +735,8 @@ class Pipeline:
         )
         return (
             f"Pipeline(key={self.key!r}, {when}, "
-            f"window={self.window!r}, watermark={self.watermark!r}, aggs={list(self.aggs)!r})"
+            f"window={self.window!r}, watermark={self.watermark!r}, aggs={list(self.aggs)!r}, "
+            f"late_rule={self.late_rule!r})"
         )
 
     def __copy__(self) -> Pipeline:

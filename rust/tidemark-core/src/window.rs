@@ -178,7 +178,10 @@ pub enum SessionChange {
 }
 
 /// Adds the cover `[start, end)` of an event to `sessions` (sorted by start,
-/// non-overlapping). `new_state` is called when a new session is needed.
+/// disjoint and not touching). `new_state` is called when a new session is needed.
+/// Sessions that overlap or touch the cover merge with it (as Spark's
+/// `session_window` and Flink's session windows merge them): events exactly `gap`
+/// apart form one session.
 ///
 /// # Examples
 ///
@@ -196,10 +199,10 @@ pub fn add_to_sessions(
     end: i64,
     new_state: impl FnOnce() -> u32,
 ) -> SessionChange {
-    // Sessions overlapping [start, end): s.start < end && s.end > start.
-    let first = sessions.partition_point(|s| s.end <= start);
+    // Sessions overlapping or touching [start, end): s.start <= end && s.end >= start.
+    let first = sessions.partition_point(|s| s.end < start);
     let mut last = first;
-    while last < sessions.len() && sessions[last].start < end {
+    while last < sessions.len() && sessions[last].start <= end {
         last += 1;
     }
     if first == last {
@@ -282,13 +285,13 @@ mod tests {
             for &t in &events {
                 add_to_sessions(&mut sessions, t, t + gap, || { next += 1; next });
             }
-            // Naive: sort events, cut where the distance reaches the gap.
+            // Naive: sort events, cut where the distance exceeds the gap.
             let mut sorted = events.clone();
             sorted.sort();
             let mut want = vec![];
             let (mut s, mut e) = (sorted[0], sorted[0] + gap);
             for &t in &sorted[1..] {
-                if t < e { e = e.max(t + gap); } else { want.push((s, e)); s = t; e = t + gap; }
+                if t <= e { e = e.max(t + gap); } else { want.push((s, e)); s = t; e = t + gap; }
             }
             want.push((s, e));
             let got: Vec<(i64, i64)> = sessions.iter().map(|s| (s.start, s.end)).collect();

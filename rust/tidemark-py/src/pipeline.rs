@@ -8,8 +8,8 @@ use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
 use pyo3_arrow::{PySchema, PyTable};
 use tidemark_core::agg::{AggKind, AggSpec};
 use tidemark_core::pipeline::{
-    ArrivalOperator, EmitMode, LatePolicy, Operator, Output, Pending, PipelineConfig, Progress,
-    Scope, TimeMode,
+    ArrivalOperator, EmitMode, LatePolicy, LateRule, Operator, Output, Pending, PipelineConfig,
+    Progress, Scope, TimeMode,
 };
 use tidemark_core::state::{self, Reader, SnapshotKind, Writer};
 use tidemark_core::time::{KeyEvictionPolicy, ScopeWatermark};
@@ -172,6 +172,7 @@ pub fn config_from_dict(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<Pipel
         emit,
         allowed_lateness: get(d, "allowed_lateness")?,
         late,
+        late_rule: check(py, get::<String>(d, "late_rule")?.parse::<LateRule>())?,
         max_keys: get(d, "max_keys")?,
         eviction: check(py, KeyEvictionPolicy::from_name(&eviction))?,
         time,

@@ -41,6 +41,61 @@ pub enum LatePolicy {
     Drop,
 }
 
+/// When a window operator calls a row late (and when it closes a window).
+///
+/// `X` below is the *closed-through* mark: every window with `end <= X` is closed.
+/// `allowed_lateness` adds to every rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum LateRule {
+    /// Spark Structured Streaming's rule, timing included: a call closes the windows
+    /// its *starting* watermark passed (`end + allowed_lateness <= W_start`), so a
+    /// window comes out one call after the call whose rows moved the watermark past
+    /// it; a row is late only when its window was closed by an earlier call
+    /// (`end + allowed_lateness <= W_prev`, the watermark the previous call started
+    /// with: Spark's `eventTimeWatermarkForLateEvents`). With a global scope the
+    /// output equals Spark's `withWatermark` + `groupBy(window(...), key)` in append
+    /// mode, micro-batch by micro-batch. Session windows: a row is late when its own
+    /// session `[ts, ts + gap)` is closed (Spark filters before merging).
+    #[default]
+    Spark,
+    /// Flink's `isWindowLate`: a row is late when its window was closed when the call
+    /// began (`end + allowed_lateness <= W_start`); a window closes as soon as the
+    /// watermark passes it (in the call whose rows moved the watermark). Session
+    /// windows: a row is late when it merges into no open session and its own session
+    /// is closed.
+    Flink,
+    /// The per-row rule: a row is late when `ts < W_start - allowed_lateness`; windows
+    /// close as under `Flink`.
+    Row,
+}
+
+impl LateRule {
+    /// The rule's name, as `tidemark.Pipeline(late_rule=...)` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            LateRule::Spark => "spark",
+            LateRule::Flink => "flink",
+            LateRule::Row => "row",
+        }
+    }
+}
+
+impl std::str::FromStr for LateRule {
+    type Err = TidemarkError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "spark" => Ok(LateRule::Spark),
+            "flink" => Ok(LateRule::Flink),
+            "row" => Ok(LateRule::Row),
+            other => Err(TidemarkError::config(
+                "late_rule",
+                format!("unknown rule {other:?}: use \"spark\", \"flink\" or \"row\""),
+            )),
+        }
+    }
+}
+
 /// Where a row's timestamp comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TimeMode {
@@ -85,6 +140,9 @@ pub struct PipelineConfig {
     pub allowed_lateness: i64,
     /// Late-row policy.
     pub late: LatePolicy,
+    /// When a row is late and a window closes (processing time: windows close as soon
+    /// as the clock passes them, and no row is late).
+    pub late_rule: LateRule,
     /// Bound on keys held in state (`None`: unlimited).
     pub max_keys: Option<usize>,
     /// What to do when `max_keys` is reached.
@@ -106,7 +164,7 @@ impl PipelineConfig {
 
     /// A configuration with the defaults of `tidemark.Pipeline`: no delay, one global
     /// watermark, no idle timeout, `on_window_close`, no allowed lateness, late rows
-    /// to the side output, no key bound, event time, no state TTL. Change fields with
+    /// to the side output, Spark's late rule, no key bound, event time, no state TTL. Change fields with
     /// struct update syntax: `PipelineConfig { delay: 5_000, ..PipelineConfig::new(...) }`.
     pub fn new(keys: &[&str], event_time: &str, window: WindowSpec, aggs: Vec<AggSpec>) -> Self {
         Self {
@@ -123,6 +181,7 @@ impl PipelineConfig {
             emit: EmitMode::OnWindowClose,
             allowed_lateness: 0,
             late: LatePolicy::SideOutput,
+            late_rule: LateRule::Spark,
             max_keys: None,
             eviction: KeyEvictionPolicy::LeastRecentlyActive,
             time: TimeMode::Event,
@@ -336,6 +395,12 @@ impl PipelineConfig {
         w.u8(self.emit as u8);
         w.i64(self.allowed_lateness);
         w.u8(self.late as u8);
+        if self.late_rule != LateRule::Row {
+            // Only when not the per-row rule (the only one before): configurations of
+            // that rule keep their fingerprints.
+            w.str("late_rule");
+            w.str(self.late_rule.name());
+        }
         w.u64(self.max_keys.map_or(u64::MAX, |m| m as u64));
         w.u8(self.eviction as u8);
         w.u8(self.time as u8);

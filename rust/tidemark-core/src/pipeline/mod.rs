@@ -33,7 +33,7 @@ use arrow_array::{
 };
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
-pub use config::{EmitMode, LatePolicy, PipelineConfig, Scope, TimeMode};
+pub use config::{EmitMode, LatePolicy, LateRule, PipelineConfig, Scope, TimeMode};
 
 use crate::agg::{Acc, BoundAgg, ExactSum, Input, Scalar, Unscaled, WideSum};
 use crate::clock::ClockRef;
@@ -691,6 +691,23 @@ pub struct Operator {
     /// It judges rows (global, partition) and bounds what closes when no combined
     /// close watermark is set (see [`Self::close_watermark`]).
     external: Option<i64>,
+    /// Spark's rule (global and partition scope): the watermark the previous call
+    /// began with. Every window with `end + allowed_lateness` at or before it is
+    /// closed; rows of those windows are late.
+    late_mark: i64,
+    /// The watermark this call began with (Spark's rule closes at it).
+    call_start: i64,
+    /// Spark's rule per key: the keys whose watermark moved in the previous call
+    /// (their windows close in this one), and per key slot the watermark its windows
+    /// were closed at, `NOT_PENDING` for the other keys (theirs are closed at their
+    /// own watermark).
+    pending: Vec<u32>,
+    pending_mark: Vec<i64>,
+    /// This call's keys (per key, Spark's rule): slot and watermark at the start.
+    key_starts: Vec<(u32, i64)>,
+    /// The closed-through mark of the key whose rows are being added (sliding
+    /// windows skip the closed ones).
+    row_closed: i64,
     /// Floors of keys whose state was dropped (`max_keys`, `state_ttl`).
     floors: FloorSketch,
     /// Per key slot: its floor (see [`floors`]), `UNRESOLVED` until looked up.
@@ -725,6 +742,9 @@ pub struct Operator {
 
 /// A key slot whose floor is not looked up yet (see [`Operator::floor_of`]).
 const UNRESOLVED: i64 = i64::MAX;
+
+/// A key slot with no window closing pending (see `Operator::pending_mark`).
+const NOT_PENDING: i64 = i64::MAX;
 
 /// Source partition ids a pipeline takes: `0..SOURCE_PARTITIONS` (other rows are
 /// error rows).
@@ -785,6 +805,12 @@ impl Operator {
             scope,
             own_close: i64::MIN,
             external: None,
+            late_mark: i64::MIN,
+            call_start: i64::MIN,
+            pending: Vec::new(),
+            pending_mark: Vec::new(),
+            key_starts: Vec::new(),
+            row_closed: i64::MIN,
             floors: FloorSketch::default(),
             slot_floor: Vec::new(),
             flushed: false,
@@ -1121,6 +1147,68 @@ impl Operator {
         end.saturating_add(self.cfg.allowed_lateness)
     }
 
+    /// The late rule in force (processing time: no row is late, and windows close as
+    /// soon as the clock passes them).
+    fn rule(&self) -> LateRule {
+        match self.cfg.time {
+            TimeMode::Processing => LateRule::Flink,
+            TimeMode::Event => self.cfg.late_rule,
+        }
+    }
+
+    /// The watermark a call begins with: the scope's (per key: the global watermark
+    /// over keys, which closes idle keys' windows), or the combined one given from
+    /// outside ([`Self::set_external_watermark`]; global scope: the higher of the two).
+    fn start_watermark(&self) -> i64 {
+        let own = self.scope.current();
+        match self.external {
+            Some(e) if self.cfg.scope == Scope::Global => e.max(own),
+            Some(e) => e,
+            None => own,
+        }
+    }
+
+    /// Spark's rule per key: the watermark the key's windows were closed at (the one
+    /// its previous call began with, if its watermark moved then; else its own).
+    fn key_closed(&self, slot: u32, wm: i64) -> i64 {
+        match self.pending_mark.get(slot as usize) {
+            Some(&m) if m != NOT_PENDING => m,
+            _ => wm,
+        }
+    }
+
+    /// The earliest event time whose windows are not all closed, when every window
+    /// with `end <= closed` is: rows before it are late (Flink's sessions: unless they
+    /// merge into an open session). The per-row rule: `closed` itself.
+    fn late_before(&self, rule: LateRule, closed: i64) -> i64 {
+        if closed == i64::MIN || rule == LateRule::Row {
+            return closed;
+        }
+        let align = |v: i64, step: i64, origin: i64| {
+            v.checked_sub(origin)
+                .and_then(|r| r.div_euclid(step).checked_mul(step))
+                .and_then(|s| s.checked_add(origin))
+        };
+        let t = match self.cfg.window {
+            // The window holding `closed` is open: rows before its start are late.
+            WindowSpec::Tumbling { size, offset } => align(closed, size, offset),
+            // A row's latest window starts at its slide; all its windows are closed
+            // when that one ends at or before `closed`.
+            WindowSpec::Sliding {
+                size,
+                slide,
+                offset,
+            } => closed
+                .checked_sub(size)
+                .and_then(|v| align(v, slide, offset))
+                .and_then(|s| s.checked_add(slide)),
+            // A row's own session `[ts, ts + gap)` is closed when `ts + gap <= closed`.
+            WindowSpec::Session { gap } => closed.checked_sub(gap).map(|v| v + 1),
+            WindowSpec::Rows { .. } => Some(i64::MIN),
+        };
+        t.unwrap_or(i64::MIN)
+    }
+
     /// Processes one batch. `parsed_times` (int64 epoch microseconds, one per row)
     /// replaces parsing the event-time column, for user-registered parsers.
     pub fn process(
@@ -1225,11 +1313,18 @@ impl Operator {
             ));
         }
         let lateness = self.cfg.allowed_lateness;
-        let scope_threshold = match (self.external, self.scope.threshold()) {
-            (_, None) => i64::MIN,
-            (Some(w), Some(_)) | (None, Some(w)) => w.saturating_sub(lateness),
-        };
         let key_scope = self.cfg.scope == Scope::Key;
+        let rule = self.rule();
+        let spark = rule == LateRule::Spark;
+        // The watermark the call began with, and the one rows are judged against
+        // (Spark's rule: the previous call's, whose windows are the closed ones).
+        let start = self.start_watermark();
+        let judged = if spark { self.late_mark } else { start };
+        // Global and partition scope: every window with `end` at or before this is
+        // closed (per key: each key's own, below).
+        let scope_closed = judged.saturating_sub(lateness);
+        let flink_sessions = rule == LateRule::Flink && self.cfg.window.is_session();
+        self.key_starts.clear();
 
         let mut bad_row = vec![false; n];
         for &(r, _) in &errors {
@@ -1375,16 +1470,26 @@ impl Operator {
                 }
                 continue;
             };
-            let threshold = if key_scope {
-                wm.saturating_sub(lateness)
+            let closed = if key_scope {
+                if spark {
+                    self.key_starts.push((slot, wm));
+                    self.key_closed(slot, wm).saturating_sub(lateness)
+                } else {
+                    wm.saturating_sub(lateness)
+                }
             } else {
-                scope_threshold
+                scope_closed
             };
-            let threshold = if self.floors.is_empty() {
-                threshold
+            let closed = if self.floors.is_empty() {
+                closed
             } else {
-                threshold.max(self.floor_of(slot))
+                closed.max(self.floor_of(slot))
             };
+            // Rows before `threshold` are late (Flink's sessions: unless they merge
+            // into an open session, checked after the key's other rows).
+            let threshold = self.late_before(rule, closed);
+            self.row_closed = closed;
+            let mut candidates: Vec<(i64, u32)> = Vec::new();
             // Consecutive rows of a key mostly fall in the window of the previous row:
             // rows with `lo <= ts < hi` update its state directly.
             let (mut lo, mut hi, mut base) = (i64::MAX, i64::MIN, 0);
@@ -1408,7 +1513,11 @@ impl Operator {
                     part_max[pi] = part_max[pi].max(ts);
                 }
                 if ts < threshold {
-                    late_rows.push(row as u32);
+                    if flink_sessions {
+                        candidates.push((ts, row as u32));
+                    } else {
+                        late_rows.push(row as u32);
+                    }
                     continue;
                 }
                 if lo <= ts && ts < hi {
@@ -1425,6 +1534,29 @@ impl Operator {
                     }
                 }
                 batch_max = batch_max.max(ts);
+            }
+            if !candidates.is_empty() {
+                // Flink's sessions: a row whose own session is closed is late unless
+                // it merges into an open one. Latest first, so that a chain of such
+                // rows reaching an open session joins it whatever the row order.
+                candidates.sort_unstable_by(|a, b| b.cmp(a));
+                let WindowSpec::Session { gap } = self.cfg.window else {
+                    unreachable!("candidates are sessions' rows")
+                };
+                for (ts, row) in candidates {
+                    let cover_end = ts.saturating_add(gap);
+                    let joins = self.wins.get(slot as usize).is_some_and(|list| {
+                        list.iter().any(|w| w.start <= cover_end && w.end >= ts)
+                    });
+                    if !joins {
+                        late_rows.push(row);
+                        continue;
+                    }
+                    match self.add_row(slot, ts, row as usize, &inputs, &bound.aggs) {
+                        Ok(_) => batch_max = batch_max.max(ts),
+                        Err(reason) => errors.push((row as usize, reason.to_string())),
+                    }
+                }
             }
         }
         late_rows.sort_unstable();
@@ -1463,6 +1595,8 @@ impl Operator {
             key_parts: self.keys.global_parts(),
         };
         self.own_close = self.scope.advance([&self.progress])?;
+        self.call_start = start;
+        self.late_mark = start;
         Ok(Pending {
             batch: batch.clone(),
             late_rows,
@@ -1599,7 +1733,11 @@ impl Operator {
                 let r = spec.assign(ts, |s, e| ws.push((s, e)));
                 if r.is_ok() {
                     for &(start, end) in &ws {
-                        self.add_to_window(slot, start, end, ts, row, inputs, aggs);
+                        // A closed window takes no more rows (the row is in an open
+                        // one, or late).
+                        if end > self.row_closed {
+                            self.add_to_window(slot, start, end, ts, row, inputs, aggs);
+                        }
                     }
                 }
                 self.scratch_windows = ws;
@@ -1702,6 +1840,9 @@ impl Operator {
             if let Some(f) = self.slot_floor.get_mut(slot) {
                 *f = UNRESOLVED;
             }
+            if let Some(m) = self.pending_mark.get_mut(slot) {
+                *m = NOT_PENDING;
+            }
             let list = self
                 .wins
                 .get_mut(slot)
@@ -1789,39 +1930,42 @@ impl Operator {
                 }
             }
         }
-        if key_scope {
+        if key_scope && self.rule() == LateRule::Spark {
+            // Spark's rule: a key's windows close at the watermark the call began
+            // with, so the keys whose watermark moved in the previous call close now
+            // (at their current watermark, unless they have rows in this call), and
+            // this call's keys close at their starting one and stay pending.
+            for slot in std::mem::take(&mut self.pending) {
+                let s = slot as usize;
+                if self.pending_mark.get(s).is_none_or(|&m| m == NOT_PENDING) {
+                    continue; // the key was dropped since
+                }
+                self.pending_mark[s] = NOT_PENDING;
+                if self.touch_epoch.get(s) != Some(&self.epoch) {
+                    let wk = self.keys.slot_watermark(slot);
+                    self.close_key_prefix(slot, wk);
+                }
+            }
+            let starts = std::mem::take(&mut self.key_starts);
+            for &(slot, wk) in &starts {
+                self.close_key_prefix(slot, wk);
+                let s = slot as usize;
+                if self.pending_mark.len() <= s {
+                    self.pending_mark.resize(s + 1, NOT_PENDING);
+                }
+                self.pending_mark[s] = wk;
+                self.pending.push(slot);
+            }
+            self.key_starts = starts;
+        } else if key_scope {
             // Each touched key's windows close on the key's own watermark.
             for i in 0..self.touched.len() {
                 let slot = self.touched[i];
                 let wk = self.keys.slot_watermark(slot);
-                // The key's windows are ordered by start and by end alike (sessions do
-                // not overlap): those the watermark passed are a prefix, closed at once
-                // (one move of the rest of the list, not one per window).
-                let k = self.wins[slot as usize]
-                    .iter()
-                    .take_while(|w| self.close_at(w.end) <= wk)
-                    .count();
-                if k == 0 {
-                    continue;
-                }
-                count_closed(
-                    &mut self.metrics,
-                    self.cfg.window.is_session(),
-                    false,
-                    k as u64,
-                );
-                let emit = self.cfg.emit == EmitMode::OnWindowClose;
-                for w in self.wins[slot as usize].drain(..k) {
-                    push_closed_to(
-                        &mut self.emits,
-                        &mut self.release,
-                        &mut self.metrics,
-                        emit,
-                        KeyRef::Slot(slot),
-                        w,
-                    );
-                }
+                self.close_key_prefix(slot, wk);
             }
+        }
+        if key_scope {
             // Keys that went idle: their windows now close on the global watermark.
             for slot in self.keys.drain_idle() {
                 if let Some(list) = self.wins.get(slot as usize) {
@@ -1841,7 +1985,46 @@ impl Operator {
                 // An idle key's window closed on the global watermark: the key's rows
                 // in it are late when it comes back, not a reopened window.
                 self.keys.raise_idle_watermark(slot, at);
+                if let Some(m) = self.pending_mark.get_mut(slot as usize) {
+                    if *m != NOT_PENDING {
+                        *m = (*m).max(at);
+                    }
+                }
             }
+        }
+    }
+
+    /// Closes the windows of the key in `slot` that the watermark `wk` passed. The
+    /// key's windows are ordered by start and by end alike (sessions do not overlap):
+    /// those are a prefix, closed at once (one move of the rest of the list, not one
+    /// per window).
+    fn close_key_prefix(&mut self, slot: u32, wk: i64) {
+        let Some(list) = self.wins.get(slot as usize) else {
+            return;
+        };
+        let k = list
+            .iter()
+            .take_while(|w| self.close_at(w.end) <= wk)
+            .count();
+        if k == 0 {
+            return;
+        }
+        count_closed(
+            &mut self.metrics,
+            self.cfg.window.is_session(),
+            false,
+            k as u64,
+        );
+        let emit = self.cfg.emit == EmitMode::OnWindowClose;
+        for w in self.wins[slot as usize].drain(..k) {
+            push_closed_to(
+                &mut self.emits,
+                &mut self.release,
+                &mut self.metrics,
+                emit,
+                KeyRef::Slot(slot),
+                w,
+            );
         }
     }
 
@@ -1857,6 +2040,10 @@ impl Operator {
     ///   partitions or keys it saw would run ahead of the combined minimum);
     /// * else its own.
     fn close_watermark(&self) -> i64 {
+        if self.rule() == LateRule::Spark {
+            // Spark's rule closes what the call's starting watermark passed.
+            return self.call_start;
+        }
         match (self.close_override, self.external) {
             (Some(c), _) => c,
             (None, Some(e)) if self.cfg.scope == Scope::Global => e.max(self.own_close),
@@ -1900,6 +2087,8 @@ impl Operator {
         self.owned_keys.clear();
         self.release.clear();
         self.flushed = true;
+        self.pending.clear();
+        self.pending_mark.clear();
         let Some(bound) = self.bound.clone() else {
             return Ok(Output::nothing());
         };
@@ -2078,6 +2267,10 @@ impl Operator {
                     write_acc(&mut w, &self.accs[win.state as usize * n + j]);
                 }
             }
+            if self.cfg.scope == Scope::Key {
+                let m = self.pending_mark.get(slot as usize).copied();
+                w.i64(m.unwrap_or(NOT_PENDING));
+            }
         }
         w.i64(self.scope.watermark);
         w.i64(self.scope.global_max);
@@ -2106,6 +2299,7 @@ impl Operator {
         }
         w.bool(self.flushed);
         self.floors.write(&mut w);
+        w.i64(self.late_mark);
         w.seal(SnapshotKind::Pipeline, self.fingerprint)
     }
 
@@ -2158,6 +2352,16 @@ impl Operator {
                     op.timers.add(at, slot, start);
                 }
             }
+            if op.cfg.scope == Scope::Key {
+                let m = r.i64()?;
+                if m != NOT_PENDING {
+                    if op.pending_mark.len() <= slot as usize {
+                        op.pending_mark.resize(slot as usize + 1, NOT_PENDING);
+                    }
+                    op.pending_mark[slot as usize] = m;
+                    op.pending.push(slot);
+                }
+            }
         }
         op.scope.watermark = r.i64()?;
         op.scope.global_max = r.i64()?;
@@ -2190,6 +2394,7 @@ impl Operator {
         op.metrics = m;
         op.flushed = r.bool()?;
         op.floors = FloorSketch::read(&mut r)?;
+        op.late_mark = r.i64()?;
         r.finish()?;
         Ok(op)
     }

@@ -28,6 +28,9 @@ pub struct KeyState {
     last_activity: i64,
     idle: bool,
     windows: Vec<Window>,
+    /// Key scope: the watermark its windows were closed at while a close is pending
+    /// (Spark's rule), else `NOT_PENDING`.
+    pending: i64,
 }
 
 /// A parsed operator snapshot.
@@ -48,6 +51,9 @@ pub struct Parsed {
     flushed: bool,
     /// Floors of forgotten keys.
     floors: FloorSketch,
+    /// The watermark the last call began with (Spark's rule judges the next one's rows
+    /// against it).
+    late_mark: i64,
 }
 
 /// Scope-wide values for the new shards.
@@ -77,11 +83,13 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
             last_activity: r.i64()?,
             idle: r.bool()?,
             windows: Vec::new(),
+            pending: super::NOT_PENDING,
         });
     }
     let _cursor = r.len(0)?;
     let tracker_tail = (r.i64()?, r.i64()?, r.i64()?, r.u64()?, r.u64()?, r.u64()?);
     let na = cfg.aggs.len();
+    let key_scope = cfg.scope == super::Scope::Key;
     for k in keys.iter_mut() {
         let count = r.len(17)?;
         for _ in 0..count {
@@ -91,6 +99,9 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
                 accs.push(read_acc(&mut r)?);
             }
             k.windows.push((start, end, flags, accs));
+        }
+        if key_scope {
+            k.pending = r.i64()?;
         }
     }
     let watermark = (r.i64()?, r.i64()?);
@@ -104,6 +115,7 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
     }
     let flushed = r.bool()?;
     let floors = FloorSketch::read(&mut r)?;
+    let late_mark = r.i64()?;
     r.finish()?;
     Ok(Parsed {
         fields,
@@ -114,6 +126,7 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
         metrics,
         flushed,
         floors,
+        late_mark,
     })
 }
 
@@ -150,6 +163,8 @@ pub fn redistribute(
     // flushed mark.
     let mut floors = FloorSketch::default();
     let flushed = parsed.iter().any(|p| p.flushed);
+    // Every shard saw every call: the same mark (the largest, to be safe).
+    let late_mark = parsed.iter().map(|p| p.late_mark).max().unwrap_or(i64::MIN);
     for p in &parsed {
         floors.merge(&p.floors)?;
         for (i, m) in p.metrics.iter().enumerate() {
@@ -227,6 +242,9 @@ pub fn redistribute(
                     write_acc(&mut w, a);
                 }
             }
+            if cfg.scope == super::Scope::Key {
+                w.i64(k.pending);
+            }
         }
         w.i64(shared.watermark.0);
         w.i64(shared.watermark.1);
@@ -236,6 +254,7 @@ pub fn redistribute(
         }
         w.bool(flushed);
         floors.write(&mut w);
+        w.i64(late_mark);
         out.push(state::seal(
             SnapshotKind::Pipeline,
             cfg.fingerprint(),
@@ -249,6 +268,10 @@ fn merge_key(into: &mut KeyState, k: KeyState) {
     into.max_event = into.max_event.max(k.max_event);
     into.last_activity = into.last_activity.max(k.last_activity);
     into.idle = into.idle && k.idle;
+    into.pending = match (into.pending, k.pending) {
+        (super::NOT_PENDING, p) | (p, super::NOT_PENDING) => p,
+        (a, b) => a.max(b),
+    };
     for (start, end, flags, accs) in k.windows {
         match into.windows.iter_mut().find(|w| w.0 == start && w.1 == end) {
             Some(w) => {

@@ -8,8 +8,12 @@ fn cfg(window: WindowSpec, scope: Scope) -> PipelineConfig {
         AggSpec::new("n", AggKind::Count, None),
         AggSpec::new("s", AggKind::Sum, Some("v")),
     ];
+    // The unit tests below pin the per-row rule's timing (a window closes in the call
+    // that moves the watermark past it); the window rules have tests of their own
+    // (`late_rules_*`), and the property tests run under every rule.
     PipelineConfig {
         scope,
+        late_rule: LateRule::Row,
         ..PipelineConfig::new(&["k"], "ts", window, aggs)
     }
 }
@@ -189,13 +193,21 @@ fn sessions_merge_and_close() {
         vec![("a".into(), 0, 10, 1, Some(1))],
         "W=25 closed [0,10)"
     );
-    // 30 extends [25,35) to [25,40); 40 starts [40,50); W=40 closes [25,40).
+    // 30 extends [25,35) to [25,40); 41 starts [41,51); W=41 closes [25,40).
     let out = o
-        .process(&batch(&[("a", 40, 4), ("a", 30, 3)]), None)
+        .process(&batch(&[("a", 41, 4), ("a", 30, 3)]), None)
         .unwrap();
     assert_eq!(rows(&out.windows), vec![("a".into(), 25, 40, 2, Some(5))]);
     let out = o.flush().unwrap();
-    assert_eq!(rows(&out.windows), vec![("a".into(), 40, 50, 1, Some(4))]);
+    assert_eq!(rows(&out.windows), vec![("a".into(), 41, 51, 1, Some(4))]);
+
+    // Events exactly `gap` apart are one session (touching sessions merge, as in
+    // Spark and Flink).
+    let (mut o, _) = op(cfg(WindowSpec::Session { gap: 10 }, Scope::Global));
+    o.process(&batch(&[("a", 0, 1), ("a", 10, 2), ("a", 20, 3)]), None)
+        .unwrap();
+    let out = o.flush().unwrap();
+    assert_eq!(rows(&out.windows), vec![("a".into(), 0, 30, 3, Some(6))]);
 
     let mut c = cfg(WindowSpec::Session { gap: 10 }, Scope::Global);
     c.delay = 20;
@@ -1295,4 +1307,191 @@ fn an_idle_key_that_returns_reopens_no_window_the_global_watermark_closed() {
         "{:?}",
         emitted_twice(&outs)
     );
+}
+
+fn rule_cfg(window: WindowSpec, scope: Scope, rule: LateRule) -> PipelineConfig {
+    PipelineConfig {
+        late_rule: rule,
+        ..cfg(window, scope)
+    }
+}
+
+const TUMBLING_10: WindowSpec = WindowSpec::Tumbling {
+    size: 10,
+    offset: 0,
+};
+
+/// Windows emitted and late rows (their event times) per call.
+fn run_calls(c: PipelineConfig, calls: &[&[(&str, i64, i64)]]) -> Vec<(Vec<Row>, Vec<i64>)> {
+    let (mut o, _) = op(c);
+    let mut out = Vec::new();
+    for rows_in in calls {
+        let b = batch(rows_in);
+        let o = o.process(&b, None).unwrap();
+        let ts = o.late.column_by_name("ts").unwrap();
+        let late: Vec<i64> = ts
+            .as_primitive::<arrow_array::types::TimestampMicrosecondType>()
+            .values()
+            .to_vec();
+        out.push((rows(&o.windows), late));
+    }
+    out
+}
+
+type Row = (String, i64, i64, i64, Option<i64>);
+
+#[test]
+fn late_rules_spark_closes_at_the_starting_watermark_and_judges_by_the_previous_one() {
+    let calls: &[&[(&str, i64, i64)]] = &[
+        &[("a", 5, 1)],
+        &[("a", 25, 2)],
+        &[("a", 7, 3)],
+        &[("a", 8, 4)],
+        &[],
+    ];
+    let spark = run_calls(rule_cfg(TUMBLING_10, Scope::Global, LateRule::Spark), calls);
+    // Call 2 moves W to 25; [0,10) closes in call 3, whose row (judged against W=5,
+    // the watermark call 2 began with) still joins it; call 4's row is late.
+    let w = |s, e, n, v| vec![("a".to_string(), s, e, n, Some(v))];
+    assert_eq!(spark[1], (vec![], vec![]));
+    assert_eq!(spark[2], (w(0, 10, 2, 4), vec![]));
+    assert_eq!(spark[3], (vec![], vec![8]));
+    let flink = run_calls(rule_cfg(TUMBLING_10, Scope::Global, LateRule::Flink), calls);
+    // Flink's rule closes [0,10) in call 2 itself; call 3's row is late.
+    assert_eq!(flink[1], (w(0, 10, 1, 1), vec![]));
+    assert_eq!(flink[2], (vec![], vec![7]));
+    let row = run_calls(rule_cfg(TUMBLING_10, Scope::Global, LateRule::Row), calls);
+    assert_eq!(row[1], flink[1]);
+    assert_eq!(row[2], flink[2]);
+}
+
+#[test]
+fn late_rules_a_window_rule_keeps_rows_of_open_windows_the_row_rule_drops() {
+    // W=25 after call 1; [20,30) is open. A row at 21 is behind W: late for the
+    // per-row rule, on time for the window rules (its window is open).
+    let calls: &[&[(&str, i64, i64)]] = &[&[("a", 25, 1)], &[("a", 21, 2)], &[("a", 40, 3)], &[]];
+    let flink = run_calls(rule_cfg(TUMBLING_10, Scope::Global, LateRule::Flink), calls);
+    assert_eq!(flink[1].1, Vec::<i64>::new());
+    assert_eq!(flink[2].0, vec![("a".into(), 20, 30, 2, Some(3))]);
+    let row = run_calls(rule_cfg(TUMBLING_10, Scope::Global, LateRule::Row), calls);
+    assert_eq!(row[1].1, vec![21]);
+    // allowed_lateness adds to the rule: [0,10) stays open until W >= 15.
+    let c = PipelineConfig {
+        allowed_lateness: 6,
+        ..rule_cfg(TUMBLING_10, Scope::Global, LateRule::Flink)
+    };
+    let out = run_calls(
+        c,
+        &[
+            &[("a", 15, 1)],
+            &[("a", 9, 2)],
+            &[("a", 16, 3)],
+            &[("a", 9, 4)],
+        ],
+    );
+    assert_eq!(out[1].1, Vec::<i64>::new(), "end 10 + 6 > W=15");
+    assert_eq!(out[2].0, vec![("a".into(), 0, 10, 1, Some(2))]);
+    assert_eq!(out[3].1, vec![9], "end 10 + 6 <= W=16");
+}
+
+#[test]
+fn late_rules_sliding_rows_join_their_open_windows_only() {
+    let sliding = WindowSpec::Sliding {
+        size: 10,
+        slide: 5,
+        offset: 0,
+    };
+    // W=12 after call 1 (Flink): [0,10) is closed, [5,15) open.
+    let out = run_calls(
+        rule_cfg(sliding, Scope::Global, LateRule::Flink),
+        &[&[("a", 12, 1)], &[("a", 7, 2), ("a", 3, 4)], &[]],
+    );
+    // The row at 7 joins [5,15) only; the row at 3 (windows [-5,5) and [0,10), both
+    // closed) is late.
+    assert_eq!(out[1].1, vec![3]);
+    let (mut o, _) = op(rule_cfg(sliding, Scope::Global, LateRule::Flink));
+    for b in [&[("a", 12, 1)][..], &[("a", 7, 2), ("a", 3, 4)]] {
+        o.process(&batch(b), None).unwrap();
+    }
+    let all = rows(&o.flush().unwrap().windows);
+    assert_eq!(
+        all,
+        vec![
+            ("a".into(), 5, 15, 2, Some(3)),
+            ("a".into(), 10, 20, 1, Some(1))
+        ]
+    );
+}
+
+#[test]
+fn late_rules_sessions_spark_judges_the_own_session_flink_the_merged_one() {
+    let session = WindowSpec::Session { gap: 10 };
+    // Session [20,40) is open (events 20 and 30); W=30 after call 1. A row at 12 has
+    // its own session [12,22) closed (22 <= 30) but would merge into [20,40).
+    let calls: &[&[(&str, i64, i64)]] = &[
+        &[("a", 20, 1), ("a", 30, 2)],
+        &[],
+        &[("a", 12, 3), ("a", 5, 4)],
+        &[],
+    ];
+    let spark = run_calls(rule_cfg(session, Scope::Global, LateRule::Spark), calls);
+    // Spark: judged against W=30 (call 2's start): [12,22) and [5,15) closed: late.
+    assert_eq!(spark[2].1, vec![12, 5], "late rows come in input order");
+    let flink = run_calls(rule_cfg(session, Scope::Global, LateRule::Flink), calls);
+    // Flink: 12 merges into the open session, and 5 ([5,15)) reaches it through 12,
+    // whatever their order in the call.
+    assert_eq!(flink[2].1, Vec::<i64>::new());
+    let flink_reversed = run_calls(
+        rule_cfg(session, Scope::Global, LateRule::Flink),
+        &[calls[0], calls[1], &[("a", 5, 4), ("a", 12, 3)], &[]],
+    );
+    assert_eq!(flink_reversed, flink);
+    let (mut o, _) = op(rule_cfg(session, Scope::Global, LateRule::Flink));
+    for b in calls {
+        o.process(&batch(b), None).unwrap();
+    }
+    assert_eq!(
+        rows(&o.flush().unwrap().windows),
+        vec![("a".into(), 5, 40, 4, Some(10))]
+    );
+}
+
+#[test]
+fn late_rules_spark_per_key_closes_a_key_in_the_call_after_its_watermark_moved() {
+    // Key a's watermark moves to 25 in call 1; call 2 has rows of b only, yet closes
+    // a's [0,10) (at a's watermark); a row of a at 8 in call 2 would still have joined.
+    let c = rule_cfg(TUMBLING_10, Scope::Key, LateRule::Spark);
+    let out = run_calls(
+        c.clone(),
+        &[
+            &[("a", 5, 1), ("a", 25, 2)],
+            &[("b", 1, 3)],
+            &[("a", 9, 4)],
+            &[],
+        ],
+    );
+    assert_eq!(out[0].0, vec![]);
+    assert_eq!(out[1].0, vec![("a".into(), 0, 10, 1, Some(1))]);
+    assert_eq!(out[2].1, vec![9], "a's [0,10) was emitted: late");
+    let out = run_calls(c, &[&[("a", 5, 1), ("a", 25, 2)], &[("a", 8, 3)], &[]]);
+    assert_eq!(out[1].0, vec![("a".into(), 0, 10, 2, Some(4))]);
+    // The pending close survives a snapshot.
+    let c = rule_cfg(TUMBLING_10, Scope::Key, LateRule::Spark);
+    let (mut o, clock) = op(c.clone());
+    o.process(&batch(&[("a", 5, 1), ("a", 25, 2)]), None)
+        .unwrap();
+    let mut back = Operator::restore(c, Arc::new(clock), &o.snapshot()).unwrap();
+    let out = back.process(&batch(&[("b", 1, 3)]), None).unwrap();
+    assert_eq!(rows(&out.windows), vec![("a".into(), 0, 10, 1, Some(1))]);
+}
+
+#[test]
+fn late_rules_have_names_and_fingerprints() {
+    for r in [LateRule::Spark, LateRule::Flink, LateRule::Row] {
+        assert_eq!(r.name().parse::<LateRule>().unwrap(), r);
+    }
+    assert!("spark ".parse::<LateRule>().is_err());
+    let fp = |r| rule_cfg(TUMBLING_10, Scope::Global, r).fingerprint();
+    assert_ne!(fp(LateRule::Spark), fp(LateRule::Flink));
+    assert_ne!(fp(LateRule::Row), fp(LateRule::Flink));
 }

@@ -505,8 +505,11 @@ impl ShardedOperator {
         &self.progress
     }
 
+    /// The combined watermark the call begins with, for every shard: it judges rows
+    /// (global and partition scope) and, under Spark's rule, closes windows (per key:
+    /// idle keys' windows).
     fn threshold(&self) -> Option<i64> {
-        self.scope.threshold()
+        Some(self.scope.current())
     }
 
     /// As [`Operator::set_lookup`]: every input row is joined with `lookup` (once,

@@ -1,7 +1,7 @@
 use super::*;
 use crate::agg::{AggKind, AggSpec};
 use crate::clock::ManualClock;
-use crate::pipeline::EmitMode;
+use crate::pipeline::{EmitMode, LateRule};
 use crate::window::WindowSpec;
 use arrow_array::{Float64Array, Int32Array, StringArray, TimestampMicrosecondArray};
 use proptest::prelude::{any, prop, prop_assert_eq, prop_oneof, proptest, Just, ProptestConfig};
@@ -147,7 +147,11 @@ fn check_same_hot(
         let b = batch(rows);
         let a = single.process(&b, None).unwrap();
         let z = sharded.process(&b, None).unwrap();
-        assert_eq!(a.windows, z.windows, "windows, batch {i}");
+        assert_eq!(
+            a.windows, z.windows,
+            "windows, batch {i}, {:?} {:?} {:?} {:?}",
+            c.scope, c.window, c.late_rule, c.emit
+        );
         assert_eq!(a.late, z.late, "late rows, batch {i}");
         assert_eq!(a.errors, z.errors, "error rows, batch {i}");
         assert_eq!(
@@ -180,11 +184,13 @@ proptest! {
         idle in prop_oneof![Just(None), (1_000i64..6_000).prop_map(Some)],
         snapshot_at in prop::option::of(0usize..8),
         restore_cores in 1usize..5,
+        rule in prop_oneof![Just(LateRule::Spark), Just(LateRule::Flink), Just(LateRule::Row)],
     ) {
         let emit = if on_update { EmitMode::OnUpdate } else { EmitMode::OnWindowClose };
         for scope in scopes() {
             for window in windows() {
-                check_same_hot(cfg(window, scope.clone(), emit, idle), cores, &s, snapshot_at, None, restore_cores);
+                let c = PipelineConfig { late_rule: rule, ..cfg(window, scope.clone(), emit, idle) };
+                check_same_hot(c, cores, &s, snapshot_at, None, restore_cores);
             }
         }
     }
