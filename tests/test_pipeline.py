@@ -43,6 +43,10 @@ def simple(**kw: object) -> tm.Pipeline:
         watermark=tm.BoundedOutOfOrderness("5s", per="key"),
         window=tm.Tumbling("10s"),
         aggs={"count": tm.count(), "sum": tm.sum("value")},
+        # These tests pin windows that close in the call whose rows move the watermark
+        # past them (Flink's timing; the default, Spark's, emits them a call later:
+        # tests/test_late_rules.py).
+        late_rule="flink",
     )
     args.update(kw)
     return tm.Pipeline(**args)  # type: ignore[arg-type]
@@ -60,6 +64,9 @@ def test_issue_example_pipeline() -> None:
         allowed_lateness="0s",
         late="side_output",
         clock=None,
+        # The seed's example closes the window in the call that moves the watermark
+        # past it: Flink's timing (Spark's, the default, emits it at the next call).
+        late_rule="flink",
     )
     op = pipe.operator()
     out = op.process(events([("a", 1, 1.0), ("a", 2, 3.0), ("a", 20, 5.0)]))
@@ -204,6 +211,7 @@ def test_output_types_follow_the_input() -> None:
         event_time_type="unixtimestamp_ms",
         window=tm.Tumbling("10s"),
         aggs={"s": tm.sum("v"), "mx": tm.max("v")},
+        late_rule="flink",
     )
     out = pipe.operator().process(ints)
     assert out.windows.schema == pipe.output_schema(ints.schema)
@@ -470,17 +478,21 @@ def test_sliding_and_session_windows() -> None:
 
 
 def test_late_rows_side_output_drop_and_allowed_lateness() -> None:
-    pipe = simple(watermark=tm.BoundedOutOfOrderness("0s"))
+    pipe = simple(watermark=tm.BoundedOutOfOrderness("0s"), late_rule="row")
     op = pipe.operator()
     op.process(events([("a", 50, 1)]))
     out = op.process(events([("a", 10, 2), ("a", 55, 3)]))
     assert out.late.num_rows == 1 and out.late.column("value").to_pylist() == [2.0]
     assert out.late.schema == events([("a", 0, 0)]).schema
-    dropped = simple(watermark=tm.BoundedOutOfOrderness("0s"), late="drop").operator()
+    dropped = simple(
+        watermark=tm.BoundedOutOfOrderness("0s"), late="drop", late_rule="row"
+    ).operator()
     dropped.process(events([("a", 50, 1)]))
     out = dropped.process(events([("a", 10, 2)]))
     assert out.late.num_rows == 0 and dropped.metrics()["late_dropped_count"] == 1
-    lenient = simple(watermark=tm.BoundedOutOfOrderness("0s"), allowed_lateness="10s").operator()
+    lenient = simple(
+        watermark=tm.BoundedOutOfOrderness("0s"), allowed_lateness="10s", late_rule="row"
+    ).operator()
     lenient.process(events([("a", 15, 1)]))
     out = lenient.process(events([("a", 7, 1), ("a", 4, 1)]))  # W=15: 7 >= 15-10 accepted, 4 late
     assert out.late.num_rows == 1
@@ -667,7 +679,8 @@ def test_keyed_scope_keeps_delayed_tenants() -> None:
         counted += pc.sum(op.flush().windows["n"]).as_py() or 0
         kept[per] = counted / stream.num_rows
     assert kept["key"] >= 0.99
-    assert kept["global"] < 0.7
+    # A global watermark (Spark's rule, as Spark itself) loses about a fifth.
+    assert kept["global"] < 0.85
 
 
 def test_timer_service() -> None:

@@ -184,6 +184,10 @@ def test_event_time_pipeline_from_a_stream_definition() -> None:
     op = pipe.operator()
     op.process(pa.table({"k": ["a", "a"], "ts": [1_000, 10_500]}))
     out = op.process(pa.table({"k": ["a"], "ts": [11_000]}))
+    # Spark's rule (the default): the call that began at W = 9.5 s closes nothing; the
+    # next one begins at W = 10 s and closes [0, 10 s).
+    assert out.windows.num_rows == 0
+    out = op.process(pa.table({"k": pa.array([], pa.string()), "ts": pa.array([], pa.int64())}))
     assert out.windows.column("n").to_pylist() == [1], "W = 10 s closes [0, 10 s)"
     off = tm.Pipeline.from_stream(
         sd, {}, key="k", window=tm.Tumbling("10s"), aggs={"n": tm.count()}

@@ -49,7 +49,10 @@ def make_events(n: int = 300) -> list[tuple[str, dt.datetime | None, float]]:
 
 
 def pipeline(
-    per: str = "key", aggs: dict[str, Any] | None = None, delay: str = "5s"
+    per: str = "key",
+    aggs: dict[str, Any] | None = None,
+    delay: str = "5s",
+    late_rule: str = "spark",
 ) -> tm.Pipeline:
     return tm.Pipeline(
         key="device",
@@ -57,6 +60,7 @@ def pipeline(
         watermark=tm.BoundedOutOfOrderness(delay, per=per),
         window=tm.Tumbling("1m"),
         aggs={"n": tm.count(), "s": tm.sum("value")} if aggs is None else aggs,
+        late_rule=late_rule,
     )
 
 
@@ -277,7 +281,8 @@ def test_packed_outputs_unpack_to_each_output_exactly(large: bool) -> None:
             StructField("value", DoubleType()),
         ]
     )
-    pipe = pipeline("global", {"n": tm.count()}, delay="0s")
+    # Flink's timing: the window closes in the call that moves the watermark.
+    pipe = pipeline("global", {"n": tm.count()}, delay="0s", late_rule="flink")
     plan = Plan.build(pipe, schema, "UTC", large)
     op = pipe.operator()
     ts = pa.timestamp("us", tz="UTC")
@@ -393,6 +398,9 @@ def test_small_and_large_inputs_persist_differently_with_the_same_outputs(
         watermark=tm.BoundedOutOfOrderness("1s"),
         window=tm.Tumbling("1m"),
         aggs={"n": tm.count()},
+        # Flink's rule: a row is late once the watermark its call began with passed
+        # its window (Spark's would judge it by the call before).
+        late_rule="flink",
     )
 
     def outputs() -> tuple[bool, list[list[tuple]]]:
@@ -466,6 +474,9 @@ def test_batch_replay_in_arrival_order_reports_late_rows(spark: Any) -> None:
         watermark=tm.BoundedOutOfOrderness("1s"),
         window=tm.Tumbling("1m"),
         aggs={"n": tm.count(), "s": tm.sum("value")},
+        # Flink's rule: the 12 s row is late in the call after the 100 s row (Spark's
+        # rule judges it against the watermark of the call before: on time).
+        late_rule="flink",
     )
     for cache in (True, False):
         res = aggregate(df, pipe, num_partitions=2, order_by="arrival", batch_rows=1, cache=cache)
@@ -1700,8 +1711,9 @@ def test_entry_points_refuse_wrong_arguments_when_called(spark: Any, tmp_path: P
     # A Spark DataFrame handed to a local operator is fetched into this process, its
     # timestamps included (PySpark's own Arrow export fails on them); a streaming one
     # says where it goes instead.
-    local = pipe.operator().process(df)
-    assert local.windows.equals(pipe.operator().process(df.toArrow()).windows)
+    flink = pipeline(late_rule="flink")  # windows close in the one call
+    local = flink.operator().process(df)
+    assert local.windows.equals(flink.operator().process(df.toArrow()).windows)
     assert local.windows.num_rows > 0
     stream = spark.readStream.format("rate").load()
     with pytest.raises(TypeError, match="streaming Spark DataFrame: run the pipeline with"):

@@ -133,9 +133,10 @@ class TimerServiceMachine(RuleBasedStateMachine):
 
 
 class OperatorMachine(RuleBasedStateMachine):
-    """Pipeline operator (tumbling count per key, global watermark) against a model
-    of DESIGN.md's convention: rows judged against the watermark at the call's start,
-    then the watermark advances and windows with ``end <= W`` close."""
+    """Pipeline operator (tumbling count per key, global watermark, the default late
+    rule: Spark's) against a model of DESIGN.md's convention: a call closes the windows
+    with ``end <= W`` for the watermark it began with; a row is late when its window
+    has ``end <= W_prev``, the watermark the previous call began with (closed then)."""
 
     DELAY, SIZE = 3_000, 10_000  # microseconds
 
@@ -150,6 +151,7 @@ class OperatorMachine(RuleBasedStateMachine):
         )
         self.op = self.pipe.operator()
         self.wm: int | None = None
+        self.prev: int | None = None
         self.open: dict[tuple[str, int], int] = defaultdict(int)
         self.flushed = False
 
@@ -179,18 +181,19 @@ class OperatorMachine(RuleBasedStateMachine):
                 self.op.process(self._table(rows))
             return
         out = self.op.process(self._table(rows))
-        judged = self.wm  # the watermark as the call began
-        late = [r for r in rows if judged is not None and r[1] < judged]
+        start, judged = self.wm, self.prev
+        late = [r for r in rows if judged is not None and r[1] - r[1] % self.SIZE + self.SIZE <= judged]
         for k, t in rows:
-            if judged is None or t >= judged:
+            if (k, t) not in late:
                 self.open[(k, t - t % self.SIZE)] += 1
         if rows:
             cand = max(t for _, t in rows) - self.DELAY
             self.wm = cand if self.wm is None else max(self.wm, cand)
+        self.prev = start
         closed = sorted(
             (k, s, n)
             for (k, s), n in self.open.items()
-            if self.wm is not None and s + self.SIZE <= self.wm
+            if start is not None and s + self.SIZE <= start
         )
         for k, s, _ in closed:
             del self.open[(k, s)]
