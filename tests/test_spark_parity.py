@@ -92,6 +92,8 @@ def streams(draw: Any) -> list[Rows]:
 def spark_native(spark: Any, where: Path, batches: list[Rows], kind: str) -> tuple[Any, Any]:
     """Spark's own windowed aggregation over the stream: (windows per micro-batch id,
     rows dropped by the watermark per micro-batch id)."""
+    from pyspark.sql import functions as F
+
     src = where / "in"
     src.mkdir(parents=True)
     base = time.time() - 10_000
@@ -106,7 +108,7 @@ def spark_native(spark: Any, where: Path, batches: list[Rows], kind: str) -> tup
         .withWatermark("ts", f"{DELAY_MS // 1000} seconds")
     )
     out = (
-        df.groupBy(KINDS[kind][1] + " AS w", "k")
+        df.groupBy(F.expr(KINDS[kind][1]).alias("w"), "k")
         .agg({"*": "count", "v": "sum"})
         .selectExpr(
             "k",
@@ -180,11 +182,17 @@ def pipeline(kind: str, per: str = "global", rule: str = "spark") -> tm.Pipeline
     )
 
 
-def by_operator(pipe: tm.Pipeline, batches: list[Rows]) -> tuple[list[Any], list[pa.Table]]:
-    """Windows per call (the stream's micro-batches, then one empty call) and late rows."""
+def by_operator(
+    pipe: tm.Pipeline, batches: list[Rows]
+) -> tuple[list[Any], list[pa.Table], list[int | None]]:
+    """Windows per call (the stream's micro-batches, then one empty call), late rows, and
+    the watermark after each call."""
     op = pipe.operator()
-    outs = [op.process(table(rows)) for rows in batches] + [op.process(table([]))]
-    return [rows_of(o.windows) for o in outs], [o.late for o in outs]
+    outs, marks = [], []
+    for rows in [*batches, []]:
+        outs.append(op.process(table(rows)))
+        marks.append(op.watermark)
+    return [rows_of(o.windows) for o in outs], [o.late for o in outs], marks
 
 
 def by_stream_processor(spark: Any, where: Path, pipe: tm.Pipeline, batches: list[Rows]) -> Any:
@@ -196,12 +204,26 @@ def by_stream_processor(spark: Any, where: Path, pipe: tm.Pipeline, batches: lis
     return [rows_of(sink.got.get(b)) for b in range(n)], [late.got.get(b) for b in range(n)]
 
 
+def sliding_closed_groups(rows: Rows, closed: int | None) -> int:
+    """Spark's count of a micro-batch's dropped rows for sliding windows: one per (key,
+    window) closed by the watermark ``closed`` (µs), whether or not the row also went
+    into an open window (its windows end at the next two 5 s edges)."""
+    if closed is None:
+        return 0
+    groups = set()
+    for k, t, _ in rows:
+        edge = (T0 + t) * 1_000 // 5_000_000 * 5_000_000
+        groups |= {(k, end) for end in (edge + 5_000_000, edge + 10_000_000) if end <= closed}
+    return len(groups)
+
+
 def dropped_groups(kind: str, late: pa.Table | None) -> int:
     """Spark's count of a micro-batch's dropped rows, from tidemark's late rows: one per
     (key, window) after Spark's partial aggregation (sessions: per (key, event time))."""
     if late is None or late.num_rows == 0:
         return 0
-    rows = zip(late.column("k").to_pylist(), late.column("ts").cast(pa.int64()).to_pylist())
+    keys, times = late.column("k").to_pylist(), late.column("ts").cast(pa.int64()).to_pylist()
+    rows = zip(keys, times, strict=True)
     if kind == "session":
         return len(set(rows))
     return len({(k, t // 10_000_000) for k, t in rows})
@@ -222,14 +244,20 @@ def check(spark: Any, where: Path, kind: str, batches: list[Rows]) -> None:
     got, late = by_stream_processor(spark, where / "state", pipeline(kind), batches)
     for b in range(n):
         assert got[b] == spark_windows[b], f"{kind}: micro-batch {b} of {len(batches)}"
-    op_windows, op_late = by_operator(pipeline(kind), batches)
+    op_windows, op_late, marks = by_operator(pipeline(kind), batches)
     assert op_windows == got
     assert [rows_of_late(t) for t in op_late] == [rows_of_late(t) for t in late]
-    if kind != "sliding":
-        # Sliding: Spark also counts the closed windows of rows that joined an open
-        # one (tidemark calls those rows on time), so only the windows compare.
-        for b in range(len(batches)):
-            assert dropped_groups(kind, late[b]) == dropped.get(b, 0), f"{kind}: batch {b}"
+    for b in range(len(batches)):
+        if kind == "sliding":
+            # Spark also drops the closed windows of rows that join an open one
+            # (tidemark's late rows are those with every window closed): count from
+            # the watermark call b - 1 began with, tidemark's own.
+            closed = marks[b - 2] if b >= 2 else None
+            want_dropped = sliding_closed_groups(batches[b], closed)
+            assert all(sliding_closed_groups([r], closed) == 2 for r in late_rows(late[b]))
+        else:
+            want_dropped = dropped_groups(kind, late[b])
+        assert want_dropped == dropped.get(b, 0), f"{kind}: dropped rows, batch {b}"
     # Per key: every window Spark emits with its exact count comes out with that count.
     exact = exact_counts(kind, batches)
     per_key_op = pipeline(kind, per="key").operator()
@@ -240,6 +268,21 @@ def check(spark: Any, where: Path, kind: str, batches: list[Rows]) -> None:
     for w in (w for ws in spark_windows for w in ws):
         if exact[w[:3]] == w[3]:
             assert per_key_count.get(w[:3]) == w[3], f"{kind}: per key lost {w}"
+
+
+def late_rows(t: pa.Table | None) -> Rows:
+    """Late rows as the stream's rows."""
+    if t is None or t.num_rows == 0:
+        return []
+    return [
+        (k, ts // 1_000 - T0, v)
+        for k, ts, v in zip(
+            t.column("k").to_pylist(),
+            t.column("ts").cast(pa.int64()).to_pylist(),
+            t.column("v").to_pylist(),
+            strict=True,
+        )
+    ]
 
 
 def rows_of_late(t: pa.Table | None) -> list[tuple[Any, ...]]:

@@ -182,7 +182,9 @@ class OperatorMachine(RuleBasedStateMachine):
             return
         out = self.op.process(self._table(rows))
         start, judged = self.wm, self.prev
-        late = [r for r in rows if judged is not None and r[1] - r[1] % self.SIZE + self.SIZE <= judged]
+        late = [
+            r for r in rows if judged is not None and r[1] - r[1] % self.SIZE + self.SIZE <= judged
+        ]
         for k, t in rows:
             if (k, t) not in late:
                 self.open[(k, t - t % self.SIZE)] += 1

@@ -39,7 +39,7 @@ import datetime as _dt
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import pyarrow as pa
 
@@ -480,7 +480,7 @@ class Pipeline:
         emit: str = "on_window_close",
         allowed_lateness: Duration = "0s",
         late: str = "side_output",
-        late_rule: str = "spark",
+        late_rule: Literal["spark", "flink", "row"] = "spark",
         clock: Clock | None = None,
         max_keys: int | None = None,
         eviction: str = "least_recently_active",
