@@ -1008,12 +1008,14 @@ class ScopeWatermark:
     active ones (idle ones excluded; all idle: the maximum; declared partitions hold
     it back until they report or go idle); per key: the minimum over every operator's
     active keys (none active: the highest key watermark), which closes idle keys'
-    windows.
+    windows. Under Flink's and the per-row rule the operators close at what ``advance``
+    gives; under Spark's (the default) a call closes at the combined watermark it began
+    with (give it to each operator with ``set_external_watermark`` before ``ingest``).
 
     >>> import pyarrow as pa, tidemark as tm
     >>> pipe = tm.Pipeline(key="k", event_time="ts", event_time_type="unixtimestamp_ms",
     ...                    window=tm.Tumbling("10s"), aggs={"n": tm.count()},
-    ...                    watermark=tm.BoundedOutOfOrderness("0s"))
+    ...                    watermark=tm.BoundedOutOfOrderness("0s"), late_rule="flink")
     >>> ops = [pipe.operator(), pipe.operator()]
     >>> ops[0].ingest(pa.table({"k": ["a"], "ts": [12_000]}))
     >>> ops[1].ingest(pa.table({"k": ["b"], "ts": [3_000]}))

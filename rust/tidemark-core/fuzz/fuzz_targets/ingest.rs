@@ -14,7 +14,9 @@ use arrow_array::{ArrayRef, RecordBatch};
 use libfuzzer_sys::fuzz_target;
 use tidemark_core::agg::{AggKind, AggSpec};
 use tidemark_core::clock::ManualClock;
-use tidemark_core::pipeline::{EmitMode, LatePolicy, Operator, PipelineConfig, Scope, TimeMode};
+use tidemark_core::pipeline::{
+    EmitMode, LatePolicy, LateRule, Operator, PipelineConfig, Scope, TimeMode,
+};
 use tidemark_core::reorder::{ReorderConfig, ReorderOperator};
 use tidemark_core::time::KeyEvictionPolicy;
 use tidemark_core::window::WindowSpec;
@@ -142,6 +144,7 @@ fn config(b: &mut Bytes) -> PipelineConfig {
         delay: (b.u8() as i64) * 100,
         scope: if rows { Scope::Global } else { scope },
         idle_timeout: Some(5),
+        source_partitions: None,
         window,
         aggs: vec![
             AggSpec::new("n", AggKind::Count, None),
@@ -155,6 +158,11 @@ fn config(b: &mut Bytes) -> PipelineConfig {
         },
         allowed_lateness: (b.u8() as i64) * 10,
         late: LatePolicy::SideOutput,
+        late_rule: match b.u8() % 3 {
+            0 => LateRule::Spark,
+            1 => LateRule::Flink,
+            _ => LateRule::Row,
+        },
         max_keys: Some(1 + (b.u8() % 8) as usize),
         eviction: match b.u8() % 3 {
             0 => KeyEvictionPolicy::LeastRecentlyActive,

@@ -3,13 +3,17 @@
 //! [`Operator::process`] takes one batch (in Spark, one micro-batch) and follows
 //! DESIGN.md's one convention:
 //!
-//! 1. every row is judged late or on time against the watermark **as it stood when
-//!    the call began** (the scope's: global, the row's source partition combined, or
-//!    the row's key); a row is late iff `ts < W - allowed_lateness`;
-//! 2. on-time rows update their windows' partial aggregates;
+//! 1. every row is judged late or on time against a watermark fixed before the call
+//!    (the scope's: global, the source partitions combined, or the row's key): a row
+//!    is late when its window is closed ([`LateRule`]: Spark's rule judges by the
+//!    watermark the previous call began with, Flink's by the one this call began
+//!    with; the per-row rule is `ts < W - allowed_lateness`);
+//! 2. on-time rows update their (open) windows' partial aggregates;
 //! 3. the batch's rows advance the watermarks;
-//! 4. windows whose `end + allowed_lateness <= W` close: `on_window_close` emits each
-//!    once and drops its state; `on_update` emits every window the batch changed.
+//! 4. windows whose `end + allowed_lateness <= W` close, `W` being the watermark the
+//!    call began with (Spark's rule) or the advanced one (the others):
+//!    `on_window_close` emits each once and drops its state; `on_update` emits every
+//!    window the batch changed.
 //!
 //! Output rows are sorted by (window end, window start, key), so for the same
 //! sequence of batches the output is identical whatever the row order inside each
