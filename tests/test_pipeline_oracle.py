@@ -17,7 +17,10 @@ from hypothesis import strategies as st
 
 import tidemark as tm
 
-Row = tuple[str, int, int]  # key, ts (µs), value
+Row = tuple[str, int, int]  # key, ts (UNIT), value
+# The model counts in milliseconds (Spark's rule keeps a global watermark in whole
+# milliseconds); the pipeline gets microseconds.
+UNIT = 1_000
 Win = tuple[str, int, int, int, int]  # key, start, end, count, sum
 
 
@@ -160,19 +163,19 @@ def make_pipeline(
 ) -> tm.Pipeline:
     kind, size, slide = window
     w: Any = (
-        tm.Tumbling(size)
+        tm.Tumbling(size * UNIT)
         if kind == "tumbling"
-        else tm.Sliding(size, every=slide)
+        else tm.Sliding(size * UNIT, every=slide * UNIT)
         if kind == "sliding"
-        else tm.Session(gap=size)
+        else tm.Session(gap=size * UNIT)
     )
     return tm.Pipeline(
         key="k",
         event_time="ts",
-        watermark=tm.BoundedOutOfOrderness(delay, per=scope),
+        watermark=tm.BoundedOutOfOrderness(delay * UNIT, per=scope),
         window=w,
         aggs={"n": tm.count(), "s": tm.sum("v")},
-        allowed_lateness=lateness,
+        allowed_lateness=lateness * UNIT,
         late_rule=rule,
     )
 
@@ -181,7 +184,7 @@ def table(rows: list[Row]) -> pa.Table:
     return pa.table(
         {
             "k": pa.array([r[0] for r in rows], pa.string()),
-            "ts": pa.array([r[1] for r in rows], pa.timestamp("us", tz="UTC")),
+            "ts": pa.array([r[1] * UNIT for r in rows], pa.timestamp("us", tz="UTC")),
             "v": pa.array([r[2] for r in rows], pa.int64()),
         }
     )
@@ -189,7 +192,7 @@ def table(rows: list[Row]) -> pa.Table:
 
 def wins(out: pa.Table) -> list[Win]:
     d = out.to_pydict()
-    to_us = lambda t: int(t.timestamp() * 1_000_000)  # noqa: E731
+    to_us = lambda t: int(t.timestamp() * 1_000_000) // UNIT  # noqa: E731
     return [
         (d["k"][i], to_us(d["window_start"][i]), to_us(d["window_end"][i]), d["n"][i], d["s"][i])
         for i in range(out.num_rows)

@@ -54,14 +54,14 @@ KINDS = {
     "session": (tm.Session("5s"), "session_window(ts, '5 seconds')"),
 }
 
-Rows = list[tuple[str, int, int]]  # (key, event time in ms after T0, value)
+Rows = list[tuple[str, int, int]]  # (key, event time in µs after T0, value)
 
 
 def table(rows: Rows) -> pa.Table:
     return pa.table(
         {
             "k": [k for k, _, _ in rows],
-            "ts": [(T0 + t) * 1_000 for _, t, _ in rows],
+            "ts": [T0 * 1_000 + t for _, t, _ in rows],
             "v": [v for _, _, v in rows],
         },
         schema=SCHEMA,
@@ -74,7 +74,7 @@ def streams(draw: Any) -> list[Rows]:
     window edges (whole multiples of 5 s) or between them, repeated timestamps, empty
     micro-batches."""
     batches: list[Rows] = []
-    front = draw(st.integers(0, 20)) * 1_000
+    front = draw(st.integers(0, 20)) * 1_000  # milliseconds
     for _ in range(draw(st.integers(1, 6))):
         front += draw(st.sampled_from([0, 2_000, 5_000, 9_500, 20_000]))
         n = draw(st.sampled_from([0, 1, 3, 6, 10]))
@@ -84,6 +84,8 @@ def streams(draw: Any) -> list[Rows]:
             t = max(0, front - behind)
             if draw(st.booleans()):
                 t -= t % 5_000  # exactly on a window edge
+            # Microseconds: Spark keeps its watermark in whole milliseconds.
+            t = t * 1_000 + draw(st.sampled_from([0, 0, 0, 1, 500, 999]))
             rows.append((draw(st.sampled_from(["a", "b", "c"])), t, draw(st.integers(0, 9))))
         batches.append(rows)
     return batches
@@ -134,7 +136,7 @@ def spark_native(spark: Any, where: Path, batches: list[Rows], kind: str) -> tup
         # A trailing no-data micro-batch runs when the last data batch moved the
         # watermark: wait for it.
         front = [
-            max((t for rows in batches[: i + 1] for _, t, _ in rows), default=-1)
+            max((t // 1_000 for rows in batches[: i + 1] for _, t, _ in rows), default=-1)
             for i in range(len(batches))
         ]
         moved = front[-1] >= 0 and (len(front) < 2 or front[-1] > front[-2])
@@ -212,7 +214,7 @@ def sliding_closed_groups(rows: Rows, closed: int | None) -> int:
         return 0
     groups = set()
     for k, t, _ in rows:
-        edge = (T0 + t) * 1_000 // 5_000_000 * 5_000_000
+        edge = (T0 * 1_000 + t) // 5_000_000 * 5_000_000
         groups |= {(k, end) for end in (edge + 5_000_000, edge + 10_000_000) if end <= closed}
     return len(groups)
 
@@ -275,7 +277,7 @@ def late_rows(t: pa.Table | None) -> Rows:
     if t is None or t.num_rows == 0:
         return []
     return [
-        (k, ts // 1_000 - T0, v)
+        (k, ts - T0 * 1_000, v)
         for k, ts, v in zip(
             t.column("k").to_pylist(),
             t.column("ts").cast(pa.int64()).to_pylist(),
@@ -292,11 +294,11 @@ def rows_of_late(t: pa.Table | None) -> list[tuple[Any, ...]]:
 
 
 EDGES: list[Rows] = [
-    [("a", 0, 1), ("a", 5_000, 2), ("b", 9_999, 3)],
-    [("a", 20_000, 4), ("a", 20_000, 5)],
+    [("a", 0, 1), ("a", 5_000_000, 2), ("b", 9_999_999, 3)],
+    [("a", 20_000_000, 4), ("a", 20_000_000, 5), ("c", 22_999_999, 6)],
     [],
-    [("a", 10_000, 6), ("b", 5_000, 7), ("a", 15_000, 8), ("c", 17_000, 9)],
-    [("a", 30_000, 1), ("b", 12_000, 2)],
+    [("a", 10_000_000, 6), ("b", 5_000_000, 7), ("a", 15_000_000, 8), ("c", 17_000_500, 9)],
+    [("a", 30_000_000, 1), ("b", 12_000_000, 2), ("c", 16_500_000, 3)],
 ]
 
 

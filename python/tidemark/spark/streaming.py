@@ -285,11 +285,12 @@ def _task(
     it runs each call in two halves: every partition ingests its rows, the scope
     watermark (restored from ``scope_state``, the driver's record before the batch)
     combines their progress, then every partition closes what that passed. A task of
-    one state partition among several (a shuffled batch) cannot see the others: it
-    closes on the highest watermark known not to exceed the combined one (the
-    batch's starting ``watermark``; global scope: also its own), so a window may come
-    one micro-batch later than from one operator, never twice, and late and error
-    rows are the same."""
+    one state partition among several (a shuffled batch) cannot see the others: under
+    Spark's late rule it closes at the batch's starting ``watermark``, exactly as one
+    operator; under the others on the highest watermark known not to exceed the
+    combined one (the batch's starting ``watermark``; global scope: also its own), so
+    a window may come one micro-batch later than from one operator, never twice, and
+    late and error rows are the same."""
     data_tags, placeholder_tags = _tags(num_partitions)
     partition_of = {v: p for tags in (data_tags, placeholder_tags) for p, v in enumerate(tags)}
     windowed = not isinstance(shipped.get().window, Rows)  # ROWS windows have no watermark

@@ -1309,11 +1309,43 @@ fn an_idle_key_that_returns_reopens_no_window_the_global_watermark_closed() {
     );
 }
 
+/// The late-rule tests count in milliseconds (Spark's rule keeps a global watermark in
+/// whole milliseconds): event times, window sizes and outputs below are milliseconds.
 fn rule_cfg(window: WindowSpec, scope: Scope, rule: LateRule) -> PipelineConfig {
+    let window = match window {
+        WindowSpec::Tumbling { size, offset } => WindowSpec::Tumbling {
+            size: size * 1_000,
+            offset,
+        },
+        WindowSpec::Sliding {
+            size,
+            slide,
+            offset,
+        } => WindowSpec::Sliding {
+            size: size * 1_000,
+            slide: slide * 1_000,
+            offset,
+        },
+        WindowSpec::Session { gap } => WindowSpec::Session { gap: gap * 1_000 },
+        w => w,
+    };
     PipelineConfig {
         late_rule: rule,
+        allowed_lateness: 0,
         ..cfg(window, scope)
     }
+}
+
+fn batch_ms(rows: &[(&str, i64, i64)]) -> RecordBatch {
+    let scaled: Vec<(&str, i64, i64)> = rows.iter().map(|&(k, t, v)| (k, t * 1_000, v)).collect();
+    batch(&scaled)
+}
+
+fn rows_ms(out: &RecordBatch) -> Vec<Row> {
+    rows(out)
+        .into_iter()
+        .map(|(k, s, e, n, v)| (k, s / 1_000, e / 1_000, n, v))
+        .collect()
 }
 
 const TUMBLING_10: WindowSpec = WindowSpec::Tumbling {
@@ -1326,14 +1358,16 @@ fn run_calls(c: PipelineConfig, calls: &[&[(&str, i64, i64)]]) -> Vec<(Vec<Row>,
     let (mut o, _) = op(c);
     let mut out = Vec::new();
     for rows_in in calls {
-        let b = batch(rows_in);
+        let b = batch_ms(rows_in);
         let o = o.process(&b, None).unwrap();
         let ts = o.late.column_by_name("ts").unwrap();
         let late: Vec<i64> = ts
             .as_primitive::<arrow_array::types::TimestampMicrosecondType>()
             .values()
-            .to_vec();
-        out.push((rows(&o.windows), late));
+            .iter()
+            .map(|t| t / 1_000)
+            .collect();
+        out.push((rows_ms(&o.windows), late));
     }
     out
 }
@@ -1377,7 +1411,7 @@ fn late_rules_a_window_rule_keeps_rows_of_open_windows_the_row_rule_drops() {
     assert_eq!(row[1].1, vec![21]);
     // allowed_lateness adds to the rule: [0,10) stays open until W >= 15.
     let c = PipelineConfig {
-        allowed_lateness: 6,
+        allowed_lateness: 6_000,
         ..rule_cfg(TUMBLING_10, Scope::Global, LateRule::Flink)
     };
     let out = run_calls(
@@ -1411,9 +1445,9 @@ fn late_rules_sliding_rows_join_their_open_windows_only() {
     assert_eq!(out[1].1, vec![3]);
     let (mut o, _) = op(rule_cfg(sliding, Scope::Global, LateRule::Flink));
     for b in [&[("a", 12, 1)][..], &[("a", 7, 2), ("a", 3, 4)]] {
-        o.process(&batch(b), None).unwrap();
+        o.process(&batch_ms(b), None).unwrap();
     }
-    let all = rows(&o.flush().unwrap().windows);
+    let all = rows_ms(&o.flush().unwrap().windows);
     assert_eq!(
         all,
         vec![
@@ -1448,10 +1482,10 @@ fn late_rules_sessions_spark_judges_the_own_session_flink_the_merged_one() {
     assert_eq!(flink_reversed, flink);
     let (mut o, _) = op(rule_cfg(session, Scope::Global, LateRule::Flink));
     for b in calls {
-        o.process(&batch(b), None).unwrap();
+        o.process(&batch_ms(b), None).unwrap();
     }
     assert_eq!(
-        rows(&o.flush().unwrap().windows),
+        rows_ms(&o.flush().unwrap().windows),
         vec![("a".into(), 5, 40, 4, Some(10))]
     );
 }
@@ -1478,11 +1512,11 @@ fn late_rules_spark_per_key_closes_a_key_in_the_call_after_its_watermark_moved()
     // The pending close survives a snapshot.
     let c = rule_cfg(TUMBLING_10, Scope::Key, LateRule::Spark);
     let (mut o, clock) = op(c.clone());
-    o.process(&batch(&[("a", 5, 1), ("a", 25, 2)]), None)
+    o.process(&batch_ms(&[("a", 5, 1), ("a", 25, 2)]), None)
         .unwrap();
     let mut back = Operator::restore(c, Arc::new(clock), &o.snapshot()).unwrap();
-    let out = back.process(&batch(&[("b", 1, 3)]), None).unwrap();
-    assert_eq!(rows(&out.windows), vec![("a".into(), 0, 10, 1, Some(1))]);
+    let out = back.process(&batch_ms(&[("b", 1, 3)]), None).unwrap();
+    assert_eq!(rows_ms(&out.windows), vec![("a".into(), 0, 10, 1, Some(1))]);
 }
 
 #[test]
@@ -1494,4 +1528,28 @@ fn late_rules_have_names_and_fingerprints() {
     let fp = |r| rule_cfg(TUMBLING_10, Scope::Global, r).fingerprint();
     assert_ne!(fp(LateRule::Spark), fp(LateRule::Flink));
     assert_ne!(fp(LateRule::Row), fp(LateRule::Flink));
+}
+
+#[test]
+fn late_rules_spark_keeps_a_global_watermark_in_whole_milliseconds() {
+    // Spark: watermark = max(event time µs / 1000) - delay, in milliseconds.
+    let c = PipelineConfig {
+        late_rule: LateRule::Spark,
+        ..cfg(WindowSpec::Session { gap: 1_000 }, Scope::Global)
+    };
+    let (mut o, _) = op(c.clone());
+    o.process(&batch(&[("a", 1_200, 1), ("a", 2_700, 2)]), None)
+        .unwrap();
+    assert_eq!(o.watermark(), Some(2_000));
+    // [1200, 2200) ends after W = 2000 µs: still open (at W = 2700 µs it would close).
+    let out = o.process(&batch(&[]), None).unwrap();
+    assert_eq!(rows(&out.windows), vec![]);
+    let (mut flink, _) = op(PipelineConfig {
+        late_rule: LateRule::Flink,
+        ..c
+    });
+    flink
+        .process(&batch(&[("a", 1_200, 1), ("a", 2_700, 2)]), None)
+        .unwrap();
+    assert_eq!(flink.watermark(), Some(2_700));
 }

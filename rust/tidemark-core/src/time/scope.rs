@@ -6,7 +6,8 @@
 //! the reports into the one watermark they all close windows with, by the pipeline's
 //! rule:
 //!
-//! * global: `max(on-time event time) - delay` over every operator, monotonic;
+//! * global: `max(on-time event time) - delay` over every operator, monotonic (under
+//!   Spark's late rule the maximum counts in whole milliseconds, as in Spark);
 //! * per source partition: one watermark per partition (`max event time - delay`,
 //!   every row of the partition counting, late or not), combined by the minimum over
 //!   active partitions, idle ones excluded (all idle: the maximum); declared
@@ -19,7 +20,7 @@
 
 use crate::clock::ClockRef;
 use crate::error::Result;
-use crate::pipeline::{PipelineConfig, Progress, Scope, TimeMode};
+use crate::pipeline::{LateRule, PipelineConfig, Progress, Scope, TimeMode};
 use crate::state::{Reader, Writer};
 use crate::time::{PartitionId, PartitionedWatermarkTracker};
 
@@ -33,6 +34,10 @@ pub struct ScopeWatermark {
     /// call: their idle timeouts run from the first micro-batch, wherever the
     /// operator was built.
     declared: u32,
+    /// Global scope under Spark's late rule: the largest event time counts in whole
+    /// milliseconds, as Spark keeps its watermark (so a window end within the
+    /// millisecond is judged as Spark judges it).
+    millis: bool,
     clock: ClockRef,
     /// Global scope (and processing time): the watermark.
     pub(crate) watermark: i64,
@@ -56,6 +61,7 @@ impl ScopeWatermark {
             time: cfg.time,
             delay: cfg.delay,
             declared: cfg.source_partitions.unwrap_or(0),
+            millis: cfg.late_rule == LateRule::Spark,
             clock,
             watermark: i64::MIN,
             global_max: i64::MIN,
@@ -96,6 +102,11 @@ impl ScopeWatermark {
                 self.global_max = self.global_max.max(on_time.unwrap_or(i64::MIN));
                 let w = match self.time {
                     TimeMode::Processing => self.clock.now().saturating_mul(1_000),
+                    TimeMode::Event if self.millis && self.global_max != i64::MIN => {
+                        // Spark: `max(event time in microseconds / 1000) - delay`, the
+                        // division truncating (as the JVM's).
+                        (self.global_max / 1_000 * 1_000).saturating_sub(self.delay)
+                    }
                     TimeMode::Event => self.global_max.saturating_sub(self.delay),
                 };
                 self.watermark = self.watermark.max(w);
