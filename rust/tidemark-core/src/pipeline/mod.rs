@@ -701,12 +701,15 @@ pub struct Operator {
     late_mark: i64,
     /// The watermark this call began with (Spark's rule closes at it).
     call_start: i64,
-    /// Spark's rule per key: the keys whose watermark moved in the previous call
-    /// (their windows close in this one), and per key slot the watermark its windows
-    /// were closed at, `NOT_PENDING` for the other keys (theirs are closed at their
-    /// own watermark).
-    pending: Vec<u32>,
-    pending_mark: Vec<i64>,
+    /// Spark's rule per key: per key slot the watermark its windows were closed at by
+    /// the call that set it, and that call's number (valid in the call after it only:
+    /// the key's windows are closed at its own watermark otherwise).
+    key_mark: Vec<(i64, u64)>,
+    /// Calls completed (numbers the marks above).
+    calls: u64,
+    /// Keys with windows that the last call's watermark passed: they close in the next
+    /// call (at the key's watermark, unless the key has rows in it).
+    deferred: Vec<u32>,
     /// This call's keys (per key, Spark's rule): slot and watermark at the start.
     key_starts: Vec<(u32, i64)>,
     /// The closed-through mark of the key whose rows are being added (sliding
@@ -747,8 +750,11 @@ pub struct Operator {
 /// A key slot whose floor is not looked up yet (see [`Operator::floor_of`]).
 const UNRESOLVED: i64 = i64::MAX;
 
-/// A key slot with no window closing pending (see `Operator::pending_mark`).
+/// A key with no closing mark in a snapshot (see `Operator::key_mark`).
 const NOT_PENDING: i64 = i64::MAX;
+
+/// The call number of a key mark that is never valid (a dropped key's).
+const NO_CALL: u64 = u64::MAX;
 
 /// Source partition ids a pipeline takes: `0..SOURCE_PARTITIONS` (other rows are
 /// error rows).
@@ -811,8 +817,9 @@ impl Operator {
             external: None,
             late_mark: i64::MIN,
             call_start: i64::MIN,
-            pending: Vec::new(),
-            pending_mark: Vec::new(),
+            key_mark: Vec::new(),
+            calls: 0,
+            deferred: Vec::new(),
             key_starts: Vec::new(),
             row_closed: i64::MIN,
             floors: FloorSketch::default(),
@@ -1175,10 +1182,15 @@ impl Operator {
     /// Spark's rule per key: the watermark the key's windows were closed at (the one
     /// its previous call began with, if its watermark moved then; else its own).
     fn key_closed(&self, slot: u32, wm: i64) -> i64 {
-        match self.pending_mark.get(slot as usize) {
-            Some(&m) if m != NOT_PENDING => m,
+        match self.key_mark.get(slot as usize) {
+            Some(&(m, call)) if call == self.calls => m,
             _ => wm,
         }
+    }
+
+    /// The key's closing mark to keep in a snapshot (`NOT_PENDING`: its watermark).
+    fn snapshot_mark(&self, slot: u32) -> i64 {
+        self.key_closed(slot, NOT_PENDING)
     }
 
     /// The earliest event time whose windows are not all closed, when every window
@@ -1620,6 +1632,7 @@ impl Operator {
         let bound = self.bound.clone().expect("bound by ingest");
         // 5. Close what the watermark passed; emit.
         self.close_windows();
+        self.calls += 1;
         self.metrics.late_dropped_count += late_rows.len() as u64;
         errors.sort_by_key(|e| e.0);
         self.metrics.rows_error += errors.len() as u64;
@@ -1844,8 +1857,8 @@ impl Operator {
             if let Some(f) = self.slot_floor.get_mut(slot) {
                 *f = UNRESOLVED;
             }
-            if let Some(m) = self.pending_mark.get_mut(slot) {
-                *m = NOT_PENDING;
+            if let Some(m) = self.key_mark.get_mut(slot) {
+                m.1 = NO_CALL;
             }
             let list = self
                 .wins
@@ -1939,27 +1952,41 @@ impl Operator {
             // with, so the keys whose watermark moved in the previous call close now
             // (at their current watermark, unless they have rows in this call), and
             // this call's keys close at their starting one and stay pending.
-            for slot in std::mem::take(&mut self.pending) {
+            let mut deferred = std::mem::take(&mut self.deferred);
+            for &slot in &deferred {
                 let s = slot as usize;
-                if self.pending_mark.get(s).is_none_or(|&m| m == NOT_PENDING) {
-                    continue; // the key was dropped since
-                }
-                self.pending_mark[s] = NOT_PENDING;
-                if self.touch_epoch.get(s) != Some(&self.epoch) {
+                let live = self.key_mark.get(s).is_some_and(|m| m.1 == self.calls);
+                // A key with rows in this call closes below, at its starting
+                // watermark (the same value).
+                if live && self.touch_epoch.get(s) != Some(&self.epoch) {
                     let wk = self.keys.slot_watermark(slot);
                     self.close_key_prefix(slot, wk);
                 }
             }
+            deferred.clear();
             let starts = std::mem::take(&mut self.key_starts);
+            let call = self.calls + 1;
+            if self.key_mark.len() < self.wins.len() {
+                self.key_mark
+                    .resize(self.wins.len(), (NOT_PENDING, NO_CALL));
+            }
             for &(slot, wk) in &starts {
                 self.close_key_prefix(slot, wk);
                 let s = slot as usize;
-                if self.pending_mark.len() <= s {
-                    self.pending_mark.resize(s + 1, NOT_PENDING);
+                if self.key_mark.len() <= s {
+                    self.key_mark.resize(s + 1, (NOT_PENDING, NO_CALL));
                 }
-                self.pending_mark[s] = wk;
-                self.pending.push(slot);
+                self.key_mark[s] = (wk, call);
+                // What the key's watermark passed in this call closes in the next.
+                let now = self.keys.slot_watermark(slot);
+                if self.wins[s]
+                    .first()
+                    .is_some_and(|w| self.close_at(w.end) <= now)
+                {
+                    deferred.push(slot);
+                }
             }
+            self.deferred = deferred;
             self.key_starts = starts;
         } else if key_scope {
             // Each touched key's windows close on the key's own watermark.
@@ -1989,9 +2016,10 @@ impl Operator {
                 // An idle key's window closed on the global watermark: the key's rows
                 // in it are late when it comes back, not a reopened window.
                 self.keys.raise_idle_watermark(slot, at);
-                if let Some(m) = self.pending_mark.get_mut(slot as usize) {
-                    if *m != NOT_PENDING {
-                        *m = (*m).max(at);
+                let call = self.calls + 1;
+                if let Some(m) = self.key_mark.get_mut(slot as usize) {
+                    if m.1 == call {
+                        m.0 = m.0.max(at);
                     }
                 }
             }
@@ -2091,8 +2119,8 @@ impl Operator {
         self.owned_keys.clear();
         self.release.clear();
         self.flushed = true;
-        self.pending.clear();
-        self.pending_mark.clear();
+        self.deferred.clear();
+        self.key_mark.clear();
         let Some(bound) = self.bound.clone() else {
             return Ok(Output::nothing());
         };
@@ -2272,8 +2300,7 @@ impl Operator {
                 }
             }
             if self.cfg.scope == Scope::Key {
-                let m = self.pending_mark.get(slot as usize).copied();
-                w.i64(m.unwrap_or(NOT_PENDING));
+                w.i64(self.snapshot_mark(slot));
             }
         }
         w.i64(self.scope.watermark);
@@ -2359,11 +2386,19 @@ impl Operator {
             if op.cfg.scope == Scope::Key {
                 let m = r.i64()?;
                 if m != NOT_PENDING {
-                    if op.pending_mark.len() <= slot as usize {
-                        op.pending_mark.resize(slot as usize + 1, NOT_PENDING);
+                    if op.key_mark.len() <= slot as usize {
+                        op.key_mark
+                            .resize(slot as usize + 1, (NOT_PENDING, NO_CALL));
                     }
-                    op.pending_mark[slot as usize] = m;
-                    op.pending.push(slot);
+                    op.key_mark[slot as usize] = (m, 0);
+                    // Windows its watermark passed close in the next call.
+                    let wk = op.keys.slot_watermark(slot);
+                    if op.wins[slot as usize]
+                        .first()
+                        .is_some_and(|w| op.close_at(w.end) <= wk)
+                    {
+                        op.deferred.push(slot);
+                    }
                 }
             }
         }
