@@ -1972,13 +1972,16 @@ impl Operator {
             }
             for &(slot, wk) in &starts {
                 self.close_key_prefix(slot, wk);
+                let now = self.keys.slot_watermark(slot);
+                if now == wk {
+                    continue; // not moved: its windows are closed at its watermark
+                }
                 let s = slot as usize;
                 if self.key_mark.len() <= s {
                     self.key_mark.resize(s + 1, (NOT_PENDING, NO_CALL));
                 }
                 self.key_mark[s] = (wk, call);
                 // What the key's watermark passed in this call closes in the next.
-                let now = self.keys.slot_watermark(slot);
                 if self.wins[s]
                     .first()
                     .is_some_and(|w| self.close_at(w.end) <= now)
@@ -2352,8 +2355,11 @@ impl Operator {
         // otherwise grow by doubling, copying themselves into fresh pages each time,
         // and the next batch's first new windows would copy them once more.
         let room = order.len() + order.len() / 2;
-        op.wins
-            .reserve(order.iter().max().map_or(0, |&s| s as usize + 1));
+        let slots = order.iter().max().map_or(0, |&s| s as usize + 1);
+        op.wins.reserve(slots);
+        if op.cfg.scope == Scope::Key && op.cfg.late_rule == LateRule::Spark {
+            op.key_mark.resize(slots, (NOT_PENDING, NO_CALL));
+        }
         op.accs.reserve(room * n);
         op.flags.reserve(room);
         for slot in order {
