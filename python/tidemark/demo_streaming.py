@@ -262,6 +262,8 @@ def _run_tidemark(
         str(chk / "state"),
         num_partitions=partitions,
         sink=sink,
+        # Late rows are counted (last_progress["late_rows"]), as Spark counts its own.
+        late_sink=lambda _rows, _batch_id: None,
         on_driver=on_driver,
         arrow_sinks=arrow_sinks,
         read_files=read_files,
