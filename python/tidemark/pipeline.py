@@ -914,7 +914,10 @@ class Operator:
     def complete(self, close_watermark: int | None = None) -> Output:
         """The second half of :meth:`process`: closes the windows that
         ``close_watermark`` (combined over every operator of the scope; ``None``: this
-        operator's own) passed and returns the call's output."""
+        operator's own) passed and returns the call's output. Under Spark's late rule
+        (the default) a call closes at the watermark it began with instead (the one
+        given by :meth:`set_external_watermark` before :meth:`ingest`, else its own),
+        and ``close_watermark`` is not used."""
         with self._lock:
             return Output(*self._single("complete").complete(close_watermark))
 
