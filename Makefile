@@ -46,7 +46,7 @@ rust-test:
 	cargo test --workspace --exclude tidemark-py $(CARGO_PROFILE)
 
 py-test: build
-	$(BIN)/python -m pytest -q --doctest-modules python/tidemark tests
+	$(BIN)/python -m pytest -q --durations=15 --doctest-modules python/tidemark tests
 
 test: build lint rust-test py-test
 
