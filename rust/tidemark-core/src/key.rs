@@ -1796,11 +1796,6 @@ impl<V: Copy + Default> KeyTable<V> {
     }
 }
 
-/// Convenience: a single Arrow column as [`KeyColumns`].
-pub fn key_columns(columns: &[ArrayRef]) -> Result<KeyColumns> {
-    KeyColumns::new(columns)
-}
-
 /// One decoded key value.
 #[derive(Debug, Clone, PartialEq)]
 enum Decoded<'a> {

@@ -2,13 +2,20 @@
 //!
 //! The event-time engine behind tidemark, in pure Rust (no Python types anywhere).
 //!
-//! * [`time`]: watermarks per source partition with idle detection, per core, and
-//!   event-time column parsing to epoch microseconds.
+//! * [`time`]: watermarks per source partition with idle detection, per key, per core
+//!   and per pipeline scope, and event-time column parsing to epoch microseconds.
+//! * [`pipeline`]: the windowed event-time GROUP BY operator (late rules, closing,
+//!   output order, snapshots, resharding, ROWS windows, lookups).
+//! * [`window`]: tumbling, sliding and session window assignment.
+//! * [`agg`]: the aggregates, their mergeable states and exact sums.
 //! * [`key`]: one key encoding for Python values and Arrow columns; key interning.
 //! * [`route`]: hash (xxh3 or Spark-exact), round-robin, single and broadcast routing
 //!   of Arrow batches to shards.
-//! * [`reorder`]: releases out-of-order input in event-time order behind a watermark.
 //! * [`runtime`]: a pipeline operator sharded by key over worker threads.
+//! * [`reorder`]: releases out-of-order input in event-time order behind a watermark.
+//! * [`timer`]: the timer service (event and processing time).
+//! * [`state`]: the versioned snapshot envelope and its reader and writer.
+//! * [`duration`]: duration strings (Spark's interval forms included).
 //! * [`clock`]: the injected clocks every time-dependent decision reads.
 //! * [`error`]: the crate's one error enum.
 //!
