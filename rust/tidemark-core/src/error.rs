@@ -91,3 +91,14 @@ impl TidemarkError {
         }
     }
 }
+
+/// The index of the column `name` in `schema`, or [`TidemarkError::MissingColumn`]
+/// naming the columns the schema has.
+pub fn column_index(schema: &arrow_schema::Schema, name: &str) -> Result<usize> {
+    schema
+        .index_of(name)
+        .map_err(|_| TidemarkError::MissingColumn {
+            column: name.to_string(),
+            available: schema.fields().iter().map(|f| f.name().clone()).collect(),
+        })
+}

@@ -270,13 +270,7 @@ impl ReorderOperator {
             }
             return Ok(());
         }
-        let i =
-            schema
-                .index_of(&self.cfg.event_time)
-                .map_err(|_| TidemarkError::MissingColumn {
-                    column: self.cfg.event_time.clone(),
-                    available: schema.fields().iter().map(|f| f.name().clone()).collect(),
-                })?;
+        let i = crate::error::column_index(schema, &self.cfg.event_time)?;
         if !self.cfg.parsed_externally {
             self.time_type = Some(EventTimeType::resolve(
                 self.cfg.event_time_type.as_deref(),

@@ -200,12 +200,7 @@ impl Router {
             _ => return Ok(()),
         };
         for c in &self.columns {
-            let f = schema
-                .field_with_name(c)
-                .map_err(|_| TidemarkError::MissingColumn {
-                    column: c.clone(),
-                    available: schema.fields().iter().map(|f| f.name().clone()).collect(),
-                })?;
+            let f = schema.field(crate::error::column_index(schema, c)?);
             let ok = match algo {
                 HashAlgo::Xxh3 => crate::key::is_key_type(f.data_type()),
                 HashAlgo::Spark => spark_hashable(f.data_type()),

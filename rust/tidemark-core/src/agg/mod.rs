@@ -304,12 +304,7 @@ impl BoundAgg {
                 output_type: DataType::Int64,
             });
         };
-        let idx = schema
-            .index_of(col)
-            .map_err(|_| TidemarkError::MissingColumn {
-                column: col.clone(),
-                available: schema.fields().iter().map(|f| f.name().clone()).collect(),
-            })?;
+        let idx = crate::error::column_index(schema, col)?;
         let dt = schema.field(idx).data_type().clone();
         let class = if spec.kind == AggKind::Count {
             Class::Rows
@@ -386,12 +381,7 @@ impl BoundAgg {
         let by = match &spec.by {
             None => None,
             Some(b) => {
-                let i = schema
-                    .index_of(b)
-                    .map_err(|_| TidemarkError::MissingColumn {
-                        column: b.clone(),
-                        available: schema.fields().iter().map(|f| f.name().clone()).collect(),
-                    })?;
+                let i = crate::error::column_index(schema, b)?;
                 let bt = schema.field(i).data_type();
                 let c = class_of(bt).ok_or_else(|| {
                     TidemarkError::config(

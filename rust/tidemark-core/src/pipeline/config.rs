@@ -189,6 +189,12 @@ impl PipelineConfig {
         }
     }
 
+    /// Per key under Spark's rule, each key keeps the watermark its windows were closed
+    /// at (in snapshots too): its windows close one call after its watermark moves.
+    pub(crate) fn keeps_key_marks(&self) -> bool {
+        self.scope == Scope::Key && self.late_rule == LateRule::Spark
+    }
+
     /// Checks everything that can be checked without data.
     pub fn validate(&self) -> Result<()> {
         self.window.validate()?;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array};
 use arrow_schema::{Field, Schema, SchemaRef};
 
-use crate::error::{Result, TidemarkError};
+use crate::error::{column_index, Result, TidemarkError};
 use crate::key::{KeyColumns, KeyRows};
 
 /// How input rows without a match are treated.
@@ -58,12 +58,7 @@ impl Lookup {
         let schema = table.schema();
         let mut key_cols = Vec::with_capacity(on.len());
         for k in on {
-            let i = schema
-                .index_of(k)
-                .map_err(|_| TidemarkError::MissingColumn {
-                    column: k.clone(),
-                    available: schema.fields().iter().map(|f| f.name().clone()).collect(),
-                })?;
+            let i = column_index(&schema, k)?;
             key_cols.push(table.column(i).clone());
         }
         let keys = KeyColumns::new(&key_cols)?;
@@ -101,12 +96,7 @@ impl Lookup {
     /// The schema of enriched batches for an `input` schema.
     pub fn schema(&self, input: &Schema) -> Result<SchemaRef> {
         for k in &self.on {
-            input
-                .index_of(k)
-                .map_err(|_| TidemarkError::MissingColumn {
-                    column: k.clone(),
-                    available: input.fields().iter().map(|f| f.name().clone()).collect(),
-                })?;
+            column_index(input, k)?;
         }
         let mut fields: Vec<Field> = input.fields().iter().map(|f| f.as_ref().clone()).collect();
         for f in &self.fields {

@@ -41,7 +41,7 @@ pub use config::{EmitMode, LatePolicy, LateRule, PipelineConfig, Scope, TimeMode
 
 use crate::agg::{Acc, BoundAgg, ExactSum, Input, Scalar, Unscaled, WideSum};
 use crate::clock::ClockRef;
-use crate::error::{Result, TidemarkError};
+use crate::error::{column_index, Result, TidemarkError};
 use crate::key::{decode_key_columns, is_key_type, same_values, KeyBytes, KeyColumns, KeyRows};
 use crate::state::{self, Reader, SnapshotKind, Writer};
 use crate::time::{
@@ -982,10 +982,6 @@ impl Operator {
     }
 
     fn bind(cfg: &PipelineConfig, schema: &Schema) -> Result<Bound> {
-        let missing = |c: &str| TidemarkError::MissingColumn {
-            column: c.to_string(),
-            available: schema.fields().iter().map(|f| f.name().clone()).collect(),
-        };
         // A name the pipeline reads must name one column (Spark: AMBIGUOUS_REFERENCE).
         let mut read: Vec<&str> = cfg.keys.iter().map(String::as_str).collect();
         if cfg.time == TimeMode::Event {
@@ -1011,7 +1007,7 @@ impl Operator {
         let mut key_idx = Vec::new();
         let mut key_fields = Vec::new();
         for k in &cfg.keys {
-            let i = schema.index_of(k).map_err(|_| missing(k))?;
+            let i = column_index(schema, k)?;
             let f = schema.field(i);
             if !is_key_type(f.data_type()) {
                 return Err(TidemarkError::config(
@@ -1029,9 +1025,7 @@ impl Operator {
                 DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
             ),
             TimeMode::Event if cfg.parsed_externally => {
-                let i = schema
-                    .index_of(&cfg.event_time)
-                    .map_err(|_| missing(&cfg.event_time))?;
+                let i = column_index(schema, &cfg.event_time)?;
                 let dt = schema.field(i).data_type().clone();
                 (
                     Some(i),
@@ -1040,9 +1034,7 @@ impl Operator {
                 )
             }
             TimeMode::Event => {
-                let i = schema
-                    .index_of(&cfg.event_time)
-                    .map_err(|_| missing(&cfg.event_time))?;
+                let i = column_index(schema, &cfg.event_time)?;
                 let dt = schema.field(i).data_type().clone();
                 let ty = EventTimeType::resolve(
                     cfg.event_time_type.as_deref(),
@@ -1059,7 +1051,7 @@ impl Operator {
         };
         let part_idx = match &cfg.scope {
             Scope::Partition { column } => {
-                let i = schema.index_of(column).map_err(|_| missing(column))?;
+                let i = column_index(schema, column)?;
                 if !schema.field(i).data_type().is_integer() {
                     return Err(TidemarkError::config(
                         "partition_column",
@@ -2302,7 +2294,7 @@ impl Operator {
                     write_acc(&mut w, &self.accs[win.state as usize * n + j]);
                 }
             }
-            if self.cfg.scope == Scope::Key {
+            if self.cfg.keeps_key_marks() {
                 w.i64(self.snapshot_mark(slot));
             }
         }
@@ -2357,7 +2349,7 @@ impl Operator {
         let room = order.len() + order.len() / 2;
         let slots = order.iter().max().map_or(0, |&s| s as usize + 1);
         op.wins.reserve(slots);
-        if op.cfg.scope == Scope::Key && op.cfg.late_rule == LateRule::Spark {
+        if op.cfg.keeps_key_marks() {
             op.key_mark.resize(slots, (NOT_PENDING, NO_CALL));
         }
         op.accs.reserve(room * n);
@@ -2389,7 +2381,7 @@ impl Operator {
                     op.timers.add(at, slot, start);
                 }
             }
-            if op.cfg.scope == Scope::Key {
+            if op.cfg.keeps_key_marks() {
                 let m = r.i64()?;
                 if m != NOT_PENDING {
                     if op.key_mark.len() <= slot as usize {

@@ -28,8 +28,8 @@ pub struct KeyState {
     last_activity: i64,
     idle: bool,
     windows: Vec<Window>,
-    /// Key scope: the watermark its windows were closed at while a close is pending
-    /// (Spark's rule), else `NOT_PENDING`.
+    /// Spark's rule per key: the watermark its windows were closed at while a close
+    /// is pending, else `NOT_PENDING`.
     pending: i64,
 }
 
@@ -89,7 +89,7 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
     let _cursor = r.len(0)?;
     let tracker_tail = (r.i64()?, r.i64()?, r.i64()?, r.u64()?, r.u64()?, r.u64()?);
     let na = cfg.aggs.len();
-    let key_scope = cfg.scope == super::Scope::Key;
+    let marks = cfg.keeps_key_marks();
     for k in keys.iter_mut() {
         let count = r.len(17)?;
         for _ in 0..count {
@@ -100,7 +100,7 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
             }
             k.windows.push((start, end, flags, accs));
         }
-        if key_scope {
+        if marks {
             k.pending = r.i64()?;
         }
     }
@@ -242,7 +242,7 @@ pub fn redistribute(
                     write_acc(&mut w, a);
                 }
             }
-            if cfg.scope == super::Scope::Key {
+            if cfg.keeps_key_marks() {
                 w.i64(k.pending);
             }
         }
