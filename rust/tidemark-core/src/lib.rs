@@ -25,6 +25,7 @@
 //! and never move backwards.
 
 pub mod agg;
+pub(crate) mod batch;
 pub mod clock;
 pub mod duration;
 pub mod error;

@@ -38,9 +38,10 @@ use arrow_array::{
 use arrow_buffer::ScalarBuffer;
 use arrow_schema::SchemaRef;
 
+use crate::batch::{error_batch, take_rows};
 use crate::error::{Result, TidemarkError};
 use crate::key::same_values;
-use crate::pipeline::{error_batch, take_rows, LatePolicy};
+use crate::pipeline::LatePolicy;
 use crate::state::{self, Reader, SnapshotKind, Writer};
 use crate::time::{parse_event_time, EventTimeType, BUILTIN_EVENT_TIME_TYPES};
 

@@ -25,6 +25,7 @@
 //! Decimal sums and means are exact ([`WideSum`]) and follow Spark's result types for
 //! `sum` and `avg` of a `DecimalType` column.
 
+pub(crate) mod codec;
 mod decimal;
 mod exact;
 mod hll;

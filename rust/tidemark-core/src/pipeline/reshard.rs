@@ -10,7 +10,9 @@
 use arrow_schema::{DataType, Field};
 
 use super::floors::FloorSketch;
-use super::{read_acc, read_fields, write_acc, write_fields, Operator, PipelineConfig};
+use super::snapshot::{read_fields, write_fields};
+use super::{Operator, PipelineConfig};
+use crate::agg::codec::{read_acc, write_acc};
 use crate::agg::Acc;
 use crate::error::{Result, TidemarkError};
 use crate::state::{self, Reader, SnapshotKind, Writer};

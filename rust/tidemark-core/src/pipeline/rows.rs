@@ -15,11 +15,13 @@ use std::sync::Arc;
 use arrow_array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions};
 use arrow_schema::Schema;
 
-use super::{
-    error_batch, read_acc, read_fields, write_acc, write_fields, Bound, Operator, Output,
-    PipelineConfig, PipelineMetrics,
-};
+use super::bind::Binding;
+use super::emit::time_column;
+use super::snapshot::{read_fields, schema_changed, write_fields};
+use super::{Operator, Output, PipelineConfig, PipelineMetrics};
+use crate::agg::codec::{read_acc, write_acc};
 use crate::agg::Acc;
+use crate::batch::error_batch;
 use crate::error::{Result, TidemarkError};
 use crate::key::{decode_key_columns, KeyTable};
 use crate::state::{self, Reader, SnapshotKind, Writer};
@@ -31,7 +33,7 @@ use crate::window::WindowSpec;
 pub struct RowsOperator {
     cfg: PipelineConfig,
     n: usize,
-    bound: Option<Bound>,
+    bound: Option<Binding>,
     keys: KeyTable,
     /// Per key slot: the last `n` rows (event time, one partial aggregate per agg).
     rows: Vec<VecDeque<(i64, Vec<Acc>)>>,
@@ -68,11 +70,11 @@ impl RowsOperator {
         self.keys.len()
     }
 
-    fn bind(&mut self, schema: &Schema) -> Result<Bound> {
+    fn bind(&mut self, schema: &Schema) -> Result<Binding> {
         let b = Operator::bind(&self.cfg, schema)?;
         if let Some(old) = &self.bound {
             if let Some(why) = old.cannot_follow(&b) {
-                return Err(super::schema_changed(&why));
+                return Err(schema_changed(&why));
             }
         }
         self.bound = Some(b.clone());
@@ -168,8 +170,8 @@ impl RowsOperator {
             let refs: Vec<&[u8]> = out_keys.iter().map(Vec::as_slice).collect();
             decode_key_columns(&refs, &bound.key_types)?
         };
-        columns.push(super::time_column(starts.into_iter(), &bound.bound_type)?);
-        columns.push(super::time_column(ends.into_iter(), &bound.bound_type)?);
+        columns.push(time_column(starts.into_iter(), &bound.bound_type)?);
+        columns.push(time_column(ends.into_iter(), &bound.bound_type)?);
         for (j, agg) in bound.aggs.iter().enumerate() {
             columns.push(agg.finish(merged.iter().map(|m| &m[j]))?);
         }

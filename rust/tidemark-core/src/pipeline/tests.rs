@@ -1,7 +1,12 @@
+use arrow_array::types::Int64Type;
+use arrow_array::{Float64Array, Int64Array, StringArray, TimestampMicrosecondArray};
+use arrow_schema::{DataType, TimeUnit};
+
+use super::order::{by_window_cell, grid_order, output_order, packed_order};
 use super::*;
 use crate::agg::{AggKind, AggSpec};
 use crate::clock::ManualClock;
-use arrow_array::{Float64Array, Int64Array, StringArray, TimestampMicrosecondArray};
+use crate::key::KeyBytes;
 
 fn cfg(window: WindowSpec, scope: Scope) -> PipelineConfig {
     let aggs = vec![

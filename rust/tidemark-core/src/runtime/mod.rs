@@ -950,7 +950,7 @@ impl ShardedOperator {
         // The input fields the shards were bound to (a tick or a flush of partials
         // before the next batch reads them).
         op.last_schema = match shards.first() {
-            Some(bytes) => crate::pipeline::snapshot_input(&op.cfg, bytes)?,
+            Some(bytes) => crate::pipeline::snapshot::snapshot_input(&op.cfg, bytes)?,
             None => None,
         };
         op.scope.watermark = s.watermark;

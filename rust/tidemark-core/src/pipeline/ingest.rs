@@ -1,0 +1,618 @@
+//! Ingest: judging each row late or on time, and folding on-time rows into their
+//! windows' partial aggregates.
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Array, Int64Array, RecordBatch};
+use arrow_schema::DataType;
+
+use super::order::by_window_cell;
+use super::{
+    n_aggs, partition_error, Emit, EmitMode, KeyRef, LatePolicy, LateRule, Operator, Output,
+    Pending, Progress, Scope, TimeMode, DIRTY, EMITTED, NO_STATE, RETIME,
+};
+use crate::agg::{BoundAgg, Input};
+use crate::batch::{error_batch, take_rows};
+use crate::error::{Result, TidemarkError};
+use crate::key::KeyRows;
+use crate::time::parse_event_time;
+use crate::window::{add_to_sessions, Session, SessionChange, WindowSpec};
+
+impl Operator {
+    /// Processes one batch. `parsed_times` (int64 epoch microseconds, one per row)
+    /// replaces parsing the event-time column, for user-registered parsers.
+    pub fn process(
+        &mut self,
+        batch: &RecordBatch,
+        parsed_times: Option<&Int64Array>,
+    ) -> Result<Output> {
+        let pending = self.ingest(batch, parsed_times)?;
+        self.complete(pending)
+    }
+
+    /// The first half of [`Self::process`]: judges and adds the rows, advances the
+    /// operator's watermarks and records [`Self::progress`], but closes nothing.
+    /// [`Self::complete`] finishes the call; between the two a coordinator may set the
+    /// combined watermark ([`Self::set_close_watermark`]).
+    pub fn ingest(
+        &mut self,
+        batch: &RecordBatch,
+        parsed_times: Option<&Int64Array>,
+    ) -> Result<Pending> {
+        let Some(l) = self.lookup.clone() else {
+            return self.ingest_rows(batch, parsed_times);
+        };
+        let (enriched, parsed, dropped) = l.enrich_input(batch, parsed_times)?;
+        self.metrics.rows_unmatched += dropped as u64;
+        self.metrics.rows_in += dropped as u64;
+        self.ingest_rows(&enriched, parsed.as_ref())
+    }
+
+    pub(super) fn ingest_rows(
+        &mut self,
+        batch: &RecordBatch,
+        parsed_times: Option<&Int64Array>,
+    ) -> Result<Pending> {
+        self.ensure_bound(batch.schema_ref())?;
+        let bound = self.bound.clone().expect("bound");
+        let n = batch.num_rows();
+        // Room for a new window per row beyond the free states (every row's, for
+        // tumbling and session windows): grown by doubling instead, the state arrays
+        // were copied into fresh pages again and again, a tenth of a large call.
+        // Untouched capacity costs address space, not memory.
+        let new_states = n.saturating_sub(self.free_states.len());
+        self.accs.reserve(new_states * n_aggs(&self.cfg));
+        self.flags.reserve(new_states);
+        self.metrics.batches += 1;
+        self.metrics.rows_in += n as u64;
+        let mut errors: Vec<(usize, String)> = Vec::new();
+
+        // 1. Event times (epoch microseconds), or the clock in processing-time mode.
+        let times: Int64Array = match (self.cfg.time, parsed_times) {
+            (TimeMode::Processing, _) => {
+                let now = self.clock.now().saturating_mul(1_000);
+                Int64Array::from_value(now, n)
+            }
+            (TimeMode::Event, Some(p)) => {
+                if p.len() != n {
+                    return Err(TidemarkError::config(
+                        "event_time",
+                        format!("{} parsed event times for {n} rows", p.len()),
+                    ));
+                }
+                for i in 0..n {
+                    if p.is_null(i) {
+                        errors.push((i, "event time is null or could not be parsed".into()));
+                    }
+                }
+                p.clone()
+            }
+            (TimeMode::Event, None) if self.cfg.parsed_externally => {
+                return Err(TidemarkError::config(
+                    "event_time",
+                    "this pipeline parses event times outside the core: pass parsed times",
+                ));
+            }
+            (TimeMode::Event, None) => {
+                let (_, ty) = bound.time_type.as_ref().expect("event mode");
+                let parsed = parse_event_time(
+                    batch.column(bound.time_idx.expect("event mode")).as_ref(),
+                    *ty,
+                )?;
+                errors.extend(parsed.errors);
+                parsed.values
+            }
+        };
+
+        // 2. Inputs of the aggregates, keys, partitions.
+        let (inputs, keys) = bound.inputs_and_keys(batch)?;
+        let parts = match bound.part_idx {
+            Some(i) => Some(arrow_cast::cast(batch.column(i), &DataType::Int64)?),
+            None => None,
+        };
+        let parts = parts.as_ref().map(|p| p.as_primitive::<Int64Type>());
+
+        // 3. The watermark as it stood when the call began.
+        if self.flushed {
+            return Err(TidemarkError::config(
+                "flush",
+                "the operator was flushed (end of input: every window closed and was \
+                 emitted); a flushed operator takes no more rows, so that no window \
+                 comes out twice: build a new operator, or restore a snapshot taken \
+                 before the flush",
+            ));
+        }
+        let lateness = self.cfg.allowed_lateness;
+        let key_scope = self.cfg.scope == Scope::Key;
+        let rule = self.rule();
+        let spark = rule == LateRule::Spark;
+        // The watermark the call began with, and the one rows are judged against
+        // (Spark's rule: the previous call's, whose windows are the closed ones).
+        let start = self.start_watermark();
+        let judged = if spark { self.late_mark } else { start };
+        // Global and partition scope: every window with `end` at or before this is
+        // closed (per key: each key's own, below).
+        let scope_closed = judged.saturating_sub(lateness);
+        let flink_sessions = rule == LateRule::Flink && self.cfg.window.is_session();
+        self.key_starts.clear();
+
+        let mut bad_row = vec![false; n];
+        for &(r, _) in &errors {
+            bad_row[r] = true;
+        }
+        let mut late_rows: Vec<u32> = Vec::new();
+        // Largest on-time event time per source partition (dense: partitions are small).
+        let mut part_max: Vec<i64> = Vec::new();
+        let mut batch_max = i64::MIN;
+        let time_vals = times.values().clone();
+        self.touched.clear();
+        self.emits.clear();
+        self.owned_keys.clear();
+        self.release.clear();
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            self.touch_epoch.iter_mut().for_each(|e| *e = 0);
+            self.epoch = 1;
+        }
+        self.keys.begin_batch();
+        let mut fatal: Option<TidemarkError> = None;
+
+        // Phase 1, per row: resolve the key (one hash lookup) and note the row's key
+        // index in the batch.
+        const SKIP: u32 = u32::MAX;
+        let mut group = std::mem::take(&mut self.group_scratch);
+        if !self.keys.may_evict(n) {
+            // No key can be evicted by this batch: all lookups, then all folds.
+            if let Some(p) = parts {
+                for (row, bad) in bad_row.iter_mut().enumerate() {
+                    if !*bad {
+                        if let Some(reason) = partition_error(p, row) {
+                            errors.push((row, reason));
+                            *bad = true;
+                        }
+                    }
+                }
+            }
+            let fatal_cell = std::cell::RefCell::new(None);
+            self.keys.batch_fold_rows(
+                &keys,
+                &time_vals,
+                |row| bad_row[row] || fatal_cell.borrow().is_some(),
+                |row, e| match e {
+                    TidemarkError::MaxKeysReached { .. } | TidemarkError::Config { .. } => {
+                        errors.push((row, e.to_string()))
+                    }
+                    e => {
+                        fatal_cell.borrow_mut().get_or_insert(e);
+                    }
+                },
+                &mut group,
+            );
+            fatal = fatal_cell.into_inner();
+        } else {
+            group.clear();
+            group.resize(n, SKIP);
+            keys.for_each_row_key(|row, key| {
+                if fatal.is_some() || bad_row[row] {
+                    return;
+                }
+                if let Some(reason) = parts.and_then(|p| partition_error(p, row)) {
+                    errors.push((row, reason));
+                    return;
+                }
+                let slot = match self.keys.batch_slot_row(key) {
+                    Ok(s) => s,
+                    Err(
+                        e @ (TidemarkError::MaxKeysReached { .. } | TidemarkError::Config { .. }),
+                    ) => {
+                        errors.push((row, e.to_string()));
+                        return;
+                    }
+                    Err(e) => {
+                        fatal = Some(e);
+                        return;
+                    }
+                };
+                if self.keys.has_evictions() {
+                    self.evict_keys();
+                }
+                group[row] = self.keys.batch_fold(slot, time_vals[row]);
+            });
+        }
+        if let Some(e) = fatal {
+            crate::keep_scratch(&mut self.group_scratch, group);
+            self.keys.end_batch();
+            return Err(e);
+        }
+
+        // Phase 2: order rows by key (counting sort on the batch key index), so each
+        // key's windows are updated together while they are in cache.
+        let groups = self.keys.batch_len();
+        let mut starts = vec![0u32; groups + 1];
+        for &g in &group {
+            if g != SKIP {
+                starts[g as usize + 1] += 1;
+            }
+        }
+        for i in 0..groups {
+            starts[i + 1] += starts[i];
+        }
+        // Each entry is (event time, row): phase 3 reads the times in sequence.
+        let mut fill = starts.clone();
+        let mut rows_by_key = vec![(0i64, 0u32); starts[groups] as usize];
+        // Each key's rows in window order, unless the windows are sessions (whose
+        // merges are counted) or an aggregate depends on the order of the rows: a new
+        // window then goes at the end of the key's list instead of into the middle, and
+        // consecutive rows share a window more often. The rows are listed by window
+        // first, then distributed stably over the keys.
+        let by_cell = match self.cfg.window.grid() {
+            Some((step, origin)) if bound.aggs.iter().all(BoundAgg::order_free) => {
+                by_window_cell(&group, &time_vals, step, origin)
+            }
+            _ => None,
+        };
+        match by_cell {
+            Some(cells) => {
+                for (ts, row, g) in cells {
+                    rows_by_key[fill[g as usize] as usize] = (ts, row);
+                    fill[g as usize] += 1;
+                }
+            }
+            None => {
+                for (row, &g) in group.iter().enumerate() {
+                    if g != SKIP {
+                        rows_by_key[fill[g as usize] as usize] = (time_vals[row], row as u32);
+                        fill[g as usize] += 1;
+                    }
+                }
+            }
+        }
+
+        let na = bound.aggs.len();
+        const AHEAD: usize = 16;
+        // Phase 3, per key: judge each row against the watermark as it stood when the
+        // call began, then add the on-time rows to their windows.
+        for g in 0..groups {
+            let rows = &rows_by_key[starts[g] as usize..starts[g + 1] as usize];
+            let Some((slot, wm)) = self.keys.batch_key(g as u32) else {
+                for &(_, row) in rows {
+                    errors.push((row as usize, "max_keys reached: the key was evicted while its batch was processed (max_keys is smaller than the keys of one batch)".into()));
+                }
+                continue;
+            };
+            let closed = if key_scope {
+                if spark {
+                    self.key_starts.push((slot, wm));
+                    self.key_closed(slot, wm).saturating_sub(lateness)
+                } else {
+                    wm.saturating_sub(lateness)
+                }
+            } else {
+                scope_closed
+            };
+            let closed = if self.floors.is_empty() {
+                closed
+            } else {
+                closed.max(self.floor_of(slot))
+            };
+            // Rows before `threshold` are late (Flink's sessions: unless they merge
+            // into an open session, checked after the key's other rows).
+            let threshold = self.late_before(rule, closed);
+            self.row_closed = closed;
+            let mut candidates: Vec<(i64, u32)> = Vec::new();
+            // Consecutive rows of a key mostly fall in the window of the previous row:
+            // rows with `lo <= ts < hi` update its state directly.
+            let (mut lo, mut hi, mut base) = (i64::MAX, i64::MIN, 0);
+            for (k, &(ts, row)) in rows.iter().enumerate() {
+                // Rows come grouped by key: fetch the inputs of a row some way ahead
+                // (the order is unrelated to memory).
+                if let Some(&(_, ahead)) = rows_by_key.get(starts[g] as usize + k + AHEAD) {
+                    for input in &inputs {
+                        input.prefetch(ahead as usize);
+                    }
+                }
+                let row = row as usize;
+                if let Some(p) = parts {
+                    // A source partition's rows all count towards its own watermark,
+                    // late or not: a partition that lags holds the combined watermark
+                    // back from its first row on.
+                    let pi = p.value(row) as usize;
+                    if part_max.len() <= pi {
+                        part_max.resize(pi + 1, i64::MIN);
+                    }
+                    part_max[pi] = part_max[pi].max(ts);
+                }
+                if ts < threshold {
+                    if flink_sessions {
+                        candidates.push((ts, row as u32));
+                    } else {
+                        late_rows.push(row as u32);
+                    }
+                    continue;
+                }
+                if lo <= ts && ts < hi {
+                    for (j, input) in inputs.iter().enumerate() {
+                        self.accs[base + j].update(input, row, ts);
+                    }
+                } else {
+                    match self.add_row(slot, ts, row, &inputs, &bound.aggs) {
+                        Ok((l, h, st)) => (lo, hi, base) = (l, h, st as usize * na),
+                        Err(reason) => {
+                            errors.push((row, reason.to_string()));
+                            continue;
+                        }
+                    }
+                }
+                batch_max = batch_max.max(ts);
+            }
+            if !candidates.is_empty() {
+                // Flink's sessions: a row whose own session is closed is late unless
+                // it merges into an open one. Latest first, so that a chain of such
+                // rows reaching an open session joins it whatever the row order.
+                candidates.sort_unstable_by(|a, b| b.cmp(a));
+                let WindowSpec::Session { gap } = self.cfg.window else {
+                    unreachable!("candidates are sessions' rows")
+                };
+                for (ts, row) in candidates {
+                    let cover_end = ts.saturating_add(gap);
+                    let joins = self.wins.get(slot as usize).is_some_and(|list| {
+                        list.iter().any(|w| w.start <= cover_end && w.end >= ts)
+                    });
+                    if !joins {
+                        late_rows.push(row);
+                        continue;
+                    }
+                    match self.add_row(slot, ts, row as usize, &inputs, &bound.aggs) {
+                        Ok(_) => batch_max = batch_max.max(ts),
+                        Err(reason) => errors.push((row as usize, reason.to_string())),
+                    }
+                }
+            }
+        }
+        late_rows.sort_unstable();
+        let mut seen_max = i64::MIN;
+        for (row, &g) in group.iter().enumerate() {
+            if g != SKIP {
+                seen_max = seen_max.max(time_vals[row]);
+            }
+        }
+        crate::keep_scratch(&mut self.group_scratch, group);
+        self.keys.end_batch();
+        if self.keys.has_evictions() {
+            self.evict_keys();
+        }
+        if let Some(ttl) = self.cfg.state_ttl {
+            self.expire_keys(ttl);
+        }
+
+        // 4. Advance the watermarks with this batch's rows.
+        if self.cfg.scope == Scope::Key {
+            self.keys.check_idle_keys();
+        }
+        self.progress = Progress {
+            max_event_time: seen_max.max(batch_max),
+            partition_max: part_max
+                .iter()
+                .enumerate()
+                .filter(|&(_, &t)| t != i64::MIN)
+                .map(|(p, &t)| (p as u32, t))
+                .collect(),
+            key_global: match self.cfg.scope {
+                Scope::Key => self.keys.global_watermark().map(|w| w.timestamp()),
+                _ => None,
+            },
+            on_time_max: batch_max,
+            key_parts: self.keys.global_parts(),
+        };
+        self.own_close = self.scope.advance([&self.progress])?;
+        self.call_start = start;
+        self.late_mark = start;
+        Ok(Pending {
+            batch: batch.clone(),
+            late_rows,
+            errors,
+        })
+    }
+
+    /// The second half of [`Self::process`]: closes what the watermark passed and
+    /// builds the output.
+    pub fn complete(&mut self, pending: Pending) -> Result<Output> {
+        let Pending {
+            batch,
+            late_rows,
+            mut errors,
+        } = pending;
+        let batch = &batch;
+        let bound = self.bound.clone().expect("bound by ingest");
+        // 5. Close what the watermark passed; emit.
+        self.close_windows();
+        self.calls += 1;
+        self.metrics.late_dropped_count += late_rows.len() as u64;
+        errors.sort_by_key(|e| e.0);
+        self.metrics.rows_error += errors.len() as u64;
+        let windows = self.build_windows(&bound)?;
+        let late = if self.cfg.late == LatePolicy::SideOutput {
+            take_rows(batch, &late_rows)?
+        } else {
+            take_rows(batch, &[])?
+        };
+        let errors = error_batch(batch, &errors)?;
+        Ok(Output {
+            windows,
+            late,
+            errors,
+        })
+    }
+
+    /// Adds one on-time row to its windows. Returns `(lo, hi, state)`: later rows of
+    /// the key with `lo <= ts < hi` fall in the same single window, whose state is
+    /// `state` (an empty range for sliding windows).
+    #[inline]
+    fn add_row(
+        &mut self,
+        slot: u32,
+        ts: i64,
+        row: usize,
+        inputs: &[Input],
+        aggs: &[BoundAgg],
+    ) -> std::result::Result<(i64, i64, u32), &'static str> {
+        let n = aggs.len();
+        if self.wins.len() <= slot as usize {
+            self.wins.resize_with(slot as usize + 1, Vec::new);
+        }
+        if self.touch_epoch.len() <= slot as usize {
+            self.touch_epoch.resize(slot as usize + 1, 0);
+        }
+        if self.touch_epoch[slot as usize] != self.epoch {
+            self.touch_epoch[slot as usize] = self.epoch;
+            self.touched.push(slot);
+        }
+        match self.cfg.window {
+            WindowSpec::Session { gap } => {
+                let end = ts
+                    .checked_add(gap)
+                    .ok_or("event time out of range for the window")?;
+                let (accs, flags, free, wins) = (
+                    &mut self.accs,
+                    &mut self.flags,
+                    &mut self.free_states,
+                    &mut self.wins,
+                );
+                let list = &mut wins[slot as usize];
+                let change =
+                    add_to_sessions(list, ts, end, || Self::alloc_state(accs, flags, free, aggs));
+                let (idx, old, merged) = match change {
+                    SessionChange::Created(i) => {
+                        let st = list[i].state as usize;
+                        self.flags[st] |= RETIME;
+                        (i, None, Vec::new())
+                    }
+                    SessionChange::Inside(i) => (i, None, Vec::new()),
+                    SessionChange::Grown { index, old, merged } => (index, Some(old), merged),
+                };
+                let survivor = self.wins[slot as usize][idx];
+                let st = survivor.state as usize;
+                if let Some((os, oe)) = old {
+                    // The session moved: its timer is re-added at the end of the call;
+                    // the old one (and those of merged sessions) go stale.
+                    self.flags[st] |= RETIME;
+                    if self.flags[st] & EMITTED != 0 {
+                        // Retract the emitted bounds once: a second move in the same
+                        // call must not retract bounds that were never emitted.
+                        self.flags[st] &= !EMITTED;
+                        self.retract(slot, os, oe);
+                    }
+                    for m in &merged {
+                        if self.flags[m.state as usize] & EMITTED != 0 {
+                            self.retract(slot, m.start, m.end);
+                        }
+                        for j in 0..n {
+                            let other = self.accs[m.state as usize * n + j].clone();
+                            self.accs[st * n + j].merge(&other);
+                        }
+                        self.free_states.push(m.state);
+                        self.metrics.sessions_merged += 1;
+                    }
+                }
+                for (j, input) in inputs.iter().enumerate() {
+                    self.accs[st * n + j].update(input, row, ts);
+                }
+                self.flags[st] |= DIRTY;
+                // A later event `t` stays inside the session while `t + gap <= end`.
+                let survivor = self.wins[slot as usize][idx];
+                Ok((
+                    survivor.start,
+                    survivor.end.saturating_sub(gap).saturating_add(1),
+                    survivor.state,
+                ))
+            }
+            WindowSpec::Tumbling { size, offset } => {
+                let start = ts
+                    .checked_sub(offset)
+                    .and_then(|r| r.div_euclid(size).checked_mul(size))
+                    .and_then(|s| s.checked_add(offset))
+                    .ok_or("event time out of range for the window")?;
+                let end = start
+                    .checked_add(size)
+                    .ok_or("event time out of range for the window")?;
+                let st = self.add_to_window(slot, start, end, ts, row, inputs, aggs);
+                Ok((start, end, st))
+            }
+            spec => {
+                let mut ws = std::mem::take(&mut self.scratch_windows);
+                ws.clear();
+                let r = spec.assign(ts, |s, e| ws.push((s, e)));
+                if r.is_ok() {
+                    for &(start, end) in &ws {
+                        // A closed window takes no more rows (the row is in an open
+                        // one, or late).
+                        if end > self.row_closed {
+                            self.add_to_window(slot, start, end, ts, row, inputs, aggs);
+                        }
+                    }
+                }
+                self.scratch_windows = ws;
+                r?;
+                Ok((i64::MAX, i64::MIN, NO_STATE))
+            }
+        }
+    }
+
+    /// Adds a row to the tumbling or sliding window `[start, end)` of `slot`.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn add_to_window(
+        &mut self,
+        slot: u32,
+        start: i64,
+        end: i64,
+        ts: i64,
+        row: usize,
+        inputs: &[Input],
+        aggs: &[BoundAgg],
+    ) -> u32 {
+        let n = aggs.len();
+        let list = &mut self.wins[slot as usize];
+        // Windows are few per key and sorted by start; rows mostly hit the last one.
+        let pos = match list.last() {
+            Some(w) if w.start == start => list.len() - 1,
+            Some(w) if w.start < start => list.len(),
+            _ => list.partition_point(|w| w.start < start),
+        };
+        let state = if pos < list.len() && list[pos].start == start {
+            list[pos].state
+        } else {
+            let st =
+                Self::alloc_state(&mut self.accs, &mut self.flags, &mut self.free_states, aggs);
+            self.wins[slot as usize].insert(
+                pos,
+                Session {
+                    start,
+                    end,
+                    state: st,
+                },
+            );
+            self.flags[st as usize] |= RETIME;
+            st
+        };
+        let base = state as usize * n;
+        for (j, input) in inputs.iter().enumerate() {
+            self.accs[base + j].update(input, row, ts);
+        }
+        self.flags[state as usize] |= DIRTY;
+        state
+    }
+
+    fn retract(&mut self, slot: u32, start: i64, end: i64) {
+        if self.cfg.emit == EmitMode::OnUpdate {
+            self.owned_keys.push(self.keys.slot_key(slot).to_vec());
+            self.emits.push(Emit {
+                key: KeyRef::Owned((self.owned_keys.len() - 1) as u32),
+                start,
+                end,
+                state: NO_STATE,
+                retract: true,
+            });
+        }
+    }
+}
