@@ -14,6 +14,7 @@ use arrow_array::{Array, ArrayRef, UInt64Array};
 use arrow_schema::{DataType, TimeUnit};
 
 use crate::error::{Result, TidemarkError};
+use crate::route::spark::java_big_integer_bytes;
 
 /// Register index bits (Spark: `ceil(2 * log2(1.106 / 0.05))`).
 const P: u32 = 9;
@@ -79,22 +80,6 @@ fn hash_int(v: i32) -> u64 {
 
 fn hash_long(v: i64) -> u64 {
     xxh64(&v.to_le_bytes())
-}
-
-/// A decimal's unscaled value as Java's `BigInteger.toByteArray` gives it: the
-/// shortest big-endian two's complement.
-fn java_big_integer_bytes(v: i128) -> Vec<u8> {
-    let bytes = v.to_be_bytes();
-    let mut start = 0;
-    while start < 15 {
-        let (b, next) = (bytes[start], bytes[start + 1]);
-        let redundant = (b == 0x00 && next & 0x80 == 0) || (b == 0xff && next & 0x80 != 0);
-        if !redundant {
-            break;
-        }
-        start += 1;
-    }
-    bytes[start..].to_vec()
 }
 
 /// Spark's hash of each value of `col` (nulls stay null), as `approx_count_distinct`
@@ -163,7 +148,10 @@ pub(crate) fn spark_hashes(col: &ArrayRef) -> Result<UInt64Array> {
                 if narrow {
                     hash_long(v as i64)
                 } else {
-                    xxh64(&java_big_integer_bytes(v))
+                    {
+                        let (bytes, start) = java_big_integer_bytes(v);
+                        xxh64(&bytes[start..])
+                    }
                 }
             })
         }
@@ -234,14 +222,5 @@ mod tests {
             add(&mut both, hash_long(v));
         }
         assert_eq!(a, both);
-    }
-
-    #[test]
-    fn java_big_integer_bytes_are_minimal_twos_complement() {
-        assert_eq!(java_big_integer_bytes(0), vec![0]);
-        assert_eq!(java_big_integer_bytes(127), vec![0x7f]);
-        assert_eq!(java_big_integer_bytes(128), vec![0x00, 0x80]);
-        assert_eq!(java_big_integer_bytes(-1), vec![0xff]);
-        assert_eq!(java_big_integer_bytes(-129), vec![0xff, 0x7f]);
     }
 }
