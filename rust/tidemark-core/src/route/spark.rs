@@ -124,7 +124,7 @@ pub(crate) fn java_big_integer_bytes(v: i128) -> ([u8; 16], usize) {
     (b, start)
 }
 
-/// Types whose Spark hash [`HashAlgo::Spark`] reproduces.
+/// Types whose Spark hash [`HashAlgo::Spark`](super::HashAlgo::Spark) reproduces.
 pub fn spark_hashable(dt: &DataType) -> bool {
     match dt {
         DataType::Dictionary(_, v) => spark_hashable(v),

@@ -15,7 +15,7 @@ pub fn reduce(h: u64, n: u32) -> u32 {
     (((h >> 32) * n as u64) >> 32) as u32
 }
 
-/// Partition of one encoded key under [`HashAlgo::Xxh3`] (the same function the
+/// Partition of one encoded key under [`HashAlgo::Xxh3`](super::HashAlgo::Xxh3) (the same function the
 /// vectorised path computes; use it to route Python values).
 #[inline]
 pub fn xxh3_partition(encoded_key: &[u8], n: u32) -> u32 {
