@@ -15,38 +15,36 @@
 //!    began (the coordinator's combined watermark, set on each shard), and reports its
 //!    progress (on-time maximum, per-partition maxima, its keys' watermark minimum);
 //! 2. the coordinator combines the progress exactly as one operator would (global:
-//!    max event time - delay; partition: a [`PartitionedWatermarkTracker`] with
+//!    max event time - delay; partition: a [`PartitionedWatermarkTracker`](crate::time::PartitionedWatermarkTracker) with
 //!    idleness; key: minimum over active keys of all shards) and broadcasts the result;
 //!    every shard closes its windows at it.
 //!
 //! The windows of all shards are merged in the single-operator order (window end,
 //! window start, key, retraction first); late and error rows come back in input order.
 
+mod merge;
 mod metrics;
+mod snapshot;
+mod worker;
 
 pub use metrics::{BackpressureState, CoreMetrics, LatencyHistogram};
+pub use snapshot::restore_operator;
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Barrier, OnceLock};
-use std::thread::JoinHandle;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::{ArrayRef, Int64Array, RecordBatch, UInt32Array};
-use arrow_schema::DataType;
+use arrow_array::{Int64Array, RecordBatch, UInt32Array};
 
 use crate::clock::ClockRef;
 use crate::error::{Result, TidemarkError};
-use crate::key::{EncodedRows, KeyColumns, KeyRows};
-use crate::pipeline::reshard;
 use crate::pipeline::{Operator, Output, PipelineConfig, PipelineMetrics, Progress, Scope};
-use crate::route::{group_rows, HashAlgo, Router, RowGroups, Strategy};
-use crate::state::{self, Reader, SnapshotKind, Writer};
-use crate::time::{
-    merged_partition_max, KeyedWatermarkMetrics, PartitionedWatermarkTracker, ScopeWatermark,
-};
+use crate::route::{group_rows, HashAlgo, Router, Strategy};
+use crate::time::{merged_partition_max, KeyedWatermarkMetrics, ScopeWatermark};
+use merge::{interleave, MergeKeys};
+use worker::{Job, Reply, ShardRows, SplitWork, Worker};
 
 /// Starts a wall-clock measurement for the per-core metrics (busy time, latency).
 /// The one place the runtime reads the system clock: metrics only, never a result,
@@ -58,257 +56,6 @@ fn stopwatch() -> Instant {
 
 /// Default capacity of each worker's queue (messages).
 pub const DEFAULT_QUEUE_CAPACITY: usize = 4;
-
-enum Job {
-    Ingest {
-        /// The whole input batch; the worker takes its rows (in parallel with the
-        /// other workers).
-        batch: RecordBatch,
-        parsed: Option<Int64Array>,
-        /// This shard's rows.
-        rows: ShardRows,
-        threshold: Option<i64>,
-    },
-    Complete {
-        close: Option<i64>,
-    },
-    Flush,
-    Snapshot,
-    Metrics,
-    /// Pin the worker thread to this CPU core.
-    Pin(core_affinity::CoreId),
-}
-
-/// How a batch's rows reach the workers (each worker takes its own shard's).
-#[derive(Clone)]
-enum ShardRows {
-    /// All of them (one core).
-    All,
-    /// Grouped by shard by the coordinator.
-    Grouped(Arc<RowGroups>),
-    /// Routed by the workers themselves.
-    Split(Arc<SplitWork>),
-}
-
-/// A batch that the workers route themselves, so that no thread makes a serial
-/// pass over its rows: worker `s` computes the partition ids of the `s`-th of `n`
-/// equal slices of the batch and groups them; once every slice is done (a
-/// barrier), each worker gathers its own rows from all slices, in input order.
-struct SplitWork {
-    router: Arc<Router>,
-    rows: usize,
-    /// Slice `c`'s rows grouped by shard (row numbers inside the slice), or why
-    /// routing the slice failed.
-    slices: Vec<OnceLock<std::result::Result<RowGroups, String>>>,
-    barrier: Barrier,
-}
-
-impl SplitWork {
-    fn new(router: Arc<Router>, rows: usize, n: usize) -> Self {
-        SplitWork {
-            router,
-            rows,
-            slices: (0..n).map(|_| OnceLock::new()).collect(),
-            barrier: Barrier::new(n),
-        }
-    }
-
-    fn bounds(&self, c: usize) -> (usize, usize) {
-        let n = self.slices.len();
-        (c * self.rows / n, (c + 1) * self.rows / n)
-    }
-
-    /// Shard `s`'s input rows (ascending). Every worker of the batch must call
-    /// this (the barrier waits for all of them); it never returns before they have.
-    fn rows_of(&self, batch: &RecordBatch, s: usize) -> Result<Vec<u32>> {
-        let n = self.slices.len();
-        let (lo, hi) = self.bounds(s);
-        let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.router
-                .slice_partition_ids(batch, lo, hi - lo)
-                .map(|ids| group_rows(&ids, n))
-                .map_err(|e| e.to_string())
-        }))
-        .unwrap_or_else(|_| Err("routing a slice of the batch panicked".to_string()));
-        let _ = self.slices[s].set(mine);
-        self.barrier.wait();
-        let mut rows = Vec::new();
-        for (c, slot) in self.slices.iter().enumerate() {
-            match slot.get() {
-                Some(Ok(g)) => {
-                    let base = self.bounds(c).0 as u32;
-                    rows.extend(
-                        g.rows[g.offsets[s]..g.offsets[s + 1]]
-                            .iter()
-                            .map(|&r| r + base),
-                    );
-                }
-                Some(Err(e)) => {
-                    return Err(TidemarkError::config(
-                        "runtime",
-                        format!("routing rows: {e}"),
-                    ))
-                }
-                None => unreachable!("every slice is routed before the barrier"),
-            }
-        }
-        Ok(rows)
-    }
-}
-
-/// What a worker reports after ingesting its rows.
-struct Ingested {
-    progress: Progress,
-    /// Late and error rows (row numbers in the shard's rows).
-    late: Vec<u32>,
-    errors: Vec<u32>,
-    /// The shard's input row numbers (`None`: all rows, in order).
-    rows: Option<UInt32Array>,
-}
-
-enum Reply {
-    Ingested(Result<Ingested>),
-    /// Output, and (several cores) the merge keys of its window rows.
-    Done(Result<(Output, MergeKeys)>),
-    Snapshot(Vec<u8>),
-    Pinned(bool),
-    Metrics(Box<(PipelineMetrics, KeyedWatermarkMetrics)>),
-}
-
-/// Counters a worker shares with the coordinator (atomics: read without a lock).
-#[derive(Debug, Default)]
-struct Shared {
-    records: AtomicU64,
-    busy_ns: AtomicU64,
-    queue_depth: AtomicUsize,
-    backpressure_events: AtomicU64,
-    latency: LatencyHistogram,
-}
-
-struct Worker {
-    tx: Option<SyncSender<Job>>,
-    rx: Receiver<Reply>,
-    handle: Option<JoinHandle<()>>,
-    shared: Arc<Shared>,
-}
-
-impl Worker {
-    fn spawn(index: usize, mut op: Operator, capacity: usize, merge: bool) -> Result<Self> {
-        let (tx, jobs) = sync_channel::<Job>(capacity);
-        let (reply_tx, rx) = sync_channel::<Reply>(1);
-        let shared = Arc::new(Shared::default());
-        let sh = shared.clone();
-        let handle = std::thread::Builder::new()
-            .name(format!("tidemark-core-{index}"))
-            .spawn(move || {
-                let mut pending = None;
-                let mut started = None;
-                while let Ok(job) = jobs.recv() {
-                    sh.queue_depth.fetch_sub(1, Ordering::Relaxed);
-                    let t0 = stopwatch();
-                    let reply = match job {
-                        Job::Ingest {
-                            batch,
-                            parsed,
-                            rows,
-                            threshold,
-                        } => {
-                            started = Some(t0);
-                            op.set_external_watermark(threshold);
-                            let r =
-                                shard_rows(batch, parsed, rows, index).and_then(|(b, p, rows)| {
-                                    sh.records.fetch_add(b.num_rows() as u64, Ordering::Relaxed);
-                                    op.ingest(&b, p.as_ref()).map(|i| (i, rows))
-                                });
-                            Reply::Ingested(r.map(|(p, rows)| {
-                                let ingested = Ingested {
-                                    progress: op.progress().clone(),
-                                    late: p.late_rows().to_vec(),
-                                    errors: p.error_rows(),
-                                    rows,
-                                };
-                                pending = Some(p);
-                                ingested
-                            }))
-                        }
-                        Job::Complete { close } => {
-                            op.set_close_watermark(close);
-                            let out = match pending.take() {
-                                Some(p) => op.complete(p),
-                                None => Err(TidemarkError::config(
-                                    "runtime",
-                                    "complete without ingest (internal error)",
-                                )),
-                            };
-                            if let Some(s) = started.take() {
-                                sh.latency.record(s.elapsed().as_micros() as u64);
-                            }
-                            Reply::Done(with_merge_keys(out, merge, op.config()))
-                        }
-                        Job::Pin(id) => Reply::Pinned(core_affinity::set_for_current(id)),
-                        Job::Flush => Reply::Done(with_merge_keys(op.flush(), merge, op.config())),
-                        Job::Snapshot => Reply::Snapshot(op.snapshot()),
-                        Job::Metrics => {
-                            Reply::Metrics(Box::new((op.metrics(), op.key_metrics().clone())))
-                        }
-                    };
-                    sh.busy_ns
-                        .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                    if reply_tx.send(reply).is_err() {
-                        break;
-                    }
-                }
-            })
-            .map_err(|e| {
-                TidemarkError::config("cores", format!("cannot start a worker thread: {e}"))
-            })?;
-        Ok(Worker {
-            tx: Some(tx),
-            rx,
-            handle: Some(handle),
-            shared,
-        })
-    }
-
-    /// Enqueues a job; a full queue blocks (and counts a backpressure event).
-    fn send(&self, job: Job) -> Result<()> {
-        let tx = self.tx.as_ref().expect("worker running");
-        self.shared.queue_depth.fetch_add(1, Ordering::Relaxed);
-        let gone = Self::gone;
-        match tx.try_send(job) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(job)) => {
-                self.shared
-                    .backpressure_events
-                    .fetch_add(1, Ordering::Relaxed);
-                tx.send(job).map_err(|_| gone())
-            }
-            Err(TrySendError::Disconnected(_)) => Err(gone()),
-        }
-    }
-
-    fn recv(&self) -> Result<Reply> {
-        self.rx.recv().map_err(|_| Self::gone())
-    }
-
-    /// Whether the worker thread has stopped (it panicked).
-    fn stopped(&self) -> bool {
-        self.handle.as_ref().is_none_or(JoinHandle::is_finished)
-    }
-
-    fn gone() -> TidemarkError {
-        TidemarkError::config("runtime", "a worker thread stopped (it panicked)")
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        self.tx.take();
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
-    }
-}
 
 /// A pipeline operator whose keyed state is sharded over worker threads.
 ///
@@ -705,48 +452,6 @@ impl ShardedOperator {
         Ok(ids)
     }
 
-    /// Merges the shards' window outputs into the single-operator order; in two-phase
-    /// mode, rows of the same window and key merge their partial aggregates.
-    fn merge_windows(
-        &mut self,
-        batches: Vec<&RecordBatch>,
-        keys: &[MergeKeys],
-    ) -> Result<RecordBatch> {
-        let order = merge_order(keys);
-        let out = if !self.partial {
-            if order.is_empty() {
-                RecordBatch::new_empty(batches[0].schema())
-            } else {
-                arrow_select::interleave::interleave_record_batch(&batches, &order)?
-            }
-        } else {
-            let mut groups: Vec<Vec<(usize, usize)>> = Vec::new();
-            let mut last = None;
-            for &(s, i) in &order {
-                let k = keys[s].get(i).expect("merge order indexes existing rows");
-                if last == Some(k) {
-                    groups.last_mut().expect("a group").push((s, i));
-                } else {
-                    groups.push(vec![(s, i)]);
-                }
-                last = Some(k);
-            }
-            let schema = self
-                .last_schema
-                .clone()
-                .ok_or_else(|| TidemarkError::config("runtime", "no input seen yet"))?;
-            let finisher = match &mut self.finisher {
-                Some(f) => f,
-                None => self
-                    .finisher
-                    .insert(Operator::new(self.cfg.clone(), self.clock.clone())?),
-            };
-            finisher.finish_partials(&schema, &batches, &groups)?
-        };
-        self.windows_out += out.num_rows() as u64;
-        Ok(out)
-    }
-
     /// Combines the shards' progress into the watermark that closes windows now.
     fn combine<'a>(&mut self, progress: impl Iterator<Item = &'a Progress>) -> Result<i64> {
         let progress: Vec<&Progress> = progress.collect();
@@ -899,74 +604,6 @@ impl ShardedOperator {
             })
             .collect()
     }
-
-    /// The whole state: the coordinator's watermarks and every shard's operator.
-    pub fn snapshot(&self) -> Result<Vec<u8>> {
-        for w in &self.workers {
-            w.send(Job::Snapshot)?;
-        }
-        let mut wr = Writer::new();
-        wr.u32(self.workers.len() as u32);
-        wr.i64(self.scope.watermark);
-        wr.i64(self.scope.global_max);
-        wr.i64(self.scope.key_reported);
-        wr.f64(self.hot_share.unwrap_or(f64::NAN));
-        wr.u64(self.windows_out);
-        wr.u64(self.hot_rows);
-        wr.u64(self.rows_unmatched);
-        self.scope.partitions.write_state(&mut wr);
-        for w in &self.workers {
-            let Reply::Snapshot(b) = w.recv()? else {
-                unreachable!("snapshot replies Snapshot")
-            };
-            wr.bytes(&b);
-        }
-        Ok(state::seal(
-            SnapshotKind::Sharded,
-            self.cfg.fingerprint(),
-            &wr.finish(),
-        ))
-    }
-
-    /// Restores a snapshot: of a sharded operator with any number of cores, or of a
-    /// one-core [`Operator`]. When the core count differs, the keyed state is
-    /// redistributed by key hash (rescaling); the hot-key setting is the snapshot's.
-    pub fn restore(
-        cfg: PipelineConfig,
-        clock: ClockRef,
-        cores: usize,
-        queue_capacity: usize,
-        bytes: &[u8],
-    ) -> Result<Self> {
-        let s = SavedState::read(&cfg, bytes)?;
-        let shards = if s.shards.len() == cores {
-            s.shards
-        } else {
-            s.reshard(&cfg, cores)?
-        };
-        let refs: Vec<&[u8]> = shards.iter().map(Vec::as_slice).collect();
-        let hot = if cores > 1 { s.hot } else { None };
-        let mut op = Self::build(cfg, clock.clone(), cores, queue_capacity, Some(refs), hot)?;
-        // The input fields the shards were bound to (a tick or a flush of partials
-        // before the next batch reads them).
-        op.last_schema = match shards.first() {
-            Some(bytes) => crate::pipeline::snapshot::snapshot_input(&op.cfg, bytes)?,
-            None => None,
-        };
-        op.scope.watermark = s.watermark;
-        op.scope.global_max = s.global_max;
-        op.scope.key_reported = s.key_reported;
-        op.windows_out = s.windows_out;
-        op.hot_rows = s.hot_rows;
-        op.rows_unmatched = s.rows_unmatched;
-        op.scope.partitions = PartitionedWatermarkTracker::new()
-            .idle_timeout_ticks(op.cfg.idle_timeout)
-            .with_clock(clock);
-        op.scope
-            .partitions
-            .read_state(&mut Reader::new(&s.partitions))?;
-        Ok(op)
-    }
 }
 
 impl crate::pipeline::ArrivalOperator for ShardedOperator {
@@ -982,118 +619,6 @@ impl crate::pipeline::ArrivalOperator for ShardedOperator {
     fn snapshot_bytes(&self) -> Result<Vec<u8>> {
         self.snapshot()
     }
-}
-
-/// A sharded (or one-operator) snapshot, read.
-struct SavedState {
-    watermark: i64,
-    global_max: i64,
-    key_reported: i64,
-    hot: Option<f64>,
-    windows_out: u64,
-    hot_rows: u64,
-    rows_unmatched: u64,
-    /// The coordinator's partition tracker ([`PartitionedWatermarkTracker::write_state`]).
-    partitions: Vec<u8>,
-    shards: Vec<Vec<u8>>,
-}
-
-impl SavedState {
-    fn read(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Self> {
-        if state::peek_kind(bytes) == Some(SnapshotKind::Pipeline) {
-            // A one-core operator: it is its own coordinator.
-            let p = reshard::parse(cfg, bytes)?;
-            let shared = reshard::shared_of(&p);
-            return Ok(Self {
-                watermark: p.watermark.0,
-                global_max: p.watermark.1,
-                key_reported: shared.key_reported,
-                hot: None,
-                windows_out: p.metrics[4],
-                hot_rows: 0,
-                rows_unmatched: 0,
-                partitions: shared.partitions,
-                shards: vec![bytes.to_vec()],
-            });
-        }
-        let payload = state::open(bytes, SnapshotKind::Sharded, Some(cfg.fingerprint()))?;
-        let mut r = Reader::new(payload);
-        let n = r.u32()? as usize;
-        let watermark = r.i64()?;
-        let global_max = r.i64()?;
-        let key_reported = r.i64()?;
-        let hot = r.f64()?;
-        let hot = (!hot.is_nan()).then_some(hot);
-        let windows_out = r.u64()?;
-        let hot_rows = r.u64()?;
-        let rows_unmatched = r.u64()?;
-        let mut pt = PartitionedWatermarkTracker::new();
-        pt.read_state(&mut r)?;
-        let mut pw = Writer::new();
-        pt.write_state(&mut pw);
-        // `n` comes from the file: no allocation sized by it before its shards are read.
-        let mut shards = Vec::new();
-        for _ in 0..n {
-            shards.push(r.bytes()?.to_vec());
-        }
-        r.finish()?;
-        Ok(Self {
-            watermark,
-            global_max,
-            key_reported,
-            hot,
-            windows_out,
-            hot_rows,
-            rows_unmatched,
-            partitions: pw.finish(),
-            shards,
-        })
-    }
-
-    /// The shards' keyed state redistributed over `cores` by the runtime's routing.
-    fn reshard(&self, cfg: &PipelineConfig, cores: usize) -> Result<Vec<Vec<u8>>> {
-        let parsed = self
-            .shards
-            .iter()
-            .map(|b| reshard::parse(cfg, b))
-            .collect::<Result<Vec<_>>>()?;
-        let shared = reshard::Shared {
-            watermark: (self.watermark, self.global_max),
-            partitions: self.partitions.clone(),
-            key_reported: self.key_reported,
-            // Two-phase shards count partial windows: the coordinator counted the
-            // merged ones.
-            windows_emitted: (self.shards.len() > 1 && (cfg.keys.is_empty() || self.hot.is_some()))
-                .then_some(self.windows_out),
-        };
-        let keyed = !cfg.keys.is_empty();
-        let out = reshard::redistribute(cfg, parsed, cores, &shared, |keys| {
-            Ok(keys
-                .iter()
-                .map(|k| {
-                    if keyed {
-                        crate::route::xxh3_partition(k, cores as u32)
-                    } else {
-                        0
-                    }
-                })
-                .collect())
-        })?;
-        Ok(out)
-    }
-}
-
-/// Restores a one-core [`Operator`] from a snapshot of a one-core or a sharded
-/// operator (the keyed state of all cores merged).
-pub fn restore_operator(cfg: PipelineConfig, clock: ClockRef, bytes: &[u8]) -> Result<Operator> {
-    if state::peek_kind(bytes) == Some(SnapshotKind::Pipeline) {
-        return Operator::restore(cfg, clock, bytes);
-    }
-    let s = SavedState::read(&cfg, bytes)?;
-    let shards = s.reshard(&cfg, 1)?;
-    let mut op = Operator::restore(cfg, clock, &shards[0])?;
-    op.recalculate_key_global();
-    Ok(op)
 }
 
 /// The worker's rows of `batch` (and of the parsed times), and their input row
@@ -1121,107 +646,6 @@ fn shard_rows(
         None => None,
     };
     Ok((sub, parsed, Some(idx)))
-}
-
-/// Concatenates shard outputs in the order of `order` (`(shard, row)` pairs).
-fn interleave(batches: Vec<&RecordBatch>, order: &[(usize, usize)]) -> Result<RecordBatch> {
-    if order.is_empty() {
-        return Ok(batches[0].slice(0, 0));
-    }
-    Ok(arrow_select::interleave::interleave_record_batch(
-        &batches, order,
-    )?)
-}
-
-/// The merge keys of a shard's window rows: window end, window start and the
-/// encoded key of each row (keys back to back: no allocation per row).
-#[derive(Debug, Default)]
-struct MergeKeys {
-    times: Vec<(i64, i64)>,
-    keys: EncodedRows,
-}
-
-impl MergeKeys {
-    fn get(&self, i: usize) -> Option<(i64, i64, &[u8])> {
-        let &(end, start) = self.times.get(i)?;
-        Some((end, start, self.keys.get(i)))
-    }
-}
-
-/// Adds the merge keys of the output's window rows (computed by each worker, in
-/// parallel) when the runtime has several cores.
-fn with_merge_keys(
-    out: Result<Output>,
-    merge: bool,
-    cfg: &PipelineConfig,
-) -> Result<(Output, MergeKeys)> {
-    let out = out?;
-    let keys = if merge {
-        merge_keys(cfg.keys.len(), &out.windows)?
-    } else {
-        MergeKeys::default()
-    };
-    Ok((out, keys))
-}
-
-fn merge_keys(nk: usize, b: &RecordBatch) -> Result<MergeKeys> {
-    if b.num_rows() == 0 {
-        return Ok(MergeKeys::default());
-    }
-    let times = |i: usize| -> Result<ArrayRef> {
-        Ok(arrow_cast::cast(
-            &arrow_cast::cast(
-                b.column(i),
-                &DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, None),
-            )?,
-            &DataType::Int64,
-        )?)
-    };
-    let start = times(nk)?;
-    let end = times(nk + 1)?;
-    let (start, end) = (
-        start.as_primitive::<Int64Type>(),
-        end.as_primitive::<Int64Type>(),
-    );
-    let rows = b.num_rows();
-    let mut keys = EncodedRows::with_capacity(rows, rows * 9);
-    if nk == 0 {
-        (0..rows).for_each(|_| keys.push(&[]));
-    } else {
-        KeyColumns::new(&b.columns()[..nk])?.for_each_key(|_, k| keys.push(k));
-    }
-    Ok(MergeKeys {
-        times: (0..rows).map(|i| (end.value(i), start.value(i))).collect(),
-        keys,
-    })
-}
-
-/// The k-way merge of shards' window rows (each shard already in the single-operator
-/// order) into that order: window end, window start, key. Rows of one key of one
-/// shard keep their order (retractions first).
-fn merge_order(keys: &[MergeKeys]) -> Vec<(usize, usize)> {
-    use std::cmp::Reverse;
-    use std::collections::BinaryHeap;
-    let total: usize = keys.iter().map(|k| k.times.len()).sum();
-    let mut heap = BinaryHeap::with_capacity(keys.len());
-    for (s, k) in keys.iter().enumerate() {
-        if let Some(first) = k.get(0) {
-            heap.push(Reverse((first, s, 0usize)));
-        }
-    }
-    let mut order = Vec::with_capacity(total);
-    while let Some(mut top) = heap.peek_mut() {
-        let Reverse((_, s, i)) = *top;
-        order.push((s, i));
-        match keys[s].get(i + 1) {
-            // Replace the top in place: one sift-down instead of a pop and a push.
-            Some(next) => *top = Reverse((next, s, i + 1)),
-            None => {
-                std::collections::binary_heap::PeekMut::pop(top);
-            }
-        }
-    }
-    order
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@ use crate::agg::{AggKind, AggSpec};
 use crate::clock::ManualClock;
 use crate::pipeline::{EmitMode, LateRule};
 use crate::window::WindowSpec;
+use arrow_array::ArrayRef;
 use arrow_array::{Float64Array, Int32Array, StringArray, TimestampMicrosecondArray};
 use proptest::prelude::{any, prop, prop_assert_eq, prop_oneof, proptest, Just, ProptestConfig};
 use proptest::strategy::Strategy as _;
