@@ -1,7 +1,12 @@
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, Int64Array, StringArray};
+
 use super::*;
 use crate::clock::ManualClock;
-use arrow_array::{ArrayRef, Int64Array, StringArray};
-use std::sync::Arc;
+use crate::key::{AsKey, KeyColumns};
+use crate::state::{Reader, Writer};
+use crate::time::Watermark;
 
 fn tracker(
     delay: i64,
