@@ -2,8 +2,8 @@
 
 use crate::agg::{Acc, ExactSum, Scalar, Unscaled, WideSum};
 use crate::error::Result;
+use crate::error::TidemarkError;
 use crate::state::{Reader, Writer};
-use crate::TidemarkError;
 
 fn write_scalar(w: &mut Writer, s: &Scalar) {
     match s {
