@@ -31,14 +31,11 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
 
-use arrow_array::cast::AsArray;
-use arrow_array::{
-    downcast_primitive_array, Array, ArrayRef, Int64Array, RecordBatch, UInt32Array,
-};
+use arrow_array::{Array, Int64Array, RecordBatch, UInt32Array};
 use arrow_buffer::ScalarBuffer;
 use arrow_schema::SchemaRef;
 
-use crate::batch::{error_batch, take_rows};
+use crate::batch::{error_batch, from_ipc_bytes, gather, ipc_bytes, take_rows};
 use crate::error::{Result, TidemarkError};
 use crate::key::same_values;
 use crate::pipeline::LatePolicy;
@@ -726,95 +723,6 @@ fn sort_rows(tv: &[i64], keep: &[u32]) -> (Vec<u32>, Vec<i64>) {
         ts.push(mt);
     }
     (order, ts)
-}
-
-/// Rows `(batch, row)` of `batches` (same schema), in the order given. Fixed-width
-/// columns without nulls are gathered directly; others go through Arrow's
-/// `interleave`.
-fn gather(batches: &[&RecordBatch], indices: &[(u32, u32)]) -> Result<RecordBatch> {
-    let schema = batches[0].schema();
-    let mut wide: Option<Vec<(usize, usize)>> = None;
-    let mut columns = Vec::with_capacity(schema.fields().len());
-    for c in 0..schema.fields().len() {
-        let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
-        let first = arrays[0];
-        let direct = first.data_type().is_primitive() && arrays.iter().all(|a| a.null_count() == 0);
-        let col: Option<ArrayRef> = if direct {
-            downcast_primitive_array!(
-                first => Some(Arc::new(gather_values(first, &arrays, indices)) as ArrayRef),
-                _ => None
-            )
-        } else {
-            None
-        };
-        let col = match col {
-            Some(c) => c,
-            None => {
-                let wide = wide.get_or_insert_with(|| {
-                    indices
-                        .iter()
-                        .map(|&(b, r)| (b as usize, r as usize))
-                        .collect()
-                });
-                arrow_select::interleave::interleave(&arrays, wide)?
-            }
-        };
-        columns.push(col);
-    }
-    Ok(RecordBatch::try_new_with_options(
-        schema,
-        columns,
-        &arrow_array::RecordBatchOptions::new().with_row_count(Some(indices.len())),
-    )?)
-}
-
-fn gather_values<T: arrow_array::ArrowPrimitiveType>(
-    like: &arrow_array::PrimitiveArray<T>,
-    arrays: &[&dyn Array],
-    indices: &[(u32, u32)],
-) -> arrow_array::PrimitiveArray<T> {
-    let values: Vec<&[T::Native]> = arrays
-        .iter()
-        .map(|a| a.as_primitive::<T>().values().as_ref())
-        .collect();
-    let out: Vec<T::Native> = indices
-        .iter()
-        .map(|&(b, r)| values[b as usize][r as usize])
-        .collect();
-    arrow_array::PrimitiveArray::<T>::new(out.into(), None).with_data_type(like.data_type().clone())
-}
-
-/// One batch as Arrow IPC stream bytes.
-fn ipc_bytes(batch: &RecordBatch) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut w = arrow_ipc::writer::StreamWriter::try_new(&mut out, batch.schema_ref())?;
-    w.write(batch)?;
-    w.finish()?;
-    drop(w);
-    Ok(out)
-}
-
-/// The one batch of [`ipc_bytes`]. The push decoder grows its buffers with the bytes
-/// it is given, so a corrupted length in the file cannot make it allocate more than
-/// the file holds.
-fn from_ipc_bytes(bytes: &[u8]) -> Result<RecordBatch> {
-    let corrupt = |e: arrow_schema::ArrowError| {
-        TidemarkError::StateCorrupted(format!("reorder buffer rows: {e}"))
-    };
-    let mut decoder = arrow_ipc::reader::StreamDecoder::new();
-    let mut buffer = arrow_buffer::Buffer::from(bytes.to_vec());
-    let mut batches = Vec::new();
-    while !buffer.is_empty() {
-        match decoder.decode(&mut buffer).map_err(corrupt)? {
-            Some(b) => batches.push(b),
-            None => break,
-        }
-    }
-    decoder.finish().map_err(corrupt)?;
-    let schema = decoder
-        .schema()
-        .ok_or_else(|| TidemarkError::StateCorrupted("reorder buffer rows: no schema".into()))?;
-    Ok(arrow_select::concat::concat_batches(&schema, &batches)?)
 }
 
 #[cfg(test)]
