@@ -207,7 +207,8 @@ fn bench_compact(c: &mut Criterion) {
                     ..CompactKeyedConfig::default()
                 },
                 Arc::new(ManualClock::new(0)),
-            );
+            )
+            .expect("valid configuration");
             let mut ts = 1_000_000i64;
             for &k in &stream {
                 ts += 1;
@@ -240,7 +241,8 @@ fn bench_compact(c: &mut Criterion) {
                 ..CompactKeyedConfig::default()
             },
             Arc::new(ManualClock::new(0)),
-        );
+        )
+        .expect("valid configuration");
         let mut turn = 0i64;
         b.iter_batched(
             || {

@@ -810,11 +810,6 @@ class CompactKeyedWatermarkTracker(_Restorable):
         idle_timeout: Duration | None = None,
         clock: Clock | None = None,
     ) -> None:
-        for name, value in [("exact_keys", exact_keys), ("sketch_width", sketch_width)]:
-            if value < 1:
-                raise ConfigError(f"{name} must be >= 1, got {value}")
-        if not 1 <= sketch_depth <= 8:
-            raise ConfigError(f"sketch_depth must be between 1 and 8, got {sketch_depth}")
         timeout = None if idle_timeout is None else to_millis(idle_timeout, "idle_timeout")
         self._clock = clock
         self._inner = _native.CompactKeyedWatermarkTracker(

@@ -30,6 +30,7 @@ pub mod clock;
 pub mod duration;
 pub mod error;
 pub mod key;
+mod names;
 pub mod pipeline;
 pub mod reorder;
 pub mod route;

@@ -15,6 +15,10 @@
 
 use std::collections::BTreeSet;
 
+use crate::error::Result;
+use crate::key::decode_key;
+use crate::state::{self, Reader, SnapshotKind, Writer};
+
 /// Which clock a timer follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum TimeDomain {
@@ -23,6 +27,11 @@ pub enum TimeDomain {
     /// Fires when the processing-time clock reaches the timer.
     ProcessingTime,
 }
+
+crate::names::named!(TimeDomain, "kind", "timer domain", {
+    "event" => TimeDomain::EventTime,
+    "processing" => TimeDomain::ProcessingTime,
+});
 
 /// A registered timer.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -169,6 +178,45 @@ impl<K: Ord + Clone> TimerService<K> {
     }
 }
 
+impl TimerService<Vec<u8>> {
+    /// The timers and time bounds as bytes (keys in the canonical key encoding).
+    pub fn snapshot(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.i64(self.watermark);
+        w.i64(self.processing_time);
+        for d in [TimeDomain::EventTime, TimeDomain::ProcessingTime] {
+            w.len(self.timers(d).count());
+            for t in self.timers(d) {
+                w.i64(t.timestamp);
+                w.bytes(&t.key);
+                w.i64(t.namespace);
+            }
+        }
+        state::seal(SnapshotKind::Timers, 0, &w.finish())
+    }
+
+    /// A service from [`TimerService::snapshot`]'s bytes; a key that is not a key
+    /// encoding is [`crate::error::TidemarkError::StateCorrupted`].
+    pub fn restore(bytes: &[u8]) -> Result<Self> {
+        let mut r = Reader::new(state::open(bytes, SnapshotKind::Timers, None)?);
+        let mut svc = TimerService::new();
+        let (watermark, processing_time) = (r.i64()?, r.i64()?);
+        svc.set_times(watermark, processing_time);
+        for d in [TimeDomain::EventTime, TimeDomain::ProcessingTime] {
+            // A timer takes at least 24 bytes (timestamp, key length, namespace).
+            for _ in 0..r.len(24)? {
+                let timestamp = r.i64()?;
+                let key = r.bytes()?.to_vec();
+                decode_key(&key)?;
+                let namespace = r.i64()?;
+                svc.register(d, timestamp, key, namespace);
+            }
+        }
+        r.finish()?;
+        Ok(svc)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,6 +250,32 @@ mod tests {
             prop_assert_eq!(sorted, expect, "each reached timer exactly once");
             prop_assert_eq!(svc.len(), want.len() - fired.len());
         }
+    }
+
+    #[test]
+    fn snapshots_keep_every_timer_and_reject_bad_keys() {
+        use crate::key::AsKey;
+        let mut s: TimerService<Vec<u8>> = TimerService::new();
+        let key = |k: &str| {
+            let mut b = Vec::new();
+            k.encode_key(&mut b);
+            b
+        };
+        s.register(TimeDomain::EventTime, 5, key("a"), 1);
+        s.register(TimeDomain::ProcessingTime, 7, key("b"), 2);
+        s.set_times(3, 4);
+        let back = TimerService::restore(&s.snapshot()).unwrap();
+        assert_eq!(back.current_watermark(), 3);
+        assert_eq!(back.current_processing_time(), 4);
+        for d in [TimeDomain::EventTime, TimeDomain::ProcessingTime] {
+            assert!(back.timers(d).eq(s.timers(d)));
+        }
+        let mut bad: TimerService<Vec<u8>> = TimerService::new();
+        bad.register(TimeDomain::EventTime, 1, vec![99], 0);
+        assert!(matches!(
+            TimerService::restore(&bad.snapshot()),
+            Err(crate::error::TidemarkError::StateCorrupted(_))
+        ));
     }
 
     #[test]

@@ -11,10 +11,10 @@ use tidemark_core::time::{
     KeyEvictionPolicy, KeyWatermarkState, KeyedTicks, KeyedWatermarkTracker,
 };
 
-use crate::arrow_io::array_to_py;
 use crate::clock::clock_ref;
+use crate::convert::arrow::{array_to_py, single_array};
+use crate::convert::keys::{key_columns, py_key};
 use crate::error::{check, detach};
-use crate::keys::{key_columns, py_key, single_array};
 
 pub fn state_dict<'py>(py: Python<'py>, s: &KeyWatermarkState) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
@@ -96,7 +96,7 @@ impl PyKeyedWatermarkTracker {
         eviction: &str,
         clock: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let policy = check(py, KeyEvictionPolicy::from_name(eviction))?;
+        let policy = check(py, eviction.parse::<KeyEvictionPolicy>())?;
         let cfg = KeyedTicks {
             bounded_delay,
             idle_timeout,
@@ -115,11 +115,7 @@ impl PyKeyedWatermarkTracker {
 
     #[getter]
     fn eviction(&self) -> &'static str {
-        match self.inner.config().eviction_policy {
-            KeyEvictionPolicy::LeastRecentlyActive => "least_recently_active",
-            KeyEvictionPolicy::LowestWatermark => "lowest_watermark",
-            KeyEvictionPolicy::RejectNew => "reject_new",
-        }
+        self.inner.config().eviction_policy.name()
     }
 
     /// The tracker's state, configuration included, as bytes (versioned, checksummed).
@@ -325,6 +321,7 @@ impl PyCompactKeyedWatermarkTracker {
     #[new]
     #[pyo3(signature = (bounded_delay, exact_keys, sketch_width, sketch_depth, idle_timeout = None, clock = None))]
     fn new(
+        py: Python<'_>,
         bounded_delay: i64,
         exact_keys: usize,
         sketch_width: usize,
@@ -340,7 +337,10 @@ impl PyCompactKeyedWatermarkTracker {
             idle_timeout,
         };
         Ok(Self {
-            inner: CompactKeyedWatermarkTracker::with_clock(cfg, clock_ref(clock)?),
+            inner: check(
+                py,
+                CompactKeyedWatermarkTracker::with_clock(cfg, clock_ref(clock)?),
+            )?,
         })
     }
 

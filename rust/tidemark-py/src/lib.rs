@@ -5,17 +5,20 @@
 //! [`error`]. Arrow data crosses through the PyCapsule interface without copies.
 //! The module starts no threads at import: Spark forks Python workers.
 
-mod arrow_io;
+// Leaves: errors, clocks, conversions, and what every operator class does alike.
 mod clock;
+mod convert;
+mod drive;
 mod error;
+// Classes and functions: each depends only on the leaves.
 mod keyed;
-mod keys;
 mod parse;
 mod partitioned;
 mod pipeline;
 mod reorder;
 mod route;
 mod runtime;
+mod timer;
 
 use pyo3::prelude::*;
 
@@ -45,7 +48,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<keyed::PyCompactKeyedWatermarkTracker>()?;
     m.add_class::<pipeline::PyOperator>()?;
     m.add_class::<pipeline::PyScopeWatermark>()?;
-    m.add_class::<pipeline::PyTimerService>()?;
+    m.add_class::<timer::PyTimerService>()?;
     m.add_class::<pipeline::PyRowsOperator>()?;
     m.add_class::<route::PyRouter>()?;
     m.add_class::<reorder::PyReorderOperator>()?;

@@ -11,7 +11,7 @@ use tidemark_core::time::{
     parse_event_time as core_parse, EventTimeType, BUILTIN_EVENT_TIME_TYPES,
 };
 
-use crate::arrow_io::{array_to_py, chunks_to_py, read_chunks};
+use crate::convert::arrow::{array_to_py, chunks_to_py, read_chunks};
 use crate::error::{check, detach};
 
 /// Names of the built-in event-time types.

@@ -9,8 +9,8 @@ use tidemark_core::time::{
 };
 use tidemark_core::TidemarkError;
 
-use crate::arrow_io::{column_index, read_batches, read_chunks};
 use crate::clock::clock_ref;
+use crate::convert::arrow::{column_index, read_batches, read_chunks};
 use crate::error::{check, detach};
 
 fn pid(py: Python<'_>, source_id: usize, partition: i64) -> PyResult<PartitionId> {

@@ -3,12 +3,12 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
-use tidemark_core::pipeline::LatePolicy;
 use tidemark_core::reorder::{ReorderConfig, ReorderOperator, ReorderOutput};
 
-use crate::arrow_io::{one_batch, parsed_times, read_batches};
+use crate::convert::arrow::{one_batch, parsed_times, read_batches};
+use crate::convert::config::{get, named};
+use crate::convert::dicts::batch_to_table;
 use crate::error::{check, detach};
-use crate::pipeline::{batch_to_table, choice, get};
 
 fn config(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<ReorderConfig> {
     Ok(ReorderConfig {
@@ -16,15 +16,7 @@ fn config(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<ReorderConfig> {
         event_time_type: get(d, "event_time_type")?,
         parsed_externally: get(d, "parsed_externally")?,
         late_tolerance: get(d, "late_tolerance")?,
-        late: choice(
-            py,
-            d,
-            "late",
-            &[
-                ("side_output", LatePolicy::SideOutput),
-                ("drop", LatePolicy::Drop),
-            ],
-        )?,
+        late: named(py, d, "late")?,
     })
 }
 

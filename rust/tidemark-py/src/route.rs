@@ -10,9 +10,9 @@ use pyo3_arrow::PyRecordBatch;
 use tidemark_core::route::{self, HashAlgo, Router, Strategy};
 use tidemark_core::TidemarkError;
 
-use crate::arrow_io::{array_to_py, one_batch, read_batches};
+use crate::convert::arrow::{array_to_py, one_batch, read_batches};
+use crate::convert::keys::py_key;
 use crate::error::{check, detach};
-use crate::keys::py_key;
 
 /// Native router (see `tidemark.Router`).
 #[pyclass(name = "Router", module = "tidemark._native")]
@@ -35,7 +35,7 @@ impl PyRouter {
         let strategy = match strategy {
             "hash" => Strategy::Hash {
                 keys: keys.unwrap_or_default(),
-                algo: check(py, HashAlgo::parse(hash))?,
+                algo: check(py, hash.parse::<HashAlgo>())?,
             },
             "round_robin" => Strategy::RoundRobin,
             "single" => Strategy::Single,

@@ -9,12 +9,11 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
 use tidemark_core::runtime::ShardedOperator;
 
-use crate::arrow_io::{one_batch, parsed_times as parsed_times_of, read_batches};
 use crate::clock::clock_ref;
+use crate::convert::arrow::{one_batch, parsed_times as parsed_times_of, read_batches};
+use crate::convert::config::{config_from_dict, lookup_from};
+use crate::convert::dicts::{metrics_dict, output, progress_dict, Tables};
 use crate::error::{check, detach};
-use crate::pipeline::{config_from_dict, metrics_dict, output, progress_dict};
-
-type Tables = (Py<PyAny>, Py<PyAny>, Py<PyAny>);
 
 /// Native sharded operator.
 #[pyclass(name = "ShardedOperator", module = "tidemark._native")]
@@ -184,7 +183,7 @@ pub fn reshard_snapshots<'py>(
     hash: &str,
 ) -> PyResult<Bound<'py, PyList>> {
     let cfg = config_from_dict(py, config)?;
-    let algo = check(py, tidemark_core::route::HashAlgo::parse(hash))?;
+    let algo = check(py, hash.parse::<tidemark_core::route::HashAlgo>())?;
     let out = detach(py, move || {
         let refs: Vec<&[u8]> = snapshots.iter().map(Vec::as_slice).collect();
         tidemark_core::pipeline::reshard::reshard_snapshots(&cfg, &refs, n, algo)
@@ -194,21 +193,4 @@ pub fn reshard_snapshots<'py>(
         list.append(PyBytes::new(py, &b))?;
     }
     Ok(list)
-}
-
-/// Builds a lookup from Arrow data (the table's buffers are shared, not copied).
-pub fn lookup_from(
-    py: Python<'_>,
-    table: AnyRecordBatch,
-    on: Vec<String>,
-    how: &str,
-    prefix: Option<String>,
-) -> PyResult<std::sync::Arc<tidemark_core::pipeline::lookup::Lookup>> {
-    use tidemark_core::pipeline::lookup::{JoinHow, Lookup};
-    let (schema, batches) = read_batches(py, table)?;
-    let how = check(py, JoinHow::parse(how))?;
-    detach(py, move || {
-        let batch = one_batch(schema, batches)?;
-        Lookup::new(&batch, &on, how, prefix.as_deref())
-    })
 }

@@ -9,8 +9,8 @@ use arrow_array::{Array, ArrayRef};
 use arrow_schema::DataType;
 
 use super::{
-    encode_bool, encode_bytes, encode_float, encode_int, encode_null, encode_str, encode_uint, tag,
-    AsKey, BytesKey, RowKey, WordKey,
+    decode_value, encode_bool, encode_bytes, encode_float, encode_int, encode_null, encode_str,
+    encode_uint, tag, AsKey, BytesKey, KeyValue, RowKey, WordKey,
 };
 use crate::error::{Result, TidemarkError};
 
@@ -478,48 +478,6 @@ impl KeyRows for EncodedRows {
     }
 }
 
-/// One decoded key value.
-#[derive(Debug, Clone, PartialEq)]
-enum Decoded<'a> {
-    Null,
-    Int(i64),
-    UInt(u64),
-    Str(&'a [u8]),
-    Bin(&'a [u8]),
-    Float(f64),
-    Bool(bool),
-}
-
-fn decode_one<'a>(b: &'a [u8], pos: &mut usize) -> Result<Decoded<'a>> {
-    let corrupt = || TidemarkError::StateCorrupted("malformed key encoding".into());
-    let t = *b.get(*pos).ok_or_else(corrupt)?;
-    *pos += 1;
-    let mut fixed = |n: usize| -> Result<&'a [u8]> {
-        let s = b.get(*pos..*pos + n).ok_or_else(corrupt)?;
-        *pos += n;
-        Ok(s)
-    };
-    Ok(match t {
-        tag::NULL => Decoded::Null,
-        tag::INT => Decoded::Int(i64::from_le_bytes(fixed(8)?.try_into().expect("8"))),
-        tag::UINT => Decoded::UInt(u64::from_le_bytes(fixed(8)?.try_into().expect("8"))),
-        tag::FLOAT => Decoded::Float(f64::from_bits(u64::from_le_bytes(
-            fixed(8)?.try_into().expect("8"),
-        ))),
-        tag::BOOL => Decoded::Bool(fixed(1)?[0] != 0),
-        tag::STR | tag::BIN => {
-            let n = u32::from_le_bytes(fixed(4)?.try_into().expect("4")) as usize;
-            let v = fixed(n)?;
-            if t == tag::STR {
-                Decoded::Str(v)
-            } else {
-                Decoded::Bin(v)
-            }
-        }
-        _ => return Err(corrupt()),
-    })
-}
-
 /// Decodes encoded keys back into Arrow columns of the given types (the key columns'
 /// input types), one column per type. The inverse of [`KeyColumns`].
 ///
@@ -537,11 +495,11 @@ fn decode_one<'a>(b: &'a [u8], pos: &mut usize) -> Result<Decoded<'a>> {
 /// ```
 pub fn decode_key_columns(keys: &[&[u8]], types: &[DataType]) -> Result<Vec<ArrayRef>> {
     use arrow_array::builder::*;
-    let mut values: Vec<Vec<Decoded<'_>>> = vec![Vec::with_capacity(keys.len()); types.len()];
+    let mut values: Vec<Vec<KeyValue<'_>>> = vec![Vec::with_capacity(keys.len()); types.len()];
     for k in keys {
         let mut pos = 0;
         for col in values.iter_mut() {
-            col.push(decode_one(k, &mut pos)?);
+            col.push(decode_value(k, &mut pos)?);
         }
     }
     let mut out = Vec::with_capacity(types.len());
@@ -556,8 +514,8 @@ pub fn decode_key_columns(keys: &[&[u8]], types: &[DataType]) -> Result<Vec<Arra
                 let mut b = UInt64Builder::new();
                 for v in vals {
                     match v {
-                        Decoded::UInt(u) => b.append_value(*u),
-                        Decoded::Int(i) => b.append_value(*i as u64),
+                        KeyValue::UInt(u) => b.append_value(*u),
+                        KeyValue::Int(i) => b.append_value(*i as u64),
                         _ => b.append_null(),
                     }
                 }
@@ -567,7 +525,7 @@ pub fn decode_key_columns(keys: &[&[u8]], types: &[DataType]) -> Result<Vec<Arra
                 let mut b = Int64Builder::new();
                 for v in vals {
                     match v {
-                        Decoded::Int(i) => b.append_value(*i),
+                        KeyValue::Int(i) => b.append_value(*i),
                         _ => b.append_null(),
                     }
                 }
@@ -583,7 +541,7 @@ pub fn decode_key_columns(keys: &[&[u8]], types: &[DataType]) -> Result<Vec<Arra
                 let mut b = Float64Builder::new();
                 for v in vals {
                     match v {
-                        Decoded::Float(f) => b.append_value(*f),
+                        KeyValue::Float(f) => b.append_value(*f),
                         _ => b.append_null(),
                     }
                 }
@@ -593,7 +551,7 @@ pub fn decode_key_columns(keys: &[&[u8]], types: &[DataType]) -> Result<Vec<Arra
                 let mut b = BooleanBuilder::new();
                 for v in vals {
                     match v {
-                        Decoded::Bool(x) => b.append_value(*x),
+                        KeyValue::Bool(x) => b.append_value(*x),
                         _ => b.append_null(),
                     }
                 }
@@ -603,13 +561,7 @@ pub fn decode_key_columns(keys: &[&[u8]], types: &[DataType]) -> Result<Vec<Arra
                 let mut b = StringBuilder::new();
                 for v in vals {
                     match v {
-                        Decoded::Str(s) => {
-                            b.append_value(std::str::from_utf8(s).map_err(|_| {
-                                TidemarkError::StateCorrupted(
-                                    "invalid UTF-8 in a string key".into(),
-                                )
-                            })?)
-                        }
+                        KeyValue::Str(s) => b.append_value(s),
                         _ => b.append_null(),
                     }
                 }
@@ -619,7 +571,7 @@ pub fn decode_key_columns(keys: &[&[u8]], types: &[DataType]) -> Result<Vec<Arra
                 let mut b = Decimal128Builder::new();
                 for v in vals {
                     match v {
-                        Decoded::Bin(s) => {
+                        KeyValue::Bin(s) => {
                             let bytes: [u8; 16] = (*s).try_into().map_err(|_| {
                                 TidemarkError::StateCorrupted(format!(
                                     "a decimal key of {} bytes, not 16",
@@ -637,7 +589,7 @@ pub fn decode_key_columns(keys: &[&[u8]], types: &[DataType]) -> Result<Vec<Arra
                 let mut b = FixedSizeBinaryBuilder::new(*n);
                 for v in vals {
                     match v {
-                        Decoded::Bin(s) => b.append_value(s)?,
+                        KeyValue::Bin(s) => b.append_value(s)?,
                         _ => b.append_null(),
                     }
                 }
@@ -647,7 +599,7 @@ pub fn decode_key_columns(keys: &[&[u8]], types: &[DataType]) -> Result<Vec<Arra
                 let mut b = BinaryBuilder::new();
                 for v in vals {
                     match v {
-                        Decoded::Bin(s) => b.append_value(s),
+                        KeyValue::Bin(s) => b.append_value(s),
                         _ => b.append_null(),
                     }
                 }

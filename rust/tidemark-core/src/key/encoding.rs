@@ -3,6 +3,7 @@
 use super::hash::{fold_mul, hash_words};
 use super::table::{Head, INLINE_KEY, SHORT_KEY};
 use super::{hash_key, tag};
+use crate::error::{Result, TidemarkError};
 
 /// Appends the encoding of an `i64`.
 #[inline]
@@ -467,4 +468,77 @@ pub fn with_row_key<K: AsKey + ?Sized, R>(
         key.encode_key(buf);
         f(RowKey::Bytes(buf))
     }
+}
+
+/// One value of a decoded key.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum KeyValue<'a> {
+    /// A null.
+    Null,
+    /// An integer in `i64` range (also dates, times, timestamps, durations).
+    Int(i64),
+    /// An unsigned integer above `i64::MAX`.
+    UInt(u64),
+    /// A string.
+    Str(&'a str),
+    /// Binary data (also a decimal's 16 little-endian bytes).
+    Bin(&'a [u8]),
+    /// A float.
+    Float(f64),
+    /// A boolean.
+    Bool(bool),
+}
+
+/// Decodes the value at `*pos` of an encoded key and moves `pos` past it. Bytes
+/// that are not a value's encoding are [`TidemarkError::StateCorrupted`].
+pub fn decode_value<'a>(b: &'a [u8], pos: &mut usize) -> Result<KeyValue<'a>> {
+    let corrupt = || TidemarkError::StateCorrupted("malformed key encoding".into());
+    let t = *b.get(*pos).ok_or_else(corrupt)?;
+    *pos += 1;
+    let mut fixed = |n: usize| -> Result<&'a [u8]> {
+        let s = b.get(*pos..*pos + n).ok_or_else(corrupt)?;
+        *pos += n;
+        Ok(s)
+    };
+    Ok(match t {
+        tag::NULL => KeyValue::Null,
+        tag::INT => KeyValue::Int(i64::from_le_bytes(fixed(8)?.try_into().expect("8"))),
+        tag::UINT => KeyValue::UInt(u64::from_le_bytes(fixed(8)?.try_into().expect("8"))),
+        tag::FLOAT => KeyValue::Float(f64::from_bits(u64::from_le_bytes(
+            fixed(8)?.try_into().expect("8"),
+        ))),
+        tag::BOOL => KeyValue::Bool(fixed(1)?[0] != 0),
+        tag::STR | tag::BIN => {
+            let n = u32::from_le_bytes(fixed(4)?.try_into().expect("4")) as usize;
+            let v = fixed(n)?;
+            if t == tag::STR {
+                KeyValue::Str(std::str::from_utf8(v).map_err(|_| {
+                    TidemarkError::StateCorrupted("invalid UTF-8 in a string key".into())
+                })?)
+            } else {
+                KeyValue::Bin(v)
+            }
+        }
+        _ => return Err(corrupt()),
+    })
+}
+
+/// Decodes a whole encoded key into its values (one per key column), the inverse of
+/// [`AsKey::encode_key`].
+///
+/// # Examples
+///
+/// ```
+/// use tidemark_core::key::{decode_key, AsKey, KeyValue};
+/// let mut k = Vec::new();
+/// ("eu", 7i64).encode_key(&mut k);
+/// assert_eq!(decode_key(&k).unwrap(), vec![KeyValue::Str("eu"), KeyValue::Int(7)]);
+/// ```
+pub fn decode_key(b: &[u8]) -> Result<Vec<KeyValue<'_>>> {
+    let mut pos = 0;
+    let mut out = Vec::with_capacity(1);
+    while pos < b.len() {
+        out.push(decode_value(b, &mut pos)?);
+    }
+    Ok(out)
 }

@@ -48,8 +48,9 @@ mod table;
 pub(crate) use arrow::encode_chunked;
 pub use arrow::{decode_key_columns, is_key_type, same_values, EncodedRows, KeyColumns, KeyRows};
 pub use encoding::{
-    encode_bool, encode_bytes, encode_float, encode_int, encode_null, encode_str, encode_uint,
-    key_eq, with_row_key, AsKey, BytesKey, Encoded, RowKey, WordKey,
+    decode_key, decode_value, encode_bool, encode_bytes, encode_float, encode_int, encode_null,
+    encode_str, encode_uint, key_eq, with_row_key, AsKey, BytesKey, Encoded, KeyValue, RowKey,
+    WordKey,
 };
 pub use hash::hash_key;
 pub use table::{KeyBytes, KeyTable};

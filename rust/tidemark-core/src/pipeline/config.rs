@@ -2,6 +2,7 @@
 
 use crate::agg::{AggKind, AggSpec};
 use crate::error::{Result, TidemarkError};
+use crate::names::named;
 use crate::state::Writer;
 use crate::time::KeyEvictionPolicy;
 use crate::window::WindowSpec;
@@ -20,6 +21,35 @@ pub enum Scope {
     /// One watermark per key; a key's windows close on its own watermark, and on the
     /// global watermark once the key is idle.
     Key,
+}
+
+impl Scope {
+    /// The scope `tidemark.Pipeline(per=...)` names: `"global"`, `"key"`, or
+    /// `"partition"` (of `partition_column`, required then).
+    pub fn from_name(name: &str, partition_column: Option<String>) -> Result<Self> {
+        match (name, partition_column) {
+            ("global", _) => Ok(Scope::Global),
+            ("key", _) => Ok(Scope::Key),
+            ("partition", Some(column)) => Ok(Scope::Partition { column }),
+            ("partition", None) => Err(TidemarkError::config(
+                "partition_column",
+                "per=\"partition\" needs the source-partition column",
+            )),
+            (other, _) => Err(TidemarkError::config(
+                "watermark",
+                format!("per={other:?}: use \"global\", \"partition\" or \"key\""),
+            )),
+        }
+    }
+
+    /// The scope's name (see [`Scope::from_name`]).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Scope::Global => "global",
+            Scope::Partition { .. } => "partition",
+            Scope::Key => "key",
+        }
+    }
 }
 
 /// When window results are emitted.
@@ -69,32 +99,7 @@ pub enum LateRule {
     Row,
 }
 
-impl LateRule {
-    /// The rule's name, as `tidemark.Pipeline(late_rule=...)` spells it.
-    pub fn name(self) -> &'static str {
-        match self {
-            LateRule::Spark => "spark",
-            LateRule::Flink => "flink",
-            LateRule::Row => "row",
-        }
-    }
-}
-
-impl std::str::FromStr for LateRule {
-    type Err = TidemarkError;
-
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "spark" => Ok(LateRule::Spark),
-            "flink" => Ok(LateRule::Flink),
-            "row" => Ok(LateRule::Row),
-            other => Err(TidemarkError::config(
-                "late_rule",
-                format!("unknown rule {other:?}: use \"spark\", \"flink\" or \"row\""),
-            )),
-        }
-    }
-}
+named!(LateRule, "late_rule", { "spark" => LateRule::Spark, "flink" => LateRule::Flink, "row" => LateRule::Row });
 
 /// Where a row's timestamp comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -104,6 +109,13 @@ pub enum TimeMode {
     /// From the clock at ingest: windows close in wall time.
     Processing,
 }
+
+named!(TimeMode, "time", { "event" => TimeMode::Event, "processing" => TimeMode::Processing });
+named!(EmitMode, "emit", {
+    "on_window_close" => EmitMode::OnWindowClose,
+    "on_update" => EmitMode::OnUpdate,
+});
+named!(LatePolicy, "late", { "side_output" => LatePolicy::SideOutput, "drop" => LatePolicy::Drop });
 
 /// A pipeline: keys, event time, watermark, window, aggregates, emission.
 ///

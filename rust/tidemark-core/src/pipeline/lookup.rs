@@ -19,19 +19,7 @@ pub enum JoinHow {
     Inner,
 }
 
-impl JoinHow {
-    /// Parses `"left"` or `"inner"`.
-    pub fn parse(s: &str) -> Result<Self> {
-        match s {
-            "left" => Ok(Self::Left),
-            "inner" => Ok(Self::Inner),
-            other => Err(TidemarkError::config(
-                "how",
-                format!("{other:?}: use \"left\" or \"inner\""),
-            )),
-        }
-    }
-}
+crate::names::named!(JoinHow, "how", { "left" => JoinHow::Left, "inner" => JoinHow::Inner });
 
 /// A replicated lookup table, indexed by its key columns.
 #[derive(Debug)]
@@ -250,7 +238,7 @@ mod tests {
         let e = Lookup::new(&dup, &["device".into()], JoinHow::Left, None).unwrap_err();
         assert!(e.to_string().contains("unique"), "{e}");
         assert!(Lookup::new(&table(), &["nope".into()], JoinHow::Left, None).is_err());
-        assert!(JoinHow::parse("outer").is_err());
+        assert!("outer".parse::<JoinHow>().is_err());
         let clash = RecordBatch::try_from_iter(vec![
             ("device", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
             ("v", Arc::new(Int64Array::from(vec![1])) as ArrayRef),

@@ -37,27 +37,7 @@ pub enum HashAlgo {
     Spark,
 }
 
-impl HashAlgo {
-    /// Parses `"xxh3"` or `"spark"`.
-    pub fn parse(s: &str) -> Result<Self> {
-        match s {
-            "xxh3" => Ok(HashAlgo::Xxh3),
-            "spark" => Ok(HashAlgo::Spark),
-            other => Err(TidemarkError::config(
-                "hash",
-                format!("unknown hash {other:?}; use \"xxh3\" or \"spark\""),
-            )),
-        }
-    }
-
-    /// The name [`HashAlgo::parse`] accepts.
-    pub fn name(self) -> &'static str {
-        match self {
-            HashAlgo::Xxh3 => "xxh3",
-            HashAlgo::Spark => "spark",
-        }
-    }
-}
+crate::names::named!(HashAlgo, "hash", { "xxh3" => HashAlgo::Xxh3, "spark" => HashAlgo::Spark });
 
 /// A routing strategy (the seed's partitionability analysis).
 #[derive(Debug, Clone, PartialEq, Eq)]

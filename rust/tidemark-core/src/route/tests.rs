@@ -307,7 +307,7 @@ fn bad_configuration_and_input_are_clear_errors() {
         None
     )
     .is_err());
-    assert!(HashAlgo::parse("md5").is_err());
+    assert!("md5".parse::<HashAlgo>().is_err());
     let b = batch(vec![("v", Arc::new(Int64Array::from(vec![0])) as ArrayRef)]);
     let mut r = hash_router(2, &["nope"], HashAlgo::Xxh3).unwrap();
     let e = r.partition_ids(&b).unwrap_err().to_string();

@@ -32,7 +32,7 @@
 //! as idle (they are the least recently active ones).
 
 use crate::clock::ClockRef;
-use crate::error::Result;
+use crate::error::{Result, TidemarkError};
 use crate::key::{hash_key, AsKey, KeyColumns, KeyRows, KeyTable};
 use crate::state::{self, Reader, SnapshotKind, Writer};
 use crate::time::keyed::same_rows;
@@ -64,6 +64,33 @@ impl Default for CompactKeyedConfig {
             bounded_delay: 5_000,
             idle_timeout: None,
         }
+    }
+}
+
+impl CompactKeyedConfig {
+    /// Checks the sizes: at least one exact key and one bucket per row, 1 to 8 rows.
+    pub fn validate(&self) -> Result<()> {
+        for (name, value) in [
+            ("exact_keys", self.exact_keys),
+            ("sketch_width", self.sketch_width),
+        ] {
+            if value < 1 {
+                return Err(TidemarkError::config(
+                    name,
+                    format!("{name} must be >= 1, got {value}"),
+                ));
+            }
+        }
+        if !(1..=8).contains(&self.sketch_depth) {
+            return Err(TidemarkError::config(
+                "sketch_depth",
+                format!(
+                    "sketch_depth must be between 1 and 8, got {}",
+                    self.sketch_depth
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -115,19 +142,15 @@ fn corrupted(why: &str) -> crate::TidemarkError {
 }
 
 impl CompactKeyedWatermarkTracker {
-    /// A tracker on the system clock.
-    pub fn new(cfg: CompactKeyedConfig) -> Self {
+    /// A tracker on the system clock (an error if `cfg` is out of range, see
+    /// [`CompactKeyedConfig::validate`]).
+    pub fn new(cfg: CompactKeyedConfig) -> Result<Self> {
         Self::with_clock(cfg, crate::clock::system_clock())
     }
 
     /// A tracker reading `clock` for idleness of exact keys.
-    pub fn with_clock(cfg: CompactKeyedConfig, clock: ClockRef) -> Self {
-        let cfg = CompactKeyedConfig {
-            exact_keys: cfg.exact_keys.max(1),
-            sketch_width: cfg.sketch_width.max(1),
-            sketch_depth: cfg.sketch_depth.clamp(1, 8),
-            ..cfg
-        };
+    pub fn with_clock(cfg: CompactKeyedConfig, clock: ClockRef) -> Result<Self> {
+        cfg.validate()?;
         let exact = KeyedWatermarkTracker::with_ticks(
             KeyedTicks {
                 bounded_delay: cfg.bounded_delay,
@@ -138,7 +161,7 @@ impl CompactKeyedWatermarkTracker {
             clock,
         )
         .with_eviction_log();
-        Self {
+        Ok(Self {
             sketch: vec![EMPTY; cfg.sketch_width * cfg.sketch_depth],
             filled: 0,
             hll: vec![0; 1 << HLL_P],
@@ -146,7 +169,7 @@ impl CompactKeyedWatermarkTracker {
             evicted: Vec::new(),
             exact,
             cfg,
-        }
+        })
     }
 
     /// The configuration.
@@ -426,9 +449,6 @@ impl CompactKeyedWatermarkTracker {
             .checked_mul(sketch_depth)
             .and_then(|n| n.checked_mul(8))
             .is_none_or(|n| n > r.remaining())
-            || sketch_depth == 0
-            || sketch_depth > 8
-            || exact_keys == 0
         {
             return Err(corrupted("its sketch does not match its configuration"));
         }
@@ -439,7 +459,10 @@ impl CompactKeyedWatermarkTracker {
             bounded_delay,
             idle_timeout: (idle_timeout >= 0).then_some(idle_timeout),
         };
-        let mut t = Self::with_clock(cfg, clock);
+        if cfg.validate().is_err() {
+            return Err(corrupted("its sketch does not match its configuration"));
+        }
+        let mut t = Self::with_clock(cfg, clock)?;
         t.exact.read_bounded_state(&mut r)?;
         for v in &mut t.sketch {
             *v = r.i64()?;
@@ -475,6 +498,7 @@ mod tests {
             bounded_delay: 10,
             idle_timeout: None,
         })
+        .unwrap()
     }
 
     #[test]

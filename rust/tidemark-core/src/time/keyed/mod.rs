@@ -74,25 +74,11 @@ pub enum KeyEvictionPolicy {
     RejectNew,
 }
 
-impl KeyEvictionPolicy {
-    /// Parses the policy names used by the Python API.
-    pub fn from_name(name: &str) -> Result<Self> {
-        Ok(match name {
-            "least_recently_active" | "lru" => KeyEvictionPolicy::LeastRecentlyActive,
-            "lowest_watermark" => KeyEvictionPolicy::LowestWatermark,
-            "reject_new" => KeyEvictionPolicy::RejectNew,
-            other => {
-                return Err(TidemarkError::config(
-                    "eviction",
-                    format!(
-                        "unknown eviction policy {other:?}; use least_recently_active, \
-                         lowest_watermark or reject_new"
-                    ),
-                ))
-            }
-        })
-    }
-}
+crate::names::named!(KeyEvictionPolicy, "eviction", {
+    "least_recently_active" | "lru" => KeyEvictionPolicy::LeastRecentlyActive,
+    "lowest_watermark" => KeyEvictionPolicy::LowestWatermark,
+    "reject_new" => KeyEvictionPolicy::RejectNew,
+});
 
 /// Keyed watermark tracker configuration (seed F065). Durations are milliseconds of
 /// clock and event time; see [`KeyedWatermarkConfig::ticks`] for other units.

@@ -929,7 +929,9 @@ fn snapshots_carry_the_configuration_and_refuse_damage() {
         let err = KeyedWatermarkTracker::restore(bad, Arc::new(clock.clone())).unwrap_err();
         assert!(matches!(err, TidemarkError::StateCorrupted(_)), "{err}");
     }
-    let other = crate::time::CompactKeyedWatermarkTracker::new(Default::default()).snapshot();
+    let other = crate::time::CompactKeyedWatermarkTracker::new(Default::default())
+        .unwrap()
+        .snapshot();
     let err = KeyedWatermarkTracker::restore(&other, Arc::new(clock)).unwrap_err();
     assert!(
         err.to_string().contains("compact keyed watermark tracker"),

@@ -84,11 +84,25 @@ pub fn parsed_times(
     use arrow_array::Array;
     match data {
         None => Ok(None),
-        Some(p) => crate::keys::single_array(py, p)?
+        Some(p) => single_array(py, p)?
             .as_any()
             .downcast_ref::<arrow_array::Int64Array>()
             .cloned()
             .map(Some)
             .ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("parsed_times must be int64")),
     }
+}
+
+/// One array from an array or chunked array (concatenating chunks if there are several).
+pub fn single_array(py: Python<'_>, data: AnyArray) -> PyResult<ArrayRef> {
+    let (field, chunks) = read_chunks(py, data)?;
+    Ok(match chunks.len() {
+        0 => arrow_array::new_empty_array(field.data_type()),
+        1 => chunks.into_iter().next().expect("one chunk"),
+        _ => check(
+            py,
+            arrow_select::concat::concat(&chunks.iter().map(|c| c.as_ref()).collect::<Vec<_>>())
+                .map_err(Into::into),
+        )?,
+    })
 }

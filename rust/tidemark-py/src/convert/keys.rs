@@ -6,9 +6,9 @@ use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyFloat, PyInt, PyString, PyTuple};
 use pyo3_arrow::input::AnyArray;
-use tidemark_core::key::{self, KeyColumns};
+use tidemark_core::key::{self, decode_key, KeyColumns, KeyValue};
 
-use crate::arrow_io::read_chunks;
+use crate::convert::arrow::single_array;
 use crate::error::check;
 
 fn encode_scalar(obj: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> PyResult<()> {
@@ -97,73 +97,19 @@ pub fn key_columns(py: Python<'_>, columns: Vec<AnyArray>) -> PyResult<(KeyColum
     Ok((kc, n))
 }
 
-/// One array from an array or chunked array (concatenating chunks if there are several).
-pub fn single_array(py: Python<'_>, data: AnyArray) -> PyResult<ArrayRef> {
-    let (field, chunks) = read_chunks(py, data)?;
-    Ok(match chunks.len() {
-        0 => arrow_array::new_empty_array(field.data_type()),
-        1 => chunks.into_iter().next().expect("one chunk"),
-        _ => check(
-            py,
-            arrow_select::concat::concat(&chunks.iter().map(|c| c.as_ref()).collect::<Vec<_>>())
-                .map_err(Into::into),
-        )?,
-    })
-}
-
 /// Decodes an encoded key back into a Python value (a tuple for several values).
 pub fn decode_py_key(py: Python<'_>, k: &[u8]) -> PyResult<Py<PyAny>> {
-    use tidemark_core::key::tag;
-    let corrupt = || {
-        crate::error::to_py(
-            py,
-            tidemark_core::TidemarkError::StateCorrupted("malformed key encoding".into()),
-        )
-    };
     let mut values: Vec<Py<PyAny>> = Vec::new();
-    let mut pos = 0usize;
-    let take = |pos: &mut usize, n: usize| -> PyResult<&[u8]> {
-        let s = k.get(*pos..*pos + n).ok_or_else(corrupt)?;
-        *pos += n;
-        Ok(s)
-    };
-    while pos < k.len() {
-        let t = k[pos];
-        pos += 1;
-        let v: Py<PyAny> = match t {
-            tag::NULL => py.None(),
-            tag::INT => i64::from_le_bytes(take(&mut pos, 8)?.try_into().expect("8"))
-                .into_pyobject(py)?
-                .into_any()
-                .unbind(),
-            tag::UINT => u64::from_le_bytes(take(&mut pos, 8)?.try_into().expect("8"))
-                .into_pyobject(py)?
-                .into_any()
-                .unbind(),
-            tag::FLOAT => f64::from_bits(u64::from_le_bytes(
-                take(&mut pos, 8)?.try_into().expect("8"),
-            ))
-            .into_pyobject(py)?
-            .into_any()
-            .unbind(),
-            tag::BOOL => pyo3::types::PyBool::new(py, take(&mut pos, 1)?[0] != 0)
-                .to_owned()
-                .into_any()
-                .unbind(),
-            tag::STR | tag::BIN => {
-                let n = u32::from_le_bytes(take(&mut pos, 4)?.try_into().expect("4")) as usize;
-                let b = take(&mut pos, n)?;
-                if t == tag::STR {
-                    PyString::new(py, std::str::from_utf8(b).map_err(|_| corrupt())?)
-                        .into_any()
-                        .unbind()
-                } else {
-                    PyBytes::new(py, b).into_any().unbind()
-                }
-            }
-            _ => return Err(corrupt()),
-        };
-        values.push(v);
+    for v in check(py, decode_key(k))? {
+        values.push(match v {
+            KeyValue::Null => py.None(),
+            KeyValue::Int(i) => i.into_pyobject(py)?.into_any().unbind(),
+            KeyValue::UInt(u) => u.into_pyobject(py)?.into_any().unbind(),
+            KeyValue::Float(f) => f.into_pyobject(py)?.into_any().unbind(),
+            KeyValue::Bool(b) => PyBool::new(py, b).to_owned().into_any().unbind(),
+            KeyValue::Str(s) => PyString::new(py, s).into_any().unbind(),
+            KeyValue::Bin(b) => PyBytes::new(py, b).into_any().unbind(),
+        });
     }
     Ok(if values.len() == 1 {
         values.pop().expect("one")

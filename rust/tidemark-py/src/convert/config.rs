@@ -1,0 +1,154 @@
+//! The pipeline configuration dict `tidemark.Pipeline` prepares, read into the core
+//! configuration, and the other settings classes take from Python.
+
+use std::str::FromStr;
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use pyo3_arrow::input::AnyRecordBatch;
+use tidemark_core::agg::{AggKind, AggSpec};
+use tidemark_core::pipeline::{EmitMode, LatePolicy, PipelineConfig, Scope, TimeMode};
+use tidemark_core::window::WindowSpec;
+use tidemark_core::TidemarkError;
+
+use crate::clock::clock_ref;
+use crate::convert::arrow::{one_batch, read_batches};
+use crate::error::{check, detach, to_py};
+
+/// The value of `k` in the dict (a `TypeError` if it is missing or of the wrong type).
+pub fn get<'py, T>(d: &Bound<'py, PyDict>, k: &str) -> PyResult<T>
+where
+    T: for<'a> FromPyObject<'a, 'py, Error = PyErr>,
+{
+    match d.get_item(k)? {
+        Some(v) => v
+            .extract::<T>()
+            .map_err(|e| PyTypeError::new_err(format!("pipeline config {k:?}: {e}"))),
+        None => Err(PyTypeError::new_err(format!(
+            "pipeline config is missing {k:?}"
+        ))),
+    }
+}
+
+/// Builds the core configuration from the dict `tidemark.Pipeline` prepares.
+pub fn config_from_dict(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<PipelineConfig> {
+    let scope: String = get(d, "scope")?;
+    let column = match scope.as_str() {
+        "partition" => Some(get(d, "partition_column")?),
+        _ => None,
+    };
+    let scope = check(py, Scope::from_name(&scope, column))?;
+    let window = d
+        .get_item("window")?
+        .ok_or_else(|| PyTypeError::new_err("pipeline config is missing \"window\""))?
+        .cast_into::<PyDict>()
+        .map_err(|_| PyTypeError::new_err("pipeline config \"window\" must be a dict"))?;
+    let kind: String = get(&window, "kind")?;
+    let window = match kind.as_str() {
+        "tumbling" => WindowSpec::Tumbling {
+            size: get(&window, "size")?,
+            offset: get(&window, "offset")?,
+        },
+        "sliding" => WindowSpec::Sliding {
+            size: get(&window, "size")?,
+            slide: get(&window, "slide")?,
+            offset: get(&window, "offset")?,
+        },
+        "session" => WindowSpec::Session {
+            gap: get(&window, "gap")?,
+        },
+        "rows" => WindowSpec::Rows {
+            n: get(&window, "n")?,
+        },
+        other => {
+            return Err(to_py(
+                py,
+                TidemarkError::config("window", format!("unknown window kind {other:?}")),
+            ))
+        }
+    };
+    // (name, kind, column, ddof, by, (percentage, accuracy) of percentile_approx)
+    type AggTuple = (
+        String,
+        String,
+        Option<String>,
+        u8,
+        Option<String>,
+        Option<(f64, u32)>,
+    );
+    let agg_list: Vec<AggTuple> = get(d, "aggs")?;
+    let mut aggs = Vec::with_capacity(agg_list.len());
+    for (name, kind, column, ddof, by, quantile) in agg_list {
+        let kind = match quantile {
+            Some((p, accuracy)) => AggKind::percentile_approx(p, accuracy),
+            None => AggKind::from_name(&kind, ddof),
+        };
+        aggs.push(AggSpec {
+            name,
+            kind: check(py, kind)?,
+            column,
+            by,
+        });
+    }
+    let emit: EmitMode = named(py, d, "emit")?;
+    let late: LatePolicy = named(py, d, "late")?;
+    let time: TimeMode = named(py, d, "time")?;
+    let cfg = PipelineConfig {
+        keys: get(d, "keys")?,
+        event_time: get(d, "event_time")?,
+        event_time_type: get(d, "event_time_type")?,
+        parsed_externally: get(d, "parsed_externally")?,
+        delay: get(d, "delay")?,
+        scope,
+        idle_timeout: get(d, "idle_timeout")?,
+        source_partitions: get(d, "source_partitions")?,
+        window,
+        aggs,
+        emit,
+        allowed_lateness: get(d, "allowed_lateness")?,
+        late,
+        late_rule: named(py, d, "late_rule")?,
+        max_keys: get(d, "max_keys")?,
+        eviction: named(py, d, "eviction")?,
+        time,
+        state_ttl: get(d, "state_ttl")?,
+    };
+    check(py, cfg.validate())?;
+    Ok(cfg)
+}
+
+/// The core configuration and clock of a class built from `tidemark.Pipeline`'s dict.
+pub fn config_and_clock(
+    py: Python<'_>,
+    config: &Bound<'_, PyDict>,
+    clock: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(PipelineConfig, tidemark_core::clock::ClockRef)> {
+    Ok((config_from_dict(py, config)?, clock_ref(clock)?))
+}
+
+/// Builds a lookup from Arrow data (the table's buffers are shared, not copied).
+pub fn lookup_from(
+    py: Python<'_>,
+    table: AnyRecordBatch,
+    on: Vec<String>,
+    how: &str,
+    prefix: Option<String>,
+) -> PyResult<std::sync::Arc<tidemark_core::pipeline::lookup::Lookup>> {
+    use tidemark_core::pipeline::lookup::{JoinHow, Lookup};
+    let (schema, batches) = read_batches(py, table)?;
+    let how = check(py, how.parse::<JoinHow>())?;
+    detach(py, move || {
+        let batch = one_batch(schema, batches)?;
+        Lookup::new(&batch, &on, how, prefix.as_deref())
+    })
+}
+
+/// A named setting from the dict: an enum's name, parsed by the core's `FromStr`.
+pub fn named<T: FromStr<Err = TidemarkError>>(
+    py: Python<'_>,
+    d: &Bound<'_, PyDict>,
+    key: &str,
+) -> PyResult<T> {
+    check(py, get::<String>(d, key)?.parse())
+}

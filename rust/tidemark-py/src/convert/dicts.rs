@@ -1,0 +1,110 @@
+//! What the classes hand back to Python: output tables, and the progress and metrics
+//! dicts (and progress read back).
+
+use arrow_array::RecordBatch;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use pyo3_arrow::PyTable;
+use tidemark_core::pipeline::{Output, Progress};
+
+use crate::convert::config::get;
+
+/// The (windows, late, errors) tables an operator call returns.
+pub type Tables = (Py<PyAny>, Py<PyAny>, Py<PyAny>);
+
+/// One batch as a `pyarrow.Table` (no copy).
+pub fn batch_to_table(py: Python<'_>, b: RecordBatch) -> PyResult<Py<PyAny>> {
+    let schema = b.schema();
+    Ok(PyTable::try_new(vec![b], schema)?
+        .into_pyarrow(py)?
+        .unbind())
+}
+
+/// An operator's output as its three tables.
+pub fn output(py: Python<'_>, o: Output) -> PyResult<Tables> {
+    Ok((
+        batch_to_table(py, o.windows)?,
+        batch_to_table(py, o.late)?,
+        batch_to_table(py, o.errors)?,
+    ))
+}
+
+/// The progress dict of an operator (one or sharded).
+pub fn progress_dict<'py>(
+    py: Python<'py>,
+    p: &tidemark_core::pipeline::Progress,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item(
+        "max_event_time",
+        (p.max_event_time != i64::MIN).then_some(p.max_event_time),
+    )?;
+    d.set_item("partition_max", p.partition_max.clone())?;
+    d.set_item("key_global", p.key_global)?;
+    d.set_item(
+        "on_time_max",
+        (p.on_time_max != i64::MIN).then_some(p.on_time_max),
+    )?;
+    d.set_item(
+        "key_parts",
+        (
+            p.key_parts.0,
+            (p.key_parts.1 != i64::MIN).then_some(p.key_parts.1),
+        ),
+    )?;
+    Ok(d)
+}
+
+/// A progress dict (see [`progress_dict`]) read back.
+pub fn progress_from_dict(d: &Bound<'_, PyDict>) -> PyResult<Progress> {
+    let opt = |k: &str| -> PyResult<i64> { Ok(get::<Option<i64>>(d, k)?.unwrap_or(i64::MIN)) };
+    let (active, highest): (Option<i64>, Option<i64>) = get(d, "key_parts")?;
+    Ok(Progress {
+        max_event_time: opt("max_event_time")?,
+        partition_max: get(d, "partition_max")?,
+        key_global: get(d, "key_global")?,
+        on_time_max: opt("on_time_max")?,
+        key_parts: (active, highest.unwrap_or(i64::MIN)),
+    })
+}
+
+/// The metrics dict of an operator (one or sharded).
+pub fn metrics_dict<'py>(
+    py: Python<'py>,
+    m: &tidemark_core::pipeline::PipelineMetrics,
+    k: &tidemark_core::time::KeyedWatermarkMetrics,
+    watermark: Option<i64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (name, v) in [
+        ("batches", m.batches),
+        ("rows_in", m.rows_in),
+        ("late_dropped_count", m.late_dropped_count),
+        ("rows_error", m.rows_error),
+        ("windows_emitted", m.windows_emitted),
+        ("updates_emitted", m.updates_emitted),
+        ("retractions_emitted", m.retractions_emitted),
+        ("windows_open", m.windows_open),
+        ("windows_closed_by_timer", m.windows_closed_by_timer),
+        ("windows_closed_by_watermark", m.windows_closed_by_watermark),
+        ("sessions_closed_by_timer", m.sessions_closed_by_timer),
+        (
+            "sessions_closed_by_watermark",
+            m.sessions_closed_by_watermark,
+        ),
+        ("sessions_merged", m.sessions_merged),
+        ("windows_flushed", m.windows_flushed),
+        ("windows_evicted", m.windows_evicted),
+        ("keys_evicted", m.keys_evicted),
+        ("keys_expired", m.keys_expired),
+        ("windows_expired", m.windows_expired),
+        ("rows_unmatched", m.rows_unmatched),
+    ] {
+        d.set_item(name, v)?;
+    }
+    d.set_item("keys", k.total_keys)?;
+    d.set_item("active_keys", k.active_keys)?;
+    d.set_item("idle_keys", k.idle_keys)?;
+    d.set_item("watermark", watermark)?;
+    Ok(d)
+}

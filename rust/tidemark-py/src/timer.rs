@@ -1,0 +1,99 @@
+//! The timer service class.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+use tidemark_core::timer::{TimeDomain, Timer, TimerService};
+
+use crate::convert::keys::{decode_py_key, py_key};
+use crate::error::check;
+
+/// Native timer service (see `tidemark.TimerService`). Keys are Python keys, stored
+/// in the canonical key encoding and decoded back when timers fire.
+#[pyclass(name = "TimerService", module = "tidemark._native")]
+pub struct PyTimerService {
+    inner: TimerService<Vec<u8>>,
+}
+
+/// A timer kind; anything else is a `ConfigError`, as every other setting's is.
+fn domain(py: Python<'_>, kind: &str) -> PyResult<TimeDomain> {
+    check(py, kind.parse())
+}
+
+fn timer_list(py: Python<'_>, timers: Vec<&Timer<Vec<u8>>>) -> PyResult<Py<PyList>> {
+    let out = PyList::empty(py);
+    for t in timers {
+        out.append((t.timestamp, decode_py_key(py, &t.key)?, t.namespace))?;
+    }
+    Ok(out.unbind())
+}
+
+#[pymethods]
+impl PyTimerService {
+    #[new]
+    fn new() -> Self {
+        Self {
+            inner: TimerService::new(),
+        }
+    }
+
+    fn register(
+        &mut self,
+        py: Python<'_>,
+        timestamp: i64,
+        key: &Bound<'_, PyAny>,
+        namespace: i64,
+        kind: &str,
+    ) -> PyResult<bool> {
+        Ok(self
+            .inner
+            .register(domain(py, kind)?, timestamp, py_key(key)?, namespace))
+    }
+
+    fn delete(
+        &mut self,
+        py: Python<'_>,
+        timestamp: i64,
+        key: &Bound<'_, PyAny>,
+        namespace: i64,
+        kind: &str,
+    ) -> PyResult<bool> {
+        Ok(self
+            .inner
+            .delete(domain(py, kind)?, timestamp, py_key(key)?, namespace))
+    }
+
+    fn timers(&self, py: Python<'_>, kind: &str) -> PyResult<Py<PyList>> {
+        timer_list(py, self.inner.timers(domain(py, kind)?).collect())
+    }
+
+    fn advance_watermark(&mut self, py: Python<'_>, watermark: i64) -> PyResult<Py<PyList>> {
+        let fired = self.inner.advance_watermark(watermark);
+        timer_list(py, fired.iter().collect())
+    }
+
+    fn advance_processing_time(&mut self, py: Python<'_>, now: i64) -> PyResult<Py<PyList>> {
+        let fired = self.inner.advance_processing_time(now);
+        timer_list(py, fired.iter().collect())
+    }
+
+    #[getter]
+    fn watermark(&self) -> Option<i64> {
+        let w = self.inner.current_watermark();
+        (w != i64::MIN).then_some(w)
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn snapshot<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.inner.snapshot())
+    }
+
+    #[staticmethod]
+    fn restore(py: Python<'_>, data: &[u8]) -> PyResult<Self> {
+        Ok(Self {
+            inner: check(py, TimerService::restore(data))?,
+        })
+    }
+}
