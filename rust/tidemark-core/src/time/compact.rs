@@ -116,7 +116,7 @@ const HLL_P: u32 = 12;
 /// ```
 /// use tidemark_core::time::{CompactKeyedConfig, CompactKeyedWatermarkTracker};
 /// let cfg = CompactKeyedConfig { exact_keys: 2, bounded_delay: 10, ..Default::default() };
-/// let mut t = CompactKeyedWatermarkTracker::new(cfg);
+/// let mut t = CompactKeyedWatermarkTracker::new(cfg).unwrap();
 /// t.update("a", 100).unwrap();
 /// t.update("b", 50).unwrap();
 /// t.update("c", 70).unwrap();            // evicts "a" (least recently active) into the sketch
