@@ -1,4 +1,4 @@
-//! Per-key watermark benchmarks (seed F065 targets).
+//! Per-key watermark benchmarks.
 //!
 //! Run: `cargo bench -p tidemark-benches --bench keyed` (or `make bench`).
 //!
@@ -266,7 +266,7 @@ fn bench_global(c: &mut Criterion) {
         let t = filled(n);
         g.bench_function(label, |b| b.iter(|| black_box(t.global_watermark())));
     }
-    // The seed's "global calc": recompute after the key holding the minimum moves.
+    // The "global calc": recompute after the key holding the minimum moves.
     for (label, n) in [("1K", 1_000i64), ("100K", 100_000), ("1M", 1_000_000)] {
         g.bench_function(format!("min_key_update_{label}"), |b| {
             let mut t = filled(n);

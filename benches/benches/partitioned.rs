@@ -1,4 +1,4 @@
-//! Per-partition watermark benchmarks (seed F064 targets).
+//! Per-partition watermark benchmarks.
 //!
 //! Run: `cargo bench -p tidemark-benches --bench partitioned` (or `make bench`).
 //!
@@ -90,7 +90,7 @@ fn bench_combined(c: &mut Criterion) {
         let mut t = tracker(100);
         b.iter(|| black_box(t.recalculate()))
     });
-    // The seed's full recalculation: mark the minimum idle and active again, so the
+    // A full recalculation: mark the minimum idle and active again, so the
     // combined value is computed afresh each time.
     g.bench_function("idle_then_active_min_partition", |b| {
         let mut t = tracker(100);

@@ -4,7 +4,7 @@
 which a chosen fraction of keys (tenants, devices) reports late as a block: each
 delayed key's events arrive a constant delay (drawn per key from a range) after they
 happened, plus network jitter. This is the situation in which one global watermark
-drops the slow keys' data and per-key watermarks do not (seed F065).
+drops the slow keys' data and per-key watermarks do not.
 
 Everything is vectorised with numpy and seeded, so a run is reproducible.
 """

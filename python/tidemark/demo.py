@@ -1,6 +1,6 @@
 """``tidemark demo``: the main job, a real local-mode Spark pipeline.
 
-This version shows per-source-partition watermarks with idle detection (seed F064)
+This version shows per-source-partition watermarks with idle detection
 on Spark: a Kafka-like topic with several partitions is read micro-batch by
 micro-batch; each batch goes through ``mapInArrow`` where the Rust core computes every
 partition's event-time progress; the driver combines the partitions with a

@@ -1,4 +1,4 @@
-"""Event-time columns and the parser registry (seed 004, ``EventtimeTypeRegistry``).
+"""Event-time columns and the parser registry (``EventtimeTypeRegistry``).
 
 An event-time column becomes int64 epoch microseconds (Spark's unit). Arrow
 ``timestamp`` and ``date`` columns need no type name; other columns name a parser:

@@ -1,5 +1,5 @@
 """Metrics for Prometheus: a text exposition and a ``prometheus_client`` collector,
-with the seed's metric names, for pipeline operators, reorder operators and the three
+with stable metric names, for pipeline operators, reorder operators and the three
 watermark trackers.
 
 >>> import pyarrow as pa, tidemark as tm

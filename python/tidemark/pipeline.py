@@ -640,7 +640,7 @@ class Pipeline:
         **kwargs: Any,
     ) -> Pipeline:
         """A pipeline from a :class:`tidemark.StreamDefinition` (or its dict) and the
-        seed's options ``eventtime.enabled`` / ``eventtime.lateTolerance``.
+        options ``eventtime.enabled`` / ``eventtime.lateTolerance``.
 
         Event time on: the definition's column and type, and (unless ``watermark`` is
         given) a global watermark ``max event time - lateTolerance``. Event time off:
@@ -925,7 +925,7 @@ class Operator:
         """A call without rows: time moves on by itself.
 
         With ``time="processing"`` the watermark follows the clock, so windows close
-        in wall time even when no rows arrive (the seed's processing-time ticker);
+        in wall time even when no rows arrive (a processing-time ticker);
         with event time, keys and partitions that went idle on the clock release
         their windows. An operator restored from a snapshot does this before its
         first batch too; a fresh one has nothing to close (tables without columns).

@@ -1,4 +1,4 @@
-"""Event-time reordering (seed 004's ``PhysicalEventtimeWatermark``).
+"""Event-time reordering (``PhysicalEventtimeWatermark``).
 
 :class:`Reorder` takes batches out of order by event time and releases their rows in
 non-decreasing event-time order (ties in arrival order), each release followed by a
@@ -192,7 +192,7 @@ class Reorder:
 
     def metrics(self) -> dict[str, Any]:
         """``buffer_size``, ``late_dropped_count``, ``watermark_emitted_count``,
-        ``max_timestamp_seen`` (the seed's metrics), plus ``rows_in``,
+        ``max_timestamp_seen``, plus ``rows_in``,
         ``rows_released``, ``rows_error``, ``batches``, ``buffer_bytes``, ``watermark``."""
         return dict(self._inner.metrics())
 
@@ -213,8 +213,9 @@ def _build(attrs: dict[str, Any], state: bytes | None) -> Reorder:
 
 
 class ProcessingTimeWatermark:
-    """Seed 004's ``PhysicalProcessTimeWatermark``: rows pass through in arrival order
-    and the watermark follows the clock (epoch microseconds), as a ticker would.
+    """A processing-time watermark (``PhysicalProcessTimeWatermark``): rows pass through
+    in arrival order and the watermark follows the clock (epoch microseconds), as a
+    ticker would.
 
     The same ``process`` / ``flush`` / ``metrics`` surface as :class:`Reorder`, so a
     planned stream (:func:`tidemark.plan`) runs either. Deterministic under

@@ -1,8 +1,8 @@
-"""Declarative stream definitions and event-time options (seed 004).
+"""Declarative stream definitions and event-time options.
 
 A :class:`StreamDefinition` says which column carries event time and how to parse it;
 pipeline options say whether event time is on and how much disorder to tolerate.
-Both are plain dicts / JSON / YAML-friendly, with the seed's names:
+Both are plain dicts / JSON / YAML-friendly, with dotted option names:
 
 .. code-block:: yaml
 
@@ -18,7 +18,7 @@ a :class:`tidemark.Reorder` in event time, a :class:`tidemark.ProcessingTimeWate
 otherwise. :meth:`tidemark.Pipeline.from_stream` builds a windowed aggregation
 from the same two documents.
 
-**Several message kinds in one batch.** In the seed a tuple can hold several
+**Several message kinds in one batch.** A tuple can hold several
 messages; its event time comes from the *first message (in tuple order) whose stream
 definition has an event-time section*. In tidemark a row is one Arrow record: when a
 table carries several message kinds side by side (e.g. a ``header`` and an
@@ -106,7 +106,7 @@ class StreamDefinition:
     Parameters
     ----------
     event_time : dict or EventTimeColumn, optional
-        ``{"column": "ts", "type": "unixtimestamp_ms"}`` (the seed's
+        ``{"column": "ts", "type": "unixtimestamp_ms"}`` (the options
         ``eventtime.column`` / ``eventtime.type``).
     name : str
         The stream's name (used in messages).
@@ -236,7 +236,7 @@ class StreamDefinition:
 
 @dataclass(frozen=True)
 class EventTimeOptions:
-    """The seed's pipeline options ``eventtime.enabled`` (default ``False``) and
+    """The pipeline options ``eventtime.enabled`` (default ``False``) and
     ``eventtime.lateTolerance`` (default ``0``; a duration such as ``"2s"``, ints are
     microseconds)."""
 

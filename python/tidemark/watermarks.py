@@ -1,4 +1,4 @@
-"""Watermark trackers (seed F064: per source partition).
+"""Watermark trackers: per source partition and per key.
 
 All trackers share one convention: a watermark ``W`` asserts that no more events with
 ``ts < W`` are expected; the combined watermark is the minimum over active inputs,
@@ -107,7 +107,7 @@ class _Restorable:
 
 
 class PartitionedWatermarkTracker(_Restorable):
-    """Watermarks per source partition, with idle detection (seed F064).
+    """Watermarks per source partition, with idle detection.
 
     One slow or silent partition no longer blocks the others: the combined watermark
     is the minimum over *active* partitions, and a partition that sends nothing for
@@ -124,7 +124,7 @@ class PartitionedWatermarkTracker(_Restorable):
 
     Examples
     --------
-    The seed's example:
+    For example:
 
     >>> import tidemark as tm
     >>> t = tm.PartitionedWatermarkTracker()
@@ -542,15 +542,15 @@ def _with_pykeys(call: Callable[[list[Any], Any], _R], keys: Any, event_times: A
 
 
 class KeyedWatermarkTracker(_Restorable):
-    """Watermarks per key (seed F065): a slow tenant is judged by its own progress.
+    """Watermarks per key: a slow tenant is judged by its own progress.
 
     Each key's watermark is its largest event time minus ``bounded_delay``; an event is
     late only if it is behind *its key's* watermark. With a global watermark, every key
     that runs behind the fastest ones loses data; with per-key watermarks it does not.
 
     The global watermark is the minimum over active keys (if none is active, the
-    highest watermark any key has had): the seed's "global, for ordering". It moves
-    back only when a key that is behind joins or becomes active again (the seed's own
+    highest watermark any key has had): the "global, for ordering" watermark. It moves
+    back only when a key that is behind joins or becomes active again (as in the
     example below); idling or removing keys never lowers it. The values the update
     calls *return* are monotonic: ``update`` returns the global watermark only when it
     rises above every value returned before (:meth:`emitted_watermark`).
@@ -579,7 +579,7 @@ class KeyedWatermarkTracker(_Restorable):
 
     Examples
     --------
-    The seed's example:
+    For example:
 
     >>> import tidemark as tm
     >>> tracker = tm.KeyedWatermarkTracker(bounded_delay=5000, idle_timeout=60_000)

@@ -1,4 +1,4 @@
-"""Per-source-partition progress computed inside Spark tasks (seed F064 on Spark)."""
+"""Per-source-partition progress computed inside Spark tasks (on Spark)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-//! Event-time reordering: seed 004's `PhysicalEventtimeWatermark`, on Arrow batches.
+//! Event-time reordering (`PhysicalEventtimeWatermark`) on Arrow batches.
 //!
 //! Input arrives out of order by event time. [`ReorderOperator`] buffers it and
 //! releases it in non-decreasing event-time order (ties in arrival order), followed

@@ -261,7 +261,7 @@ fn many_runs_are_compacted_without_changing_the_order() {
     assert_eq!(got, expected);
 }
 
-/// The naive model: the seed's algorithm, row by row with a sorted list.
+/// The naive model: the reference algorithm, row by row with a sorted list.
 fn model(batches: &[Vec<(Option<i64>, i64)>], tol: i64) -> (Vec<i64>, Vec<Option<i64>>, Vec<i64>) {
     let (mut wm, mut max) = (i64::MIN, i64::MIN);
     let mut buf: Vec<(i64, u64, i64)> = Vec::new();

@@ -1,7 +1,7 @@
-//! Timer service (seed F017E): timers that survive operator re-creation.
+//! Timer service: timers that survive operator re-creation.
 //!
 //! A timer is unique per `(timestamp, key, namespace)`: the key identifies the keyed
-//! state it belongs to (as the seed proposes, the key is part of the timer key, so a
+//! state it belongs to (the key is part of the timer key, so a
 //! timer can be routed back to its key), the namespace identifies the window or
 //! session within the key. Event-time timers fire when the watermark reaches their
 //! timestamp (`W >= ts`), processing-time timers when the clock does. Each fires

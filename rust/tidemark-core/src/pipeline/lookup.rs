@@ -1,4 +1,4 @@
-//! Broadcast lookup (the seed's replicated state): each input row is joined with a
+//! Broadcast lookup (a table replicated to every shard): each input row is joined with a
 //! small table on key columns before it is aggregated. One copy of the table serves
 //! every core (it is shared behind an `Arc` and only read).
 

@@ -227,7 +227,7 @@ fn sessions_merge_and_close() {
 
 #[test]
 fn seed_watermark_closes_session_at_the_right_time() {
-    // Seed F017E integration test: gap 1000, events at 0 and 500, then 3000.
+    // Session closure on the watermark: gap 1000, events at 0 and 500, then 3000.
     let mut c = cfg(WindowSpec::Session { gap: 1000 }, Scope::Global);
     c.keys = vec![];
     let (mut o, _) = op(c);
@@ -604,7 +604,7 @@ fn max_keys_evicts_and_emits() {
 
 #[test]
 fn test_timer_survives_restore() {
-    // Seed F017E: a session's timer survives operator drop and re-creation.
+    // a session's timer survives operator drop and re-creation.
     let c = cfg(WindowSpec::Session { gap: 1000 }, Scope::Global);
     let (mut o, clock) = op(c.clone());
     o.process(&batch(&[("k", 500, 1)]), None).unwrap();

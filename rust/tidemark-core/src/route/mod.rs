@@ -39,7 +39,7 @@ pub enum HashAlgo {
 
 crate::names::named!(HashAlgo, "hash", { "xxh3" => HashAlgo::Xxh3, "spark" => HashAlgo::Spark });
 
-/// A routing strategy (the seed's partitionability analysis).
+/// A routing strategy: how a pipeline's state can be split over shards.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Strategy {
     /// Rows with equal keys go to the same partition (GROUP BY, keyed state).

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Backpressure of a core's queue, by its utilisation (the seed's thresholds).
+/// Backpressure of a core's queue, by its utilisation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackpressureState {
     /// Utilisation below 0.7.

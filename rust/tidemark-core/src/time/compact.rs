@@ -1,5 +1,4 @@
-//! Memory-bounded keyed watermarks for millions of keys (seed F065, "Memory
-//! Efficiency").
+//! Memory-bounded keyed watermarks for millions of keys.
 //!
 //! [`CompactKeyedWatermarkTracker`] keeps exact state (a [`KeyedWatermarkTracker`])
 //! for the `exact_keys` most recently active keys. A key pushed out of the exact set

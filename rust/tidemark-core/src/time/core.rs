@@ -1,4 +1,4 @@
-//! Thread-per-core watermark integration (seed F064, "Thread-Per-Core Integration").
+//! Thread-per-core watermark integration.
 //!
 //! Each core owns a [`CoreWatermarkState`] for the partitions assigned to it and
 //! publishes its local watermark to a shared, lock-free [`WatermarkCoordinator`]

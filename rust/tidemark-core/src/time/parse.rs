@@ -1,4 +1,4 @@
-//! Event-time column parsing (seed 004, "EventtimeTypeRegistry").
+//! Event-time column parsing: the registry of event-time types (`EventtimeTypeRegistry`).
 //!
 //! An event-time column is turned into epoch microseconds (Spark's unit) by a parser
 //! chosen by name. Arrow timestamp and date columns need no name. Built-in names:

@@ -1,4 +1,4 @@
-//! Per-key watermarks (seed F065).
+//! Per-key watermarks.
 //!
 //! A global watermark drops the data of every key that runs behind the fastest ones.
 //! [`KeyedWatermarkTracker`] keeps one watermark per key,
@@ -7,16 +7,17 @@
 //! of idle keys:
 //!
 //! * global = minimum over **active** keys; idle keys are excluded; if no key is
-//!   active, the highest watermark any key has had. It is the seed's "global (for
-//!   ordering)": it moves back only when a key that is behind joins or becomes active
-//!   again (the seed's own example: a slow tenant arriving after a fast one lowers it);
+//!   active, the highest watermark any key has had. It is the "global (for
+//!   ordering)" watermark: it moves back only when a key that is behind joins or becomes active
+//!   again (for example, a slow tenant arriving after a fast one lowers it);
 //!   removing or idling keys never lowers it;
 //! * the advances the update calls report are monotonic: `Some(W)` only when `W` is
 //!   above every value reported before ([`KeyedWatermarkTracker::emitted_watermark`]);
 //! * per-key watermarks are monotonic;
 //! * a key is idle when its last activity on the injected clock is more than
 //!   `idle_timeout` ago (checked by [`KeyedWatermarkTracker::check_idle_keys`]);
-//! * `max_keys` bounds memory, with the seed's eviction policies.
+//! * `max_keys` bounds memory, with an eviction policy (least recently active, lowest
+//!   watermark, or reject new keys).
 //!
 //! # Data structure
 //!
@@ -80,7 +81,7 @@ crate::names::named!(KeyEvictionPolicy, "eviction", {
     "reject_new" => KeyEvictionPolicy::RejectNew,
 });
 
-/// Keyed watermark tracker configuration (seed F065). Durations are milliseconds of
+/// Keyed watermark tracker configuration. Durations are milliseconds of
 /// clock and event time; see [`KeyedWatermarkConfig::ticks`] for other units.
 #[derive(Debug, Clone)]
 pub struct KeyedWatermarkConfig {
@@ -276,7 +277,7 @@ impl Cold {
 ///
 /// # Examples
 ///
-/// The seed's example (keys may be any [`AsKey`] value: strings, integers, bytes,
+/// An example (keys may be any [`AsKey`] value: strings, integers, bytes,
 /// tuples):
 ///
 /// ```

@@ -78,11 +78,7 @@ fn test_keyed_tracker_global_is_minimum_of_active_keys() {
         None,
         "a lagging key joining is no advance"
     );
-    assert_eq!(
-        t.global_watermark(),
-        w(4_000),
-        "but it lowers the global (seed example)"
-    );
+    assert_eq!(t.global_watermark(), w(4_000), "but it lowers the global");
     assert_eq!(
         t.emitted_watermark(),
         w(15_000),
@@ -405,7 +401,7 @@ mod model {
         idle: bool,
     }
 
-    /// The seed's algorithm with plain maps; eviction by full scans.
+    /// The reference algorithm with plain maps; eviction by full scans.
     struct Model {
         keys: BTreeMap<u8, K>,
         global: i64,

@@ -1,4 +1,4 @@
-//! Per-partition watermarks with idle detection (seed F064).
+//! Per-partition watermarks with idle detection.
 //!
 //! A source (a Kafka topic, a set of files, a Spark source) has partitions that make
 //! event-time progress at different rates. [`PartitionedWatermarkTracker`] keeps one
@@ -108,7 +108,7 @@ struct Source {
 ///
 /// # Examples
 ///
-/// The seed's example, verbatim in meaning:
+/// An example: two partitions, one falls idle:
 ///
 /// ```
 /// use tidemark_core::time::{PartitionedWatermarkTracker, PartitionId, Watermark};

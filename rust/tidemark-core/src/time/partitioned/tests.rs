@@ -304,7 +304,7 @@ mod model {
         ]
     }
 
-    /// The seed's algorithm, written as plainly as possible.
+    /// The reference algorithm, written as plainly as possible.
     #[derive(Default)]
     struct Model {
         parts: BTreeMap<u32, (i64, i64, bool)>, // watermark, last_activity, idle
