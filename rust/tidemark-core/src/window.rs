@@ -147,9 +147,10 @@ impl WindowSpec {
     }
 }
 
-/// One open session of a key: `[start, end)` with its state index.
+/// One open window of a key, of any kind: `[start, end)` with the index of its aggregate
+/// state (a session's bounds grow as events join it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Session {
+pub struct OpenWindow {
     /// First event time.
     pub start: i64,
     /// Last event time plus the gap.
@@ -173,7 +174,7 @@ pub enum SessionChange {
         /// Bounds of the surviving session before the change.
         old: (i64, i64),
         /// States of sessions merged into it (removed from the list), with their bounds.
-        merged: Vec<Session>,
+        merged: Vec<OpenWindow>,
     },
 }
 
@@ -186,15 +187,15 @@ pub enum SessionChange {
 /// # Examples
 ///
 /// ```
-/// use tidemark_core::window::{add_to_sessions, Session, SessionChange};
-/// let mut s = vec![Session { start: 0, end: 10, state: 0 }, Session { start: 20, end: 30, state: 1 }];
+/// use tidemark_core::window::{add_to_sessions, OpenWindow, SessionChange};
+/// let mut s = vec![OpenWindow { start: 0, end: 10, state: 0 }, OpenWindow { start: 20, end: 30, state: 1 }];
 /// // An event at 8 with gap 14 covers [8, 22): it bridges both sessions.
 /// let change = add_to_sessions(&mut s, 8, 22, || 2);
-/// assert_eq!(s, vec![Session { start: 0, end: 30, state: 0 }]);
+/// assert_eq!(s, vec![OpenWindow { start: 0, end: 30, state: 0 }]);
 /// assert!(matches!(change, SessionChange::Grown { index: 0, .. }));
 /// ```
 pub fn add_to_sessions(
-    sessions: &mut Vec<Session>,
+    sessions: &mut Vec<OpenWindow>,
     start: i64,
     end: i64,
     new_state: impl FnOnce() -> u32,
@@ -208,7 +209,7 @@ pub fn add_to_sessions(
     if first == last {
         sessions.insert(
             first,
-            Session {
+            OpenWindow {
                 start,
                 end,
                 state: new_state(),
@@ -222,7 +223,7 @@ pub fn add_to_sessions(
     if last - first == 1 && new_start == old.0 && new_end == old.1 {
         return SessionChange::Inside(first);
     }
-    let merged: Vec<Session> = sessions.drain(first + 1..last).collect();
+    let merged: Vec<OpenWindow> = sessions.drain(first + 1..last).collect();
     sessions[first].start = new_start;
     sessions[first].end = new_end;
     SessionChange::Grown {

@@ -21,14 +21,14 @@ pub fn process_with<T: ArrivalOperator>(
     let parsed = parsed_times_of(py, parsed_times)?;
     let out = detach(py, move || {
         let batch = one_batch(schema, batches)?;
-        op.process_unit(&batch, parsed.as_ref())
+        op.process(&batch, parsed.as_ref())
     })?;
     output(py, out)
 }
 
 /// `flush` of any operator kind.
 pub fn flush_with<T: ArrivalOperator>(py: Python<'_>, op: &mut T) -> PyResult<Tables> {
-    let out = detach(py, move || op.flush_all())?;
+    let out = detach(py, move || op.flush())?;
     output(py, out)
 }
 
@@ -43,6 +43,6 @@ pub fn snapshot_with<'py, T: ArrivalOperator + Sync>(
     py: Python<'py>,
     op: &T,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let bytes = detach(py, move || op.snapshot_bytes())?;
+    let bytes = detach(py, move || op.snapshot())?;
     Ok(PyBytes::new(py, &bytes))
 }

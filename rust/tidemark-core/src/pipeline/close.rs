@@ -11,7 +11,7 @@ use super::{
     EMITTED, NOT_PENDING, NO_CALL, RETIME, UNRESOLVED,
 };
 use crate::error::Result;
-use crate::window::{Session, WindowSpec};
+use crate::window::{OpenWindow, WindowSpec};
 
 /// Open windows by close time (`end + allowed_lateness`), so a watermark closes them
 /// in order. These are the pipeline's event-time timers: one per window (per key scope:
@@ -69,7 +69,7 @@ fn push_closed_to(
     metrics: &mut PipelineMetrics,
     emit: bool,
     key: KeyRef,
-    w: Session,
+    w: OpenWindow,
 ) {
     if emit {
         metrics.windows_emitted += 1;
@@ -207,7 +207,7 @@ impl Operator {
                 continue;
             }
             self.owned_keys.push(e.key);
-            let key = KeyRef::Owned((self.owned_keys.len() - 1) as u32);
+            let key = KeyRef::Copied((self.owned_keys.len() - 1) as u32);
             for w in list {
                 self.metrics.windows_evicted += 1;
                 self.push_closed(key, w);
@@ -217,7 +217,7 @@ impl Operator {
 
     /// A window closed: `on_window_close` emits its final value; either way its state
     /// is released once the output is built.
-    fn push_closed(&mut self, key: KeyRef, w: Session) {
+    fn push_closed(&mut self, key: KeyRef, w: OpenWindow) {
         let emit = self.cfg.emit == EmitMode::OnWindowClose;
         push_closed_to(
             &mut self.emits,

@@ -40,7 +40,7 @@ impl Operator {
         let key_of = |k: KeyRef| -> KeyBytes<'_> {
             match k {
                 KeyRef::Slot(s) => self.keys.slot_key(s),
-                KeyRef::Owned(i) => KeyBytes::Borrowed(&self.owned_keys[i as usize]),
+                KeyRef::Copied(i) => KeyBytes::Borrowed(&self.owned_keys[i as usize]),
             }
         };
         let keys: Vec<KeyBytes<'_>> = emits.iter().map(|e| key_of(e.key)).collect();

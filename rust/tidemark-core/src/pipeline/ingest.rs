@@ -16,7 +16,7 @@ use crate::batch::{error_batch, take_rows};
 use crate::error::{Result, TidemarkError};
 use crate::key::KeyRows;
 use crate::time::parse_event_time;
-use crate::window::{add_to_sessions, Session, SessionChange, WindowSpec};
+use crate::window::{add_to_sessions, OpenWindow, SessionChange, WindowSpec};
 
 impl Operator {
     /// Processes one batch. `parsed_times` (int64 epoch microseconds, one per row)
@@ -586,7 +586,7 @@ impl Operator {
                 Self::alloc_state(&mut self.accs, &mut self.flags, &mut self.free_states, aggs);
             self.wins[slot as usize].insert(
                 pos,
-                Session {
+                OpenWindow {
                     start,
                     end,
                     state: st,
@@ -607,7 +607,7 @@ impl Operator {
         if self.cfg.emit == EmitMode::OnUpdate {
             self.owned_keys.push(self.keys.slot_key(slot).to_vec());
             self.emits.push(Emit {
-                key: KeyRef::Owned((self.owned_keys.len() - 1) as u32),
+                key: KeyRef::Copied((self.owned_keys.len() - 1) as u32),
                 start,
                 end,
                 state: NO_STATE,

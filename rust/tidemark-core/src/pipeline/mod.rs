@@ -48,33 +48,33 @@ use crate::clock::ClockRef;
 use crate::error::{Result, TidemarkError};
 use crate::state::Reader;
 use crate::time::{KeyedTicks, KeyedWatermarkTracker, ScopeWatermark};
-use crate::window::{Session, WindowSpec};
+use crate::window::{OpenWindow, WindowSpec};
 use floors::FloorSketch;
 
 /// What every operator kind (one core, sharded, ROWS) does with arrival units: the
 /// surface the bindings drive.
 pub trait ArrivalOperator: Send {
     /// Processes one arrival unit.
-    fn process_unit(&mut self, batch: &RecordBatch, parsed: Option<&Int64Array>) -> Result<Output>;
+    fn process(&mut self, batch: &RecordBatch, parsed: Option<&Int64Array>) -> Result<Output>;
     /// End of input.
-    fn flush_all(&mut self) -> Result<Output>;
+    fn flush(&mut self) -> Result<Output>;
     /// A call without rows: time moves on by itself (see [`Operator::tick`]).
     fn tick(&mut self) -> Result<Output>;
     /// The whole state as bytes.
-    fn snapshot_bytes(&self) -> Result<Vec<u8>>;
+    fn snapshot(&self) -> Result<Vec<u8>>;
 }
 
 impl ArrivalOperator for Operator {
-    fn process_unit(&mut self, batch: &RecordBatch, parsed: Option<&Int64Array>) -> Result<Output> {
-        self.process(batch, parsed)
+    fn process(&mut self, batch: &RecordBatch, parsed: Option<&Int64Array>) -> Result<Output> {
+        Self::process(self, batch, parsed)
     }
-    fn flush_all(&mut self) -> Result<Output> {
+    fn flush(&mut self) -> Result<Output> {
         self.flush()
     }
     fn tick(&mut self) -> Result<Output> {
         Operator::tick(self)
     }
-    fn snapshot_bytes(&self) -> Result<Vec<u8>> {
+    fn snapshot(&self) -> Result<Vec<u8>> {
         Ok(self.snapshot())
     }
 }
@@ -221,8 +221,9 @@ impl Pending {
 enum KeyRef {
     /// The key in a live slot.
     Slot(u32),
-    /// A copy (keys evicted or retracted during the call, whose slot may be reused).
-    Owned(u32),
+    /// An index into the call's copied keys (keys evicted or retracted during the
+    /// call, whose slot may be reused).
+    Copied(u32),
 }
 
 /// An output row of the current call: a final window, an update, or a retraction.
@@ -257,7 +258,7 @@ pub struct Operator {
     /// Key interning, activity, per-key watermarks (meaningful in key scope).
     keys: KeyedWatermarkTracker,
     /// Open windows per key slot, sorted by start.
-    wins: Vec<Vec<Session>>,
+    wins: Vec<Vec<OpenWindow>>,
     /// Partial aggregates: `accs[state * n_aggs + j]`.
     accs: Vec<Acc>,
     flags: Vec<u8>,

@@ -274,17 +274,17 @@ impl RowsOperator {
 }
 
 impl super::ArrivalOperator for RowsOperator {
-    fn process_unit(&mut self, batch: &RecordBatch, parsed: Option<&Int64Array>) -> Result<Output> {
-        self.process(batch, parsed)
+    fn process(&mut self, batch: &RecordBatch, parsed: Option<&Int64Array>) -> Result<Output> {
+        Self::process(self, batch, parsed)
     }
-    fn flush_all(&mut self) -> Result<Output> {
+    fn flush(&mut self) -> Result<Output> {
         self.flush()
     }
     fn tick(&mut self) -> Result<Output> {
         // Nothing waits on time: a call without rows emits nothing, as a flush.
         self.flush()
     }
-    fn snapshot_bytes(&self) -> Result<Vec<u8>> {
+    fn snapshot(&self) -> Result<Vec<u8>> {
         Ok(self.snapshot())
     }
 }

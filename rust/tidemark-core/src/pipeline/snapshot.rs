@@ -10,7 +10,7 @@ use crate::agg::codec::{read_acc, write_acc};
 use crate::clock::ClockRef;
 use crate::error::Result;
 use crate::state::{Reader, SnapshotKind, Writer};
-use crate::window::Session;
+use crate::window::OpenWindow;
 use crate::{state, TidemarkError};
 
 /// Writes the input fields an operator is bound to (`None`: it saw no batch yet), so a
@@ -169,7 +169,7 @@ impl Operator {
                 for j in 0..n {
                     op.accs[st as usize * n + j] = read_acc(&mut r)?;
                 }
-                op.wins[slot as usize].push(Session {
+                op.wins[slot as usize].push(OpenWindow {
                     start,
                     end,
                     state: st,

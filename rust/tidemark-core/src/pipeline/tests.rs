@@ -752,7 +752,7 @@ fn grid_order_is_the_output_order_of_tumbling_and_sliding_windows() {
             for _ in 0..40 {
                 start += 10 * (1 + next(3) as i64);
                 emits.push(Emit {
-                    key: KeyRef::Owned(k as u32),
+                    key: KeyRef::Copied(k as u32),
                     start,
                     end: start + width,
                     state: 0,

@@ -607,16 +607,16 @@ impl ShardedOperator {
 }
 
 impl crate::pipeline::ArrivalOperator for ShardedOperator {
-    fn process_unit(&mut self, batch: &RecordBatch, parsed: Option<&Int64Array>) -> Result<Output> {
-        self.process(batch, parsed)
+    fn process(&mut self, batch: &RecordBatch, parsed: Option<&Int64Array>) -> Result<Output> {
+        Self::process(self, batch, parsed)
     }
-    fn flush_all(&mut self) -> Result<Output> {
+    fn flush(&mut self) -> Result<Output> {
         self.flush()
     }
     fn tick(&mut self) -> Result<Output> {
         ShardedOperator::tick(self)
     }
-    fn snapshot_bytes(&self) -> Result<Vec<u8>> {
+    fn snapshot(&self) -> Result<Vec<u8>> {
         self.snapshot()
     }
 }
