@@ -11,11 +11,12 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export CARGO_TARGET_DIR := $(abspath target)
 CARGO_PROFILE := --release
 
-.PHONY: help demo test setup build lint fmt docs rust-test py-test bench bench-rust bench-py clean
+.PHONY: help demo test setup build lint fmt docs rust-test py-test wheel wheel-check bench bench-rust bench-py clean
 
 help:
 	@echo "make demo   - set up, build, run the main job (a local Spark pipeline)"
 	@echo "make test   - set up, build, run every gate and test suite"
+	@echo "make wheel  - the wheel to ship: dist/*.whl (abi3, manylinux2014, stripped)"
 	@echo "make bench  - criterion and Python benchmarks"
 	@echo "make fmt    - format Rust and Python"
 
@@ -36,8 +37,8 @@ demo: build
 lint: build
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets $(CARGO_PROFILE) -- -D warnings
-	$(BIN)/ruff check python tests benches docs
-	$(BIN)/ruff format --check python tests benches docs
+	$(BIN)/ruff check python tests benches docs scripts
+	$(BIN)/ruff format --check python tests benches docs scripts
 	$(BIN)/mypy
 	$(BIN)/python -m mypy.stubtest tidemark._native
 	$(BIN)/python docs/gen_api.py --check
@@ -48,15 +49,32 @@ rust-test:
 py-test: build
 	$(BIN)/python -m pytest -q --durations=15 --doctest-modules python/tidemark tests
 
-test: build lint rust-test py-test
+test: build lint rust-test py-test wheel-check
+
+# The wheel a user ships: one abi3 wheel for every CPython >= 3.10, its native module
+# stripped, linked by zig (`ziglang` from PyPI) against glibc 2.17's symbols so that it
+# is a manylinux2014 wheel (executors need glibc 2.17, not the build machine's). It
+# builds in its own target directory (another linker: every crate compiles again).
+wheel: setup
+	rm -rf dist
+	CARGO_TARGET_DIR=$(abspath target/zig) $(BIN)/maturin build --release --strip --zig \
+		--compatibility manylinux2014 -o dist
+	$(BIN)/python scripts/check_wheel.py dist --max-glibc 2.17
+
+# make test's check of the packaging (abi3, stripped, installs into a fresh venv and
+# runs a pipeline there), from the build the tests already made: no second compile.
+wheel-check: build
+	rm -rf target/wheel-check
+	$(BIN)/maturin build --release --strip --quiet -o target/wheel-check
+	$(BIN)/python scripts/check_wheel.py target/wheel-check
 
 docs: build
 	$(BIN)/python docs/gen_api.py
 
 fmt:
 	cargo fmt --all
-	$(BIN)/ruff format python tests benches docs
-	$(BIN)/ruff check --fix python tests benches docs
+	$(BIN)/ruff format python tests benches docs scripts
+	$(BIN)/ruff check --fix python tests benches docs scripts
 
 bench: bench-rust bench-py
 
@@ -67,4 +85,4 @@ bench-py: build
 	$(BIN)/python -m pytest -q benches --benchmark-only
 
 clean:
-	rm -rf target $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
+	rm -rf target dist $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
