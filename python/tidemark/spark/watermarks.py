@@ -1,4 +1,4 @@
-"""Per-source-partition progress computed inside Spark tasks (on Spark)."""
+"""Per-source-partition progress computed inside Spark tasks."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
-use crate::time::{PartitionId, Watermark};
+use crate::time::{advance, combine, PartitionId, Watermark};
 
 #[derive(Debug)]
 #[repr(align(64))]
@@ -87,21 +87,22 @@ impl WatermarkCoordinator {
     /// non-idle cores, or the maximum when all are idle. Returns the combined value
     /// (which may be lower than the last broadcast; see [`Self::broadcast_watermark`]).
     pub fn collect_watermarks(&self) -> Option<Watermark> {
-        let mut min_active = i64::MAX;
-        let mut any_active = false;
-        let mut max_all = i64::MIN;
-        for c in self.cores.iter() {
-            if !c.has_input.load(Ordering::Acquire) {
-                continue;
-            }
-            let wm = c.local.load(Ordering::Acquire);
-            max_all = max_all.max(wm);
-            if !c.idle.load(Ordering::Acquire) {
-                any_active = true;
-                min_active = min_active.min(wm);
-            }
-        }
-        Watermark::from_raw(if any_active { min_active } else { max_all })
+        let cores = || {
+            self.cores
+                .iter()
+                .filter(|c| c.has_input.load(Ordering::Acquire))
+        };
+        let min_active = cores()
+            .filter(|c| !c.idle.load(Ordering::Acquire))
+            .map(|c| c.local.load(Ordering::Acquire))
+            .min();
+        let max_all = || {
+            cores()
+                .map(|c| c.local.load(Ordering::Acquire))
+                .max()
+                .unwrap_or(i64::MIN)
+        };
+        Watermark::from_raw(combine(min_active, max_all))
     }
 
     /// Broadcasts a global watermark to every core. The broadcast value is monotonic:
@@ -178,13 +179,10 @@ impl CoreWatermarkState {
     fn recompute(&mut self) -> Option<i64> {
         let active = self.assigned.iter().filter(|a| !a.2).map(|a| a.1).min();
         let all_idle = active.is_none();
-        let candidate = active
-            .or_else(|| self.assigned.iter().map(|a| a.1).max())
-            .unwrap_or(i64::MIN);
-        let advanced = candidate > self.local_watermark;
-        if advanced {
-            self.local_watermark = candidate;
-        }
+        let candidate = combine(active, || {
+            self.assigned.iter().map(|a| a.1).max().unwrap_or(i64::MIN)
+        });
+        let advanced = advance(&mut self.local_watermark, candidate);
         if !self.assigned.is_empty() {
             self.coordinator
                 .publish(self.core_id, self.local_watermark, all_idle);

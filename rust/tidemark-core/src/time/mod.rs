@@ -23,4 +23,4 @@ pub use partitioned::{
 };
 pub(crate) use scope::merged_partition_max;
 pub use scope::ScopeWatermark;
-pub use watermark::Watermark;
+pub use watermark::{advance, combine, Watermark};

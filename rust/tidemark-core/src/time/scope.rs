@@ -22,7 +22,7 @@ use crate::clock::ClockRef;
 use crate::error::Result;
 use crate::pipeline::{LateRule, PipelineConfig, Progress, Scope, TimeMode};
 use crate::state::{Reader, Writer};
-use crate::time::{PartitionId, PartitionedWatermarkTracker};
+use crate::time::{advance, combine, PartitionId, PartitionedWatermarkTracker};
 
 /// The combined watermark of a pipeline's scope (see the module docs).
 #[derive(Debug, Clone)]
@@ -109,7 +109,7 @@ impl ScopeWatermark {
                     }
                     TimeMode::Event => self.global_max.saturating_sub(self.delay),
                 };
-                self.watermark = self.watermark.max(w);
+                advance(&mut self.watermark, w);
                 self.watermark
             }
             Scope::Partition { .. } => {
@@ -127,14 +127,14 @@ impl ScopeWatermark {
             }
             Scope::Key => {
                 let active_min = progress.iter().filter_map(|p| p.key_parts.0).min();
-                let g = active_min.unwrap_or_else(|| {
+                let g = combine(active_min, || {
                     progress
                         .iter()
                         .map(|p| p.key_parts.1)
                         .max()
                         .unwrap_or(i64::MIN)
                 });
-                self.key_reported = self.key_reported.max(g);
+                advance(&mut self.key_reported, g);
                 g
             }
         })

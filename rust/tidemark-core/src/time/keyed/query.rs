@@ -12,7 +12,7 @@ use super::{
 };
 use crate::error::Result;
 use crate::key::{AsKey, KeyBytes, KeyColumns, KeyRows};
-use crate::time::{MinTree, Watermark};
+use crate::time::{advance, combine, MinTree, Watermark};
 
 impl KeyedWatermarkTracker {
     /// The watermark of `slot` (`i64::MIN`: none yet). During a batch it already
@@ -224,13 +224,8 @@ impl KeyedWatermarkTracker {
     #[inline]
     pub(super) fn recalc(&mut self) -> Option<Watermark> {
         let m = self.active.min();
-        self.global = if m != MinTree::EMPTY {
-            m
-        } else {
-            self.max_seen
-        };
-        if self.global > self.reported {
-            self.reported = self.global;
+        self.global = combine((m != MinTree::EMPTY).then_some(m), || self.max_seen);
+        if advance(&mut self.reported, self.global) {
             self.metrics.global_advances += 1;
             Some(Watermark::new(self.global))
         } else {

@@ -30,7 +30,7 @@ use arrow_schema::DataType;
 use crate::clock::{system_clock, ClockRef};
 use crate::error::{Result, TidemarkError};
 use crate::state::{Reader, Writer};
-use crate::time::{MinTree, Watermark};
+use crate::time::{advance, combine, MinTree, Watermark};
 
 /// Partition identifier within a source.
 #[derive(Debug, Clone, Copy, Hash, Eq, PartialEq, Ord, PartialOrd)]
@@ -483,13 +483,8 @@ impl PartitionedWatermarkTracker {
     #[inline]
     pub fn recalculate(&mut self) -> Option<Watermark> {
         let m = self.active.min();
-        let candidate = if m != MinTree::EMPTY {
-            m
-        } else {
-            self.max_over_all()
-        };
-        if candidate > self.combined {
-            self.combined = candidate;
+        let candidate = combine((m != MinTree::EMPTY).then_some(m), || self.max_over_all());
+        if advance(&mut self.combined, candidate) {
             self.metrics.watermark_advances += 1;
             Some(Watermark::new(candidate))
         } else {
