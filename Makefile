@@ -28,7 +28,10 @@ $(BIN)/.deps-stamp: requirements-dev.txt
 
 setup: $(BIN)/.deps-stamp
 
+# The module is abi3 (`_native.abi3.so`); a per-version build left by an older checkout
+# (`_native.cpython-*.so`) would shadow it on import.
 build: setup
+	rm -f python/tidemark/_native.cpython-*.so
 	$(BIN)/maturin develop --release --quiet
 
 demo: build

@@ -30,7 +30,10 @@ from tidemark.spark import (
     observe_partitions,
     reorder,
 )
-from tidemark.spark._plan import estimated_bytes, fits_one_task
+from tidemark.spark._sizing import (
+    estimated_bytes,
+    fits_one_task,
+)
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 

@@ -272,7 +272,7 @@ def test_packed_outputs_unpack_to_each_output_exactly(large: bool) -> None:
     from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
 
     from tidemark.pipeline import Output
-    from tidemark.spark._plan import KIND_ERROR, KIND_LATE, KIND_WINDOW, Plan, unpack
+    from tidemark.spark._codec import KIND_ERROR, KIND_LATE, KIND_WINDOW, OutputCodec, unpack
 
     schema = StructType(
         [
@@ -283,7 +283,7 @@ def test_packed_outputs_unpack_to_each_output_exactly(large: bool) -> None:
     )
     # Flink's timing: the window closes in the call that moves the watermark.
     pipe = pipeline("global", {"n": tm.count()}, delay="0s", late_rule="flink")
-    plan = Plan.build(pipe, schema, "UTC", large)
+    plan = OutputCodec.build(pipe, schema, "UTC", large)
     op = pipe.operator()
     ts = pa.timestamp("us", tz="UTC")
     first = pa.table(
@@ -334,7 +334,7 @@ def test_small_inputs_run_in_one_task_with_the_same_outputs(
 
     from pyspark.sql import functions as F
 
-    plan = importlib.import_module("tidemark.spark._plan")
+    plan = importlib.import_module("tidemark.spark._sizing")
     rows = make_events()
     pq.write_table(
         pa.table(
@@ -793,7 +793,7 @@ def test_the_one_task_bound_shrinks_with_more_cores() -> None:
     (more cores gain more from parallel tasks); never without an estimate."""
     from types import SimpleNamespace
 
-    from tidemark.spark._plan import SINGLE_TASK_BYTES, fits_one_task
+    from tidemark.spark._sizing import SINGLE_TASK_BYTES, fits_one_task
 
     def spark(cores: int) -> Any:
         return SimpleNamespace(sparkContext=SimpleNamespace(defaultParallelism=cores))
@@ -834,7 +834,7 @@ def test_small_micro_batches_run_in_one_task_without_a_shuffle(
 
     assert tasks(proc()) == {0}
     assert tasks(proc(shuffle=True)) == {0, 1, 2}
-    monkeypatch.setattr(importlib.import_module("tidemark.spark._plan"), "SINGLE_TASK_BYTES", 1)
+    monkeypatch.setattr(importlib.import_module("tidemark.spark._sizing"), "SINGLE_TASK_BYTES", 1)
     assert tasks(proc()) == {0, 1, 2}
     assert tasks(proc(shuffle=False)) == {0}
 
@@ -1100,7 +1100,7 @@ def test_a_task_routes_keys_of_every_spark_type_as_a_shuffle_does(
     the unused fixed-width column of the small batches instead of a projection."""
     import decimal
 
-    from tidemark.spark._plan import unused_columns_are_cheap
+    from tidemark.spark._sizing import unused_columns_are_cheap
 
     schema = (
         "by byte, sh short, i int, l long, f float, d double, bo boolean, bin binary, "
@@ -1181,7 +1181,7 @@ def test_a_task_routes_keys_of_every_spark_type_as_a_shuffle_does(
 def test_only_small_fixed_width_unused_columns_travel_unprojected() -> None:
     from pyspark.sql import types as T
 
-    from tidemark.spark._plan import CHEAP_INPUT_BYTES, unused_columns_are_cheap
+    from tidemark.spark._sizing import CHEAP_INPUT_BYTES, unused_columns_are_cheap
 
     schema = T.StructType(
         [
@@ -1203,7 +1203,7 @@ def test_a_task_routes_only_key_types_it_hashes_as_spark_does() -> None:
     the checked set keep the routing in the JVM."""
     from pyspark.sql import types as T
 
-    from tidemark.spark._plan import spark_hash_matches
+    from tidemark.spark._args import spark_hash_matches
 
     schema = T.StructType(
         [
@@ -1232,7 +1232,7 @@ def test_a_windows_only_task_reads_the_columns_the_windows_need() -> None:
         TimestampType,
     )
 
-    from tidemark.spark._plan import used_input
+    from tidemark.spark._args import used_input
 
     schema = StructType(
         [

@@ -8,10 +8,14 @@ from typing import Any, final
 
 __version__: str
 MAX_KEY_BYTES: int
+MAX_FIXED_VALUE_BYTES: int
+VARIABLE_VALUE_OVERHEAD: int
 SOURCE_PARTITIONS: int
 __all__ = [
+    "MAX_FIXED_VALUE_BYTES",
     "MAX_KEY_BYTES",
     "SOURCE_PARTITIONS",
+    "VARIABLE_VALUE_OVERHEAD",
     "CompactKeyedWatermarkTracker",
     "KeyedWatermarkTracker",
     "ManualClock",
@@ -29,8 +33,10 @@ __all__ = [
     "check_event_time_type",
     "parse_duration",
     "parse_event_time",
+    "pipeline_input_columns",
     "pipeline_output_schema",
     "reshard_snapshots",
+    "spark_hashable",
     "validate_pipeline",
 ]
 
@@ -325,8 +331,16 @@ class TimerService:
 def validate_pipeline(config: dict[str, Any]) -> int:
     """Validates a pipeline configuration dict (raises a `ConfigError` on mistakes)."""
 
+def pipeline_input_columns(config: dict[str, Any]) -> list[str]:
+    """The input columns a pipeline reads (keys, event time, source partition,
+    aggregate inputs), once each."""
+
 def pipeline_output_schema(config: dict[str, Any], schema: Any) -> Any:
     """The output schema of a pipeline for an input schema."""
+
+def spark_hashable(schema: Any, names: list[str]) -> list[bool]:
+    """Whether tidemark's Spark hash reproduces Spark's `hash()` of each of the columns
+    `names` of `schema` (an Arrow schema): `False` for a missing column or another type."""
 
 def reshard_snapshots(
     config: dict[str, Any], snapshots: list[bytes], n: int, hash: str = "spark"

@@ -8,25 +8,29 @@ from typing import Any
 import pyarrow as pa
 
 from tidemark.pipeline import Output, Pipeline
-from tidemark.spark._plan import (
-    KIND_ERROR,
-    KIND_LATE,
-    KIND_WINDOW,
-    Plan,
+from tidemark.spark._args import (
     ShippedPipeline,
     column,
-    concat_input,
-    estimated_bytes,
-    fits_one_task,
-    known_late_and_errors,
     map_in_arrow,
-    packed_spark,
     quoted,
     require_args,
     require_batch,
+    used_input,
+)
+from tidemark.spark._codec import (
+    KIND_ERROR,
+    KIND_LATE,
+    KIND_WINDOW,
+    OutputCodec,
+    concat_input,
+    packed_spark,
     session_arrow_settings,
     split_packed,
-    used_input,
+)
+from tidemark.spark._sizing import (
+    estimated_bytes,
+    fits_one_task,
+    known_late_and_errors,
 )
 
 __all__ = ["AggregateResult", "aggregate"]
@@ -115,7 +119,7 @@ PACK_FROM_BYTES = 8 << 20
 
 def _task(
     shipped: ShippedPipeline,
-    plan: Plan,
+    plan: OutputCodec,
     order_by: str | None,
     batch_rows: int | None,
     cores: int | None,
@@ -230,7 +234,7 @@ def aggregate(
         raise ConfigError("order_by and batch_rows go together")
     spark = df.sparkSession
     tz, large = session_arrow_settings(spark)
-    plan = Plan.build(pipe, df.schema, tz, large)
+    plan = OutputCodec.build(pipe, df.schema, tz, large)
     n = num_partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
     size = estimated_bytes(df)
     single = num_partitions is None and order_by is None and fits_one_task(spark, size)
@@ -254,7 +258,7 @@ def aggregate(
         # (A projection onto every column would cost the JVM an analysis for nothing.)
         used = df if names == df.schema.fieldNames() else df.selectExpr(*map(quoted, names))
         rows = parted(used)
-        windows_plan = Plan.build(pipe, fields, tz, large)
+        windows_plan = OutputCodec.build(pipe, fields, tz, large)
         task = _task(shipped, windows_plan, order_by, batch_rows, cores, KIND_WINDOW)
         return map_in_arrow(rows, task, plan.single_spark[KIND_WINDOW])
 

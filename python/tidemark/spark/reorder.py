@@ -38,20 +38,24 @@ import pyarrow as pa
 from tidemark.errors import ConfigError, StateCorruptedError
 from tidemark.reorder import Reorder, ReorderOutput
 from tidemark.route import HashRouter, Router
-from tidemark.spark._plan import (
-    ON_DRIVER_BYTES,
-    arrow_schema_of,
+from tidemark.spark._args import (
     column,
-    combined_block,
-    concat_input,
-    estimated_bytes,
     map_in_arrow,
     require_args,
     require_batch,
-    runs_on_driver,
-    session_arrow_settings,
     spark_hash_matches,
+)
+from tidemark.spark._codec import (
+    arrow_schema_of,
+    combined_block,
+    concat_input,
+    session_arrow_settings,
     to_arrow_schema,
+)
+from tidemark.spark._sizing import (
+    ON_DRIVER_BYTES,
+    estimated_bytes,
+    runs_on_driver,
 )
 from tidemark.spark.state import StateStore, state_errors_surface
 

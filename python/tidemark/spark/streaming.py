@@ -64,28 +64,32 @@ from tidemark.clock import ManualClock
 from tidemark.errors import ConfigError, StateCorruptedError, TidemarkWarning
 from tidemark.pipeline import Operator, Output, Pipeline, Rows, ScopeWatermark
 from tidemark.route import HashRouter
-from tidemark.spark._files import batch_files, read_batch_files
-from tidemark.spark._plan import (
-    FILES_ON_DRIVER_BYTES,
-    KIND_ERROR,
-    KIND_LATE,
-    KIND_WINDOW,
-    ON_DRIVER_BYTES,
-    Plan,
+from tidemark.spark._args import (
     ShippedPipeline,
-    concat_input,
-    estimated_bytes,
-    fits_one_task,
     map_in_arrow,
     quoted,
     require_args,
-    runs_on_driver,
-    session_arrow_settings,
     spark_context,
     spark_hash_matches,
-    to_arrow_schema,
-    unused_columns_are_cheap,
     used_input,
+)
+from tidemark.spark._codec import (
+    KIND_ERROR,
+    KIND_LATE,
+    KIND_WINDOW,
+    OutputCodec,
+    concat_input,
+    session_arrow_settings,
+    to_arrow_schema,
+)
+from tidemark.spark._files import batch_files, read_batch_files
+from tidemark.spark._sizing import (
+    FILES_ON_DRIVER_BYTES,
+    ON_DRIVER_BYTES,
+    estimated_bytes,
+    fits_one_task,
+    runs_on_driver,
+    unused_columns_are_cheap,
 )
 from tidemark.spark.state import StateStore, state_errors_surface, stream_goes_on_after_flush
 
@@ -249,7 +253,7 @@ def _tagged(
 
 def _task(
     shipped: ShippedPipeline,
-    plan: Plan,
+    plan: OutputCodec,
     store: StateStore,
     batch_id: int,
     prev_batch: int | None,
@@ -429,7 +433,7 @@ _PARALLEL_ROUTE_ROWS = 200_000
 def _run_on_driver(
     df: Any,
     task: Any,
-    plan: Plan,
+    plan: OutputCodec,
     columns: list[str] | None,
     windows_only: bool,
     flush: bool,
@@ -440,8 +444,8 @@ def _run_on_driver(
     """Runs ``task`` (see :func:`_task`, built ``untagged``) in this process over
     ``df``'s rows (``columns`` of them, or all), fetched as Arrow (a flush reads none);
     returns the windows, late and error rows as local DataFrames in the schemas
-    :meth:`Plan.split` gives them (``as_arrow``: as Arrow tables in the schemas of
-    :meth:`Plan.sink_arrow_schema`), for the outputs ``kinds`` (``None`` for the
+    :meth:`OutputCodec.split` gives them (``as_arrow``: as Arrow tables in the schemas of
+    :meth:`OutputCodec.sink_arrow_schema`), for the outputs ``kinds`` (``None`` for the
     others), and how the rows were read: ``"files"``, ``"spark"`` or ``"none"``.
     ``windows_only``: the task emits the windows alone (see :func:`_task`), else the
     combined result, split here in Arrow (no Spark plan per output).
@@ -481,7 +485,7 @@ def _driver_threads() -> int:
         return os.cpu_count() or 1
 
 
-def _read_files(df: Any, plan: Plan) -> pa.Table | str:
+def _read_files(df: Any, plan: OutputCodec) -> pa.Table | str:
     """``df``'s rows (the columns of ``plan``'s input) read from its Parquet files, in
     the schema ``toArrow()`` gives them, or why they must come from Spark (see
     :mod:`tidemark.spark._files`)."""
@@ -908,7 +912,7 @@ class StreamProcessor:
         windows_only = not flush and self.late_sink is None and self.error_sink is None
         if windows_only:
             fields = used_input(self.pipe, fields)
-        plan = Plan.build(self.pipe, fields, tz, large)
+        plan = OutputCodec.build(self.pipe, fields, tz, large)
         # Tags this run's progress files: files of an earlier, failed run are ignored.
         token = uuid.uuid4().hex
         if self._shipped is None:
@@ -1078,7 +1082,7 @@ class StreamProcessor:
         return self.num_partitions == 1 or spark_hash_matches(df.schema, self.pipe.key)
 
     def _files_on_driver(
-        self, df: Any, flush: bool, size: int | None, plan: Plan
+        self, df: Any, flush: bool, size: int | None, plan: OutputCodec
     ) -> tuple[pa.Table | None, str | None]:
         """The micro-batch's rows, read from its files, where it runs in the driver
         that way (see ``read_files``): with ``on_driver=True``, or by default up to

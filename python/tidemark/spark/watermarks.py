@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from tidemark._duration import Duration, to_micros
-from tidemark.spark._plan import map_in_arrow
+from tidemark.spark._args import map_in_arrow
 from tidemark.watermarks import PartitionedWatermarkTracker
 
 __all__ = ["PARTITION_PROGRESS_SCHEMA", "observe_partitions"]

@@ -36,6 +36,16 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // The longest key (in the core's key encoding) a pipeline or tracker accepts.
     m.add("MAX_KEY_BYTES", tidemark_core::key::MAX_KEY_BYTES)?;
+    // A key value's size in that encoding: at most this for fixed-width types, and
+    // this much beyond its bytes for strings and binaries.
+    m.add(
+        "MAX_FIXED_VALUE_BYTES",
+        tidemark_core::key::MAX_FIXED_VALUE_BYTES,
+    )?;
+    m.add(
+        "VARIABLE_VALUE_OVERHEAD",
+        tidemark_core::key::VARIABLE_VALUE_OVERHEAD,
+    )?;
     // Source partition ids a pipeline takes: 0 to SOURCE_PARTITIONS - 1.
     m.add(
         "SOURCE_PARTITIONS",
@@ -56,6 +66,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(runtime::reshard_snapshots, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::validate_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::pipeline_output_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(pipeline::pipeline_input_columns, m)?)?;
+    m.add_function(wrap_pyfunction!(route::spark_hashable, m)?)?;
     m.add_function(wrap_pyfunction!(parse::builtin_event_time_types, m)?)?;
     m.add_function(wrap_pyfunction!(parse::parse_duration, m)?)?;
     m.add_function(wrap_pyfunction!(parse::parse_event_time, m)?)?;

@@ -21,6 +21,14 @@ pub fn validate_pipeline(py: Python<'_>, config: &Bound<'_, PyDict>) -> PyResult
     Ok(config_from_dict(py, config)?.fingerprint())
 }
 
+/// The input columns a pipeline reads (keys, event time, source partition, aggregate
+/// inputs), once each.
+#[pyfunction]
+pub fn pipeline_input_columns(py: Python<'_>, config: &Bound<'_, PyDict>) -> PyResult<Vec<String>> {
+    let cfg = config_from_dict(py, config)?;
+    Ok(cfg.input_columns().into_iter().map(String::from).collect())
+}
+
 /// The output schema of a pipeline for an input schema.
 #[pyfunction]
 pub fn pipeline_output_schema(

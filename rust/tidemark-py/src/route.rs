@@ -6,7 +6,7 @@ use arrow_array::Int32Array;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use pyo3_arrow::input::AnyRecordBatch;
-use pyo3_arrow::PyRecordBatch;
+use pyo3_arrow::{PyRecordBatch, PySchema};
 use tidemark_core::route::{self, HashAlgo, Router, Strategy};
 use tidemark_core::TidemarkError;
 
@@ -118,4 +118,19 @@ impl PyRouter {
             )),
         }
     }
+}
+
+/// Whether tidemark's Spark hash reproduces Spark's `hash()` of each of the columns
+/// `names` of `schema` (an Arrow schema): `False` for a missing column or another type.
+#[pyfunction]
+pub fn spark_hashable(schema: PySchema, names: Vec<String>) -> Vec<bool> {
+    let schema = schema.as_ref();
+    names
+        .iter()
+        .map(|n| {
+            schema
+                .field_with_name(n)
+                .is_ok_and(|f| route::spark_hashable(f.data_type()))
+        })
+        .collect()
 }

@@ -40,6 +40,13 @@ pub mod tag {
 /// Longest key the table stores (16 MiB).
 pub const MAX_KEY_BYTES: usize = (1 << 24) - 1;
 
+/// Most bytes one fixed-width value takes in the encoding: a decimal, as binary (a tag,
+/// a `u32` length and 16 bytes). Integers, floats and timestamps take 9, booleans 2.
+pub const MAX_FIXED_VALUE_BYTES: usize = 1 + 4 + 16;
+
+/// Bytes a string or binary value takes beyond its own: the tag and a `u32` length.
+pub const VARIABLE_VALUE_OVERHEAD: usize = 1 + 4;
+
 mod arrow;
 mod encoding;
 mod hash;

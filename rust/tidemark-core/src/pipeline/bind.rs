@@ -112,16 +112,7 @@ impl Operator {
 
     pub(super) fn bind(cfg: &PipelineConfig, schema: &Schema) -> Result<Binding> {
         // A name the pipeline reads must name one column (Spark: AMBIGUOUS_REFERENCE).
-        let mut read: Vec<&str> = cfg.keys.iter().map(String::as_str).collect();
-        if cfg.time == TimeMode::Event {
-            read.push(&cfg.event_time);
-        }
-        if let Scope::Partition { column } = &cfg.scope {
-            read.push(column);
-        }
-        read.extend(cfg.aggs.iter().filter_map(|a| a.column.as_deref()));
-        read.extend(cfg.aggs.iter().filter_map(|a| a.by.as_deref()));
-        for name in read {
+        for name in cfg.input_columns() {
             let n = schema.fields().iter().filter(|f| f.name() == name).count();
             if n > 1 {
                 return Err(TidemarkError::config(
@@ -199,21 +190,11 @@ impl Operator {
             .iter()
             .map(|a| BoundAgg::bind(a, schema))
             .collect::<Result<Vec<_>>>()?;
-        let mut used: Vec<usize> = key_idx.clone();
-        used.extend(time_idx);
-        used.extend(part_idx);
-        for a in &cfg.aggs {
-            for c in a.column.iter().chain(&a.by) {
-                used.push(schema.index_of(c).expect("bound"));
-            }
-        }
-        let mut used_fields: Vec<Field> = Vec::new();
-        for i in used {
-            let f = schema.field(i);
-            if used_fields.iter().all(|u| u.name() != f.name()) {
-                used_fields.push(f.as_ref().clone());
-            }
-        }
+        let used_fields: Vec<Field> = cfg
+            .input_columns()
+            .into_iter()
+            .map(|c| schema.field(schema.index_of(c).expect("bound")).clone())
+            .collect();
         let mut fields: Vec<Field> = key_fields.clone();
         fields.push(Field::new("window_start", bound_type.clone(), false));
         fields.push(Field::new("window_end", bound_type.clone(), false));

@@ -167,6 +167,26 @@ pub struct PipelineConfig {
 }
 
 impl PipelineConfig {
+    /// The input columns the pipeline reads, once each, in this order: keys, event
+    /// time (event-time mode), source partition (partition scope), aggregate inputs
+    /// and their `by` columns.
+    pub fn input_columns(&self) -> Vec<&str> {
+        let mut read: Vec<&str> = self.keys.iter().map(String::as_str).collect();
+        if self.time == TimeMode::Event {
+            read.push(&self.event_time);
+        }
+        if let Scope::Partition { column } = &self.scope {
+            read.push(column);
+        }
+        for a in &self.aggs {
+            read.extend(a.column.as_deref());
+            read.extend(a.by.as_deref());
+        }
+        let mut seen = std::collections::HashSet::new();
+        read.retain(|c| seen.insert(*c));
+        read
+    }
+
     /// The parsed event times of a call without rows: an empty array where the caller
     /// parses them (`parsed_externally`), else none.
     pub(crate) fn no_parsed_times(&self) -> Option<arrow_array::Int64Array> {

@@ -1,0 +1,197 @@
+"""Arguments of the Spark entry points: their checks, column names as Spark reads them,
+the columns a pipeline reads and which of them Spark's hash covers, and a pipeline as
+executors receive it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from tidemark import _native
+from tidemark.pipeline import Pipeline
+
+
+def spark_context(spark: Any) -> Any | None:
+    """The ``SparkContext`` of a classic session; ``None`` for a Spark Connect session,
+    which has none (``spark.sparkContext`` raises there)."""
+    try:
+        return spark.sparkContext
+    except Exception:  # PySparkAttributeError under Spark Connect
+        return None
+
+
+class ShippedPipeline:
+    """A pipeline as executors receive it: a lookup table (``Pipeline.enrich``)
+    travels as a Spark broadcast variable (once per executor), not inside every
+    task's closure. Spark Connect has no broadcast variables: there the table travels
+    inside the closure."""
+
+    def __init__(self, pipe: Pipeline, spark: Any) -> None:
+        lk = pipe.lookup
+        self.bare = pipe.without_lookup()
+        self.spec = None if lk is None else (lk.on, lk.how, lk.prefix)
+        self.table: Any = None
+        self.inline: pa.Table | None = None
+        if lk is not None:
+            sc = spark_context(spark)
+            if sc is None:
+                self.inline = lk.table
+            else:
+                self.table = sc.broadcast(lk.table)
+
+    def get(self) -> Pipeline:
+        """The pipeline, with its lookup table (read from the broadcast variable)."""
+        if self.spec is None:
+            return self.bare
+        table = self.inline if self.table is None else self.table.value
+        on, how, prefix = self.spec
+        return self.bare.enrich(table, on, how, prefix)
+
+
+def collated_columns(schema: Any, names: list[str]) -> list[tuple[str, str]]:
+    """``(name, collation)`` for each of the columns ``names`` of ``schema`` (a Spark
+    ``StructType``) that is a string with a collation other than ``UTF8_BINARY``
+    (byte-wise equality): Spark compares, groups and hashes those by their collation
+    key.
+
+    >>> from pyspark.sql import types as T
+    >>> schema = T.StructType([T.StructField("a", T.StringType()),
+    ...                        T.StructField("b", T.StringType("UTF8_LCASE"))])
+    >>> collated_columns(schema, ["a", "b", "missing"])
+    [('b', 'UTF8_LCASE')]
+    """
+    from pyspark.sql import types as T
+
+    fields = {f.name: f.dataType for f in schema.fields}
+    out = []
+    for name in names:
+        dt = fields.get(name)
+        if type(dt) is T.StringType:
+            collation = getattr(dt, "collation", "UTF8_BINARY")
+            if collation != "UTF8_BINARY":
+                out.append((name, collation))
+    return out
+
+
+def spark_hash_matches(schema: Any, names: list[str]) -> bool:
+    """Whether tidemark's Spark hash (``HashRouter(hash="spark")``) of these columns of
+    ``schema`` (a Spark ``StructType``), read from their Arrow form in a task, equals
+    Spark's own ``hash()`` of them, so that a task may route rows to state partitions
+    itself. The core decides by the columns' Arrow types (the types
+    ``tests/test_route.py`` checks against Spark's ``repartition``); false for a string
+    with a collation other than ``UTF8_BINARY`` (Spark hashes those by their collation
+    key) and for a type Arrow cannot carry."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    if collated_columns(schema, names):
+        return False
+    fields = {f.name: f for f in schema.fields}
+    if any(n not in fields for n in names):
+        return False
+    try:
+        arrow = to_arrow_schema(StructType([fields[n] for n in names]), timezone="UTC")
+    except Exception:  # a type with no Arrow form: Spark's hash cannot be reproduced
+        return False
+    return all(_native.spark_hashable(arrow, names))
+
+
+def quoted(name: str) -> str:
+    """A column name as a SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def map_in_arrow(df: Any, fn: Any, schema: Any) -> Any:
+    """``df.mapInArrow(fn, schema)`` for any column names. PySpark's ``mapInArrow``
+    resolves each input column by its name, which fails for a name with a dot or a
+    backtick (``user.id`` from flattened JSON): such an input travels under
+    positional names, and ``fn`` sees batches with the real names again."""
+    names = list(df.columns)
+    if not any("." in n or "`" in n for n in names):
+        return df.mapInArrow(fn, schema)
+    safe = df.selectExpr(*[f"{quoted(n)} AS `__tm_c{i}`" for i, n in enumerate(names)])
+
+    def renamed(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return fn(b.rename_columns(names) for b in batches)  # type: ignore[no-any-return]
+
+    return safe.mapInArrow(renamed, schema)
+
+
+def require_batch(df: Any, call: str, streaming_way: str) -> None:
+    """Raises :class:`~tidemark.ConfigError` for a streaming DataFrame (Spark's own
+    error would come later, from the first action, and not say what to use), and a
+    ``TypeError`` for anything but a DataFrame."""
+    if not (hasattr(df, "isStreaming") and hasattr(df, "sparkSession")):
+        raise TypeError(f"{call} takes a pyspark.sql.DataFrame, got {type(df).__name__}")
+    if df.isStreaming:
+        from tidemark.errors import ConfigError
+
+        raise ConfigError(
+            f"{call} takes a batch DataFrame; for a streaming one, pass "
+            f"{streaming_way} to df.writeStream.foreachBatch(...)"
+        )
+
+
+def require_args(
+    call: str,
+    operator: tuple[str, Any, type],
+    counts: dict[str, Any],
+    sinks: dict[str, Any] | None = None,
+) -> None:
+    """Checks the arguments of a Spark entry point when it is called, where a wrong
+    one would otherwise fail later inside a Spark job (or be silently replaced):
+    ``operator`` is ``(name, value, expected type)``; each of ``counts`` is ``None``
+    (its default) or an int of at least 1; each of ``sinks`` is ``None`` or callable.
+
+    >>> require_args("f()", ("pipe", 1, str), {})
+    Traceback (most recent call last):
+    TypeError: f(): pipe must be a str, got int
+    >>> require_args("f()", ("pipe", "p", str), {"num_partitions": 0})
+    Traceback (most recent call last):
+    tidemark.errors.ConfigError: f(): num_partitions must be an int >= 1, got 0
+    """
+    from tidemark.errors import ConfigError
+
+    name, value, expected = operator
+    if not isinstance(value, expected):
+        raise TypeError(f"{call}: {name} must be a {expected.__name__}, got {type(value).__name__}")
+    for name, n in counts.items():
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ConfigError(f"{call}: {name} must be an int >= 1, got {n!r}")
+    for name, sink in (sinks or {}).items():
+        if sink is not None and not callable(sink):
+            raise TypeError(
+                f"{call}: {name} must be a function (DataFrame, batch_id) or None, "
+                f"got {type(sink).__name__}"
+            )
+    # A Pipeline and a Reorder both say what they do with late rows.
+    if (sinks or {}).get("late_sink") is not None and getattr(value, "late", None) == "drop":
+        # Every batch would hand it an empty table: as if no row were ever late.
+        raise ConfigError(
+            f'{call}: late_sink gets no rows from a {operator[0]} built with late="drop" (late '
+            'rows are dropped and counted); build it with late="side_output" or leave '
+            "late_sink out"
+        )
+
+
+def column(name: str) -> Any:
+    """The top-level column ``name``, whatever characters it holds (Spark reads a bare
+    ``"a.b"`` as field ``b`` of struct ``a``)."""
+    from pyspark.sql import functions as F
+
+    return F.col(quoted(name))
+
+
+def used_input(pipe: Pipeline, schema: Any) -> Any:
+    """The fields of ``schema`` (a Spark ``StructType``) the pipeline's windows read (the
+    core's list: keys, event time, source partition, aggregate inputs), in input order.
+    With a lookup (:meth:`Pipeline.enrich`), every field (its columns meet the input's)."""
+    from pyspark.sql.types import StructType
+
+    if pipe.lookup is not None:
+        return schema
+    used = set(_native.pipeline_input_columns(pipe.config))
+    return StructType([f for f in schema.fields if f.name in used])

@@ -1,0 +1,280 @@
+"""Where a Spark micro-batch or batch input runs, from Spark's size estimate: one task or
+a shuffle, the driver or the executors; and the late and error rows a batch run can
+know without its windows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from tidemark import _native
+from tidemark.pipeline import Pipeline
+from tidemark.spark._args import column, map_in_arrow, spark_context
+from tidemark.spark._codec import KIND_ERROR, OutputCodec
+
+#: On 2 cores, an input (or micro-batch) Spark estimates below this many bytes runs in
+#: one task with no shuffle by default: a stage less, and too little work to gain from
+#: parallel tasks (measured: one task stays faster up to about 20 MB of Parquet). More
+#: cores gain more from parallel tasks: the bound shrinks in proportion
+#: (:func:`fits_one_task`).
+SINGLE_TASK_BYTES = 16 << 20
+
+
+#: Spark's size estimate of a streaming micro-batch at most which a
+#: :class:`~tidemark.spark.StreamProcessor` runs it in the driver's process by default,
+#: if it would run in one task (its rows come back as Arrow; no Python worker takes
+#: part). A cap on what the driver holds at once: Spark estimates a Parquet file by
+#: its compressed size.
+ON_DRIVER_BYTES = 8 << 20
+
+
+#: The same for a micro-batch the driver reads from its Parquet files (see
+#: ``StreamProcessor(read_files=...)``), shuffled or not: pyarrow reads the files
+#: several times faster than Spark hands rows to a task, so the driver outruns the
+#: tasks on small machines well beyond ``ON_DRIVER_BYTES``; the cap bounds what it
+#: holds (about 4 million rows of a key, a timestamp and a number).
+FILES_ON_DRIVER_BYTES = 32 << 20
+
+
+#: Spark's size estimate of a one-task input at most which its unused fixed-width
+#: columns travel to the task instead of being projected away (see
+#: :func:`unused_columns_are_cheap`).
+CHEAP_INPUT_BYTES = 1 << 20
+
+
+def _fixed_width_types() -> tuple[type, ...]:
+    from pyspark.sql import types as T
+
+    return (
+        T.ByteType,
+        T.ShortType,
+        T.IntegerType,
+        T.LongType,
+        T.FloatType,
+        T.DoubleType,
+        T.BooleanType,
+        T.DateType,
+        T.TimestampType,
+        T.TimestampNTZType,
+        T.DecimalType,
+    )
+
+
+def unused_columns_are_cheap(schema: Any, used: list[str], size: int | None) -> bool:
+    """Whether a task should read every column of ``schema`` (a Spark ``StructType``)
+    though it uses only ``used``: the others are all fixed-width (numbers, booleans,
+    dates, timestamps, decimals) and Spark estimates the whole input at most
+    :data:`CHEAP_INPUT_BYTES`. Sending such columns costs the task well under a
+    millisecond; the projection that drops them costs the driver a JVM analysis of the
+    plan (about 15 ms for a streaming micro-batch here)."""
+    if size is None or size > CHEAP_INPUT_BYTES:
+        return False
+    fixed = _fixed_width_types()
+    keep = set(used)
+    return all(type(f.dataType) in fixed for f in schema.fields if f.name not in keep)
+
+
+def runs_on_driver(
+    on_driver: bool | None,
+    last_on_driver: bool | None,
+    flush: bool,
+    routable: Callable[[], bool],
+    small: Callable[[], bool],
+) -> bool:
+    """Where a streaming processor's micro-batch runs (its ``on_driver`` argument):
+    never with ``False``; a flush (no rows) with ``True`` or after a micro-batch that
+    ran in the driver; a micro-batch only where ``routable()`` (the driver puts its
+    rows where Spark's shuffle would, or where the layout does not matter), then with
+    ``True``, or by default where ``small()``."""
+    if on_driver is False:
+        return False
+    if flush:
+        return on_driver is True or last_on_driver is True
+    if not routable():
+        return False
+    return on_driver is True or small()
+
+
+#: Event times (epoch microseconds) within this bound always give a row its windows:
+#: with window sizes, slides, offsets and gaps up to ``_SAFE_WINDOW_MICROS``, no window
+#: bound can leave the core's 64-bit range.
+_SAFE_MICROS = 4 * 10**18
+
+
+_SAFE_WINDOW_MICROS = 10**18
+
+
+_INTEGERS = ("ByteType", "ShortType", "IntegerType", "LongType")
+
+
+_EPOCH_SCALE = {"unixtimestamp_s": 10**6, "unixtimestamp_ms": 10**3, "unixtimestamp_us": 1}
+
+
+_FIXED_KEYS = (
+    *_INTEGERS,
+    "FloatType",
+    "DoubleType",
+    "BooleanType",
+    "DecimalType",
+    "DateType",
+    "TimestampType",
+    "TimestampNTZType",
+)
+
+
+_VARIABLE_KEYS = ("StringType", "BinaryType", "CharType", "VarcharType")
+
+
+def _safe_event_time(pipe: Pipeline, schema: Any) -> Callable[[], Any] | None:
+    """A builder of a Spark predicate true for rows whose event time the core reads and
+    windows without fail (not null, well inside the 64-bit microsecond range), or
+    ``None`` where only the core can tell (strings, floats, user parsers)."""
+    from pyspark.sql import functions as F
+
+    kind = type(schema[pipe.event_time].dataType).__name__
+    name = pipe.event_time_type
+
+    def within(lo: Callable[[], Any], hi: Callable[[], Any]) -> Callable[[], Any]:
+        def build() -> Any:
+            ts = column(pipe.event_time)
+            return ts.isNotNull() & (ts >= lo()) & (ts <= hi())
+
+        return build
+
+    if name is None and kind == "TimestampType":
+        return within(
+            lambda: F.timestamp_micros(F.lit(-_SAFE_MICROS)),
+            lambda: F.timestamp_micros(F.lit(_SAFE_MICROS)),
+        )
+    if name is None and kind == "TimestampNTZType":
+        return within(
+            lambda: F.timestamp_micros(F.lit(-_SAFE_MICROS)).cast("timestamp_ntz"),
+            lambda: F.timestamp_micros(F.lit(_SAFE_MICROS)).cast("timestamp_ntz"),
+        )
+    if name is None and kind == "DateType":
+        days = _SAFE_MICROS // 86_400_000_000
+        return within(
+            lambda: F.date_from_unix_date(F.lit(-days)), lambda: F.date_from_unix_date(F.lit(days))
+        )
+    if name == "unixtimestamp_ns" and kind in _INTEGERS:
+        # A long of nanoseconds always fits in microseconds.
+        return lambda: column(pipe.event_time).isNotNull()
+    if name in _EPOCH_SCALE and kind in _INTEGERS:
+        bound = _SAFE_MICROS // _EPOCH_SCALE[name]
+        return within(lambda: F.lit(-bound), lambda: F.lit(bound))
+    return None
+
+
+def known_late_and_errors(
+    df: Any, pipe: Pipeline, plan: OutputCodec, error_task: Any
+) -> Callable[[], tuple[Any, Any]] | None:
+    """A builder of the late and error rows of a batch ``aggregate`` run without a
+    replay (each partition one arrival unit), computed without the pipeline's windows,
+    where a row fails or not on its own: no row of such a run is late, and a row fails
+    for its event time (null, unreadable, out of range) or its key (too long) alone.
+
+    ``late`` is then empty, and ``errors`` is ``error_task`` (the pipeline, emitting
+    its error rows) run on the input rows a Spark filter cannot clear: a non-null,
+    well-ranged event time, a short key and (partition scope) a source partition in
+    range clear a row, so the task usually sees none, and it gives exactly the rows
+    and reasons of the full run. ``None`` where a row's fate depends on others or on
+    state (``max_keys``, a lookup, ``state_ttl``), or where the filter would clear no
+    row (string, float or user-parsed event times or partitions): only the full run
+    tells, and its result is persisted. Whether the rows are known is decided now
+    (from the schema alone); the builder makes the two DataFrames (a few dozen calls
+    into the JVM, saved when only the windows are read)."""
+    from pyspark.sql import functions as F
+
+    cfg = pipe.config
+    schema = df.schema
+    if (
+        pipe.lookup is not None
+        or pipe.max_keys is not None
+        or pipe.state_ttl is not None
+        or cfg["time"] != "event"
+        or cfg["parsed_externally"]
+        or any(
+            abs(v) > _SAFE_WINDOW_MICROS
+            for k, v in cfg["window"].items()
+            if k in ("size", "slide", "offset", "gap")
+        )
+    ):
+        return None
+    safe_time = _safe_event_time(pipe, schema)
+    if safe_time is None:
+        return None
+    part = cfg["partition_column"] if cfg["scope"] == "partition" else None
+    if part is not None and type(schema[part].dataType).__name__ not in _INTEGERS:
+        return None
+    kinds = [type(schema[k].dataType).__name__ for k in pipe.key]
+    if any(k not in _FIXED_KEYS and k not in _VARIABLE_KEYS for k in kinds):
+        return None  # not a key type the core takes: its run says so
+    var = [k for k, kind in zip(pipe.key, kinds, strict=True) if kind in _VARIABLE_KEYS]
+
+    def build() -> tuple[Any, Any]:
+        safe = safe_time()
+        if part is not None:
+            pc = column(part)
+            safe = safe & pc.isNotNull() & (pc >= 0) & (pc < F.lit(_native.SOURCE_PARTITIONS))
+        if var:
+            # A key's most bytes in the core's encoding: fixed-width values at most
+            # MAX_FIXED_VALUE_BYTES each, strings and binaries their bytes and more.
+            fixed = len(pipe.key) - len(var)
+            most = F.lit(
+                _native.MAX_FIXED_VALUE_BYTES * fixed + _native.VARIABLE_VALUE_OVERHEAD * len(var)
+            )
+            for k in var:
+                most = most + F.coalesce(F.octet_length(column(k)), F.lit(0))
+            safe = safe & (most <= F.lit(_native.MAX_KEY_BYTES))
+        doubtful = df.filter(~F.coalesce(safe, F.lit(False)))
+        errors = map_in_arrow(doubtful, error_task, plan.single_spark[KIND_ERROR])
+        return df.filter(F.lit(False)), errors
+
+    return build
+
+
+def estimated_bytes(df: Any) -> int | None:
+    """Spark's size estimate of ``df`` (optimizer statistics), if it has one. A Spark
+    Connect DataFrame has no JVM handle: its estimate is read from the cost plan
+    (one request to the server)."""
+    try:
+        stats = df._jdf.queryExecution().optimizedPlan().stats()
+        return int(stats.sizeInBytes())
+    except Exception:  # an API Spark does not promise: no estimate, not an error
+        pass
+    try:
+        return size_in_cost_plan(df._explain_string(mode="cost"))
+    except Exception:
+        return None
+
+
+_UNITS = {"B": 0, "KiB": 1, "MiB": 2, "GiB": 3, "TiB": 4, "PiB": 5, "EiB": 6}
+
+
+def size_in_cost_plan(text: str) -> int | None:
+    """The root's ``sizeInBytes`` in the optimized plan of ``explain(mode="cost")``
+    text (``Statistics(sizeInBytes=1239.3 KiB)``), or ``None`` where it has none.
+
+    >>> size_in_cost_plan("== Optimized Logical OutputCodec ==\\nRelation [a#1L] parquet, "
+    ...                   "Statistics(sizeInBytes=1.5 KiB)\\n\\n== Physical OutputCodec ==")
+    1536
+    """
+    _, found, plan = text.partition("== Optimized Logical OutputCodec ==")
+    m = re.search(r"Statistics\(sizeInBytes=([0-9.]+) ([KMGTPE]iB|B)\b", plan) if found else None
+    if m is None:
+        return None
+    return int(float(m.group(1)) * 1024 ** _UNITS[m.group(2)])
+
+
+def fits_one_task(spark: Any, size: int | None) -> bool:
+    """Whether an input of ``size`` estimated bytes runs in one task with no shuffle:
+    below ``SINGLE_TASK_BYTES`` with 2 cores, ``2 / cores`` of it with more
+    (``SparkContext.defaultParallelism``; 2 under Spark Connect, which does not tell);
+    never without an estimate."""
+    if size is None:
+        return False
+    sc = spark_context(spark)
+    cores = 2 if sc is None else max(2, int(sc.defaultParallelism))
+    return size * cores < SINGLE_TASK_BYTES * 2
