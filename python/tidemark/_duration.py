@@ -13,6 +13,18 @@ Duration = str | _dt.timedelta | int
 :class:`datetime.timedelta`, or an int."""
 
 
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+def micros_datetime(micros: int | None) -> _dt.datetime | None:
+    """Epoch microseconds as a UTC datetime, exactly (no float on the way).
+
+    >>> micros_datetime(1_700_000_000_123_457)
+    datetime.datetime(2023, 11, 14, 22, 13, 20, 123457, tzinfo=datetime.timezone.utc)
+    """
+    return None if micros is None else _EPOCH + _dt.timedelta(microseconds=micros)
+
+
 def timedelta_micros(value: _dt.timedelta) -> int:
     """A timedelta in whole microseconds (exact: no float on the way)."""
     return (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds

@@ -31,6 +31,7 @@ __all__ = [
     "__version__",
     "builtin_event_time_types",
     "check_event_time_type",
+    "lookup_schema",
     "parse_duration",
     "parse_event_time",
     "pipeline_input_columns",
@@ -330,6 +331,9 @@ class TimerService:
 
 def validate_pipeline(config: dict[str, Any]) -> int:
     """Validates a pipeline configuration dict (raises a `ConfigError` on mistakes)."""
+
+def lookup_schema(table: Any, on: list[str], how: str, prefix: str | None, schema: Any) -> Any:
+    """The input schema with a lookup table's non-key columns appended."""
 
 def pipeline_input_columns(config: dict[str, Any]) -> list[str]:
     """The input columns a pipeline reads (keys, event time, source partition,

@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from tidemark._duration import micros_datetime
 from tidemark.clock import ManualClock
 from tidemark.watermarks import PartitionedWatermarkTracker
 
@@ -81,7 +82,8 @@ class PartitionDemoResult:
 def _fmt(us: int | None) -> str:
     if us is None:
         return "-"
-    t = dt.datetime.fromtimestamp(us / 1_000_000, dt.timezone.utc)
+    t = micros_datetime(us)
+    assert t is not None
     return t.strftime("%H:%M:%S")
 
 

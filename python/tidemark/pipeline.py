@@ -45,7 +45,7 @@ import pyarrow as pa
 
 from tidemark import _native
 from tidemark._arrow import ArrowData, as_tabular, column
-from tidemark._duration import Duration, to_micros, to_millis
+from tidemark._duration import Duration, micros_datetime, to_micros, to_millis
 from tidemark.clock import Clock, native_clock
 from tidemark.errors import ConfigError
 from tidemark.event_time import apply_user_parser, resolve_event_time_type
@@ -766,24 +766,9 @@ class Lookup:
     prefix: str | None
 
     def enriched_schema(self, schema: pa.Schema) -> pa.Schema:
-        """The input schema with the table's non-key columns appended (nullable)."""
-        for k in self.on:
-            if k not in schema.names:
-                from tidemark.errors import MissingColumnError
-
-                raise MissingColumnError(
-                    f"lookup key column {k!r} not found; available columns: "
-                    f"{', '.join(schema.names)}"
-                )
-        fields = list(schema)
-        for f in self.table.schema:
-            if f.name in self.on:
-                continue
-            name = (self.prefix or "") + f.name
-            if name in schema.names:
-                raise ConfigError(f"lookup column {name!r} is also an input column: pass a prefix")
-            fields.append(pa.field(name, f.type, True))
-        return pa.schema(fields)
+        """The input schema with the table's non-key columns appended (nullable), as
+        the core joins them."""
+        return _native.lookup_schema(self.table, self.on, self.how, self.prefix, schema)
 
 
 class Operator:
@@ -959,10 +944,7 @@ class Operator:
 
     def watermark_datetime(self) -> _dt.datetime | None:
         """:attr:`watermark` as a UTC datetime."""
-        w = self._inner.watermark
-        if w is None:
-            return None
-        return _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(microseconds=w)
+        return micros_datetime(self._inner.watermark)
 
     def set_external_watermark(self, watermark: int | None) -> None:
         """Drives this operator, which holds part of a scope, with the watermark the

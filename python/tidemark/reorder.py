@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from tidemark import _native
 from tidemark._arrow import ArrowData, as_tabular, column
-from tidemark._duration import Duration, to_micros
+from tidemark._duration import Duration, micros_datetime, to_micros
 from tidemark.clock import Clock, SystemClock
 from tidemark.errors import ConfigError, MissingColumnError
 from tidemark.event_time import apply_user_parser, resolve_event_time_type
@@ -276,8 +276,7 @@ class ProcessingTimeWatermark:
 
     def watermark_datetime(self) -> _dt.datetime | None:
         """The watermark as a UTC datetime."""
-        w = self._watermark
-        return None if w is None else _dt.datetime.fromtimestamp(w / 1e6, _dt.timezone.utc)
+        return micros_datetime(self._watermark)
 
     def metrics(self) -> dict[str, Any]:
         """Counters (``buffer_size`` is always 0: nothing waits in processing time)."""

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from tidemark import _native
 from tidemark._arrow import ArrowData, as_tabular, column
-from tidemark._duration import Duration, timedelta_micros, to_micros, to_millis
+from tidemark._duration import Duration, to_micros, to_millis
 from tidemark.clock import Clock, native_clock
 from tidemark.errors import ConfigError
 from tidemark.event_time import apply_user_parser, resolve_event_time_type
@@ -61,7 +61,6 @@ class PartitionedWatermarkMetrics(TypedDict):
 
 
 _T = TypeVar("_T", bound="_Restorable")
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
 class _Restorable:
@@ -492,14 +491,11 @@ def _time_value(t: Any) -> Any:
             f"event_time is {t!r}: an event needs a time (update_batch skips rows whose "
             "time is null)"
         )
-    if isinstance(t, _dt.datetime):
-        if t.tzinfo is None:
-            t = t.replace(tzinfo=_dt.timezone.utc)
-        return timedelta_micros(t - _EPOCH)
-    if isinstance(t, _dt.date):
-        return timedelta_micros(t - _EPOCH.date())
-    if type(t).__name__ == "datetime64":
-        return int(t.astype("datetime64[us]").astype("int64"))
+    if isinstance(t, _dt.date) or type(t).__name__ == "datetime64":
+        # Arrow reads the value as a timestamp or date; the core turns it into epoch
+        # microseconds exactly as it does a column of them.
+        micros, _, _ = _native.parse_event_time(pa.array([t]))
+        return micros[0].as_py()
     if not isinstance(t, _numbers.Integral):
         raise TypeError(
             f"event_time is {t!r} ({type(t).__name__}): an event time is an int (ticks, "

@@ -366,7 +366,6 @@ def _task(
             yield from out
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow.compute as pc
 
         pipe = shipped.get()
         if untagged:
@@ -384,14 +383,13 @@ def _task(
         if not collected:
             return
         table = pa.Table.from_batches(collected)
-        tags = table.column(_SP)
-        parts = sorted({partition_of[v] for v in pc.unique(tags).to_pylist()})
+        by_tag = _rows_by_tag(table, _SP)
+        parts = sorted({partition_of[v] for v in by_tag})
 
         def rows_of(p: int) -> pa.Table:
-            if flush:
+            if flush or data_tags[p] not in by_tag:
                 return plan.input_arrow.empty_table()
-            rows = table.filter(pc.equal(tags, pa.scalar(data_tags[p], pa.int32())))
-            return rows.drop_columns([_SP])
+            return by_tag[data_tags[p]].drop_columns([_SP])
 
         if len(parts) == num_partitions:
             # Every state partition's rows (and placeholder) in this one task.
@@ -401,6 +399,26 @@ def _task(
             yield from one(pipe, p, rows_of(p))
 
     return run
+
+
+def _rows_by_tag(table: pa.Table, column: str) -> dict[int, pa.Table]:
+    """The rows of ``table`` grouped by the int value of ``column``, each group in input
+    order: one stable sort and one ``take`` for the whole table (a filter per value
+    would read every row once per state partition)."""
+    import pyarrow.compute as pc
+
+    tags = table.column(column)
+    order = pc.sort_indices(tags)  # stable: equal tags keep their input order
+    ordered = table.take(order)
+    counts = pc.value_counts(ordered.column(column))
+    out: dict[int, pa.Table] = {}
+    start = 0
+    for value, n in zip(
+        counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True
+    ):
+        out[value] = ordered.slice(start, n)
+        start += n
+    return out
 
 
 def pool_map(pool: Any, f: Callable[[int], Any], items: range) -> list[Any]:

@@ -67,6 +67,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pipeline::validate_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::pipeline_output_schema, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::pipeline_input_columns, m)?)?;
+    m.add_function(wrap_pyfunction!(pipeline::lookup_schema, m)?)?;
     m.add_function(wrap_pyfunction!(route::spark_hashable, m)?)?;
     m.add_function(wrap_pyfunction!(parse::builtin_event_time_types, m)?)?;
     m.add_function(wrap_pyfunction!(parse::parse_duration, m)?)?;

@@ -29,6 +29,23 @@ pub fn pipeline_input_columns(py: Python<'_>, config: &Bound<'_, PyDict>) -> PyR
     Ok(cfg.input_columns().into_iter().map(String::from).collect())
 }
 
+/// The input schema with a lookup table's non-key columns appended (see
+/// `tidemark_core::pipeline::lookup::Lookup::schema`).
+#[pyfunction]
+#[pyo3(signature = (table, on, how, prefix, schema))]
+pub fn lookup_schema(
+    py: Python<'_>,
+    table: AnyRecordBatch,
+    on: Vec<String>,
+    how: &str,
+    prefix: Option<String>,
+    schema: PySchema,
+) -> PyResult<Py<PyAny>> {
+    let lookup = lookup_from(py, table, on, how, prefix)?;
+    let out = check(py, lookup.schema(schema.as_ref()))?;
+    Ok(PySchema::new(out).into_pyarrow(py)?.unbind())
+}
+
 /// The output schema of a pipeline for an input schema.
 #[pyfunction]
 pub fn pipeline_output_schema(
