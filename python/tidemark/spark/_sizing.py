@@ -257,11 +257,11 @@ def size_in_cost_plan(text: str) -> int | None:
     """The root's ``sizeInBytes`` in the optimized plan of ``explain(mode="cost")``
     text (``Statistics(sizeInBytes=1239.3 KiB)``), or ``None`` where it has none.
 
-    >>> size_in_cost_plan("== Optimized Logical OutputCodec ==\\nRelation [a#1L] parquet, "
-    ...                   "Statistics(sizeInBytes=1.5 KiB)\\n\\n== Physical OutputCodec ==")
+    >>> size_in_cost_plan("== Optimized Logical Plan ==\\nRelation [a#1L] parquet, "
+    ...                   "Statistics(sizeInBytes=1.5 KiB)\\n\\n== Physical Plan ==")
     1536
     """
-    _, found, plan = text.partition("== Optimized Logical OutputCodec ==")
+    _, found, plan = text.partition("== Optimized Logical Plan ==")
     m = re.search(r"Statistics\(sizeInBytes=([0-9.]+) ([KMGTPE]iB|B)\b", plan) if found else None
     if m is None:
         return None

@@ -52,12 +52,13 @@ from tidemark.spark._codec import (
     session_arrow_settings,
     to_arrow_schema,
 )
+from tidemark.spark._driver import JSON, SNAP, MicroBatchDriver, Sink, exact_partitions
 from tidemark.spark._sizing import (
     ON_DRIVER_BYTES,
     estimated_bytes,
     runs_on_driver,
 )
-from tidemark.spark.state import StateStore, state_errors_surface
+from tidemark.spark.state import state_errors_surface
 
 __all__ = ["ReorderPlan", "ReorderResult", "ReorderStream", "reorder"]
 
@@ -77,10 +78,6 @@ COUNTS = (
     "buffered_rows",
     "buffer_bytes",
 )
-_SNAP = ".snap"
-_JSON = ".json"
-
-Sink = Callable[[Any, int], None]
 
 
 @dataclass(frozen=True)
@@ -315,7 +312,7 @@ def reorder(
     return ReorderResult(rows, late, errors, combined)
 
 
-class ReorderStream:
+class ReorderStream(MicroBatchDriver):
     """A ``foreachBatch`` function that reorders a stream with exactly-once buffers.
 
     Parameters
@@ -405,36 +402,27 @@ class ReorderStream:
         if retention < 2:
             raise ConfigError("retention must be at least 2 (the last batch must be replayable)")
         self.template = r.restore(None)
-        self.store = StateStore(state_location)
-        self.num_partitions = num_partitions
         self.partition_by = partition_by
-        self.sink, self.late_sink, self.error_sink = sink, late_sink, error_sink
-        self.retention = retention
-        self.start_fresh = start_fresh
-        self.on_driver = on_driver
-        self.arrow_sinks = arrow_sinks
-        self._last_on_driver: bool | None = None
-        self._checked = False
-        self.last_progress: dict[str, Any] | None = None
+        self._init_driver(
+            state_location,
+            num_partitions,
+            (sink, late_sink, error_sink),
+            retention,
+            start_fresh,
+            on_driver,
+            arrow_sinks,
+        )
 
-    def _check_meta(self) -> None:
-        if self._checked:
-            return
-        want = {
-            "fingerprint": self.template.fingerprint,
-            "num_partitions": self.num_partitions,
-            "format": 1,
-        }
-        meta = self.store.read_json("meta.json")
-        if meta is None:
-            self.store.write_json("meta.json", want)
-        elif meta != want:
-            raise StateCorruptedError(
-                f"{self.store.path('meta.json')}: written with {meta}, this stream is {want} "
-                "(a reorder buffer keeps its configuration and partition count)"
-            )
-        self.store.clean_temp()
-        self._checked = True
+    FINISHED_KEY = "watermark"
+
+    def _fingerprint(self) -> int | str:
+        return self.template.fingerprint
+
+    def _mismatch(self, meta: dict[str, Any], want: dict[str, Any]) -> str:
+        return (
+            f"written with {meta}, this stream is {want} (a reorder buffer keeps its "
+            "configuration and partition count)"
+        )
 
     def _prev_batch(self, batch_id: int, flush: bool, layout: str) -> tuple[int | None, str]:
         """The batch to restore, and where the batch runs: ``layout``, except for a
@@ -448,8 +436,8 @@ class ReorderStream:
             return prev_of_replay, layout
         done = [
             v
-            for v in self.store.versions("driver", _JSON)
-            if v < batch_id and "watermark" in (self.store.read_json(f"driver/{v}{_JSON}") or {})
+            for v in self.store.versions("driver", JSON)
+            if v < batch_id and "watermark" in (self.store.read_json(f"driver/{v}{JSON}") or {})
         ]
         if not done:
             self.store.start(batch_id, self.start_fresh)
@@ -457,7 +445,7 @@ class ReorderStream:
         started: dict[str, Any] = {"batch_id": batch_id, "prev_batch": prev, "layout": layout}
         if flush:
             started["flush"] = True
-        self.store.write_json(f"driver/{batch_id}{_JSON}", started)
+        self.store.write_json(f"driver/{batch_id}{JSON}", started)
         return prev, layout
 
     @property
@@ -506,7 +494,7 @@ class ReorderStream:
             partition's watermark after the batch and its counts."""
             state = None
             if prev is not None:
-                rel = f"partitions/{p}/{prev}{_SNAP}"
+                rel = f"partitions/{p}/{prev}{SNAP}"
                 state = store.read(rel)
                 if state is None:
                     raise StateCorruptedError(
@@ -515,12 +503,12 @@ class ReorderStream:
             try:
                 op = template.restore(state)
             except StateCorruptedError as e:
-                rel = f"partitions/{p}/{prev}{_SNAP}"
+                rel = f"partitions/{p}/{prev}{SNAP}"
                 raise StateCorruptedError(f"{store.path(rel)}: {e}") from None
             before = op.metrics()
             out = op.flush() if flush else op.process(table)
-            store.write(f"partitions/{p}/{batch_id}{_SNAP}", op.snapshot())
-            store.prune(f"partitions/{p}", _SNAP, batch_id - retention + 1)
+            store.write(f"partitions/{p}/{batch_id}{SNAP}", op.snapshot())
+            store.prune(f"partitions/{p}", SNAP, batch_id - retention + 1)
             return out, op.watermark, batch_counts(before, op.metrics())
 
         if driver:
@@ -537,8 +525,6 @@ class ReorderStream:
                 yield from plan.encode(out)
                 yield plan.progress(p, watermark, counts)
 
-            from tidemark.spark.streaming import _exact_partitions
-
             # A flush reads no rows, but every state partition must run its task: one
             # row per partition (an empty input would run none under Spark Connect,
             # whose empty DataFrames are local relations the optimizer prunes).
@@ -547,7 +533,7 @@ class ReorderStream:
             combined = map_in_arrow(source, run, plan.combined_spark)
             combined = combined.persist(StorageLevel.MEMORY_AND_DISK)
             try:
-                with _exact_partitions(spark), state_errors_surface():
+                with exact_partitions(spark), state_errors_surface():
                     progress = ReorderPlan.progress_of(combined)  # the one job of this batch
             except BaseException:
                 combined.unpersist()
@@ -568,9 +554,7 @@ class ReorderStream:
                     rows = rows.toArrow().cast(plan.sink_rows) if self.sink or flush else rows
                     late = late.toArrow().cast(plan.sink_rows) if self.late_sink else late
                     errors = errors.toArrow().cast(plan.sink_errors) if self.error_sink else errors
-            for sink, out in [(self.sink, rows), (self.late_sink, late), (self.error_sink, errors)]:
-                if sink is not None:
-                    sink(out, batch_id)
+            self._send((rows, late, errors), batch_id)
         except BaseException:
             if combined is not None:
                 combined.unpersist()
@@ -596,9 +580,7 @@ class ReorderStream:
         }
         if flush:
             done["flush"] = True
-        self.store.write_json(f"driver/{batch_id}{_JSON}", done)
-        self.store.prune("driver", _JSON, batch_id - self.retention + 1)
-        self._last = combined
+        self._commit(batch_id, done, combined)
         return rows, late, errors
 
     def _run_on_driver(
@@ -667,38 +649,21 @@ class ReorderStream:
             errors = local([o.errors for o in outs], *errors_out)
         return (rows, late, errors), progress
 
-    def __call__(self, df: Any, batch_id: int) -> None:
-        """Processes micro-batch ``batch_id`` (Spark's foreachBatch contract)."""
-        self._run(df, batch_id, flush=False)
-        if self._last is not None:  # None: run in the driver, nothing persisted
-            self._last.unpersist()
-
     def flush(self, spark: Any, schema: Any, batch_id: int | None = None) -> Any:
         """End of input: releases every buffered row, as batch ``batch_id`` (default:
         one after the last, or the last again if it was a flush or did not finish),
         sends them to the sink and returns them (persisted; a local DataFrame when
         the flush runs in the driver, see ``on_driver``; a table with
         ``arrow_sinks``)."""
-        from tidemark.spark.streaming import next_flush_batch
-
-        if batch_id is None:
-            batch_id = next_flush_batch(self.store, "watermark")
+        batch_id = self._flush_batch_id(batch_id)
         rows, _, _ = self._run(spark.createDataFrame([], schema), batch_id, flush=True)
         return rows
-
-    def progress(self, batch_id: int | None = None) -> dict[str, Any] | None:
-        """A finished batch's counts (the keys of :attr:`last_progress`), read from
-        ``state_location``: batch ``batch_id``, or the last finished one. ``None`` if
-        it did not finish or was pruned (``retention``). Works from any process that
-        reaches ``state_location`` (e.g. a Spark Connect client).
-        """
-        return self.store.batch_progress(batch_id)
 
     def watermark(self) -> int | None:
         """The stream's watermark after the last finished batch (minimum over
         partitions): a batch that did not finish has none yet."""
-        for v in reversed(self.store.versions("driver", _JSON)):
-            rec = self.store.read_json(f"driver/{v}{_JSON}") or {}
+        for v in reversed(self.store.versions("driver", JSON)):
+            rec = self.store.read_json(f"driver/{v}{JSON}") or {}
             if "watermark" in rec:
                 wm: int | None = rec["watermark"]
                 return wm

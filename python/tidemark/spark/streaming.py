@@ -82,6 +82,14 @@ from tidemark.spark._codec import (
     session_arrow_settings,
     to_arrow_schema,
 )
+from tidemark.spark._driver import (
+    JSON,
+    PROGRESS,
+    SNAP,
+    MicroBatchDriver,
+    Sink,
+    exact_partitions,
+)
 from tidemark.spark._files import batch_files, read_batch_files
 from tidemark.spark._sizing import (
     FILES_ON_DRIVER_BYTES,
@@ -95,12 +103,8 @@ from tidemark.spark.state import StateStore, state_errors_surface, stream_goes_o
 
 __all__ = ["StreamProcessor"]
 
-Sink = Callable[[Any, int], None]
 # The outputs, in the order the sinks and _run_on_driver give them.
 _KINDS = (KIND_WINDOW, KIND_LATE, KIND_ERROR)
-_SNAP = ".snap"
-_JSON = ".json"
-_PROGRESS = ".progress"
 
 # Progress rows a task reports, (state partition, kind, a, b) by kind:
 _P_TIMES = 0  # a: largest event time, b: largest event time of the on-time rows
@@ -302,7 +306,7 @@ def _task(
     def restore(pipe: Pipeline, p: int) -> Operator:
         state = None
         if prev_batch is not None:
-            rel = f"partitions/{p}/{prev_batch}{_SNAP}"
+            rel = f"partitions/{p}/{prev_batch}{SNAP}"
             state = store.read(rel)
             if state is None:
                 raise StateCorruptedError(
@@ -315,7 +319,7 @@ def _task(
             op = pipe.operator(state=state, clock=ManualClock(clock_ms), ordered=False)
         except StateCorruptedError as e:
             raise StateCorruptedError(
-                f"{store.path(f'partitions/{p}/{prev_batch}{_SNAP}')}: {e}"
+                f"{store.path(f'partitions/{p}/{prev_batch}{SNAP}')}: {e}"
             ) from None
         del state  # the snapshot's bytes, freed before the next one is taken
         if windowed:
@@ -329,13 +333,13 @@ def _task(
             yield from plan.encode_one(out, KIND_WINDOW)
         else:
             yield from plan.encode(out)
-        store.write(f"partitions/{p}/{batch_id}{_SNAP}", op.snapshot())
-        store.prune(f"partitions/{p}", _SNAP, batch_id - retention + 1)
+        store.write(f"partitions/{p}/{batch_id}{SNAP}", op.snapshot())
+        store.prune(f"partitions/{p}", SNAP, batch_id - retention + 1)
         rows = _progress_rows(p, op.progress())
         rows.append((p, _P_OUTPUT, out.windows.num_rows, out.late.num_rows))
         rows.append((p, _P_INPUT, out.errors.num_rows, rows_in))
-        store.write_json(f"partitions/{p}/{batch_id}{_PROGRESS}", {"token": token, "rows": rows})
-        store.prune(f"partitions/{p}", _PROGRESS, batch_id - retention + 1)
+        store.write_json(f"partitions/{p}/{batch_id}{PROGRESS}", {"token": token, "rows": rows})
+        store.prune(f"partitions/{p}", PROGRESS, batch_id - retention + 1)
 
     def one(pipe: Pipeline, p: int, table: pa.Table) -> Iterator[pa.RecordBatch]:
         op = restore(pipe, p)
@@ -540,39 +544,7 @@ def _counts(
     }
 
 
-def next_flush_batch(store: StateStore, finished_key: str) -> int:
-    """The batch id a flush runs as (see :meth:`StreamProcessor.flush`): the last
-    batch again if it was a flush or never finished (its driver record lacks
-    ``finished_key``), else the one after it."""
-    done = store.versions("driver", _JSON)
-    if not done:
-        return 0
-    last = store.read_json(f"driver/{done[-1]}{_JSON}") or {}
-    replay = last.get("flush") or finished_key not in last
-    return done[-1] if replay else done[-1] + 1
-
-
-class _exact_partitions:
-    """Turns off adaptive partition coalescing for one job, restoring the setting."""
-
-    KEY = "spark.sql.adaptive.coalescePartitions.enabled"
-
-    def __init__(self, spark: Any) -> None:
-        self.spark = spark
-        self.old: str | None = None
-
-    def __enter__(self) -> None:
-        self.old = self.spark.conf.get(self.KEY, None)
-        self.spark.conf.set(self.KEY, "false")
-
-    def __exit__(self, *exc: object) -> None:
-        if self.old is None:
-            self.spark.conf.unset(self.KEY)
-        else:
-            self.spark.conf.set(self.KEY, self.old)
-
-
-class StreamProcessor:
+class StreamProcessor(MicroBatchDriver):
     """A ``foreachBatch`` function that runs a pipeline with exactly-once state.
 
     Parameters
@@ -723,75 +695,66 @@ class StreamProcessor:
                 "on_driver=True processes them in the driver: choose one"
             )
         self.pipe = pipe
-        self.store = StateStore(state_location)
         if sink is None and late_sink is None and error_sink is None:
             raise ConfigError(
                 "StreamProcessor() needs a sink: sink=f(windows_df, batch_id) writes each "
                 "micro-batch's windows (late_sink and error_sink the late and error rows); "
                 "without one nothing would be written"
             )
-        self.num_partitions = num_partitions
-        self.sink, self.late_sink, self.error_sink = sink, late_sink, error_sink
-        self.retention = retention
-        self.start_fresh = start_fresh
         self._clock = clock or (lambda: int(time.time() * 1000))
         self.shuffle = shuffle
-        self.on_driver = on_driver
-        self.arrow_sinks = arrow_sinks
         self.read_files = read_files
-        self._checked = False
         # Said once: late rows dropped for want of a late_sink; Spark's watermark ignored.
         self._warned: set[str] = set()
         self._shipped: ShippedPipeline | None = None
         # The layout of the last batch run: shuffled, and run in the driver.
         self._last_shuffled: bool | None = None
-        self._last_on_driver: bool | None = None
         self.last_batch_id: int | None = None
-        self.last_progress: dict[str, Any] | None = None
+        self._init_driver(
+            state_location,
+            num_partitions,
+            (sink, late_sink, error_sink),
+            retention,
+            start_fresh,
+            on_driver,
+            arrow_sinks,
+        )
 
     # --- driver-side state ---------------------------------------------------------
 
-    def _check_meta(self, fields: Any, batch_id: int, flush: bool) -> None:
+    FINISHED_KEY = "state_after"
+
+    def _fingerprint(self) -> int | str:
+        return self.pipe.fingerprint
+
+    def _mismatch(self, meta: dict[str, Any], want: dict[str, Any]) -> str:
+        return (
+            "it was written by a different pipeline configuration (a changed pipeline "
+            "needs a new state_location, and a new checkpoint location)"
+        )
+
+    def _check_state(self, fields: Any, batch_id: int, flush: bool) -> None:
         """Checks ``meta.json`` against this processor once; rescales the state batch
         ``batch_id`` starts from to ``num_partitions`` where only that changed.
         ``fields``: the batch's schema (its key columns' types decide whether a rescale
         can route keys as Spark's shuffle routes their rows)."""
-        if self._checked:
-            return
-        meta = self.store.read_json("meta.json")
-        want = {
-            "fingerprint": self.pipe.fingerprint,
-            "num_partitions": self.num_partitions,
-            "format": 1,
-        }
-        if meta is None:
-            self.store.write_json("meta.json", want)
-        elif meta != want:
-            same = {k: v for k, v in meta.items() if k != "num_partitions"}
-            if same == {k: v for k, v in want.items() if k != "num_partitions"}:
-                old = int(meta["num_partitions"])
-                if self.num_partitions > 1 and not spark_hash_matches(fields, self.pipe.key):
-                    # Routed by the wrong hash, a key's state would sit in one state
-                    # partition while Spark's shuffle sends its rows to another.
-                    raise ConfigError(
-                        f"{self.store.path('meta.json')}: the state has {old} state "
-                        f"partitions, and moving it to {self.num_partitions} routes each "
-                        "key by Spark's hash(), which tidemark reproduces for numbers, "
-                        "booleans, dates, timestamps, decimals, binary and strings without "
-                        f"a collation, not for key columns {', '.join(self.pipe.key)} as "
-                        f"typed here: keep num_partitions={old}, use num_partitions=1, or "
-                        "start over in a new state_location"
-                    )
-                self._rescale(old, batch_id, flush)
-                self.store.write_json("meta.json", want)
-            else:
-                why = (
-                    "it was written by a different pipeline configuration (a changed "
-                    "pipeline needs a new state_location, and a new checkpoint location)"
+
+        def rescale(old: int) -> None:
+            if self.num_partitions > 1 and not spark_hash_matches(fields, self.pipe.key):
+                # Routed by the wrong hash, a key's state would sit in one state
+                # partition while Spark's shuffle sends its rows to another.
+                raise ConfigError(
+                    f"{self.store.path('meta.json')}: the state has {old} state "
+                    f"partitions, and moving it to {self.num_partitions} routes each "
+                    "key by Spark's hash(), which tidemark reproduces for numbers, "
+                    "booleans, dates, timestamps, decimals, binary and strings without "
+                    f"a collation, not for key columns {', '.join(self.pipe.key)} as "
+                    f"typed here: keep num_partitions={old}, use num_partitions=1, or "
+                    "start over in a new state_location"
                 )
-                raise StateCorruptedError(f"{self.store.path('meta.json')}: {why}")
-        self.store.clean_temp()
-        self._checked = True
+            self._rescale(old, batch_id, flush)
+
+        self._check_meta(rescale)
 
     def _rescale(self, old: int, batch_id: int, flush: bool) -> None:
         """Redistributes the last committed state version from ``old`` state partitions
@@ -803,13 +766,13 @@ class StreamProcessor:
         rest of the old layout: it runs again from that base, as any replay does."""
         committed = [
             v
-            for v in self.store.versions("driver", _JSON)
-            if "state_after" in (self.store.read_json(f"driver/{v}{_JSON}") or {})
+            for v in self.store.versions("driver", JSON)
+            if "state_after" in (self.store.read_json(f"driver/{v}{JSON}") or {})
         ]
         if not committed:
             return
         b = committed[-1]
-        rec = self.store.read_json(f"driver/{batch_id}{_JSON}")
+        rec = self.store.read_json(f"driver/{batch_id}{JSON}")
         if rec is not None and b >= batch_id:
             # A batch with rows after a flush starts, as a replay does, from the batch
             # before. Otherwise another query's state is refused before anything moves
@@ -821,36 +784,36 @@ class StreamProcessor:
             base: int | None = rec.get("prev_batch")
             if base is None:  # the replayed batch started from nothing
                 for p in range(max(old, self.num_partitions)):
-                    self.store.prune_after(f"partitions/{p}", _SNAP, batch_id - 1)
+                    self.store.prune_after(f"partitions/{p}", SNAP, batch_id - 1)
                 return
             b = base
         for p in range(max(old, self.num_partitions)):
-            self.store.prune_after(f"partitions/{p}", _SNAP, b)
+            self.store.prune_after(f"partitions/{p}", SNAP, b)
         snaps = []
         for p in range(old):
-            data = self.store.read(f"partitions/{p}/{b}{_SNAP}")
+            data = self.store.read(f"partitions/{p}/{b}{SNAP}")
             if data is None:
                 raise StateCorruptedError(
-                    f"{self.store.path(f'partitions/{p}/{b}{_SNAP}')}: missing; cannot "
+                    f"{self.store.path(f'partitions/{p}/{b}{SNAP}')}: missing; cannot "
                     f"rescale from {old} to {self.num_partitions} state partitions"
                 )
             snaps.append(data)
         new = _native.reshard_snapshots(self.pipe._config, snaps, self.num_partitions, "spark")
         for p, data in enumerate(new):
-            self.store.write(f"partitions/{p}/{b}{_SNAP}", data)
+            self.store.write(f"partitions/{p}/{b}{SNAP}", data)
         for p in range(self.num_partitions, old):
-            self.store.prune(f"partitions/{p}", _SNAP, b + 1)
+            self.store.prune(f"partitions/{p}", SNAP, b + 1)
 
     def _prepare(self, batch_id: int, flush: bool = False) -> dict[str, Any]:
         """The batch's recorded inputs (reused when the batch is replayed)."""
         replay = self.store.replayed(batch_id, flush, self.start_fresh)
         if replay is not None:
             return replay
-        earlier = [v for v in self.store.versions("driver", _JSON) if v < batch_id]
-        prev = self.store.read_json(f"driver/{earlier[-1]}{_JSON}") if earlier else None
+        earlier = [v for v in self.store.versions("driver", JSON) if v < batch_id]
+        prev = self.store.read_json(f"driver/{earlier[-1]}{JSON}") if earlier else None
         if prev is not None and "state_after" not in prev:
             raise StateCorruptedError(
-                f"{self.store.path(f'driver/{earlier[-1]}{_JSON}')}: batch {earlier[-1]} "
+                f"{self.store.path(f'driver/{earlier[-1]}{JSON}')}: batch {earlier[-1]} "
                 "never finished and a later batch started; the state store is inconsistent"
             )
         if prev is not None and prev.get("flush") and not flush:
@@ -876,7 +839,7 @@ class StreamProcessor:
         }
         if flush:
             rec["flush"] = True
-        self.store.write_json(f"driver/{batch_id}{_JSON}", rec)
+        self.store.write_json(f"driver/{batch_id}{JSON}", rec)
         return rec
 
     def _combine(self, rec: dict[str, Any], progress: list[tuple[int, Any, Any, Any]]) -> None:
@@ -895,7 +858,7 @@ class StreamProcessor:
         pool would cost more than the reads)."""
 
         def read(p: int) -> Any:
-            return self.store.read_json(f"partitions/{p}/{batch_id}{_PROGRESS}")
+            return self.store.read_json(f"partitions/{p}/{batch_id}{PROGRESS}")
 
         n = self.num_partitions
         if n == 1 or self.store.is_local:
@@ -920,7 +883,7 @@ class StreamProcessor:
         fields = schema if flush else df.schema
         if not flush:
             self._warn_spark_watermark(fields)
-        self._check_meta(fields, batch_id, flush)
+        self._check_state(fields, batch_id, flush)
         rec = self._prepare(batch_id, flush)
         spark = df.sparkSession
         tz, large = session_arrow_settings(spark)
@@ -998,19 +961,18 @@ class StreamProcessor:
             # One task per state partition when shuffled (adaptive execution would merge
             # them into fewer tasks): the sinks' jobs run the state partitions' tasks.
             parallel = shuffled and not flush and not driver
-            exact = _exact_partitions(spark) if parallel else contextlib.nullcontext()
+            exact = exact_partitions(spark) if parallel else contextlib.nullcontext()
             with exact, state_errors_surface():
-                outputs = ((self.sink, windows), (self.late_sink, late), (self.error_sink, errors))
-                for kind, (sink, out) in zip(_KINDS, outputs, strict=True):
+                outs = [windows, late, errors]
+                sinks = (self.sink, self.late_sink, self.error_sink)
+                for kind, sink in zip(_KINDS, sinks, strict=True):
                     # A flush returns its windows: as Arrow too, sink or none.
                     wanted = sink is not None or (flush and kind == KIND_WINDOW)
                     if self.arrow_sinks and not driver and wanted:
                         # The output's job, fetched as Arrow (the driver path's schema).
-                        out = out.toArrow().cast(plan.sink_arrow_schema(kind))
-                        if kind == KIND_WINDOW:
-                            windows = out
-                    if sink is not None:
-                        sink(out, batch_id)
+                        outs[kind] = outs[kind].toArrow().cast(plan.sink_arrow_schema(kind))
+                windows = outs[KIND_WINDOW]
+                self._send((outs[0], outs[1], outs[2]), batch_id)
                 progress = self._read_progress(batch_id, token)
                 if progress is None:
                     # The sinks did not run every task (no sink, or one that read part of
@@ -1033,10 +995,8 @@ class StreamProcessor:
             if combined is not None:
                 combined.unpersist()
             raise
-        self.store.write_json(f"driver/{batch_id}{_JSON}", rec)
-        self.store.prune("driver", _JSON, batch_id - self.retention + 1)
+        self._commit(batch_id, rec, combined)
         self.last_batch_id = batch_id
-        self._last = combined
         return windows, late, errors
 
     def _warn(self, what: str, message: str) -> None:
@@ -1130,12 +1090,6 @@ class StreamProcessor:
             lambda: not shuffled and size is not None and size <= ON_DRIVER_BYTES,
         )
 
-    def __call__(self, df: Any, batch_id: int) -> None:
-        """Processes micro-batch ``batch_id`` (Spark's foreachBatch contract)."""
-        self._run(df, batch_id, flush=False)
-        if self._last is not None:
-            self._last.unpersist()
-
     def flush(self, spark: Any, schema: Any, batch_id: int | None = None) -> Any:
         """End of input: closes every open window of every state partition.
 
@@ -1157,29 +1111,17 @@ class StreamProcessor:
                 "flush(spark, schema) needs the stream's schema (a StructType, e.g. "
                 f"stream_df.schema) for the columns of its late and error outputs, got {schema!r}"
             )
-        if batch_id is None:
-            batch_id = next_flush_batch(self.store, "state_after")
+        batch_id = self._flush_batch_id(batch_id)
         windows, _, _ = self._run(spark.range(0), batch_id, flush=True, schema=schema)
         return windows
-
-    def progress(self, batch_id: int | None = None) -> dict[str, Any] | None:
-        """A finished batch's counts (the keys of :attr:`last_progress`), read from
-        ``state_location``: batch ``batch_id``, or the last finished one. ``None`` if
-        it did not finish or was pruned (``retention``).
-
-        Works from any process that reaches ``state_location``: under Spark Connect
-        the processor runs in the server's ``foreachBatch`` process, and this is how
-        the client reads its progress.
-        """
-        return self.store.batch_progress(batch_id)
 
     def watermark(self) -> int | None:
         """The watermark the next batch will use (epoch microseconds): after a batch
         that did not finish, the one its replay will use."""
-        done = self.store.versions("driver", _JSON)
+        done = self.store.versions("driver", JSON)
         if not done:
             return None
-        rec = self.store.read_json(f"driver/{done[-1]}{_JSON}")
+        rec = self.store.read_json(f"driver/{done[-1]}{JSON}")
         if rec is None:
             return None
         wm: int | None = rec.get("next_watermark", rec.get("watermark"))

@@ -155,7 +155,7 @@ pub struct PipelineConfig {
     /// When a row is late and a window closes (processing time: windows close as soon
     /// as the clock passes them, and no row is late).
     pub late_rule: LateRule,
-    /// Binding on keys held in state (`None`: unlimited).
+    /// Bound on keys held in state (`None`: unlimited).
     pub max_keys: Option<usize>,
     /// What to do when `max_keys` is reached.
     pub eviction: KeyEvictionPolicy,

@@ -1,0 +1,180 @@
+"""The exactly-once micro-batch driver that ``StreamProcessor`` and ``ReorderStream`` both
+are: what runs in the ``foreachBatch`` process around each micro-batch.
+
+Both keep their operators' state in a :class:`~tidemark.spark.state.StateStore`, one
+version per state partition and batch, and one driver record per batch
+(``driver/<batch_id>.json``). A batch's record is written when it starts (what it
+restores) and again when it finishes (what it produced); a replayed batch finds its
+record and runs from the same inputs, so it writes the same state and outputs. This
+module holds what the two share: the store's meta check, the sinks, the record's
+commit and pruning, the batch id a flush runs as, progress read back from the store,
+and the ``foreachBatch`` entry point. Each subclass runs the batch itself
+(``_run``): the operators differ, the life cycle does not.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from tidemark.errors import StateCorruptedError
+from tidemark.spark.state import StateStore
+
+#: Snapshot, driver-record and progress file suffixes in the state store.
+SNAP = ".snap"
+JSON = ".json"
+PROGRESS = ".progress"
+
+#: ``f(output, batch_id)``: a DataFrame, or a ``pyarrow.Table`` with ``arrow_sinks``.
+Sink = Callable[[Any, int], None]
+
+
+def next_flush_batch(store: StateStore, finished_key: str) -> int:
+    """The batch id a flush runs as: the last batch again if it was a flush or never
+    finished (its driver record lacks ``finished_key``), else the one after it."""
+    done = store.versions("driver", JSON)
+    if not done:
+        return 0
+    last = store.read_json(f"driver/{done[-1]}{JSON}") or {}
+    replay = last.get("flush") or finished_key not in last
+    return done[-1] if replay else done[-1] + 1
+
+
+class exact_partitions:
+    """Turns off adaptive partition coalescing for one job, restoring the setting: one
+    task per state partition (adaptive execution would merge them into fewer)."""
+
+    KEY = "spark.sql.adaptive.coalescePartitions.enabled"
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        self.old: str | None = None
+
+    def __enter__(self) -> None:
+        self.old = self.spark.conf.get(self.KEY, None)
+        self.spark.conf.set(self.KEY, "false")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.old is None:
+            self.spark.conf.unset(self.KEY)
+        else:
+            self.spark.conf.set(self.KEY, self.old)
+
+
+class MicroBatchDriver:
+    """The micro-batch life cycle around a subclass's ``_run(df, batch_id, flush)``.
+
+    Subclasses set ``store``, ``num_partitions``, ``retention``, ``start_fresh`` and
+    the sinks in ``__init__``, and say what a finished record holds
+    (``FINISHED_KEY``) and what their configuration is (:meth:`_fingerprint`)."""
+
+    #: The key a finished batch's driver record holds (a started one lacks it).
+    FINISHED_KEY = ""
+
+    store: StateStore
+    num_partitions: int
+    retention: int
+    start_fresh: bool
+    sink: Sink | None
+    late_sink: Sink | None
+    error_sink: Sink | None
+    on_driver: bool | None
+    arrow_sinks: bool
+    last_progress: dict[str, Any] | None
+
+    def _init_driver(
+        self,
+        state_location: str | os.PathLike[str],
+        num_partitions: int,
+        sinks: tuple[Sink | None, Sink | None, Sink | None],
+        retention: int,
+        start_fresh: bool,
+        on_driver: bool | None,
+        arrow_sinks: bool,
+    ) -> None:
+        """The settings every driver has (see the subclasses' parameters), and its own
+        state: nothing checked, run or persisted yet."""
+        self.store = StateStore(state_location)
+        self.num_partitions = num_partitions
+        self.sink, self.late_sink, self.error_sink = sinks
+        self.retention = retention
+        self.start_fresh = start_fresh
+        self.on_driver = on_driver
+        self.arrow_sinks = arrow_sinks
+        # Where the last micro-batch ran (a flush runs where it did, by default).
+        self._last_on_driver: bool | None = None
+        self._checked = False
+        self._last: Any = None
+        self.last_progress = None
+
+    def _fingerprint(self) -> int | str:
+        raise NotImplementedError
+
+    def _mismatch(self, meta: dict[str, Any], want: dict[str, Any]) -> str:
+        """Why a state store whose ``meta.json`` is ``meta`` is not this driver's."""
+        return f"written with {meta}, this driver is {want}"
+
+    def _check_meta(self, rescale: Callable[[int], None] | None = None) -> None:
+        """Checks ``meta.json`` (configuration fingerprint, state partitions, format)
+        against this driver once, writing it for a new store. A store that differs
+        only in its number of state partitions is redistributed by ``rescale(old)``
+        where the driver can (else it is refused, as any other difference is)."""
+        if self._checked:
+            return
+        want = {
+            "fingerprint": self._fingerprint(),
+            "num_partitions": self.num_partitions,
+            "format": 1,
+        }
+        meta = self.store.read_json("meta.json")
+        if meta is None:
+            self.store.write_json("meta.json", want)
+        elif meta != want:
+            same = {k: v for k, v in meta.items() if k != "num_partitions"}
+            if rescale is None or same != {k: v for k, v in want.items() if k != "num_partitions"}:
+                why = self._mismatch(meta, want)
+                raise StateCorruptedError(f"{self.store.path('meta.json')}: {why}")
+            rescale(int(meta["num_partitions"]))
+            self.store.write_json("meta.json", want)
+        self.store.clean_temp()
+        self._checked = True
+
+    def _send(self, outputs: tuple[Any, Any, Any], batch_id: int) -> None:
+        """Hands the batch's (main, late, error) outputs to their sinks, in that order."""
+        for sink, out in zip((self.sink, self.late_sink, self.error_sink), outputs, strict=True):
+            if sink is not None:
+                sink(out, batch_id)
+
+    def _commit(self, batch_id: int, record: dict[str, Any], persisted: Any) -> None:
+        """Writes the finished batch's record, prunes records older than the
+        retention, and keeps ``persisted`` (the batch's cached result, or ``None``)
+        until the next batch is called."""
+        self.store.write_json(f"driver/{batch_id}{JSON}", record)
+        self.store.prune("driver", JSON, batch_id - self.retention + 1)
+        self._last = persisted
+
+    def _run(self, df: Any, batch_id: int, flush: bool) -> tuple[Any, Any, Any]:
+        raise NotImplementedError
+
+    def _flush_batch_id(self, batch_id: int | None) -> int:
+        """``batch_id``, or by default the batch a flush runs as (see
+        :func:`next_flush_batch`)."""
+        return next_flush_batch(self.store, self.FINISHED_KEY) if batch_id is None else batch_id
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        """Processes micro-batch ``batch_id`` (Spark's foreachBatch contract)."""
+        self._run(df, batch_id, flush=False)
+        if self._last is not None:  # None: run in the driver, nothing persisted
+            self._last.unpersist()
+
+    def progress(self, batch_id: int | None = None) -> dict[str, Any] | None:
+        """A finished batch's counts (the keys of :attr:`last_progress`), read from
+        ``state_location``: batch ``batch_id``, or the last finished one. ``None`` if
+        it did not finish or was pruned (``retention``).
+
+        Works from any process that reaches ``state_location``: under Spark Connect
+        the driver runs in the server's ``foreachBatch`` process, and this is how the
+        client reads its progress.
+        """
+        return self.store.batch_progress(batch_id)
