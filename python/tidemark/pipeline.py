@@ -554,7 +554,7 @@ class Pipeline:
             "scope": wm.per,
             "partition_column": wm.partition_column,
             "source_partitions": wm.partitions,
-            "idle_timeout": None
+            "idle_timeout_ms": None
             if wm.idle_timeout is None
             else to_millis(wm.idle_timeout, "watermark.idle_timeout"),
             "window": _window_dict(window),
@@ -568,7 +568,7 @@ class Pipeline:
             "max_keys": max_keys,
             "eviction": eviction,
             "time": time,
-            "state_ttl": None if state_ttl is None else to_millis(state_ttl, "state_ttl"),
+            "state_ttl_ms": None if state_ttl is None else to_millis(state_ttl, "state_ttl"),
         }
         self.fingerprint: int = _native.validate_pipeline(self._config)
         if schema is not None:
@@ -576,7 +576,8 @@ class Pipeline:
 
     @property
     def config(self) -> dict[str, Any]:
-        """The normalised configuration (durations in microseconds) sent to the core."""
+        """The normalised configuration sent to the core: durations in microseconds,
+        except those named ``_ms`` (clock ticks: milliseconds of the system clock)."""
         return dict(self._config)
 
     def output_schema(self, schema: pa.Schema) -> pa.Schema:

@@ -101,7 +101,7 @@ pub fn config_from_dict(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<Pipel
         parsed_externally: get(d, "parsed_externally")?,
         delay: get(d, "delay")?,
         scope,
-        idle_timeout: get(d, "idle_timeout")?,
+        idle_timeout: get(d, "idle_timeout_ms")?,
         source_partitions: get(d, "source_partitions")?,
         window,
         aggs,
@@ -112,7 +112,7 @@ pub fn config_from_dict(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<Pipel
         max_keys: get(d, "max_keys")?,
         eviction: named(py, d, "eviction")?,
         time,
-        state_ttl: get(d, "state_ttl")?,
+        state_ttl: get(d, "state_ttl_ms")?,
     };
     check(py, cfg.validate())?;
     Ok(cfg)
