@@ -238,7 +238,7 @@ class Operator:
 @final
 class ScopeWatermark:
     """The watermark of a pipeline's scope, combined over the operators that share it
-    (see `tidemark_core::time::ScopeWatermark`)."""
+    (see `tidemark_core::pipeline::ScopeWatermark`)."""
 
     def __new__(
         cls,

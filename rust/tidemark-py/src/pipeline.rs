@@ -4,8 +4,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
 use pyo3_arrow::PySchema;
-use tidemark_core::pipeline::{Operator, Pending};
-use tidemark_core::time::ScopeWatermark;
+use tidemark_core::pipeline::{Operator, Pending, ScopeWatermark};
 use tidemark_core::TidemarkError;
 
 use crate::convert::arrow::{one_batch, parsed_times as parsed_times_of, read_batches};
@@ -208,7 +207,7 @@ impl PyOperator {
 }
 
 /// The watermark of a pipeline's scope, combined over the operators that share it
-/// (see `tidemark_core::time::ScopeWatermark`).
+/// (see `tidemark_core::pipeline::ScopeWatermark`).
 #[pyclass(name = "ScopeWatermark", module = "tidemark._native")]
 pub struct PyScopeWatermark {
     inner: ScopeWatermark,

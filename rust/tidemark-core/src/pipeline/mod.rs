@@ -33,6 +33,7 @@ mod emit;
 mod floors;
 mod ingest;
 mod order;
+mod scope;
 pub(crate) mod snapshot;
 
 use std::sync::Arc;
@@ -42,12 +43,14 @@ use arrow_array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, Record
 use arrow_schema::Schema;
 
 pub use config::{EmitMode, LatePolicy, LateRule, PipelineConfig, Scope, TimeMode};
+pub(crate) use scope::merged_partition_max;
+pub use scope::ScopeWatermark;
 
 use crate::agg::Acc;
 use crate::clock::ClockRef;
 use crate::error::{Result, TidemarkError};
 use crate::state::Reader;
-use crate::time::{KeyedTicks, KeyedWatermarkTracker, ScopeWatermark};
+use crate::time::{KeyedTicks, KeyedWatermarkTracker};
 use crate::window::{OpenWindow, WindowSpec};
 use floors::FloorSketch;
 

@@ -40,9 +40,10 @@ use arrow_array::{Int64Array, RecordBatch, UInt32Array};
 
 use crate::clock::ClockRef;
 use crate::error::{Result, TidemarkError};
+use crate::pipeline::{merged_partition_max, ScopeWatermark};
 use crate::pipeline::{Operator, Output, PipelineConfig, PipelineMetrics, Progress, Scope};
 use crate::route::{group_rows, HashAlgo, Router, Strategy};
-use crate::time::{merged_partition_max, KeyedWatermarkMetrics, ScopeWatermark};
+use crate::time::KeyedWatermarkMetrics;
 use merge::{interleave, MergeKeys};
 use worker::{Job, Reply, ShardRows, SplitWork, Worker};
 

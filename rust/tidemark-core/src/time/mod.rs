@@ -6,7 +6,6 @@ mod keyed;
 mod mintree;
 mod parse;
 mod partitioned;
-mod scope;
 mod watermark;
 
 pub use self::core::{CoreWatermarkState, WatermarkCoordinator};
@@ -21,6 +20,4 @@ pub use partitioned::{
     max_event_time_per_partition, PartitionId, PartitionWatermarkState,
     PartitionedWatermarkMetrics, PartitionedWatermarkTracker,
 };
-pub(crate) use scope::merged_partition_max;
-pub use scope::ScopeWatermark;
 pub use watermark::{advance, combine, Watermark};

@@ -18,9 +18,9 @@
 //! The same rule serves one operator alone (it reports to itself), so a pipeline
 //! gives one answer on one core, on many, and spread over Spark tasks.
 
+use super::{LateRule, PipelineConfig, Progress, Scope, TimeMode};
 use crate::clock::ClockRef;
 use crate::error::Result;
-use crate::pipeline::{LateRule, PipelineConfig, Progress, Scope, TimeMode};
 use crate::state::{Reader, Writer};
 use crate::time::{advance, combine, PartitionId, PartitionedWatermarkTracker};
 
