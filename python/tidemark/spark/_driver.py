@@ -14,7 +14,6 @@ and the ``foreachBatch`` entry point. Each subclass runs the batch itself
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -85,7 +84,7 @@ class MicroBatchDriver:
 
     def _init_driver(
         self,
-        state_location: str | os.PathLike[str],
+        store: StateStore,
         num_partitions: int,
         sinks: tuple[Sink | None, Sink | None, Sink | None],
         retention: int,
@@ -95,7 +94,7 @@ class MicroBatchDriver:
     ) -> None:
         """The settings every driver has (see the subclasses' parameters), and its own
         state: nothing checked, run or persisted yet."""
-        self.store = StateStore(state_location)
+        self.store = store
         self.num_partitions = num_partitions
         self.sink, self.late_sink, self.error_sink = sinks
         self.retention = retention

@@ -58,7 +58,7 @@ from tidemark.spark._sizing import (
     estimated_bytes,
     runs_on_driver,
 )
-from tidemark.spark.state import state_errors_surface
+from tidemark.spark.state import StateStore, state_errors_surface
 
 __all__ = ["ReorderPlan", "ReorderResult", "ReorderStream", "reorder"]
 
@@ -402,9 +402,10 @@ class ReorderStream(MicroBatchDriver):
         if retention < 2:
             raise ConfigError("retention must be at least 2 (the last batch must be replayable)")
         self.template = r.restore(None)
+        store = StateStore(state_location)
         self.partition_by = partition_by
         self._init_driver(
-            state_location,
+            store,
             num_partitions,
             (sink, late_sink, error_sink),
             retention,

@@ -695,6 +695,7 @@ class StreamProcessor(MicroBatchDriver):
                 "on_driver=True processes them in the driver: choose one"
             )
         self.pipe = pipe
+        store = StateStore(state_location)
         if sink is None and late_sink is None and error_sink is None:
             raise ConfigError(
                 "StreamProcessor() needs a sink: sink=f(windows_df, batch_id) writes each "
@@ -711,7 +712,7 @@ class StreamProcessor(MicroBatchDriver):
         self._last_shuffled: bool | None = None
         self.last_batch_id: int | None = None
         self._init_driver(
-            state_location,
+            store,
             num_partitions,
             (sink, late_sink, error_sink),
             retention,
