@@ -35,7 +35,7 @@ import pyarrow as pa
 from tidemark import _native
 from tidemark._arrow import ArrowData, as_tabular, column
 from tidemark._duration import Duration, micros_datetime, to_micros
-from tidemark.clock import Clock, SystemClock
+from tidemark.clock import Clock, SystemClock, native_clock
 from tidemark.errors import ConfigError, MissingColumnError
 from tidemark.event_time import apply_user_parser, resolve_event_time_type
 
@@ -231,11 +231,16 @@ class ProcessingTimeWatermark:
     1500000
     """
 
-    __slots__ = ("_clock", "_metrics", "_watermark")
+    __slots__ = ("_clock", "_metrics", "_scope")
 
     def __init__(self, clock: Clock | None = None) -> None:
+        from tidemark.pipeline import Pipeline, Tumbling, count
+
         self._clock = clock if clock is not None else SystemClock()
-        self._watermark: int | None = None
+        # The processing-time rule (the clock's milliseconds as microseconds, never
+        # falling back) is the core's: a processing-time pipeline's scope watermark.
+        pipe = Pipeline(None, "", window=Tumbling("1s"), aggs={"n": count()}, time="processing")
+        self._scope = _native.ScopeWatermark(pipe._config, native_clock(self._clock), None)
         self._metrics = {
             "batches": 0,
             "rows_in": 0,
@@ -244,10 +249,11 @@ class ProcessingTimeWatermark:
         }
 
     def _advance(self) -> int | None:
-        now = int(self._clock.now()) * 1000
-        if self._watermark is not None and now <= self._watermark:
+        """The clock's time, where it moved the watermark (else ``None``)."""
+        before = self._scope.current
+        now = self._scope.advance([])
+        if now is None or now == before:
             return None
-        self._watermark = now
         self._metrics["watermark_emitted_count"] += 1
         return now
 
@@ -272,11 +278,11 @@ class ProcessingTimeWatermark:
     @property
     def watermark(self) -> int | None:
         """The last emitted watermark (epoch microseconds)."""
-        return self._watermark
+        return self._scope.current
 
     def watermark_datetime(self) -> _dt.datetime | None:
         """The watermark as a UTC datetime."""
-        return micros_datetime(self._watermark)
+        return micros_datetime(self.watermark)
 
     def metrics(self) -> dict[str, Any]:
         """Counters (``buffer_size`` is always 0: nothing waits in processing time)."""
@@ -284,11 +290,11 @@ class ProcessingTimeWatermark:
             **self._metrics,
             "buffer_size": 0,
             "late_dropped_count": 0,
-            "watermark": self._watermark,
+            "watermark": self.watermark,
         }
 
     def __repr__(self) -> str:
-        return f"ProcessingTimeWatermark(clock={self._clock!r}, watermark={self._watermark})"
+        return f"ProcessingTimeWatermark(clock={self._clock!r}, watermark={self.watermark})"
 
 
 def _passed(rows: pa.Table, watermark: int | None) -> ReorderOutput:

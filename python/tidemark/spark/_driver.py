@@ -6,19 +6,24 @@ version per state partition and batch, and one driver record per batch
 (``driver/<batch_id>.json``). A batch's record is written when it starts (what it
 restores) and again when it finishes (what it produced); a replayed batch finds its
 record and runs from the same inputs, so it writes the same state and outputs. This
-module holds what the two share: the store's meta check, the sinks, the record's
+module holds the life cycle the two share (:meth:`MicroBatchDriver._run`): the store's
+meta check, the outputs fetched as Arrow for Arrow sinks, the sinks, the record's
 commit and pruning, the batch id a flush runs as, progress read back from the store,
-and the ``foreachBatch`` entry point. Each subclass runs the batch itself
-(``_run``): the operators differ, the life cycle does not.
+and the ``foreachBatch`` entry point. A subclass supplies the steps whose content
+differs (its operator, where it runs, what its tasks report): :meth:`_begin`,
+:meth:`_execute`, :meth:`_sending` and :meth:`_finish`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from tidemark.errors import StateCorruptedError
-from tidemark.spark.state import StateStore
+from tidemark.errors import ConfigError, StateCorruptedError
+from tidemark.spark.state import StateStore, state_errors_surface
 
 #: Snapshot, driver-record and progress file suffixes in the state store.
 SNAP = ".snap"
@@ -61,6 +66,29 @@ class exact_partitions:
             self.spark.conf.set(self.KEY, self.old)
 
 
+@dataclass(kw_only=True)
+class BatchRun:
+    """One run of a micro-batch, as a driver's :meth:`MicroBatchDriver._begin` planned
+    it (subclasses add what their steps need)."""
+
+    batch_id: int
+    flush: bool
+    #: Where it runs: ``"driver"``, ``"one task"`` or ``"shuffled"``.
+    layout: str
+    #: The outputs' codec: ``sink_arrow_schema(kind)`` gives Arrow sinks their schema.
+    codec: Any
+    #: The batch's driver record as started (what it restores); :meth:`_finish`
+    #: completes it.
+    record: dict[str, Any]
+    #: The batch's cached result, or ``None`` (nothing persisted).
+    persisted: Any = field(default=None)
+
+    @property
+    def driver(self) -> bool:
+        """Whether the batch runs in this process."""
+        return self.layout == "driver"
+
+
 class MicroBatchDriver:
     """The micro-batch life cycle around a subclass's ``_run(df, batch_id, flush)``.
 
@@ -84,7 +112,7 @@ class MicroBatchDriver:
 
     def _init_driver(
         self,
-        store: StateStore,
+        state_location: str | os.PathLike[str],
         num_partitions: int,
         sinks: tuple[Sink | None, Sink | None, Sink | None],
         retention: int,
@@ -94,7 +122,9 @@ class MicroBatchDriver:
     ) -> None:
         """The settings every driver has (see the subclasses' parameters), and its own
         state: nothing checked, run or persisted yet."""
-        self.store = store
+        if retention < 2:
+            raise ConfigError("retention must be at least 2 (the last batch must be replayable)")
+        self.store = StateStore(state_location)
         self.num_partitions = num_partitions
         self.sink, self.late_sink, self.error_sink = sinks
         self.retention = retention
@@ -106,6 +136,7 @@ class MicroBatchDriver:
         self._checked = False
         self._last: Any = None
         self.last_progress = None
+        self.last_batch_id: int | None = None
 
     def _fingerprint(self) -> int | str:
         raise NotImplementedError
@@ -153,8 +184,63 @@ class MicroBatchDriver:
         self.store.prune("driver", JSON, batch_id - self.retention + 1)
         self._last = persisted
 
-    def _run(self, df: Any, batch_id: int, flush: bool) -> tuple[Any, Any, Any]:
+    # --- one batch: the life cycle, and the steps a subclass supplies ------------
+
+    def _run(self, df: Any, batch_id: int, flush: bool, schema: Any = None) -> tuple[Any, Any, Any]:
+        """One batch: ``df`` holds its rows (for a flush, any DataFrame of the session:
+        its rows are not read, and ``schema`` is the stream's). Returns the (main,
+        late, error) outputs the sinks got."""
+        run = self._begin(df, batch_id, flush, schema)
+        if not flush:
+            self._last_on_driver = run.driver
+        outs = self._execute(df, run)
+        try:
+            with self._sending(run):
+                if self.arrow_sinks and not run.driver:
+                    outs = self._fetch_arrow(outs, run)
+                self._send(outs, batch_id)
+                self.last_progress = run.record["progress"] = self._finish(run)
+        except BaseException:
+            if run.persisted is not None:
+                run.persisted.unpersist()
+            raise
+        self._commit(batch_id, run.record, run.persisted)
+        self.last_batch_id = batch_id
+        return outs
+
+    def _begin(self, df: Any, batch_id: int, flush: bool, schema: Any) -> BatchRun:
+        """Checks the state store and the input, records the batch's start (or finds
+        the record of its earlier run) and decides where it runs."""
         raise NotImplementedError
+
+    def _execute(self, df: Any, run: BatchRun) -> tuple[Any, Any, Any]:
+        """Runs the batch in this process (outputs computed, state written) or plans
+        its Spark job (outputs the sinks' jobs compute; a cached result in
+        ``run.persisted``). Returns the (main, late, error) outputs."""
+        raise NotImplementedError
+
+    def _sending(self, run: BatchRun) -> contextlib.AbstractContextManager[None]:
+        """The context the outputs are fetched and sent in (the jobs of a run in Spark
+        tasks run there): errors a task raised about the state surface as
+        :class:`StateCorruptedError`."""
+        return state_errors_surface()
+
+    def _finish(self, run: BatchRun) -> dict[str, Any]:
+        """After the sinks: completes ``run.record`` with what the batch produced
+        (the next batch starts from it) and returns the batch's progress."""
+        raise NotImplementedError
+
+    def _fetch_arrow(self, outs: tuple[Any, Any, Any], run: BatchRun) -> tuple[Any, Any, Any]:
+        """The outputs of a run in Spark tasks as ``toArrow()`` tables in the schemas a
+        run in the driver gives Arrow sinks: those a sink reads, and a flush's main
+        output (it is returned, sink or none)."""
+        wanted = [self.sink is not None or run.flush, self.late_sink is not None]
+        wanted.append(self.error_sink is not None)
+        got = [
+            out.toArrow().cast(run.codec.sink_arrow_schema(kind)) if want else out
+            for kind, (out, want) in enumerate(zip(outs, wanted, strict=True))
+        ]
+        return got[0], got[1], got[2]
 
     def _flush_batch_id(self, batch_id: int | None) -> int:
         """``batch_id``, or by default the batch a flush runs as (see

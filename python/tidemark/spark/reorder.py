@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -52,13 +52,20 @@ from tidemark.spark._codec import (
     session_arrow_settings,
     to_arrow_schema,
 )
-from tidemark.spark._driver import JSON, SNAP, MicroBatchDriver, Sink, exact_partitions
+from tidemark.spark._driver import (
+    JSON,
+    SNAP,
+    BatchRun,
+    MicroBatchDriver,
+    Sink,
+    exact_partitions,
+)
 from tidemark.spark._sizing import (
     ON_DRIVER_BYTES,
     estimated_bytes,
     runs_on_driver,
 )
-from tidemark.spark.state import StateStore, state_errors_surface
+from tidemark.spark.state import state_errors_surface
 
 __all__ = ["ReorderPlan", "ReorderResult", "ReorderStream", "reorder"]
 
@@ -130,6 +137,10 @@ class ReorderPlan:
             errors_spark=errors,
             errors_arrow=arrow_schema_of(errors, tz, large),
         )
+
+    def sink_arrow_schema(self, kind: int) -> pa.Schema:
+        """The schema Arrow sinks get output ``kind`` in (``toArrow()``'s)."""
+        return self.sink_errors if kind == ERROR else self.sink_rows
 
     @property
     def sink_rows(self) -> pa.Schema:
@@ -312,6 +323,17 @@ def reorder(
     return ReorderResult(rows, late, errors, combined)
 
 
+@dataclass(kw_only=True)
+class _ReorderRun(BatchRun):
+    """A reorder batch's run: the version it restores, its input schema, and each
+    state partition's watermark and :data:`COUNTS` once run."""
+
+    codec: ReorderPlan
+    prev: int | None
+    input_arrow: pa.Schema
+    progress: dict[int, tuple[int | None, list[int]]] = field(default_factory=dict)
+
+
 class ReorderStream(MicroBatchDriver):
     """A ``foreachBatch`` function that reorders a stream with exactly-once buffers.
 
@@ -399,19 +421,11 @@ class ReorderStream(MicroBatchDriver):
             {"num_partitions": num_partitions},
             {"sink": sink, "late_sink": late_sink, "error_sink": error_sink},
         )
-        if retention < 2:
-            raise ConfigError("retention must be at least 2 (the last batch must be replayable)")
         self.template = r.restore(None)
-        store = StateStore(state_location)
         self.partition_by = partition_by
+        sinks = (sink, late_sink, error_sink)
         self._init_driver(
-            store,
-            num_partitions,
-            (sink, late_sink, error_sink),
-            retention,
-            start_fresh,
-            on_driver,
-            arrow_sinks,
+            state_location, num_partitions, sinks, retention, start_fresh, on_driver, arrow_sinks
         )
 
     FINISHED_KEY = "watermark"
@@ -425,29 +439,33 @@ class ReorderStream(MicroBatchDriver):
             "configuration and partition count)"
         )
 
-    def _prev_batch(self, batch_id: int, flush: bool, layout: str) -> tuple[int | None, str]:
-        """The batch to restore, and where the batch runs: ``layout``, except for a
-        replayed batch with round-robin routing, which runs where its first run did
-        (the driver and Spark deal rows out differently)."""
+    def _prev_batch(
+        self, batch_id: int, flush: bool, layout: str
+    ) -> tuple[int | None, str, dict[str, Any]]:
+        """The batch to restore, where the batch runs, and its started record:
+        ``layout``, except for a replayed batch with round-robin routing, which runs
+        where its first run did (the driver and Spark deal rows out differently)."""
         rec = self.store.replayed(batch_id, flush, self.start_fresh)
+        prev: int | None
         if rec is not None:
-            prev_of_replay: int | None = rec["prev_batch"]  # same inputs as the first run
+            prev = rec["prev_batch"]  # same inputs as the first run
             if self._round_robin and not flush and rec.get("layout") in ("driver", "shuffled"):
                 layout = rec["layout"]
-            return prev_of_replay, layout
-        done = [
-            v
-            for v in self.store.versions("driver", JSON)
-            if v < batch_id and "watermark" in (self.store.read_json(f"driver/{v}{JSON}") or {})
-        ]
-        if not done:
-            self.store.start(batch_id, self.start_fresh)
-        prev = done[-1] if done else None
+        else:
+            done = [
+                v
+                for v in self.store.versions("driver", JSON)
+                if v < batch_id and "watermark" in (self.store.read_json(f"driver/{v}{JSON}") or {})
+            ]
+            if not done:
+                self.store.start(batch_id, self.start_fresh)
+            prev = done[-1] if done else None
         started: dict[str, Any] = {"batch_id": batch_id, "prev_batch": prev, "layout": layout}
         if flush:
             started["flush"] = True
-        self.store.write_json(f"driver/{batch_id}{JSON}", started)
-        return prev, layout
+        if rec is None:
+            self.store.write_json(f"driver/{batch_id}{JSON}", started)
+        return prev, layout, started
 
     @property
     def _round_robin(self) -> bool:
@@ -473,20 +491,27 @@ class ReorderStream(MicroBatchDriver):
             small,
         )
 
-    def _run(self, df: Any, batch_id: int, flush: bool) -> tuple[Any, Any, Any]:
-        from pyspark import StorageLevel
-
+    def _begin(self, df: Any, batch_id: int, flush: bool, schema: Any) -> _ReorderRun:
         self._check_meta()
         _check_columns(self.template, df, self.partition_by)
         chosen = "driver" if self._runs_on_driver(df, flush) else "shuffled"
-        prev, layout = self._prev_batch(batch_id, flush, chosen)
-        driver = layout == "driver"
-        if not flush:
-            self._last_on_driver = driver
-        spark = df.sparkSession
-        tz, large = session_arrow_settings(spark)
-        plan = ReorderPlan.build(df.schema, tz, large)
-        input_arrow = arrow_schema_of(df.schema, tz, large)
+        prev, layout, record = self._prev_batch(batch_id, flush, chosen)
+        tz, large = session_arrow_settings(df.sparkSession)
+        return _ReorderRun(
+            batch_id=batch_id,
+            flush=flush,
+            layout=layout,
+            codec=ReorderPlan.build(df.schema, tz, large),
+            record=record,
+            prev=prev,
+            input_arrow=arrow_schema_of(df.schema, tz, large),
+        )
+
+    def _execute(self, df: Any, run: BatchRun) -> tuple[Any, Any, Any]:
+        from pyspark import StorageLevel
+
+        assert isinstance(run, _ReorderRun)
+        plan, prev, batch_id, flush = run.codec, run.prev, run.batch_id, run.flush
         template, store, retention = self.template, self.store, self.retention
 
         def one(p: int, table: pa.Table) -> tuple[ReorderOutput, int | None, list[int]]:
@@ -512,77 +537,54 @@ class ReorderStream(MicroBatchDriver):
             store.prune(f"partitions/{p}", SNAP, batch_id - retention + 1)
             return out, op.watermark, batch_counts(before, op.metrics())
 
-        if driver:
-            outputs, progress = self._run_on_driver(df, one, plan, input_arrow, flush)
-            combined = None
-        else:
+        if run.driver:
+            outputs, run.progress = self._run_on_driver(df, one, plan, run.input_arrow, flush)
+            return outputs
+        input_arrow = run.input_arrow
 
-            def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-                from pyspark import TaskContext
+        def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            from pyspark import TaskContext
 
-                ctx = TaskContext.get()
-                p = ctx.partitionId() if ctx is not None else 0
-                out, watermark, counts = one(p, concat_input(batches, input_arrow))
-                yield from plan.encode(out)
-                yield plan.progress(p, watermark, counts)
+            ctx = TaskContext.get()
+            p = ctx.partitionId() if ctx is not None else 0
+            out, watermark, counts = one(p, concat_input(batches, input_arrow))
+            yield from plan.encode(out)
+            yield plan.progress(p, watermark, counts)
 
-            # A flush reads no rows, but every state partition must run its task: one
-            # row per partition (an empty input would run none under Spark Connect,
-            # whose empty DataFrames are local relations the optimizer prunes).
-            n = self.num_partitions
-            source = spark.range(0, n, 1, n) if flush else _partitioned(df, n, self.partition_by)
-            combined = map_in_arrow(source, run, plan.combined_spark)
-            combined = combined.persist(StorageLevel.MEMORY_AND_DISK)
-            try:
-                with exact_partitions(spark), state_errors_surface():
-                    progress = ReorderPlan.progress_of(combined)  # the one job of this batch
-            except BaseException:
-                combined.unpersist()
-                raise
+        # A flush reads no rows, but every state partition must run its task: one
+        # row per partition (an empty input would run none under Spark Connect,
+        # whose empty DataFrames are local relations the optimizer prunes).
+        n, spark = self.num_partitions, df.sparkSession
+        source = spark.range(0, n, 1, n) if flush else _partitioned(df, n, self.partition_by)
+        combined = map_in_arrow(source, task, plan.combined_spark)
+        run.persisted = combined.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            if len(progress) != self.num_partitions:
+            with exact_partitions(spark), state_errors_surface():
+                run.progress = ReorderPlan.progress_of(combined)  # the one job of this batch
+            if len(run.progress) != n:
                 raise StateCorruptedError(
-                    f"batch {batch_id}: expected {self.num_partitions} state partitions, "
-                    f"got {len(progress)}"
+                    f"batch {batch_id}: expected {n} state partitions, got {len(run.progress)}"
                 )
-            if combined is None:
-                rows, late, errors = outputs
-            else:
-                rows, late, errors = plan.split(combined)
-                if self.arrow_sinks:
-                    # Fetched as Arrow in the driver path's schemas (a flush returns its
-                    # rows, sink or none).
-                    rows = rows.toArrow().cast(plan.sink_rows) if self.sink or flush else rows
-                    late = late.toArrow().cast(plan.sink_rows) if self.late_sink else late
-                    errors = errors.toArrow().cast(plan.sink_errors) if self.error_sink else errors
-            self._send((rows, late, errors), batch_id)
         except BaseException:
-            if combined is not None:
-                combined.unpersist()
+            combined.unpersist()
             raise
-        marks = [w for w, _ in progress.values() if w is not None]
+        return plan.split(combined)
+
+    def _finish(self, run: BatchRun) -> dict[str, Any]:
+        assert isinstance(run, _ReorderRun)
+        marks = [w for w, _ in run.progress.values() if w is not None]
         # The stream's watermark: every partition has released up to it. A partition
         # that never had rows holds nothing and has released nothing to wait for (its
         # keys' rows, when they come, are judged by its own watermark).
         watermark = min(marks) if marks else None
-        totals = [sum(c[i] for _, c in progress.values()) for i in range(len(COUNTS))]
-        self.last_progress = {
-            "batch_id": batch_id,
+        totals = [sum(c[i] for _, c in run.progress.values()) for i in range(len(COUNTS))]
+        run.record["watermark"] = watermark
+        return {
+            "batch_id": run.batch_id,
             **dict(zip(COUNTS, totals, strict=True)),
             "watermark": watermark,
-            "layout": layout,
+            "layout": run.layout,
         }
-        done: dict[str, Any] = {
-            "batch_id": batch_id,
-            "prev_batch": prev,
-            "layout": layout,
-            "watermark": watermark,
-            "progress": self.last_progress,
-        }
-        if flush:
-            done["flush"] = True
-        self._commit(batch_id, done, combined)
-        return rows, late, errors
 
     def _run_on_driver(
         self,

@@ -55,6 +55,7 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -86,6 +87,7 @@ from tidemark.spark._driver import (
     JSON,
     PROGRESS,
     SNAP,
+    BatchRun,
     MicroBatchDriver,
     Sink,
     exact_partitions,
@@ -544,6 +546,27 @@ def _counts(
     }
 
 
+@dataclass(kw_only=True)
+class _StreamRun(BatchRun):
+    """A pipeline batch's run: its task (see :func:`_task`), the token of its progress
+    files, what the task emits and reads, and how the rows are read."""
+
+    codec: OutputCodec
+    spark: Any
+    task: Any
+    token: str
+    windows_only: bool
+    untagged: bool
+    columns: list[str] | None
+    #: The rows read from the micro-batch's files (see ``read_files``), or ``None``.
+    table: pa.Table | None
+    #: ``"files"``, ``"spark"`` or ``"none"``; why not from the files, if known.
+    read: str
+    read_why: str | None
+    #: The DataFrame of the batch's tasks (run in Spark), whose count runs them all.
+    job: Any = None
+
+
 class StreamProcessor(MicroBatchDriver):
     """A ``foreachBatch`` function that runs a pipeline with exactly-once state.
 
@@ -680,8 +703,6 @@ class StreamProcessor(MicroBatchDriver):
                 "a global aggregate (key=None) keeps its windows in one state partition: "
                 f"use num_partitions=1 (got {num_partitions})"
             )
-        if retention < 2:
-            raise ConfigError("retention must be at least 2 (the last batch must be replayable)")
         if pipe.time != "event":
             raise ConfigError(
                 "StreamProcessor runs event-time pipelines: for windows by arrival time, "
@@ -695,7 +716,10 @@ class StreamProcessor(MicroBatchDriver):
                 "on_driver=True processes them in the driver: choose one"
             )
         self.pipe = pipe
-        store = StateStore(state_location)
+        sinks = (sink, late_sink, error_sink)
+        self._init_driver(
+            state_location, num_partitions, sinks, retention, start_fresh, on_driver, arrow_sinks
+        )
         if sink is None and late_sink is None and error_sink is None:
             raise ConfigError(
                 "StreamProcessor() needs a sink: sink=f(windows_df, batch_id) writes each "
@@ -710,16 +734,6 @@ class StreamProcessor(MicroBatchDriver):
         self._shipped: ShippedPipeline | None = None
         # The layout of the last batch run: shuffled, and run in the driver.
         self._last_shuffled: bool | None = None
-        self.last_batch_id: int | None = None
-        self._init_driver(
-            store,
-            num_partitions,
-            (sink, late_sink, error_sink),
-            retention,
-            start_fresh,
-            on_driver,
-            arrow_sinks,
-        )
 
     # --- driver-side state ---------------------------------------------------------
 
@@ -876,11 +890,7 @@ class StreamProcessor(MicroBatchDriver):
 
     # --- the foreachBatch function -------------------------------------------------
 
-    def _run(self, df: Any, batch_id: int, flush: bool, schema: Any = None) -> tuple[Any, Any, Any]:
-        """One batch: ``df`` holds its rows (for a flush, any DataFrame of the session:
-        its rows are not read, and ``schema`` is the stream's)."""
-        from pyspark import StorageLevel
-
+    def _begin(self, df: Any, batch_id: int, flush: bool, schema: Any) -> _StreamRun:
         fields = schema if flush else df.schema
         if not flush:
             self._warn_spark_watermark(fields)
@@ -904,9 +914,6 @@ class StreamProcessor(MicroBatchDriver):
         driver = table is not None or self._runs_on_driver(df, flush, shuffled, size)
         if not flush:
             self._last_shuffled = shuffled and not driver
-            self._last_on_driver = driver
-        layout = "driver" if driver else "shuffled" if shuffled else "one task"
-        read = "none" if flush else "spark"
         untagged = untagged or driver  # the driver routes the rows as a one-task batch
         columns = fields.fieldNames() if windows_only else None
         if columns is not None and untagged and unused_columns_are_cheap(df.schema, columns, size):
@@ -928,77 +935,95 @@ class StreamProcessor(MicroBatchDriver):
             _driver_threads() if driver else 1,
             rec["state"]["scope"],
         )
-        if driver:
+        return _StreamRun(
+            batch_id=batch_id,
+            flush=flush,
+            layout="driver" if driver else "shuffled" if shuffled else "one task",
+            codec=plan,
+            record=rec,
+            spark=spark,
+            task=task,
+            token=token,
+            windows_only=windows_only,
+            untagged=untagged,
+            columns=columns,
+            table=table,
+            read="none" if flush else "spark",
+            read_why=read_why,
+        )
+
+    def _execute(self, df: Any, run: BatchRun) -> tuple[Any, Any, Any]:
+        from pyspark import StorageLevel
+
+        assert isinstance(run, _StreamRun)
+        plan = run.codec
+        if run.driver:
             # The task's work, done here: the outputs are computed (and the state
             # written) before any sink runs; the sinks read local DataFrames.
             kinds = [KIND_WINDOW]
             kinds += [KIND_LATE] if self.late_sink is not None else []
             kinds += [KIND_ERROR] if self.error_sink is not None else []
-            windows, late, errors, read = _run_on_driver(
+            windows, late, errors, run.read = _run_on_driver(
                 df,
-                task,
+                run.task,
                 plan,
-                columns,
-                windows_only,
-                flush,
+                run.columns,
+                run.windows_only,
+                run.flush,
                 kinds,
                 self.arrow_sinks,
-                table,
+                run.table,
             )
-            combined = None  # nothing persisted, no job left to run
-        else:
-            parted = _tagged(
-                df, self.pipe.key, self.num_partitions, flush, shuffled, columns, untagged
+            return windows, late, errors  # nothing persisted, no job left to run
+        shuffled = run.layout == "shuffled"
+        parted = _tagged(
+            df,
+            self.pipe.key,
+            self.num_partitions,
+            run.flush,
+            shuffled,
+            run.columns,
+            run.untagged,
+        )
+        if run.windows_only:
+            run.job = map_in_arrow(parted, run.task, plan.single_spark[KIND_WINDOW])
+            return run.job, None, None
+        combined = map_in_arrow(parted, run.task, plan.combined_spark)
+        run.job = run.persisted = combined.persist(StorageLevel.MEMORY_AND_DISK)
+        return plan.split(run.persisted)
+
+    @contextlib.contextmanager
+    def _sending(self, run: BatchRun) -> Iterator[None]:
+        # One task per state partition when shuffled (adaptive execution would merge
+        # them into fewer tasks): the sinks' jobs run the state partitions' tasks.
+        assert isinstance(run, _StreamRun)
+        parallel = run.layout == "shuffled" and not run.flush
+        exact = exact_partitions(run.spark) if parallel else contextlib.nullcontext()
+        with exact, state_errors_surface():
+            yield
+
+    def _finish(self, run: BatchRun) -> dict[str, Any]:
+        assert isinstance(run, _StreamRun)
+        batch_id, rec = run.batch_id, run.record
+        progress = self._read_progress(batch_id, run.token)
+        if progress is None:
+            # The sinks did not run every task (no sink, or one that read part of
+            # its output): run them. Replaying a task gives the same output and
+            # state, so tasks that already ran may run again.
+            if run.job is not None:
+                run.job.count()
+            progress = self._read_progress(batch_id, run.token)
+        if progress is None:
+            raise StateCorruptedError(
+                f"batch {batch_id}: a state partition wrote no progress under "
+                f"{self.store.path('partitions')}"
             )
-            if windows_only:
-                combined = map_in_arrow(parted, task, plan.single_spark[KIND_WINDOW])
-                windows, late, errors = combined, None, None
-            else:
-                combined = map_in_arrow(parted, task, plan.combined_spark).persist(
-                    StorageLevel.MEMORY_AND_DISK
-                )
-                windows, late, errors = plan.split(combined)
-        try:
-            # One task per state partition when shuffled (adaptive execution would merge
-            # them into fewer tasks): the sinks' jobs run the state partitions' tasks.
-            parallel = shuffled and not flush and not driver
-            exact = exact_partitions(spark) if parallel else contextlib.nullcontext()
-            with exact, state_errors_surface():
-                outs = [windows, late, errors]
-                sinks = (self.sink, self.late_sink, self.error_sink)
-                for kind, sink in zip(_KINDS, sinks, strict=True):
-                    # A flush returns its windows: as Arrow too, sink or none.
-                    wanted = sink is not None or (flush and kind == KIND_WINDOW)
-                    if self.arrow_sinks and not driver and wanted:
-                        # The output's job, fetched as Arrow (the driver path's schema).
-                        outs[kind] = outs[kind].toArrow().cast(plan.sink_arrow_schema(kind))
-                windows = outs[KIND_WINDOW]
-                self._send((outs[0], outs[1], outs[2]), batch_id)
-                progress = self._read_progress(batch_id, token)
-                if progress is None:
-                    # The sinks did not run every task (no sink, or one that read part of
-                    # its output): run them. Replaying a task gives the same output and
-                    # state, so tasks that already ran may run again.
-                    if combined is not None:
-                        combined.count()
-                    progress = self._read_progress(batch_id, token)
-            if progress is None:
-                raise StateCorruptedError(
-                    f"batch {batch_id}: a state partition wrote no progress under "
-                    f"{self.store.path('partitions')}"
-                )
-            self._combine(rec, progress)
-            self.last_progress = rec["progress"] = _counts(batch_id, rec, progress, layout, read)
-            if read == "spark" and read_why is not None:
-                self.last_progress["read_why"] = read_why
-            self._warn_dropped(self.last_progress["late_rows"], batch_id)
-        except BaseException:
-            if combined is not None:
-                combined.unpersist()
-            raise
-        self._commit(batch_id, rec, combined)
-        self.last_batch_id = batch_id
-        return windows, late, errors
+        self._combine(rec, progress)
+        counts = _counts(batch_id, rec, progress, run.layout, run.read)
+        if run.read == "spark" and run.read_why is not None:
+            counts["read_why"] = run.read_why
+        self._warn_dropped(counts["late_rows"], batch_id)
+        return counts
 
     def _warn(self, what: str, message: str) -> None:
         """Warns once per processor about ``what``."""
