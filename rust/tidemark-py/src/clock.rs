@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::error::Result;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use tidemark_core::clock::{system_clock, Clock, ClockRef, ManualClock, SystemClock};
@@ -45,29 +46,30 @@ impl PyManualClock {
     }
 
     /// Moves the clock forward by `ticks` and returns the new time.
-    fn advance(&self, ticks: i64) -> PyResult<i64> {
+    fn advance(&self, ticks: i64) -> Result<i64> {
         if ticks < 0 {
             return Err(PyValueError::new_err(format!(
                 "ManualClock.advance: ticks must be >= 0, got {ticks} (clocks never run backwards)"
-            )));
+            ))
+            .into());
         }
         Ok(self.inner.advance(ticks))
     }
 
     /// Sets the clock to `t` (not earlier than now).
-    fn set(&self, t: i64) -> PyResult<()> {
+    fn set(&self, t: i64) -> Result<()> {
         if !self.inner.set(t) {
             return Err(PyValueError::new_err(format!(
                 "ManualClock.set: {t} is earlier than the current time {} (clocks never run backwards)",
                 self.inner.now()
-            )));
+            )).into());
         }
         Ok(())
     }
 }
 
 /// Resolves a `clock=` argument: `None` (system clock) or a native clock object.
-pub fn clock_ref(clock: Option<&Bound<'_, PyAny>>) -> PyResult<ClockRef> {
+pub fn clock_ref(clock: Option<&Bound<'_, PyAny>>) -> Result<ClockRef> {
     match clock {
         None => Ok(system_clock()),
         Some(c) if c.is_none() => Ok(system_clock()),
@@ -80,7 +82,8 @@ pub fn clock_ref(clock: Option<&Bound<'_, PyAny>>) -> PyResult<ClockRef> {
                 Err(PyTypeError::new_err(format!(
                     "clock must be a tidemark SystemClock or ManualClock, got {}",
                     c.get_type().name()?
-                )))
+                ))
+                .into())
             }
         }
     }

@@ -8,7 +8,7 @@ use tidemark_core::pipeline::ArrivalOperator;
 
 use crate::convert::arrow::{one_batch, parsed_times as parsed_times_of, read_batches};
 use crate::convert::dicts::{output, Tables};
-use crate::error::detach;
+use crate::error::{detach, Result};
 
 /// `process` of any operator kind: one arrival unit, GIL released.
 pub fn process_with<T: ArrivalOperator>(
@@ -16,9 +16,9 @@ pub fn process_with<T: ArrivalOperator>(
     op: &mut T,
     data: AnyRecordBatch,
     parsed_times: Option<AnyArray>,
-) -> PyResult<Tables> {
-    let (schema, batches) = read_batches(py, data)?;
-    let parsed = parsed_times_of(py, parsed_times)?;
+) -> Result<Tables> {
+    let (schema, batches) = read_batches(data)?;
+    let parsed = parsed_times_of(parsed_times)?;
     let out = detach(py, move || {
         let batch = one_batch(schema, batches)?;
         op.process(&batch, parsed.as_ref())
@@ -27,13 +27,13 @@ pub fn process_with<T: ArrivalOperator>(
 }
 
 /// `flush` of any operator kind.
-pub fn flush_with<T: ArrivalOperator>(py: Python<'_>, op: &mut T) -> PyResult<Tables> {
+pub fn flush_with<T: ArrivalOperator>(py: Python<'_>, op: &mut T) -> Result<Tables> {
     let out = detach(py, move || op.flush())?;
     output(py, out)
 }
 
 /// `tick` of any operator kind.
-pub fn tick_with<T: ArrivalOperator>(py: Python<'_>, op: &mut T) -> PyResult<Tables> {
+pub fn tick_with<T: ArrivalOperator>(py: Python<'_>, op: &mut T) -> Result<Tables> {
     let out = detach(py, move || op.tick())?;
     output(py, out)
 }
@@ -42,7 +42,7 @@ pub fn tick_with<T: ArrivalOperator>(py: Python<'_>, op: &mut T) -> PyResult<Tab
 pub fn snapshot_with<'py, T: ArrivalOperator + Sync>(
     py: Python<'py>,
     op: &T,
-) -> PyResult<Bound<'py, PyBytes>> {
+) -> Result<Bound<'py, PyBytes>> {
     let bytes = detach(py, move || op.snapshot())?;
     Ok(PyBytes::new(py, &bytes))
 }

@@ -1,5 +1,6 @@
-//! The one mapping from core errors to Python exceptions, and the helper every
-//! binding method goes through: release the GIL, run, catch panics, map the error.
+//! The one mapping from core errors to Python exceptions, the binding's error type
+//! (so `?` takes core and Python errors alike), and the helper every heavy binding
+//! method goes through: release the GIL, run, catch panics.
 //!
 //! Exception classes are defined in Python (`tidemark/errors.py`, where they can
 //! inherit from both `TidemarkError` and `KeyError` / `ValueError`) and looked up
@@ -42,21 +43,57 @@ pub fn to_py(py: Python<'_>, e: TidemarkError) -> PyErr {
     exception(py, name, e.to_string())
 }
 
-/// Maps a core result.
-pub fn check<T>(py: Python<'_>, r: Result<T, TidemarkError>) -> PyResult<T> {
-    r.map_err(|e| to_py(py, e))
+/// An error on its way to Python: a core error (raised as its `tidemark` exception,
+/// see [`to_py`]) or a Python one. Binding methods return [`Result`], so `?` works on
+/// the core's results and on pyo3's.
+#[derive(Debug)]
+pub enum Error {
+    /// A core error, not yet turned into its exception.
+    Core(TidemarkError),
+    /// A Python exception.
+    Py(PyErr),
 }
+
+impl From<TidemarkError> for Error {
+    fn from(e: TidemarkError) -> Self {
+        Error::Core(e)
+    }
+}
+
+impl From<std::convert::Infallible> for Error {
+    fn from(e: std::convert::Infallible) -> Self {
+        match e {}
+    }
+}
+
+impl From<PyErr> for Error {
+    fn from(e: PyErr) -> Self {
+        Error::Py(e)
+    }
+}
+
+impl From<Error> for PyErr {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Py(e) => e,
+            Error::Core(e) => Python::attach(|py| to_py(py, e)),
+        }
+    }
+}
+
+/// The binding's result: [`Error`] unless said otherwise.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Runs `f` with the GIL released, turning a panic into `tidemark.InternalError`
 /// instead of an abort and mapping the core error.
-pub fn detach<T, F>(py: Python<'_>, f: F) -> PyResult<T>
+pub fn detach<T, F>(py: Python<'_>, f: F) -> Result<T>
 where
     T: Send,
     F: FnOnce() -> Result<T, TidemarkError> + Send,
 {
     match py.detach(|| catch_unwind(AssertUnwindSafe(f))) {
-        Ok(r) => check(py, r),
-        Err(panic) => Err(internal(py, panic)),
+        Ok(r) => Ok(r?),
+        Err(panic) => Err(internal(py, panic).into()),
     }
 }
 

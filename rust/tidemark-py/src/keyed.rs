@@ -14,9 +14,9 @@ use tidemark_core::time::{
 use crate::clock::clock_ref;
 use crate::convert::arrow::{array_to_py, single_array};
 use crate::convert::keys::{key_columns, py_key};
-use crate::error::{check, detach};
+use crate::error::{detach, Result};
 
-pub fn state_dict<'py>(py: Python<'py>, s: &KeyWatermarkState) -> PyResult<Bound<'py, PyDict>> {
+pub fn state_dict<'py>(py: Python<'py>, s: &KeyWatermarkState) -> Result<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item(
         "max_event_time",
@@ -34,11 +34,10 @@ pub fn state_dict<'py>(py: Python<'py>, s: &KeyWatermarkState) -> PyResult<Bound
 /// Keys and event times given as Python sequences, paired row by row: a length
 /// mismatch is a `ConfigError` (as for Arrow input), not a silently shorter batch.
 fn paired<'a, 'py>(
-    py: Python<'_>,
     keys: &'a [Bound<'py, PyAny>],
     event_times: &'a [Option<i64>],
-) -> PyResult<impl Iterator<Item = (&'a Bound<'py, PyAny>, Option<i64>)>> {
-    check(py, same_len(keys.len(), event_times.len()))?;
+) -> Result<impl Iterator<Item = (&'a Bound<'py, PyAny>, Option<i64>)>> {
+    same_len(keys.len(), event_times.len())?;
     Ok(keys.iter().zip(event_times.iter().copied()))
 }
 
@@ -49,9 +48,9 @@ fn late_of_pykeys(
     keys: &[Bound<'_, PyAny>],
     event_times: &[Option<i64>],
     is_late: impl Fn(EncodedKey, i64) -> bool,
-) -> PyResult<Py<PyAny>> {
+) -> Result<Py<PyAny>> {
     let mut out = Vec::with_capacity(keys.len());
-    for (k, t) in paired(py, keys, event_times)? {
+    for (k, t) in paired(keys, event_times)? {
         let k = EncodedKey(py_key(k)?);
         out.push(t.map(|t| is_late(k, t)));
     }
@@ -60,22 +59,19 @@ fn late_of_pykeys(
 
 /// The event times paired with Python keys: a sequence of ints (or `None`), or any
 /// Arrow array (timestamps in epoch microseconds, integers as they are).
-fn time_values(py: Python<'_>, times: &Bound<'_, PyAny>) -> PyResult<Vec<Option<i64>>> {
+fn time_values(times: &Bound<'_, PyAny>) -> Result<Vec<Option<i64>>> {
     if times.hasattr("__arrow_c_array__")? || times.hasattr("__arrow_c_stream__")? {
-        let values = event_times(py, times.extract::<AnyArray>()?)?;
+        let values = event_times(times.extract::<AnyArray>()?)?;
         return Ok(values.iter().collect());
     }
-    times.extract()
+    Ok(times.extract()?)
 }
 
 /// Event times as int64: timestamps in epoch microseconds, integers as they are.
-pub fn event_times(py: Python<'_>, times: AnyArray) -> PyResult<Int64Array> {
-    let array = single_array(py, times)?;
-    let ty = check(
-        py,
-        EventTimeType::resolve(None, "event_times", array.data_type(), true),
-    )?;
-    Ok(check(py, parse_event_time(array.as_ref(), ty))?.values)
+pub fn event_times(times: AnyArray) -> Result<Int64Array> {
+    let array = single_array(times)?;
+    let ty = EventTimeType::resolve(None, "event_times", array.data_type(), true)?;
+    Ok(parse_event_time(array.as_ref(), ty)?.values)
 }
 
 /// Native per-key watermark tracker (see `tidemark.KeyedWatermarkTracker`).
@@ -89,14 +85,13 @@ impl PyKeyedWatermarkTracker {
     #[new]
     #[pyo3(signature = (bounded_delay, idle_timeout = None, max_keys = None, eviction = "least_recently_active", clock = None))]
     fn new(
-        py: Python<'_>,
         bounded_delay: i64,
         idle_timeout: Option<i64>,
         max_keys: Option<usize>,
         eviction: &str,
         clock: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        let policy = check(py, eviction.parse::<KeyEvictionPolicy>())?;
+    ) -> Result<Self> {
+        let policy = eviction.parse::<KeyEvictionPolicy>()?;
         let cfg = KeyedTicks {
             bounded_delay,
             idle_timeout,
@@ -126,8 +121,8 @@ impl PyKeyedWatermarkTracker {
     /// A tracker restored from `snapshot()` bytes, reading `clock`.
     #[staticmethod]
     #[pyo3(signature = (data, clock = None))]
-    fn restore(py: Python<'_>, data: &[u8], clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
-        let inner = check(py, KeyedWatermarkTracker::restore(data, clock_ref(clock)?))?;
+    fn restore(data: &[u8], clock: Option<&Bound<'_, PyAny>>) -> Result<Self> {
+        let inner = KeyedWatermarkTracker::restore(data, clock_ref(clock)?)?;
         Ok(Self { inner })
     }
 
@@ -141,14 +136,9 @@ impl PyKeyedWatermarkTracker {
         self.inner.config().max_keys
     }
 
-    fn update(
-        &mut self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        event_time: i64,
-    ) -> PyResult<Option<i64>> {
+    fn update(&mut self, key: &Bound<'_, PyAny>, event_time: i64) -> Result<Option<i64>> {
         let k = py_key(key)?;
-        check(py, self.inner.update_encoded(&k, event_time)).map(|w| w.map(|w| w.timestamp()))
+        Ok(self.inner.update_encoded(&k, event_time)?).map(|w| w.map(|w| w.timestamp()))
     }
 
     /// Batch update from Arrow key columns and an event-time array.
@@ -157,9 +147,9 @@ impl PyKeyedWatermarkTracker {
         py: Python<'_>,
         columns: Vec<AnyArray>,
         event_times: AnyArray,
-    ) -> PyResult<Option<i64>> {
-        let (kc, _) = key_columns(py, columns)?;
-        let times = event_times_of(py, event_times)?;
+    ) -> Result<Option<i64>> {
+        let (kc, _) = key_columns(columns)?;
+        let times = event_times_of(event_times)?;
         let tracker = &mut self.inner;
         detach(py, move || tracker.update_columns(&kc, &times)).map(|w| w.map(|w| w.timestamp()))
     }
@@ -170,11 +160,11 @@ impl PyKeyedWatermarkTracker {
         py: Python<'_>,
         keys: Vec<Bound<'_, PyAny>>,
         event_times: &Bound<'_, PyAny>,
-    ) -> PyResult<Option<i64>> {
+    ) -> Result<Option<i64>> {
         // Rows with a null time are skipped (as for Arrow input); their keys are still
         // checked.
         let mut events = Vec::with_capacity(keys.len());
-        for (k, t) in paired(py, &keys, &time_values(py, event_times)?)? {
+        for (k, t) in paired(&keys, &time_values(event_times)?)? {
             let k = EncodedKey(py_key(k)?);
             if let Some(t) = t {
                 events.push((k, t));
@@ -184,7 +174,7 @@ impl PyKeyedWatermarkTracker {
         detach(py, move || tracker.update_batch(&events)).map(|w| w.map(|w| w.timestamp()))
     }
 
-    fn watermark_for_key(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+    fn watermark_for_key(&self, key: &Bound<'_, PyAny>) -> Result<Option<i64>> {
         let k = py_key(key)?;
         Ok(self.inner.watermark_for_key(&EncodedKey(k)))
     }
@@ -193,7 +183,7 @@ impl PyKeyedWatermarkTracker {
         &self,
         py: Python<'py>,
         key: &Bound<'_, PyAny>,
-    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+    ) -> Result<Option<Bound<'py, PyDict>>> {
         let k = py_key(key)?;
         self.inner
             .key_state(&EncodedKey(k))
@@ -209,7 +199,7 @@ impl PyKeyedWatermarkTracker {
         self.inner.emitted_watermark().map(|w| w.timestamp())
     }
 
-    fn is_late(&self, key: &Bound<'_, PyAny>, event_time: i64) -> PyResult<bool> {
+    fn is_late(&self, key: &Bound<'_, PyAny>, event_time: i64) -> Result<bool> {
         let k = py_key(key)?;
         Ok(self.inner.is_late(EncodedKey(k), event_time))
     }
@@ -219,9 +209,9 @@ impl PyKeyedWatermarkTracker {
         py: Python<'_>,
         columns: Vec<AnyArray>,
         event_times: AnyArray,
-    ) -> PyResult<Py<PyAny>> {
-        let (kc, _) = key_columns(py, columns)?;
-        let times = event_times_of(py, event_times)?;
+    ) -> Result<Py<PyAny>> {
+        let (kc, _) = key_columns(columns)?;
+        let times = event_times_of(event_times)?;
         let tracker = &self.inner;
         let out = detach(py, move || tracker.is_late_columns(&kc, &times))?;
         array_to_py(py, Arc::new(out))
@@ -232,18 +222,18 @@ impl PyKeyedWatermarkTracker {
         py: Python<'_>,
         keys: Vec<Bound<'_, PyAny>>,
         event_times: &Bound<'_, PyAny>,
-    ) -> PyResult<Py<PyAny>> {
-        late_of_pykeys(py, &keys, &time_values(py, event_times)?, |k, t| {
+    ) -> Result<Py<PyAny>> {
+        late_of_pykeys(py, &keys, &time_values(event_times)?, |k, t| {
             self.inner.is_late(k, t)
         })
     }
 
-    fn mark_idle(&mut self, key: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+    fn mark_idle(&mut self, key: &Bound<'_, PyAny>) -> Result<Option<i64>> {
         let k = py_key(key)?;
         Ok(self.inner.mark_idle(&EncodedKey(k)).map(|w| w.timestamp()))
     }
 
-    fn mark_active(&mut self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+    fn mark_active(&mut self, key: &Bound<'_, PyAny>) -> Result<bool> {
         let k = py_key(key)?;
         Ok(self.inner.mark_active(&EncodedKey(k)))
     }
@@ -256,7 +246,7 @@ impl PyKeyedWatermarkTracker {
         &mut self,
         py: Python<'py>,
         key: &Bound<'_, PyAny>,
-    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+    ) -> Result<Option<Bound<'py, PyDict>>> {
         let k = py_key(key)?;
         self.inner
             .remove_key(&EncodedKey(k))
@@ -284,7 +274,7 @@ impl PyKeyedWatermarkTracker {
         self.inner.heap_bytes()
     }
 
-    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    fn metrics<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
         let m = self.inner.metrics();
         let d = PyDict::new(py);
         d.set_item("total_keys", m.total_keys)?;
@@ -306,8 +296,8 @@ impl tidemark_core::key::AsKey for EncodedKey {
     }
 }
 
-fn event_times_of(py: Python<'_>, data: AnyArray) -> PyResult<Int64Array> {
-    event_times(py, data)
+fn event_times_of(data: AnyArray) -> Result<Int64Array> {
+    event_times(data)
 }
 
 /// Native memory-bounded keyed tracker (see `tidemark.CompactKeyedWatermarkTracker`).
@@ -321,14 +311,13 @@ impl PyCompactKeyedWatermarkTracker {
     #[new]
     #[pyo3(signature = (bounded_delay, exact_keys, sketch_width, sketch_depth, idle_timeout = None, clock = None))]
     fn new(
-        py: Python<'_>,
         bounded_delay: i64,
         exact_keys: usize,
         sketch_width: usize,
         sketch_depth: usize,
         idle_timeout: Option<i64>,
         clock: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
+    ) -> Result<Self> {
         let cfg = CompactKeyedConfig {
             exact_keys,
             sketch_width,
@@ -337,10 +326,7 @@ impl PyCompactKeyedWatermarkTracker {
             idle_timeout,
         };
         Ok(Self {
-            inner: check(
-                py,
-                CompactKeyedWatermarkTracker::with_clock(cfg, clock_ref(clock)?),
-            )?,
+            inner: CompactKeyedWatermarkTracker::with_clock(cfg, clock_ref(clock)?)?,
         })
     }
 
@@ -365,22 +351,14 @@ impl PyCompactKeyedWatermarkTracker {
     /// A tracker restored from `snapshot()` bytes, reading `clock`.
     #[staticmethod]
     #[pyo3(signature = (data, clock = None))]
-    fn restore(py: Python<'_>, data: &[u8], clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
-        let inner = check(
-            py,
-            CompactKeyedWatermarkTracker::restore(data, clock_ref(clock)?),
-        )?;
+    fn restore(data: &[u8], clock: Option<&Bound<'_, PyAny>>) -> Result<Self> {
+        let inner = CompactKeyedWatermarkTracker::restore(data, clock_ref(clock)?)?;
         Ok(Self { inner })
     }
 
-    fn update(
-        &mut self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        event_time: i64,
-    ) -> PyResult<Option<i64>> {
+    fn update(&mut self, key: &Bound<'_, PyAny>, event_time: i64) -> Result<Option<i64>> {
         let k = py_key(key)?;
-        check(py, self.inner.update_encoded(&k, event_time)).map(|w| w.map(|w| w.timestamp()))
+        Ok(self.inner.update_encoded(&k, event_time)?).map(|w| w.map(|w| w.timestamp()))
     }
 
     fn update_columns(
@@ -388,9 +366,9 @@ impl PyCompactKeyedWatermarkTracker {
         py: Python<'_>,
         columns: Vec<AnyArray>,
         event_times: AnyArray,
-    ) -> PyResult<Option<i64>> {
-        let (kc, _) = key_columns(py, columns)?;
-        let times = event_times_of(py, event_times)?;
+    ) -> Result<Option<i64>> {
+        let (kc, _) = key_columns(columns)?;
+        let times = event_times_of(event_times)?;
         let tracker = &mut self.inner;
         detach(py, move || tracker.update_columns(&kc, &times)).map(|w| w.map(|w| w.timestamp()))
     }
@@ -400,11 +378,11 @@ impl PyCompactKeyedWatermarkTracker {
         py: Python<'_>,
         keys: Vec<Bound<'_, PyAny>>,
         event_times: &Bound<'_, PyAny>,
-    ) -> PyResult<Option<i64>> {
+    ) -> Result<Option<i64>> {
         // Every key is read before any is applied (as the exact tracker does), and the
         // batch reports the global watermark it leaves.
         let mut events = Vec::with_capacity(keys.len());
-        for (k, t) in paired(py, &keys, &time_values(py, event_times)?)? {
+        for (k, t) in paired(&keys, &time_values(event_times)?)? {
             let k = py_key(k)?;
             if let Some(t) = t {
                 events.push((k, t));
@@ -414,15 +392,15 @@ impl PyCompactKeyedWatermarkTracker {
         detach(py, move || tracker.update_batch_encoded(events)).map(|w| w.map(|w| w.timestamp()))
     }
 
-    fn watermark_for_key(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+    fn watermark_for_key(&self, key: &Bound<'_, PyAny>) -> Result<Option<i64>> {
         Ok(self.inner.watermark_for_key(&EncodedKey(py_key(key)?)))
     }
 
-    fn is_exact(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+    fn is_exact(&self, key: &Bound<'_, PyAny>) -> Result<bool> {
         Ok(self.inner.is_exact(&EncodedKey(py_key(key)?)))
     }
 
-    fn is_late(&self, key: &Bound<'_, PyAny>, event_time: i64) -> PyResult<bool> {
+    fn is_late(&self, key: &Bound<'_, PyAny>, event_time: i64) -> Result<bool> {
         Ok(self.inner.is_late(EncodedKey(py_key(key)?), event_time))
     }
 
@@ -431,9 +409,9 @@ impl PyCompactKeyedWatermarkTracker {
         py: Python<'_>,
         columns: Vec<AnyArray>,
         event_times: AnyArray,
-    ) -> PyResult<Py<PyAny>> {
-        let (kc, _) = key_columns(py, columns)?;
-        let times = event_times_of(py, event_times)?;
+    ) -> Result<Py<PyAny>> {
+        let (kc, _) = key_columns(columns)?;
+        let times = event_times_of(event_times)?;
         let tracker = &self.inner;
         let out = detach(py, move || tracker.is_late_columns(&kc, &times))?;
         array_to_py(py, Arc::new(out))
@@ -444,8 +422,8 @@ impl PyCompactKeyedWatermarkTracker {
         py: Python<'_>,
         keys: Vec<Bound<'_, PyAny>>,
         event_times: &Bound<'_, PyAny>,
-    ) -> PyResult<Py<PyAny>> {
-        late_of_pykeys(py, &keys, &time_values(py, event_times)?, |k, t| {
+    ) -> Result<Py<PyAny>> {
+        late_of_pykeys(py, &keys, &time_values(event_times)?, |k, t| {
             self.inner.is_late(k, t)
         })
     }
@@ -466,7 +444,7 @@ impl PyCompactKeyedWatermarkTracker {
         self.inner.configured_bytes()
     }
 
-    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    fn metrics<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
         let m = self.inner.metrics();
         let d = PyDict::new(py);
         d.set_item("exact_keys", m.exact_keys)?;

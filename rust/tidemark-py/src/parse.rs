@@ -12,7 +12,7 @@ use tidemark_core::time::{
 };
 
 use crate::convert::arrow::{array_to_py, chunks_to_py, read_chunks};
-use crate::error::{check, detach};
+use crate::error::{detach, Result};
 
 /// Names of the built-in event-time types.
 #[pyfunction]
@@ -22,8 +22,8 @@ pub fn builtin_event_time_types() -> Vec<&'static str> {
 
 /// Parses a duration string ("250ms", "5s", "1h30m") into microseconds.
 #[pyfunction]
-pub fn parse_duration(py: Python<'_>, text: &str) -> PyResult<i64> {
-    check(py, parse_duration_micros(text))
+pub fn parse_duration(text: &str) -> Result<i64> {
+    Ok(parse_duration_micros(text)?)
 }
 
 /// Checks that `event_time_type` can parse a column named `column` of the given
@@ -31,17 +31,13 @@ pub fn parse_duration(py: Python<'_>, text: &str) -> PyResult<i64> {
 #[pyfunction]
 #[pyo3(signature = (column, like, event_time_type = None, allow_ticks = false))]
 pub fn check_event_time_type(
-    py: Python<'_>,
     column: &str,
     like: AnyArray,
     event_time_type: Option<&str>,
     allow_ticks: bool,
-) -> PyResult<String> {
+) -> Result<String> {
     let field = like.field()?;
-    let ty = check(
-        py,
-        EventTimeType::resolve(event_time_type, column, field.data_type(), allow_ticks),
-    )?;
+    let ty = EventTimeType::resolve(event_time_type, column, field.data_type(), allow_ticks)?;
     Ok(ty.name().to_string())
 }
 
@@ -58,9 +54,9 @@ pub fn parse_event_time(
     event_time_type: Option<String>,
     allow_ticks: bool,
     column: &str,
-) -> PyResult<(Py<PyAny>, Py<PyAny>, Py<PyAny>)> {
+) -> Result<(Py<PyAny>, Py<PyAny>, Py<PyAny>)> {
     let chunked = matches!(data, AnyArray::Stream(_));
-    let (field, chunks) = read_chunks(py, data)?;
+    let (field, chunks) = read_chunks(data)?;
     let column = column.to_string();
     let (values, rows, reasons) = detach(py, move || {
         let ty = EventTimeType::resolve(

@@ -11,23 +11,18 @@ use tidemark_core::TidemarkError;
 
 use crate::clock::clock_ref;
 use crate::convert::arrow::{column_index, read_batches, read_chunks};
-use crate::error::{check, detach};
+use crate::error::{detach, Result};
 
-fn pid(py: Python<'_>, source_id: usize, partition: i64) -> PyResult<PartitionId> {
-    let p = u32::try_from(partition).map_err(|_| {
-        crate::error::to_py(
-            py,
-            TidemarkError::InvalidPartition {
-                source_id,
-                partition,
-                reason: "partition numbers must be between 0 and 4294967295".into(),
-            },
-        )
+fn pid(source_id: usize, partition: i64) -> Result<PartitionId> {
+    let p = u32::try_from(partition).map_err(|_| TidemarkError::InvalidPartition {
+        source_id,
+        partition,
+        reason: "partition numbers must be between 0 and 4294967295".into(),
     })?;
     Ok(PartitionId::new(source_id, p))
 }
 
-fn state_dict<'py>(py: Python<'py>, s: &PartitionWatermarkState) -> PyResult<Bound<'py, PyDict>> {
+fn state_dict<'py>(py: Python<'py>, s: &PartitionWatermarkState) -> Result<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item(
         "watermark",
@@ -53,7 +48,7 @@ pub struct PyPartitionedWatermarkTracker {
 impl PyPartitionedWatermarkTracker {
     #[new]
     #[pyo3(signature = (idle_timeout = None, clock = None))]
-    fn new(idle_timeout: Option<i64>, clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    fn new(idle_timeout: Option<i64>, clock: Option<&Bound<'_, PyAny>>) -> Result<Self> {
         let inner = PartitionedWatermarkTracker::new()
             .idle_timeout_ticks(idle_timeout)
             .with_clock(clock_ref(clock)?);
@@ -71,9 +66,9 @@ impl PyPartitionedWatermarkTracker {
             .map(|w| w.timestamp())
     }
 
-    fn add_partition(&mut self, py: Python<'_>, source_id: usize, partition: i64) -> PyResult<()> {
-        let p = pid(py, source_id, partition)?;
-        check(py, self.inner.add_partition(p))
+    fn add_partition(&mut self, source_id: usize, partition: i64) -> Result<()> {
+        let p = pid(source_id, partition)?;
+        Ok(self.inner.add_partition(p)?)
     }
 
     fn remove_partition<'py>(
@@ -81,8 +76,8 @@ impl PyPartitionedWatermarkTracker {
         py: Python<'py>,
         source_id: usize,
         partition: i64,
-    ) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let p = pid(py, source_id, partition)?;
+    ) -> Result<Option<Bound<'py, PyDict>>> {
+        let p = pid(source_id, partition)?;
         self.inner
             .remove_partition(p)
             .map(|s| state_dict(py, &s))
@@ -91,50 +86,36 @@ impl PyPartitionedWatermarkTracker {
 
     fn update_partition(
         &mut self,
-        py: Python<'_>,
         source_id: usize,
         partition: i64,
         watermark: i64,
-    ) -> PyResult<Option<i64>> {
-        let p = pid(py, source_id, partition)?;
-        check(py, self.inner.update_partition(p, watermark)).map(|w| w.map(|w| w.timestamp()))
+    ) -> Result<Option<i64>> {
+        let p = pid(source_id, partition)?;
+        Ok(self.inner.update_partition(p, watermark)?).map(|w| w.map(|w| w.timestamp()))
     }
 
     fn update_partition_from_event(
         &mut self,
-        py: Python<'_>,
         source_id: usize,
         partition: i64,
         event_time: i64,
         max_lateness: i64,
-    ) -> PyResult<Option<i64>> {
-        let p = pid(py, source_id, partition)?;
-        check(
-            py,
-            self.inner
-                .update_partition_from_event(p, event_time, max_lateness),
-        )
+    ) -> Result<Option<i64>> {
+        let p = pid(source_id, partition)?;
+        Ok(self
+            .inner
+            .update_partition_from_event(p, event_time, max_lateness)?)
         .map(|w| w.map(|w| w.timestamp()))
     }
 
-    fn mark_partition_idle(
-        &mut self,
-        py: Python<'_>,
-        source_id: usize,
-        partition: i64,
-    ) -> PyResult<Option<i64>> {
-        let p = pid(py, source_id, partition)?;
-        check(py, self.inner.mark_partition_idle(p)).map(|w| w.map(|w| w.timestamp()))
+    fn mark_partition_idle(&mut self, source_id: usize, partition: i64) -> Result<Option<i64>> {
+        let p = pid(source_id, partition)?;
+        Ok(self.inner.mark_partition_idle(p)?).map(|w| w.map(|w| w.timestamp()))
     }
 
-    fn mark_partition_active(
-        &mut self,
-        py: Python<'_>,
-        source_id: usize,
-        partition: i64,
-    ) -> PyResult<()> {
-        let p = pid(py, source_id, partition)?;
-        check(py, self.inner.mark_partition_active(p))
+    fn mark_partition_active(&mut self, source_id: usize, partition: i64) -> Result<()> {
+        let p = pid(source_id, partition)?;
+        Ok(self.inner.mark_partition_active(p)?)
     }
 
     fn check_idle_partitions(&mut self) -> Option<i64> {
@@ -149,13 +130,8 @@ impl PyPartitionedWatermarkTracker {
         self.inner.current_watermark().map(|w| w.timestamp())
     }
 
-    fn partition_watermark(
-        &self,
-        py: Python<'_>,
-        source_id: usize,
-        partition: i64,
-    ) -> PyResult<Option<i64>> {
-        let p = pid(py, source_id, partition)?;
+    fn partition_watermark(&self, source_id: usize, partition: i64) -> Result<Option<i64>> {
+        let p = pid(source_id, partition)?;
         Ok(self.inner.partition_watermark(p))
     }
 
@@ -164,9 +140,9 @@ impl PyPartitionedWatermarkTracker {
         py: Python<'py>,
         source_id: usize,
         partition: i64,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        let p = pid(py, source_id, partition)?;
-        let s = check(py, self.inner.partition_state(p))?;
+    ) -> Result<Bound<'py, PyDict>> {
+        let p = pid(source_id, partition)?;
+        let s = self.inner.partition_state(p)?;
         state_dict(py, &s)
     }
 
@@ -174,18 +150,13 @@ impl PyPartitionedWatermarkTracker {
         self.inner.source_watermark(source_id)
     }
 
-    fn is_partition_idle(
-        &self,
-        py: Python<'_>,
-        source_id: usize,
-        partition: i64,
-    ) -> PyResult<bool> {
-        let p = pid(py, source_id, partition)?;
-        check(py, self.inner.is_partition_idle(p))
+    fn is_partition_idle(&self, source_id: usize, partition: i64) -> Result<bool> {
+        let p = pid(source_id, partition)?;
+        Ok(self.inner.is_partition_idle(p)?)
     }
 
-    fn active_partition_count(&self, py: Python<'_>, source_id: usize) -> PyResult<usize> {
-        check(py, self.inner.active_partition_count(source_id))
+    fn active_partition_count(&self, source_id: usize) -> Result<usize> {
+        Ok(self.inner.active_partition_count(source_id)?)
     }
 
     fn partitions(&self) -> Vec<(usize, u32)> {
@@ -198,26 +169,20 @@ impl PyPartitionedWatermarkTracker {
 
     fn assign_partition_to_core(
         &mut self,
-        py: Python<'_>,
         source_id: usize,
         partition: i64,
         core: usize,
-    ) -> PyResult<()> {
-        let p = pid(py, source_id, partition)?;
-        check(py, self.inner.assign_partition_to_core(p, core))
+    ) -> Result<()> {
+        let p = pid(source_id, partition)?;
+        Ok(self.inner.assign_partition_to_core(p, core)?)
     }
 
-    fn partition_core(
-        &self,
-        py: Python<'_>,
-        source_id: usize,
-        partition: i64,
-    ) -> PyResult<Option<usize>> {
-        let p = pid(py, source_id, partition)?;
+    fn partition_core(&self, source_id: usize, partition: i64) -> Result<Option<usize>> {
+        let p = pid(source_id, partition)?;
         Ok(self.inner.partition_core(p))
     }
 
-    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    fn metrics<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
         let m = self.inner.metrics();
         let d = PyDict::new(py);
         d.set_item("total_partitions", m.total_partitions)?;
@@ -244,18 +209,16 @@ impl PyPartitionedWatermarkTracker {
     /// A tracker restored from `snapshot()` bytes, reading `clock`.
     #[staticmethod]
     #[pyo3(signature = (data, clock = None))]
-    fn restore(py: Python<'_>, data: &[u8], clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
-        let payload = check(
-            py,
-            tidemark_core::state::open(data, tidemark_core::state::SnapshotKind::Partitions, None),
-        )?;
+    fn restore(data: &[u8], clock: Option<&Bound<'_, PyAny>>) -> Result<Self> {
+        let payload =
+            tidemark_core::state::open(data, tidemark_core::state::SnapshotKind::Partitions, None)?;
         let mut r = tidemark_core::state::Reader::new(payload);
-        let timeout = check(py, r.i64())?;
+        let timeout = r.i64()?;
         let mut inner = PartitionedWatermarkTracker::new()
             .idle_timeout_ticks((timeout >= 0).then_some(timeout))
             .with_clock(clock_ref(clock)?);
-        check(py, inner.read_state(&mut r))?;
-        check(py, r.finish())?;
+        inner.read_state(&mut r)?;
+        r.finish()?;
         Ok(Self { inner })
     }
 
@@ -273,9 +236,9 @@ impl PyPartitionedWatermarkTracker {
         max_lateness: i64,
         add_missing: bool,
         parsed: Option<AnyArray>,
-    ) -> PyResult<Option<i64>> {
-        let (schema, batches) = read_batches(py, data)?;
-        let parsed = parsed.map(|p| read_chunks(py, p)).transpose()?;
+    ) -> Result<Option<i64>> {
+        let (schema, batches) = read_batches(data)?;
+        let parsed = parsed.map(read_chunks).transpose()?;
         let tracker = &mut self.inner;
         detach(py, move || {
             let pi = column_index(&schema, &partition_column)?;

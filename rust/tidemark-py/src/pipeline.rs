@@ -12,19 +12,19 @@ use crate::convert::config::{config_and_clock, config_from_dict, lookup_from};
 use crate::convert::dicts::{metrics_dict, output, progress_dict, progress_from_dict, Tables};
 use crate::convert::keys::py_key;
 use crate::drive::{flush_with, process_with, snapshot_with, tick_with};
-use crate::error::{check, detach, to_py};
+use crate::error::{detach, Result};
 
 /// Validates a pipeline configuration dict (raises a `ConfigError` on mistakes).
 #[pyfunction]
-pub fn validate_pipeline(py: Python<'_>, config: &Bound<'_, PyDict>) -> PyResult<u64> {
-    Ok(config_from_dict(py, config)?.fingerprint())
+pub fn validate_pipeline(config: &Bound<'_, PyDict>) -> Result<u64> {
+    Ok(config_from_dict(config)?.fingerprint())
 }
 
 /// The input columns a pipeline reads (keys, event time, source partition, aggregate
 /// inputs), once each.
 #[pyfunction]
-pub fn pipeline_input_columns(py: Python<'_>, config: &Bound<'_, PyDict>) -> PyResult<Vec<String>> {
-    let cfg = config_from_dict(py, config)?;
+pub fn pipeline_input_columns(config: &Bound<'_, PyDict>) -> Result<Vec<String>> {
+    let cfg = config_from_dict(config)?;
     Ok(cfg.input_columns().into_iter().map(String::from).collect())
 }
 
@@ -39,9 +39,9 @@ pub fn lookup_schema(
     how: &str,
     prefix: Option<String>,
     schema: PySchema,
-) -> PyResult<Py<PyAny>> {
+) -> Result<Py<PyAny>> {
     let lookup = lookup_from(py, table, on, how, prefix)?;
-    let out = check(py, lookup.schema(schema.as_ref()))?;
+    let out = lookup.schema(schema.as_ref())?;
     Ok(PySchema::new(out).into_pyarrow(py)?.unbind())
 }
 
@@ -51,9 +51,9 @@ pub fn pipeline_output_schema(
     py: Python<'_>,
     config: &Bound<'_, PyDict>,
     schema: PySchema,
-) -> PyResult<Py<PyAny>> {
-    let cfg = config_from_dict(py, config)?;
-    let out = check(py, Operator::output_schema(&cfg, schema.as_ref()))?;
+) -> Result<Py<PyAny>> {
+    let cfg = config_from_dict(config)?;
+    let out = Operator::output_schema(&cfg, schema.as_ref())?;
     Ok(PySchema::new(out).into_pyarrow(py)?.unbind())
 }
 
@@ -70,18 +70,14 @@ impl PyOperator {
     #[new]
     #[pyo3(signature = (config, clock = None, state = None))]
     fn new(
-        py: Python<'_>,
         config: &Bound<'_, PyDict>,
         clock: Option<&Bound<'_, PyAny>>,
         state: Option<&[u8]>,
-    ) -> PyResult<Self> {
-        let (cfg, clock) = config_and_clock(py, config, clock)?;
+    ) -> Result<Self> {
+        let (cfg, clock) = config_and_clock(config, clock)?;
         let inner = match state {
-            None => check(py, Operator::new(cfg, clock))?,
-            Some(bytes) => check(
-                py,
-                tidemark_core::runtime::restore_operator(cfg, clock, bytes),
-            )?,
+            None => Operator::new(cfg, clock)?,
+            Some(bytes) => tidemark_core::runtime::restore_operator(cfg, clock, bytes)?,
         };
         Ok(Self {
             inner,
@@ -97,9 +93,9 @@ impl PyOperator {
         py: Python<'_>,
         data: AnyRecordBatch,
         parsed_times: Option<AnyArray>,
-    ) -> PyResult<()> {
-        let (schema, batches) = read_batches(py, data)?;
-        let parsed = parsed_times_of(py, parsed_times)?;
+    ) -> Result<()> {
+        let (schema, batches) = read_batches(data)?;
+        let parsed = parsed_times_of(parsed_times)?;
         let op = &mut self.inner;
         let pending = detach(py, move || {
             let batch = one_batch(schema, batches)?;
@@ -112,12 +108,9 @@ impl PyOperator {
     /// The second half of `process`: closes the windows `close_watermark` (combined
     /// over every operator of the scope; `None`: this operator's own) passed.
     #[pyo3(signature = (close_watermark = None))]
-    fn complete(&mut self, py: Python<'_>, close_watermark: Option<i64>) -> PyResult<Tables> {
+    fn complete(&mut self, py: Python<'_>, close_watermark: Option<i64>) -> Result<Tables> {
         let pending = self.pending.take().ok_or_else(|| {
-            to_py(
-                py,
-                TidemarkError::config("complete", "complete() needs an ingest() first"),
-            )
+            TidemarkError::config("complete", "complete() needs an ingest() first")
         })?;
         let op = &mut self.inner;
         let out = detach(py, move || {
@@ -136,20 +129,20 @@ impl PyOperator {
         py: Python<'_>,
         data: AnyRecordBatch,
         parsed_times: Option<AnyArray>,
-    ) -> PyResult<Tables> {
+    ) -> Result<Tables> {
         process_with(py, &mut self.inner, data, parsed_times)
     }
 
-    fn flush(&mut self, py: Python<'_>) -> PyResult<Tables> {
+    fn flush(&mut self, py: Python<'_>) -> Result<Tables> {
         flush_with(py, &mut self.inner)
     }
 
     /// A call without rows: time moves on by itself.
-    fn tick(&mut self, py: Python<'_>) -> PyResult<Tables> {
+    fn tick(&mut self, py: Python<'_>) -> Result<Tables> {
         tick_with(py, &mut self.inner)
     }
 
-    fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+    fn snapshot<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyBytes>> {
         snapshot_with(py, &self.inner)
     }
 
@@ -167,7 +160,7 @@ impl PyOperator {
         on: Vec<String>,
         how: &str,
         prefix: Option<String>,
-    ) -> PyResult<()> {
+    ) -> Result<()> {
         let l = match table {
             Some(t) => Some(lookup_from(py, t, on, how, prefix)?),
             None => None,
@@ -188,15 +181,15 @@ impl PyOperator {
 
     /// What the last process call saw: max event time, per-partition maxima, key-scope
     /// global watermark.
-    fn progress<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    fn progress<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
         progress_dict(py, self.inner.progress())
     }
 
-    fn key_watermark(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+    fn key_watermark(&self, key: &Bound<'_, PyAny>) -> Result<Option<i64>> {
         Ok(self.inner.key_watermark(&py_key(key)?))
     }
 
-    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    fn metrics<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
         metrics_dict(
             py,
             &self.inner.metrics(),
@@ -218,31 +211,26 @@ impl PyScopeWatermark {
     #[new]
     #[pyo3(signature = (config, clock = None, state = None))]
     fn new(
-        py: Python<'_>,
         config: &Bound<'_, PyDict>,
         clock: Option<&Bound<'_, PyAny>>,
         state: Option<&[u8]>,
-    ) -> PyResult<Self> {
-        let (cfg, clock) = config_and_clock(py, config, clock)?;
+    ) -> Result<Self> {
+        let (cfg, clock) = config_and_clock(config, clock)?;
         let inner = match state {
             None => ScopeWatermark::new(&cfg, clock),
-            Some(b) => check(py, ScopeWatermark::from_bytes(&cfg, clock, b))?,
+            Some(b) => ScopeWatermark::from_bytes(&cfg, clock, b)?,
         };
         Ok(Self { inner })
     }
 
     /// Combines the progress dicts of one call of every operator; returns the
     /// watermark that closes windows after it (`None`: none yet).
-    fn advance(
-        &mut self,
-        py: Python<'_>,
-        progress: Vec<Bound<'_, PyDict>>,
-    ) -> PyResult<Option<i64>> {
+    fn advance(&mut self, progress: Vec<Bound<'_, PyDict>>) -> Result<Option<i64>> {
         let progress = progress
             .iter()
             .map(progress_from_dict)
-            .collect::<PyResult<Vec<_>>>()?;
-        let w = check(py, self.inner.advance(&progress))?;
+            .collect::<Result<Vec<_>>>()?;
+        let w = self.inner.advance(&progress)?;
         Ok((w != i64::MIN).then_some(w))
     }
 
@@ -268,12 +256,12 @@ pub struct PyRowsOperator {
 impl PyRowsOperator {
     #[new]
     #[pyo3(signature = (config, state = None))]
-    fn new(py: Python<'_>, config: &Bound<'_, PyDict>, state: Option<&[u8]>) -> PyResult<Self> {
+    fn new(config: &Bound<'_, PyDict>, state: Option<&[u8]>) -> Result<Self> {
         use tidemark_core::pipeline::rows::RowsOperator;
-        let cfg = config_from_dict(py, config)?;
+        let cfg = config_from_dict(config)?;
         let inner = match state {
-            None => check(py, RowsOperator::new(cfg))?,
-            Some(bytes) => check(py, RowsOperator::restore(cfg, bytes))?,
+            None => RowsOperator::new(cfg)?,
+            Some(bytes) => RowsOperator::restore(cfg, bytes)?,
         };
         Ok(Self { inner })
     }
@@ -284,20 +272,20 @@ impl PyRowsOperator {
         py: Python<'_>,
         data: AnyRecordBatch,
         parsed_times: Option<AnyArray>,
-    ) -> PyResult<Tables> {
+    ) -> Result<Tables> {
         process_with(py, &mut self.inner, data, parsed_times)
     }
 
-    fn flush(&mut self, py: Python<'_>) -> PyResult<Tables> {
+    fn flush(&mut self, py: Python<'_>) -> Result<Tables> {
         flush_with(py, &mut self.inner)
     }
 
     /// A call without rows: time moves on by itself.
-    fn tick(&mut self, py: Python<'_>) -> PyResult<Tables> {
+    fn tick(&mut self, py: Python<'_>) -> Result<Tables> {
         tick_with(py, &mut self.inner)
     }
 
-    fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+    fn snapshot<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyBytes>> {
         snapshot_with(py, &self.inner)
     }
 
@@ -307,7 +295,7 @@ impl PyRowsOperator {
         None
     }
 
-    fn progress<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    fn progress<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
         // ROWS windows track no event-time progress.
         let none = tidemark_core::pipeline::Progress {
             max_event_time: i64::MIN,
@@ -316,7 +304,7 @@ impl PyRowsOperator {
         progress_dict(py, &none)
     }
 
-    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    fn metrics<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
         let k = tidemark_core::time::KeyedWatermarkMetrics {
             total_keys: self.inner.key_count(),
             ..Default::default()

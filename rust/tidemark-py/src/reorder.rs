@@ -8,21 +8,21 @@ use tidemark_core::reorder::{ReorderConfig, ReorderOperator, ReorderOutput};
 use crate::convert::arrow::{one_batch, parsed_times, read_batches};
 use crate::convert::config::{get, named};
 use crate::convert::dicts::batch_to_table;
-use crate::error::{check, detach};
+use crate::error::{detach, Result};
 
-fn config(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<ReorderConfig> {
+fn config(d: &Bound<'_, PyDict>) -> Result<ReorderConfig> {
     Ok(ReorderConfig {
         event_time: get(d, "event_time")?,
         event_time_type: get(d, "event_time_type")?,
         parsed_externally: get(d, "parsed_externally")?,
         late_tolerance: get(d, "late_tolerance")?,
-        late: named(py, d, "late")?,
+        late: named(d, "late")?,
     })
 }
 
 type Released = (Py<PyAny>, Option<i64>, Py<PyAny>, Py<PyAny>);
 
-fn released(py: Python<'_>, o: ReorderOutput) -> PyResult<Released> {
+fn released(py: Python<'_>, o: ReorderOutput) -> Result<Released> {
     Ok((
         batch_to_table(py, o.rows)?,
         o.watermark,
@@ -41,11 +41,11 @@ pub struct PyReorderOperator {
 impl PyReorderOperator {
     #[new]
     #[pyo3(signature = (config, state = None))]
-    fn new(py: Python<'_>, config: &Bound<'_, PyDict>, state: Option<&[u8]>) -> PyResult<Self> {
-        let cfg = self::config(py, config)?;
+    fn new(config: &Bound<'_, PyDict>, state: Option<&[u8]>) -> Result<Self> {
+        let cfg = self::config(config)?;
         let inner = match state {
-            None => check(py, ReorderOperator::new(cfg))?,
-            Some(bytes) => check(py, ReorderOperator::restore(cfg, bytes))?,
+            None => ReorderOperator::new(cfg)?,
+            Some(bytes) => ReorderOperator::restore(cfg, bytes)?,
         };
         Ok(Self { inner })
     }
@@ -56,9 +56,9 @@ impl PyReorderOperator {
         py: Python<'_>,
         data: AnyRecordBatch,
         parsed_times: Option<AnyArray>,
-    ) -> PyResult<Released> {
-        let (schema, batches) = read_batches(py, data)?;
-        let parsed = self::parsed_times(py, parsed_times)?;
+    ) -> Result<Released> {
+        let (schema, batches) = read_batches(data)?;
+        let parsed = self::parsed_times(parsed_times)?;
         let op = &mut self.inner;
         let out = detach(py, move || {
             let batch = one_batch(schema, batches)?;
@@ -67,13 +67,13 @@ impl PyReorderOperator {
         released(py, out)
     }
 
-    fn flush(&mut self, py: Python<'_>) -> PyResult<Released> {
+    fn flush(&mut self, py: Python<'_>) -> Result<Released> {
         let op = &mut self.inner;
         let out = detach(py, move || op.flush())?;
         released(py, out)
     }
 
-    fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+    fn snapshot<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyBytes>> {
         let op = &self.inner;
         let bytes = detach(py, move || op.snapshot())?;
         Ok(PyBytes::new(py, &bytes))
@@ -84,7 +84,7 @@ impl PyReorderOperator {
         self.inner.watermark()
     }
 
-    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    fn metrics<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
         let m = self.inner.metrics();
         let d = PyDict::new(py);
         for (name, v) in [

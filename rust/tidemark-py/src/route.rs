@@ -12,7 +12,7 @@ use tidemark_core::TidemarkError;
 
 use crate::convert::arrow::{array_to_py, one_batch, read_batches};
 use crate::convert::keys::py_key;
-use crate::error::{check, detach};
+use crate::error::{detach, Result};
 
 /// Native router (see `tidemark.Router`).
 #[pyclass(name = "Router", module = "tidemark._native")]
@@ -25,37 +25,31 @@ impl PyRouter {
     #[new]
     #[pyo3(signature = (num_partitions, strategy, keys = None, hash = "xxh3", event_time = None))]
     fn new(
-        py: Python<'_>,
         num_partitions: usize,
         strategy: &str,
         keys: Option<Vec<String>>,
         hash: &str,
         event_time: Option<String>,
-    ) -> PyResult<Self> {
+    ) -> Result<Self> {
         let strategy = match strategy {
             "hash" => Strategy::Hash {
                 keys: keys.unwrap_or_default(),
-                algo: check(py, hash.parse::<HashAlgo>())?,
+                algo: hash.parse::<HashAlgo>()?,
             },
             "round_robin" => Strategy::RoundRobin,
             "single" => Strategy::Single,
             "broadcast" => Strategy::Broadcast,
             other => {
-                return Err(crate::error::to_py(
-                    py,
-                    TidemarkError::config(
-                        "strategy",
-                        format!(
+                return Err(TidemarkError::config(
+                    "strategy",
+                    format!(
                         "unknown strategy {other:?}; use hash, round_robin, single or broadcast"
                     ),
-                    ),
-                ))
+                )
+                .into())
             }
         };
-        let inner = check(
-            py,
-            Router::new(num_partitions, strategy, event_time.as_deref()),
-        )?;
+        let inner = Router::new(num_partitions, strategy, event_time.as_deref())?;
         Ok(Self { inner })
     }
 
@@ -70,8 +64,8 @@ impl PyRouter {
     }
 
     /// Partition id per row, as a pyarrow Int32Array.
-    fn partition_ids(&mut self, py: Python<'_>, data: AnyRecordBatch) -> PyResult<Py<PyAny>> {
-        let (schema, batches) = read_batches(py, data)?;
+    fn partition_ids(&mut self, py: Python<'_>, data: AnyRecordBatch) -> Result<Py<PyAny>> {
+        let (schema, batches) = read_batches(data)?;
         let r = &mut self.inner;
         let ids = detach(py, move || {
             let batch = one_batch(schema, batches)?;
@@ -84,12 +78,8 @@ impl PyRouter {
     }
 
     /// One pyarrow RecordBatch per partition.
-    fn route<'py>(
-        &mut self,
-        py: Python<'py>,
-        data: AnyRecordBatch,
-    ) -> PyResult<Bound<'py, PyList>> {
-        let (schema, batches) = read_batches(py, data)?;
+    fn route<'py>(&mut self, py: Python<'py>, data: AnyRecordBatch) -> Result<Bound<'py, PyList>> {
+        let (schema, batches) = read_batches(data)?;
         let r = &mut self.inner;
         let shards = detach(py, move || {
             let batch = one_batch(schema, batches)?;
@@ -103,19 +93,16 @@ impl PyRouter {
     }
 
     /// Partition of one key given as Python values (xxh3 hashing only).
-    fn partition_of(&self, key: &Bound<'_, PyAny>) -> PyResult<u32> {
+    fn partition_of(&self, key: &Bound<'_, PyAny>) -> Result<u32> {
         match self.inner.strategy() {
             Strategy::Hash { algo: HashAlgo::Xxh3, .. } => Ok(route::xxh3_partition(
                 &py_key(key)?,
                 self.inner.num_partitions() as u32,
             )),
-            _ => Err(crate::error::to_py(
-                key.py(),
-                TidemarkError::config(
+            _ => Err(TidemarkError::config(
                     "strategy",
                     "partition_of needs hash=\"xxh3\" routing (spark hashing depends on Spark column types; use partition_ids)",
-                ),
-            )),
+                ).into()),
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::clock::clock_ref;
 use crate::convert::arrow::{one_batch, parsed_times as parsed_times_of, read_batches};
 use crate::convert::config::{config_from_dict, lookup_from};
 use crate::convert::dicts::{metrics_dict, output, progress_dict, Tables};
-use crate::error::{check, detach};
+use crate::error::{detach, Result};
 
 /// Native sharded operator.
 #[pyclass(name = "ShardedOperator", module = "tidemark._native")]
@@ -26,7 +26,7 @@ impl PyShardedOperator {
         &self,
         py: Python<'_>,
         f: impl FnOnce(&mut ShardedOperator) -> Result<T, tidemark_core::TidemarkError> + Send,
-    ) -> PyResult<T> {
+    ) -> Result<T> {
         let inner = &self.inner;
         detach(py, move || {
             let mut op = inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -40,26 +40,21 @@ impl PyShardedOperator {
     #[new]
     #[pyo3(signature = (config, cores, queue_capacity = 4, clock = None, state = None, hot_keys = None))]
     fn new(
-        py: Python<'_>,
         config: &Bound<'_, PyDict>,
         cores: usize,
         queue_capacity: usize,
         clock: Option<&Bound<'_, PyAny>>,
         state: Option<&[u8]>,
         hot_keys: Option<f64>,
-    ) -> PyResult<Self> {
-        let cfg = config_from_dict(py, config)?;
+    ) -> Result<Self> {
+        let cfg = config_from_dict(config)?;
         let clock = clock_ref(clock)?;
         let inner = match (state, hot_keys) {
-            (None, None) => check(py, ShardedOperator::new(cfg, clock, cores, queue_capacity))?,
-            (None, Some(share)) => check(
-                py,
-                ShardedOperator::with_hot_keys(cfg, clock, cores, queue_capacity, share),
-            )?,
-            (Some(bytes), _) => check(
-                py,
-                ShardedOperator::restore(cfg, clock, cores, queue_capacity, bytes),
-            )?,
+            (None, None) => ShardedOperator::new(cfg, clock, cores, queue_capacity)?,
+            (None, Some(share)) => {
+                ShardedOperator::with_hot_keys(cfg, clock, cores, queue_capacity, share)?
+            }
+            (Some(bytes), _) => ShardedOperator::restore(cfg, clock, cores, queue_capacity, bytes)?,
         };
         Ok(Self {
             inner: Mutex::new(inner),
@@ -75,7 +70,7 @@ impl PyShardedOperator {
         on: Vec<String>,
         how: &str,
         prefix: Option<String>,
-    ) -> PyResult<()> {
+    ) -> Result<()> {
         let l = match table {
             Some(t) => Some(lookup_from(py, t, on, how, prefix)?),
             None => None,
@@ -88,7 +83,7 @@ impl PyShardedOperator {
     }
 
     /// Pins worker i to CPU core i; returns how many were pinned.
-    fn pin_cores(&self, py: Python<'_>) -> PyResult<usize> {
+    fn pin_cores(&self, py: Python<'_>) -> Result<usize> {
         self.with(py, |op| op.pin_cores())
     }
 
@@ -103,9 +98,9 @@ impl PyShardedOperator {
         py: Python<'_>,
         data: AnyRecordBatch,
         parsed_times: Option<AnyArray>,
-    ) -> PyResult<Tables> {
-        let (schema, batches) = read_batches(py, data)?;
-        let parsed = parsed_times_of(py, parsed_times)?;
+    ) -> Result<Tables> {
+        let (schema, batches) = read_batches(data)?;
+        let parsed = parsed_times_of(parsed_times)?;
         let out = self.with(py, move |op| {
             let batch = one_batch(schema, batches)?;
             op.process(&batch, parsed.as_ref())
@@ -113,18 +108,18 @@ impl PyShardedOperator {
         output(py, out)
     }
 
-    fn flush(&self, py: Python<'_>) -> PyResult<Tables> {
+    fn flush(&self, py: Python<'_>) -> Result<Tables> {
         let out = self.with(py, |op| op.flush())?;
         output(py, out)
     }
 
     /// A call without rows: time moves on by itself.
-    fn tick(&self, py: Python<'_>) -> PyResult<Tables> {
+    fn tick(&self, py: Python<'_>) -> Result<Tables> {
         let out = self.with(py, |op| op.tick())?;
         output(py, out)
     }
 
-    fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+    fn snapshot<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyBytes>> {
         let bytes = self.with(py, |op| op.snapshot())?;
         Ok(PyBytes::new(py, &bytes))
     }
@@ -137,12 +132,12 @@ impl PyShardedOperator {
             .watermark()
     }
 
-    fn progress<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    fn progress<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
         let op = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         progress_dict(py, op.progress())
     }
 
-    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    fn metrics<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
         let (m, k) = self.with(py, |op| op.metrics())?;
         let op = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let d = metrics_dict(py, &m, &k, op.watermark())?;
@@ -181,9 +176,9 @@ pub fn reshard_snapshots<'py>(
     snapshots: Vec<Vec<u8>>,
     n: usize,
     hash: &str,
-) -> PyResult<Bound<'py, PyList>> {
-    let cfg = config_from_dict(py, config)?;
-    let algo = check(py, hash.parse::<tidemark_core::route::HashAlgo>())?;
+) -> Result<Bound<'py, PyList>> {
+    let cfg = config_from_dict(config)?;
+    let algo = hash.parse::<tidemark_core::route::HashAlgo>()?;
     let out = detach(py, move || {
         let refs: Vec<&[u8]> = snapshots.iter().map(Vec::as_slice).collect();
         tidemark_core::pipeline::reshard::reshard_snapshots(&cfg, &refs, n, algo)

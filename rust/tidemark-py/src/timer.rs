@@ -5,7 +5,7 @@ use pyo3::types::{PyBytes, PyList};
 use tidemark_core::timer::{TimeDomain, Timer, TimerService};
 
 use crate::convert::keys::{decode_py_key, py_key};
-use crate::error::check;
+use crate::error::Result;
 
 /// Native timer service (see `tidemark.TimerService`). Keys are Python keys, stored
 /// in the canonical key encoding and decoded back when timers fire.
@@ -15,11 +15,11 @@ pub struct PyTimerService {
 }
 
 /// A timer kind; anything else is a `ConfigError`, as every other setting's is.
-fn domain(py: Python<'_>, kind: &str) -> PyResult<TimeDomain> {
-    check(py, kind.parse())
+fn domain(kind: &str) -> Result<TimeDomain> {
+    Ok(kind.parse()?)
 }
 
-fn timer_list(py: Python<'_>, timers: Vec<&Timer<Vec<u8>>>) -> PyResult<Py<PyList>> {
+fn timer_list(py: Python<'_>, timers: Vec<&Timer<Vec<u8>>>) -> Result<Py<PyList>> {
     let out = PyList::empty(py);
     for t in timers {
         out.append((t.timestamp, decode_py_key(py, &t.key)?, t.namespace))?;
@@ -38,40 +38,38 @@ impl PyTimerService {
 
     fn register(
         &mut self,
-        py: Python<'_>,
         timestamp: i64,
         key: &Bound<'_, PyAny>,
         namespace: i64,
         kind: &str,
-    ) -> PyResult<bool> {
+    ) -> Result<bool> {
         Ok(self
             .inner
-            .register(domain(py, kind)?, timestamp, py_key(key)?, namespace))
+            .register(domain(kind)?, timestamp, py_key(key)?, namespace))
     }
 
     fn delete(
         &mut self,
-        py: Python<'_>,
         timestamp: i64,
         key: &Bound<'_, PyAny>,
         namespace: i64,
         kind: &str,
-    ) -> PyResult<bool> {
+    ) -> Result<bool> {
         Ok(self
             .inner
-            .delete(domain(py, kind)?, timestamp, py_key(key)?, namespace))
+            .delete(domain(kind)?, timestamp, py_key(key)?, namespace))
     }
 
-    fn timers(&self, py: Python<'_>, kind: &str) -> PyResult<Py<PyList>> {
-        timer_list(py, self.inner.timers(domain(py, kind)?).collect())
+    fn timers(&self, py: Python<'_>, kind: &str) -> Result<Py<PyList>> {
+        timer_list(py, self.inner.timers(domain(kind)?).collect())
     }
 
-    fn advance_watermark(&mut self, py: Python<'_>, watermark: i64) -> PyResult<Py<PyList>> {
+    fn advance_watermark(&mut self, py: Python<'_>, watermark: i64) -> Result<Py<PyList>> {
         let fired = self.inner.advance_watermark(watermark);
         timer_list(py, fired.iter().collect())
     }
 
-    fn advance_processing_time(&mut self, py: Python<'_>, now: i64) -> PyResult<Py<PyList>> {
+    fn advance_processing_time(&mut self, py: Python<'_>, now: i64) -> Result<Py<PyList>> {
         let fired = self.inner.advance_processing_time(now);
         timer_list(py, fired.iter().collect())
     }
@@ -91,9 +89,9 @@ impl PyTimerService {
     }
 
     #[staticmethod]
-    fn restore(py: Python<'_>, data: &[u8]) -> PyResult<Self> {
+    fn restore(data: &[u8]) -> Result<Self> {
         Ok(Self {
-            inner: check(py, TimerService::restore(data))?,
+            inner: TimerService::restore(data)?,
         })
     }
 }

@@ -9,34 +9,25 @@ use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
 use pyo3_arrow::{PyArray, PyChunkedArray};
 use tidemark_core::TidemarkError;
 
-use crate::error::check;
+use crate::error::Result;
 
 /// Reads every batch of a RecordBatch, Table, DataFrame or stream.
-pub fn read_batches(
-    py: Python<'_>,
-    data: AnyRecordBatch,
-) -> PyResult<(SchemaRef, Vec<RecordBatch>)> {
+pub fn read_batches(data: AnyRecordBatch) -> Result<(SchemaRef, Vec<RecordBatch>)> {
     let reader = data.into_reader()?;
     let schema = reader.schema();
-    let batches = check(
-        py,
-        reader
-            .collect::<Result<Vec<_>, ArrowError>>()
-            .map_err(Into::into),
-    )?;
+    let batches = reader
+        .collect::<Result<Vec<_>, ArrowError>>()
+        .map_err(TidemarkError::from)?;
     Ok((schema, batches))
 }
 
 /// Reads every chunk of an array or chunked array.
-pub fn read_chunks(py: Python<'_>, data: AnyArray) -> PyResult<(Arc<Field>, Vec<ArrayRef>)> {
+pub fn read_chunks(data: AnyArray) -> Result<(Arc<Field>, Vec<ArrayRef>)> {
     let reader = data.into_reader()?;
     let field = reader.field();
-    let chunks = check(
-        py,
-        reader
-            .collect::<Result<Vec<_>, ArrowError>>()
-            .map_err(Into::into),
-    )?;
+    let chunks = reader
+        .collect::<Result<Vec<_>, ArrowError>>()
+        .map_err(TidemarkError::from)?;
     Ok((field, chunks))
 }
 
@@ -51,16 +42,12 @@ pub fn column_index(schema: &Schema, name: &str) -> Result<usize, TidemarkError>
 }
 
 /// Exports an array to `pyarrow.Array` without copying.
-pub fn array_to_py(py: Python<'_>, array: ArrayRef) -> PyResult<Py<PyAny>> {
+pub fn array_to_py(py: Python<'_>, array: ArrayRef) -> Result<Py<PyAny>> {
     Ok(PyArray::from_array_ref(array).to_pyarrow(py)?.unbind())
 }
 
 /// Exports chunks to `pyarrow.ChunkedArray` without copying.
-pub fn chunks_to_py(
-    py: Python<'_>,
-    chunks: Vec<ArrayRef>,
-    field: Arc<Field>,
-) -> PyResult<Py<PyAny>> {
+pub fn chunks_to_py(py: Python<'_>, chunks: Vec<ArrayRef>, field: Arc<Field>) -> Result<Py<PyAny>> {
     let chunked = PyChunkedArray::try_new(chunks, field)?;
     Ok(chunked.into_pyarrow(py)?.unbind())
 }
@@ -77,32 +64,28 @@ pub fn one_batch(
 }
 
 /// Optional externally parsed event times (int64 epoch microseconds).
-pub fn parsed_times(
-    py: Python<'_>,
-    data: Option<AnyArray>,
-) -> PyResult<Option<arrow_array::Int64Array>> {
+pub fn parsed_times(data: Option<AnyArray>) -> Result<Option<arrow_array::Int64Array>> {
     use arrow_array::Array;
     match data {
         None => Ok(None),
-        Some(p) => single_array(py, p)?
+        Some(p) => single_array(p)?
             .as_any()
             .downcast_ref::<arrow_array::Int64Array>()
             .cloned()
             .map(Some)
-            .ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("parsed_times must be int64")),
+            .ok_or_else(|| {
+                pyo3::exceptions::PyTypeError::new_err("parsed_times must be int64").into()
+            }),
     }
 }
 
 /// One array from an array or chunked array (concatenating chunks if there are several).
-pub fn single_array(py: Python<'_>, data: AnyArray) -> PyResult<ArrayRef> {
-    let (field, chunks) = read_chunks(py, data)?;
+pub fn single_array(data: AnyArray) -> Result<ArrayRef> {
+    let (field, chunks) = read_chunks(data)?;
     Ok(match chunks.len() {
         0 => arrow_array::new_empty_array(field.data_type()),
         1 => chunks.into_iter().next().expect("one chunk"),
-        _ => check(
-            py,
-            arrow_select::concat::concat(&chunks.iter().map(|c| c.as_ref()).collect::<Vec<_>>())
-                .map_err(Into::into),
-        )?,
+        _ => arrow_select::concat::concat(&chunks.iter().map(|c| c.as_ref()).collect::<Vec<_>>())
+            .map_err(TidemarkError::from)?,
     })
 }

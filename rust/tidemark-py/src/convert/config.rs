@@ -14,31 +14,29 @@ use tidemark_core::TidemarkError;
 
 use crate::clock::clock_ref;
 use crate::convert::arrow::{one_batch, read_batches};
-use crate::error::{check, detach, to_py};
+use crate::error::{detach, Result};
 
 /// The value of `k` in the dict (a `TypeError` if it is missing or of the wrong type).
-pub fn get<'py, T>(d: &Bound<'py, PyDict>, k: &str) -> PyResult<T>
+pub fn get<'py, T>(d: &Bound<'py, PyDict>, k: &str) -> Result<T>
 where
     T: for<'a> FromPyObject<'a, 'py, Error = PyErr>,
 {
     match d.get_item(k)? {
         Some(v) => v
             .extract::<T>()
-            .map_err(|e| PyTypeError::new_err(format!("pipeline config {k:?}: {e}"))),
-        None => Err(PyTypeError::new_err(format!(
-            "pipeline config is missing {k:?}"
-        ))),
+            .map_err(|e| PyTypeError::new_err(format!("pipeline config {k:?}: {e}")).into()),
+        None => Err(PyTypeError::new_err(format!("pipeline config is missing {k:?}")).into()),
     }
 }
 
 /// Builds the core configuration from the dict `tidemark.Pipeline` prepares.
-pub fn config_from_dict(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<PipelineConfig> {
+pub fn config_from_dict(d: &Bound<'_, PyDict>) -> Result<PipelineConfig> {
     let scope: String = get(d, "scope")?;
     let column = match scope.as_str() {
         "partition" => Some(get(d, "partition_column")?),
         _ => None,
     };
-    let scope = check(py, Scope::from_name(&scope, column))?;
+    let scope = Scope::from_name(&scope, column)?;
     let window = d
         .get_item("window")?
         .ok_or_else(|| PyTypeError::new_err("pipeline config is missing \"window\""))?
@@ -62,10 +60,9 @@ pub fn config_from_dict(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<Pipel
             n: get(&window, "n")?,
         },
         other => {
-            return Err(to_py(
-                py,
-                TidemarkError::config("window", format!("unknown window kind {other:?}")),
-            ))
+            return Err(
+                TidemarkError::config("window", format!("unknown window kind {other:?}")).into(),
+            )
         }
     };
     // (name, kind, column, ddof, by, (percentage, accuracy) of percentile_approx)
@@ -86,14 +83,14 @@ pub fn config_from_dict(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<Pipel
         };
         aggs.push(AggSpec {
             name,
-            kind: check(py, kind)?,
+            kind: kind?,
             column,
             by,
         });
     }
-    let emit: EmitMode = named(py, d, "emit")?;
-    let late: LatePolicy = named(py, d, "late")?;
-    let time: TimeMode = named(py, d, "time")?;
+    let emit: EmitMode = named(d, "emit")?;
+    let late: LatePolicy = named(d, "late")?;
+    let time: TimeMode = named(d, "time")?;
     let cfg = PipelineConfig {
         keys: get(d, "keys")?,
         event_time: get(d, "event_time")?,
@@ -108,23 +105,22 @@ pub fn config_from_dict(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<Pipel
         emit,
         allowed_lateness: get(d, "allowed_lateness")?,
         late,
-        late_rule: named(py, d, "late_rule")?,
+        late_rule: named(d, "late_rule")?,
         max_keys: get(d, "max_keys")?,
-        eviction: named(py, d, "eviction")?,
+        eviction: named(d, "eviction")?,
         time,
         state_ttl: get(d, "state_ttl_ms")?,
     };
-    check(py, cfg.validate())?;
+    cfg.validate()?;
     Ok(cfg)
 }
 
 /// The core configuration and clock of a class built from `tidemark.Pipeline`'s dict.
 pub fn config_and_clock(
-    py: Python<'_>,
     config: &Bound<'_, PyDict>,
     clock: Option<&Bound<'_, PyAny>>,
-) -> PyResult<(PipelineConfig, tidemark_core::clock::ClockRef)> {
-    Ok((config_from_dict(py, config)?, clock_ref(clock)?))
+) -> Result<(PipelineConfig, tidemark_core::clock::ClockRef)> {
+    Ok((config_from_dict(config)?, clock_ref(clock)?))
 }
 
 /// Builds a lookup from Arrow data (the table's buffers are shared, not copied).
@@ -134,10 +130,10 @@ pub fn lookup_from(
     on: Vec<String>,
     how: &str,
     prefix: Option<String>,
-) -> PyResult<std::sync::Arc<tidemark_core::pipeline::lookup::Lookup>> {
+) -> Result<std::sync::Arc<tidemark_core::pipeline::lookup::Lookup>> {
     use tidemark_core::pipeline::lookup::{JoinHow, Lookup};
-    let (schema, batches) = read_batches(py, table)?;
-    let how = check(py, how.parse::<JoinHow>())?;
+    let (schema, batches) = read_batches(table)?;
+    let how = how.parse::<JoinHow>()?;
     detach(py, move || {
         let batch = one_batch(schema, batches)?;
         Lookup::new(&batch, &on, how, prefix.as_deref())
@@ -145,10 +141,6 @@ pub fn lookup_from(
 }
 
 /// A named setting from the dict: an enum's name, parsed by the core's `FromStr`.
-pub fn named<T: FromStr<Err = TidemarkError>>(
-    py: Python<'_>,
-    d: &Bound<'_, PyDict>,
-    key: &str,
-) -> PyResult<T> {
-    check(py, get::<String>(d, key)?.parse())
+pub fn named<T: FromStr<Err = TidemarkError>>(d: &Bound<'_, PyDict>, key: &str) -> Result<T> {
+    Ok(get::<String>(d, key)?.parse()?)
 }

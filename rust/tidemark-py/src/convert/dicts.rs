@@ -1,6 +1,7 @@
 //! What the classes hand back to Python: output tables, and the progress and metrics
 //! dicts (and progress read back).
 
+use crate::error::Result;
 use arrow_array::RecordBatch;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -13,7 +14,7 @@ use crate::convert::config::get;
 pub type Tables = (Py<PyAny>, Py<PyAny>, Py<PyAny>);
 
 /// One batch as a `pyarrow.Table` (no copy).
-pub fn batch_to_table(py: Python<'_>, b: RecordBatch) -> PyResult<Py<PyAny>> {
+pub fn batch_to_table(py: Python<'_>, b: RecordBatch) -> Result<Py<PyAny>> {
     let schema = b.schema();
     Ok(PyTable::try_new(vec![b], schema)?
         .into_pyarrow(py)?
@@ -21,7 +22,7 @@ pub fn batch_to_table(py: Python<'_>, b: RecordBatch) -> PyResult<Py<PyAny>> {
 }
 
 /// An operator's output as its three tables.
-pub fn output(py: Python<'_>, o: Output) -> PyResult<Tables> {
+pub fn output(py: Python<'_>, o: Output) -> Result<Tables> {
     Ok((
         batch_to_table(py, o.windows)?,
         batch_to_table(py, o.late)?,
@@ -33,7 +34,7 @@ pub fn output(py: Python<'_>, o: Output) -> PyResult<Tables> {
 pub fn progress_dict<'py>(
     py: Python<'py>,
     p: &tidemark_core::pipeline::Progress,
-) -> PyResult<Bound<'py, PyDict>> {
+) -> Result<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item(
         "max_event_time",
@@ -56,8 +57,8 @@ pub fn progress_dict<'py>(
 }
 
 /// A progress dict (see [`progress_dict`]) read back.
-pub fn progress_from_dict(d: &Bound<'_, PyDict>) -> PyResult<Progress> {
-    let opt = |k: &str| -> PyResult<i64> { Ok(get::<Option<i64>>(d, k)?.unwrap_or(i64::MIN)) };
+pub fn progress_from_dict(d: &Bound<'_, PyDict>) -> Result<Progress> {
+    let opt = |k: &str| -> Result<i64> { Ok(get::<Option<i64>>(d, k)?.unwrap_or(i64::MIN)) };
     let (active, highest): (Option<i64>, Option<i64>) = get(d, "key_parts")?;
     Ok(Progress {
         max_event_time: opt("max_event_time")?,
@@ -74,7 +75,7 @@ pub fn metrics_dict<'py>(
     m: &tidemark_core::pipeline::PipelineMetrics,
     k: &tidemark_core::time::KeyedWatermarkMetrics,
     watermark: Option<i64>,
-) -> PyResult<Bound<'py, PyDict>> {
+) -> Result<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     for (name, v) in [
         ("batches", m.batches),

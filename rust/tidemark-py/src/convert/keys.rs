@@ -9,9 +9,9 @@ use pyo3_arrow::input::AnyArray;
 use tidemark_core::key::{self, decode_key, KeyColumns, KeyValue};
 
 use crate::convert::arrow::single_array;
-use crate::error::check;
+use crate::error::Result;
 
-fn encode_scalar(obj: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> PyResult<()> {
+fn encode_scalar(obj: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> Result<()> {
     if obj.is_none() {
         key::encode_null(out);
     } else if let Ok(b) = obj.cast::<PyBool>() {
@@ -24,7 +24,8 @@ fn encode_scalar(obj: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> PyResult<()> {
         } else {
             return Err(PyOverflowError::new_err(
                 "integer keys must fit in 64 bits (signed or unsigned)",
-            ));
+            )
+            .into());
         }
     } else if let Ok(s) = obj.cast::<PyString>() {
         key::encode_str(s.to_str()?, out);
@@ -42,14 +43,15 @@ fn encode_scalar(obj: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> PyResult<()> {
         return Err(PyTypeError::new_err(format!(
             "a key must be str, bytes, int, float, bool, None or a tuple of them, got {}",
             obj.get_type().name()?
-        )));
+        ))
+        .into());
     }
     Ok(())
 }
 
 /// The Python value a numpy scalar holds (its `item()`), when `obj` is one and that
 /// value is a scalar key type (not another numpy object).
-fn numpy_scalar_value<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+fn numpy_scalar_value<'py>(obj: &Bound<'py, PyAny>) -> Result<Option<Bound<'py, PyAny>>> {
     let ty = obj.get_type();
     if ty.module()?.to_str()? != "numpy" || !obj.hasattr("item")? {
         return Ok(None);
@@ -65,11 +67,11 @@ fn numpy_scalar_value<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py
 }
 
 /// Appends the encoding of a Python key (a value or a flat tuple of values).
-pub fn encode_py_key(obj: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> PyResult<()> {
+pub fn encode_py_key(obj: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> Result<()> {
     if let Ok(t) = obj.cast::<PyTuple>() {
         for item in t.iter() {
             if item.cast::<PyTuple>().is_ok() {
-                return Err(PyTypeError::new_err("key tuples cannot be nested"));
+                return Err(PyTypeError::new_err("key tuples cannot be nested").into());
             }
             encode_scalar(&item, out)?;
         }
@@ -80,27 +82,27 @@ pub fn encode_py_key(obj: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> PyResult<()> 
 }
 
 /// The encoding of one Python key.
-pub fn py_key(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+pub fn py_key(obj: &Bound<'_, PyAny>) -> Result<Vec<u8>> {
     let mut v = Vec::new();
     encode_py_key(obj, &mut v)?;
     Ok(v)
 }
 
 /// Reads key columns (each an array or chunked array; chunks are concatenated).
-pub fn key_columns(py: Python<'_>, columns: Vec<AnyArray>) -> PyResult<(KeyColumns, usize)> {
+pub fn key_columns(columns: Vec<AnyArray>) -> Result<(KeyColumns, usize)> {
     let mut arrays: Vec<ArrayRef> = Vec::with_capacity(columns.len());
     for c in columns {
-        arrays.push(single_array(py, c)?);
+        arrays.push(single_array(c)?);
     }
-    let kc = check(py, KeyColumns::new(&arrays))?;
+    let kc = KeyColumns::new(&arrays)?;
     let n = kc.len();
     Ok((kc, n))
 }
 
 /// Decodes an encoded key back into a Python value (a tuple for several values).
-pub fn decode_py_key(py: Python<'_>, k: &[u8]) -> PyResult<Py<PyAny>> {
+pub fn decode_py_key(py: Python<'_>, k: &[u8]) -> Result<Py<PyAny>> {
     let mut values: Vec<Py<PyAny>> = Vec::new();
-    for v in check(py, decode_key(k))? {
+    for v in decode_key(k)? {
         values.push(match v {
             KeyValue::Null => py.None(),
             KeyValue::Int(i) => i.into_pyobject(py)?.into_any().unbind(),
