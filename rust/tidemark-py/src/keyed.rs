@@ -2,14 +2,16 @@
 
 use std::sync::Arc;
 
-use arrow_array::{Array, Int64Array};
+use arrow_array::{Array, BooleanArray, Int64Array};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use pyo3_arrow::input::AnyArray;
+use tidemark_core::key::KeyColumns;
 use tidemark_core::time::{
     parse_event_time, same_len, CompactKeyedConfig, CompactKeyedWatermarkTracker, EventTimeType,
-    KeyEvictionPolicy, KeyWatermarkState, KeyedTicks, KeyedWatermarkTracker,
+    KeyEvictionPolicy, KeyWatermarkState, KeyedTicks, KeyedWatermarkTracker, Watermark,
 };
+use tidemark_core::Result as CoreResult;
 
 use crate::clock::clock_ref;
 use crate::convert::arrow::{array_to_py, single_array};
@@ -41,22 +43,6 @@ fn paired<'a, 'py>(
     Ok(keys.iter().zip(event_times.iter().copied()))
 }
 
-/// `is_late` of every (key, time) pair of Python sequences, as a BooleanArray (null
-/// where the time is None).
-fn late_of_pykeys(
-    py: Python<'_>,
-    keys: &[Bound<'_, PyAny>],
-    event_times: &[Option<i64>],
-    is_late: impl Fn(EncodedKey, i64) -> bool,
-) -> Result<Py<PyAny>> {
-    let mut out = Vec::with_capacity(keys.len());
-    for (k, t) in paired(keys, event_times)? {
-        let k = EncodedKey(py_key(k)?);
-        out.push(t.map(|t| is_late(k, t)));
-    }
-    array_to_py(py, Arc::new(arrow_array::BooleanArray::from(out)))
-}
-
 /// The event times paired with Python keys: a sequence of ints (or `None`), or any
 /// Arrow array (timestamps in epoch microseconds, integers as they are).
 fn time_values(times: &Bound<'_, PyAny>) -> Result<Vec<Option<i64>>> {
@@ -72,6 +58,143 @@ pub fn event_times(times: AnyArray) -> Result<Int64Array> {
     let array = single_array(times)?;
     let ty = EventTimeType::resolve(None, "event_times", array.data_type(), true)?;
     Ok(parse_event_time(array.as_ref(), ty)?.values)
+}
+
+/// What the two keyed trackers' bindings share: one implementation of each Python
+/// entry point (keys as Python values or Arrow columns, times as ints or Arrow).
+trait Tracker: Send + Sync {
+    fn update_key(&mut self, key: &[u8], event_time: i64) -> CoreResult<Option<Watermark>>;
+    fn update_cols(
+        &mut self,
+        keys: &KeyColumns,
+        times: &Int64Array,
+    ) -> CoreResult<Option<Watermark>>;
+    /// A batch of `(encoded key, time)`: every key read before any is applied, and
+    /// the global watermark recomputed once.
+    fn update_many(&mut self, events: Vec<(Vec<u8>, i64)>) -> CoreResult<Option<Watermark>>;
+    fn late(&self, key: EncodedKey, event_time: i64) -> bool;
+    fn late_cols(&self, keys: &KeyColumns, times: &Int64Array) -> CoreResult<BooleanArray>;
+}
+
+impl Tracker for KeyedWatermarkTracker {
+    fn update_key(&mut self, key: &[u8], event_time: i64) -> CoreResult<Option<Watermark>> {
+        self.update_encoded(key, event_time)
+    }
+    fn update_cols(
+        &mut self,
+        keys: &KeyColumns,
+        times: &Int64Array,
+    ) -> CoreResult<Option<Watermark>> {
+        self.update_columns(keys, times)
+    }
+    fn update_many(&mut self, events: Vec<(Vec<u8>, i64)>) -> CoreResult<Option<Watermark>> {
+        let events: Vec<(EncodedKey, i64)> = events
+            .into_iter()
+            .map(|(k, t)| (EncodedKey(k), t))
+            .collect();
+        self.update_batch(&events)
+    }
+    fn late(&self, key: EncodedKey, event_time: i64) -> bool {
+        self.is_late(key, event_time)
+    }
+    fn late_cols(&self, keys: &KeyColumns, times: &Int64Array) -> CoreResult<BooleanArray> {
+        self.is_late_columns(keys, times)
+    }
+}
+
+impl Tracker for CompactKeyedWatermarkTracker {
+    fn update_key(&mut self, key: &[u8], event_time: i64) -> CoreResult<Option<Watermark>> {
+        self.update_encoded(key, event_time)
+    }
+    fn update_cols(
+        &mut self,
+        keys: &KeyColumns,
+        times: &Int64Array,
+    ) -> CoreResult<Option<Watermark>> {
+        self.update_columns(keys, times)
+    }
+    fn update_many(&mut self, events: Vec<(Vec<u8>, i64)>) -> CoreResult<Option<Watermark>> {
+        self.update_batch_encoded(events)
+    }
+    fn late(&self, key: EncodedKey, event_time: i64) -> bool {
+        self.is_late(key, event_time)
+    }
+    fn late_cols(&self, keys: &KeyColumns, times: &Int64Array) -> CoreResult<BooleanArray> {
+        self.is_late_columns(keys, times)
+    }
+}
+
+fn micros(w: Option<Watermark>) -> Option<i64> {
+    w.map(|w| w.timestamp())
+}
+
+fn update_one(
+    t: &mut impl Tracker,
+    key: &Bound<'_, PyAny>,
+    event_time: i64,
+) -> Result<Option<i64>> {
+    Ok(micros(t.update_key(&py_key(key)?, event_time)?))
+}
+
+fn update_columns(
+    py: Python<'_>,
+    t: &mut impl Tracker,
+    columns: Vec<AnyArray>,
+    event_times: AnyArray,
+) -> Result<Option<i64>> {
+    let (kc, _) = key_columns(columns)?;
+    let times = event_times_of(event_times)?;
+    detach(py, move || t.update_cols(&kc, &times)).map(micros)
+}
+
+/// Rows with a null time are skipped (as for Arrow input); their keys are still read
+/// and checked, every one before any is applied.
+fn update_pykeys(
+    py: Python<'_>,
+    t: &mut impl Tracker,
+    keys: Vec<Bound<'_, PyAny>>,
+    event_times: &Bound<'_, PyAny>,
+) -> Result<Option<i64>> {
+    let mut events = Vec::with_capacity(keys.len());
+    for (k, time) in paired(&keys, &time_values(event_times)?)? {
+        let k = py_key(k)?;
+        if let Some(time) = time {
+            events.push((k, time));
+        }
+    }
+    detach(py, move || t.update_many(events)).map(micros)
+}
+
+fn is_late_one(t: &impl Tracker, key: &Bound<'_, PyAny>, event_time: i64) -> Result<bool> {
+    Ok(t.late(EncodedKey(py_key(key)?), event_time))
+}
+
+fn is_late_columns(
+    py: Python<'_>,
+    t: &impl Tracker,
+    columns: Vec<AnyArray>,
+    event_times: AnyArray,
+) -> Result<Py<PyAny>> {
+    let (kc, _) = key_columns(columns)?;
+    let times = event_times_of(event_times)?;
+    let out = detach(py, move || t.late_cols(&kc, &times))?;
+    array_to_py(py, Arc::new(out))
+}
+
+/// `is_late` of every (key, time) pair of Python sequences, as a BooleanArray (null
+/// where the time is None).
+fn is_late_pykeys(
+    py: Python<'_>,
+    t: &impl Tracker,
+    keys: Vec<Bound<'_, PyAny>>,
+    event_times: &Bound<'_, PyAny>,
+) -> Result<Py<PyAny>> {
+    let mut out = Vec::with_capacity(keys.len());
+    for (k, time) in paired(&keys, &time_values(event_times)?)? {
+        let k = EncodedKey(py_key(k)?);
+        out.push(time.map(|time| t.late(k, time)));
+    }
+    array_to_py(py, Arc::new(arrow_array::BooleanArray::from(out)))
 }
 
 /// Native per-key watermark tracker (see `tidemark.KeyedWatermarkTracker`).
@@ -137,8 +260,7 @@ impl PyKeyedWatermarkTracker {
     }
 
     fn update(&mut self, key: &Bound<'_, PyAny>, event_time: i64) -> Result<Option<i64>> {
-        let k = py_key(key)?;
-        Ok(self.inner.update_encoded(&k, event_time)?).map(|w| w.map(|w| w.timestamp()))
+        update_one(&mut self.inner, key, event_time)
     }
 
     /// Batch update from Arrow key columns and an event-time array.
@@ -148,10 +270,7 @@ impl PyKeyedWatermarkTracker {
         columns: Vec<AnyArray>,
         event_times: AnyArray,
     ) -> Result<Option<i64>> {
-        let (kc, _) = key_columns(columns)?;
-        let times = event_times_of(event_times)?;
-        let tracker = &mut self.inner;
-        detach(py, move || tracker.update_columns(&kc, &times)).map(|w| w.map(|w| w.timestamp()))
+        update_columns(py, &mut self.inner, columns, event_times)
     }
 
     /// Batch update from Python keys and int event times.
@@ -161,17 +280,7 @@ impl PyKeyedWatermarkTracker {
         keys: Vec<Bound<'_, PyAny>>,
         event_times: &Bound<'_, PyAny>,
     ) -> Result<Option<i64>> {
-        // Rows with a null time are skipped (as for Arrow input); their keys are still
-        // checked.
-        let mut events = Vec::with_capacity(keys.len());
-        for (k, t) in paired(&keys, &time_values(event_times)?)? {
-            let k = EncodedKey(py_key(k)?);
-            if let Some(t) = t {
-                events.push((k, t));
-            }
-        }
-        let tracker = &mut self.inner;
-        detach(py, move || tracker.update_batch(&events)).map(|w| w.map(|w| w.timestamp()))
+        update_pykeys(py, &mut self.inner, keys, event_times)
     }
 
     fn watermark_for_key(&self, key: &Bound<'_, PyAny>) -> Result<Option<i64>> {
@@ -200,8 +309,7 @@ impl PyKeyedWatermarkTracker {
     }
 
     fn is_late(&self, key: &Bound<'_, PyAny>, event_time: i64) -> Result<bool> {
-        let k = py_key(key)?;
-        Ok(self.inner.is_late(EncodedKey(k), event_time))
+        is_late_one(&self.inner, key, event_time)
     }
 
     fn is_late_columns(
@@ -210,11 +318,7 @@ impl PyKeyedWatermarkTracker {
         columns: Vec<AnyArray>,
         event_times: AnyArray,
     ) -> Result<Py<PyAny>> {
-        let (kc, _) = key_columns(columns)?;
-        let times = event_times_of(event_times)?;
-        let tracker = &self.inner;
-        let out = detach(py, move || tracker.is_late_columns(&kc, &times))?;
-        array_to_py(py, Arc::new(out))
+        is_late_columns(py, &self.inner, columns, event_times)
     }
 
     fn is_late_pykeys(
@@ -223,9 +327,7 @@ impl PyKeyedWatermarkTracker {
         keys: Vec<Bound<'_, PyAny>>,
         event_times: &Bound<'_, PyAny>,
     ) -> Result<Py<PyAny>> {
-        late_of_pykeys(py, &keys, &time_values(event_times)?, |k, t| {
-            self.inner.is_late(k, t)
-        })
+        is_late_pykeys(py, &self.inner, keys, event_times)
     }
 
     fn mark_idle(&mut self, key: &Bound<'_, PyAny>) -> Result<Option<i64>> {
@@ -357,8 +459,7 @@ impl PyCompactKeyedWatermarkTracker {
     }
 
     fn update(&mut self, key: &Bound<'_, PyAny>, event_time: i64) -> Result<Option<i64>> {
-        let k = py_key(key)?;
-        Ok(self.inner.update_encoded(&k, event_time)?).map(|w| w.map(|w| w.timestamp()))
+        update_one(&mut self.inner, key, event_time)
     }
 
     fn update_columns(
@@ -367,10 +468,7 @@ impl PyCompactKeyedWatermarkTracker {
         columns: Vec<AnyArray>,
         event_times: AnyArray,
     ) -> Result<Option<i64>> {
-        let (kc, _) = key_columns(columns)?;
-        let times = event_times_of(event_times)?;
-        let tracker = &mut self.inner;
-        detach(py, move || tracker.update_columns(&kc, &times)).map(|w| w.map(|w| w.timestamp()))
+        update_columns(py, &mut self.inner, columns, event_times)
     }
 
     fn update_pykeys(
@@ -379,17 +477,7 @@ impl PyCompactKeyedWatermarkTracker {
         keys: Vec<Bound<'_, PyAny>>,
         event_times: &Bound<'_, PyAny>,
     ) -> Result<Option<i64>> {
-        // Every key is read before any is applied (as the exact tracker does), and the
-        // batch reports the global watermark it leaves.
-        let mut events = Vec::with_capacity(keys.len());
-        for (k, t) in paired(&keys, &time_values(event_times)?)? {
-            let k = py_key(k)?;
-            if let Some(t) = t {
-                events.push((k, t));
-            }
-        }
-        let tracker = &mut self.inner;
-        detach(py, move || tracker.update_batch_encoded(events)).map(|w| w.map(|w| w.timestamp()))
+        update_pykeys(py, &mut self.inner, keys, event_times)
     }
 
     fn watermark_for_key(&self, key: &Bound<'_, PyAny>) -> Result<Option<i64>> {
@@ -401,7 +489,7 @@ impl PyCompactKeyedWatermarkTracker {
     }
 
     fn is_late(&self, key: &Bound<'_, PyAny>, event_time: i64) -> Result<bool> {
-        Ok(self.inner.is_late(EncodedKey(py_key(key)?), event_time))
+        is_late_one(&self.inner, key, event_time)
     }
 
     fn is_late_columns(
@@ -410,11 +498,7 @@ impl PyCompactKeyedWatermarkTracker {
         columns: Vec<AnyArray>,
         event_times: AnyArray,
     ) -> Result<Py<PyAny>> {
-        let (kc, _) = key_columns(columns)?;
-        let times = event_times_of(event_times)?;
-        let tracker = &self.inner;
-        let out = detach(py, move || tracker.is_late_columns(&kc, &times))?;
-        array_to_py(py, Arc::new(out))
+        is_late_columns(py, &self.inner, columns, event_times)
     }
 
     fn is_late_pykeys(
@@ -423,9 +507,7 @@ impl PyCompactKeyedWatermarkTracker {
         keys: Vec<Bound<'_, PyAny>>,
         event_times: &Bound<'_, PyAny>,
     ) -> Result<Py<PyAny>> {
-        late_of_pykeys(py, &keys, &time_values(event_times)?, |k, t| {
-            self.inner.is_late(k, t)
-        })
+        is_late_pykeys(py, &self.inner, keys, event_times)
     }
 
     fn global_watermark(&self) -> Option<i64> {

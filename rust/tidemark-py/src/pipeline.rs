@@ -161,10 +161,9 @@ impl PyOperator {
         how: &str,
         prefix: Option<String>,
     ) -> Result<()> {
-        let l = match table {
-            Some(t) => Some(lookup_from(py, t, on, how, prefix)?),
-            None => None,
-        };
+        let l = table
+            .map(|t| lookup_from(py, t, on, how, prefix))
+            .transpose()?;
         self.inner.set_lookup(l);
         Ok(())
     }

@@ -71,10 +71,9 @@ impl PyShardedOperator {
         how: &str,
         prefix: Option<String>,
     ) -> Result<()> {
-        let l = match table {
-            Some(t) => Some(lookup_from(py, t, on, how, prefix)?),
-            None => None,
-        };
+        let l = table
+            .map(|t| lookup_from(py, t, on, how, prefix))
+            .transpose()?;
         self.inner
             .lock()
             .unwrap_or_else(|e| e.into_inner())

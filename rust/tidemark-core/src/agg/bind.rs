@@ -3,12 +3,10 @@
 
 use std::sync::Arc;
 
-use arrow_array::builder::{
-    BinaryBuilder, BooleanBuilder, Decimal128Builder, Float64Builder, Int64Builder, UInt64Builder,
-};
+use arrow_array::builder::{BinaryBuilder, Decimal128Builder, Float64Builder, Int64Builder};
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
-use arrow_array::ArrayRef;
+use arrow_array::{ArrayRef, BooleanArray, Float64Array, Int64Array, UInt64Array};
 use arrow_schema::{DataType, Field, Schema};
 
 use super::decimal::WideSum;
@@ -16,7 +14,7 @@ use super::exact::ExactSum;
 use super::quantile::QuantileSketch;
 use super::{decimal, hll, Acc, AggKind, AggSpec, Input, Scalar};
 use crate::error::{Result, TidemarkError};
-use crate::key::same_values;
+use crate::key::{int_like, same_values, temporal};
 
 /// How an input column is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,19 +42,7 @@ fn class_of(dt: &DataType) -> Option<Class> {
         | DataType::LargeBinary
         | DataType::BinaryView => Class::Bytes,
         DataType::Dictionary(_, v) => class_of(v)?,
-        dt if dt.is_integer()
-            || matches!(
-                dt,
-                DataType::Date32
-                    | DataType::Date64
-                    | DataType::Timestamp(_, _)
-                    | DataType::Time32(_)
-                    | DataType::Time64(_)
-                    | DataType::Duration(_)
-            ) =>
-        {
-            Class::Int
-        }
+        dt if int_like(dt) => Class::Int,
         _ => return None,
     })
 }
@@ -123,15 +109,7 @@ impl BoundAgg {
             class,
             Class::Int | Class::UInt | Class::Float | Class::Decimal
         );
-        let temporal = matches!(
-            value_type(&dt),
-            DataType::Date32
-                | DataType::Date64
-                | DataType::Timestamp(_, _)
-                | DataType::Time32(_)
-                | DataType::Time64(_)
-                | DataType::Duration(_)
-        );
+        let temporal = temporal(value_type(&dt));
         let output_type = match spec.kind {
             AggKind::Count => DataType::Int64,
             AggKind::Sum | AggKind::Mean | AggKind::Variance { .. } | AggKind::Stddev { .. } => {
@@ -433,6 +411,17 @@ fn scalars_to_array<'a>(
     class: Class,
     output: &DataType,
 ) -> Result<ArrayRef> {
+    // One array of a fixed-width class: each scalar is of the class's variant.
+    macro_rules! typed {
+        ($array:ty, $variant:path, $what:literal) => {
+            Arc::new(<$array>::from_iter(scalars.map(|s| {
+                s.map(|s| match s {
+                    $variant(v) => *v,
+                    _ => unreachable!($what),
+                })
+            })))
+        };
+    }
     Ok(match class {
         Class::Decimal => {
             let DataType::Decimal128(p, s) = *output else {
@@ -447,46 +436,10 @@ fn scalars_to_array<'a>(
             }
             Arc::new(b.finish().with_precision_and_scale(p, s)?)
         }
-        Class::Int => {
-            let mut b = Int64Builder::new();
-            for s in scalars {
-                b.append_option(s.map(|s| match s {
-                    Scalar::I(v) => *v,
-                    _ => unreachable!("int column"),
-                }));
-            }
-            Arc::new(b.finish())
-        }
-        Class::UInt => {
-            let mut b = UInt64Builder::new();
-            for s in scalars {
-                b.append_option(s.map(|s| match s {
-                    Scalar::U(v) => *v,
-                    _ => unreachable!("uint column"),
-                }));
-            }
-            Arc::new(b.finish())
-        }
-        Class::Float => {
-            let mut b = Float64Builder::new();
-            for s in scalars {
-                b.append_option(s.map(|s| match s {
-                    Scalar::F(v) => *v,
-                    _ => unreachable!("float column"),
-                }));
-            }
-            Arc::new(b.finish())
-        }
-        Class::Bool => {
-            let mut b = BooleanBuilder::new();
-            for s in scalars {
-                b.append_option(s.map(|s| match s {
-                    Scalar::Bool(v) => *v,
-                    _ => unreachable!("bool column"),
-                }));
-            }
-            Arc::new(b.finish())
-        }
+        Class::Int => typed!(Int64Array, Scalar::I, "int column"),
+        Class::UInt => typed!(UInt64Array, Scalar::U, "uint column"),
+        Class::Float => typed!(Float64Array, Scalar::F, "float column"),
+        Class::Bool => typed!(BooleanArray, Scalar::Bool, "bool column"),
         Class::Bytes => {
             let mut b = BinaryBuilder::new();
             for s in scalars {

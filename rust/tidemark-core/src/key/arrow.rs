@@ -73,17 +73,23 @@ pub fn is_key_type(dt: &DataType) -> bool {
     }
 }
 
-fn int_like(dt: &DataType) -> bool {
-    dt.is_integer()
-        || matches!(
-            dt,
-            DataType::Date32
-                | DataType::Date64
-                | DataType::Timestamp(_, _)
-                | DataType::Time32(_)
-                | DataType::Time64(_)
-                | DataType::Duration(_)
-        )
+/// `true` for the types stored as integers (integers, dates, times, timestamps,
+/// durations): read as `i64` by keys and aggregates alike.
+pub(crate) fn int_like(dt: &DataType) -> bool {
+    dt.is_integer() || temporal(dt)
+}
+
+/// `true` for dates, times, timestamps and durations (stored as integers).
+pub(crate) fn temporal(dt: &DataType) -> bool {
+    matches!(
+        dt,
+        DataType::Date32
+            | DataType::Date64
+            | DataType::Timestamp(_, _)
+            | DataType::Time32(_)
+            | DataType::Time64(_)
+            | DataType::Duration(_)
+    )
 }
 
 fn unsupported(dt: &DataType) -> TidemarkError {

@@ -52,8 +52,8 @@ mod encoding;
 mod hash;
 mod table;
 
-pub(crate) use arrow::encode_chunked;
 pub use arrow::{decode_key_columns, is_key_type, same_values, EncodedRows, KeyColumns, KeyRows};
+pub(crate) use arrow::{encode_chunked, int_like, temporal};
 pub use encoding::{
     decode_key, decode_value, encode_bool, encode_bytes, encode_float, encode_int, encode_null,
     encode_str, encode_uint, key_eq, with_row_key, AsKey, BytesKey, Encoded, KeyValue, RowKey,

@@ -111,11 +111,7 @@ impl Operator {
             fields.push(Field::new(PARTIALS_COLUMN, DataType::Binary, false));
             let n_rows = rows.len();
             drop(rows);
-            self.metrics.retractions_emitted += retractions;
-            self.free_states.append(&mut self.release);
-            let mut emits = emits;
-            emits.clear();
-            self.emits = emits;
+            self.recycle(emits, retractions);
             return Ok(RecordBatch::try_new_with_options(
                 Arc::new(Schema::new(fields)),
                 columns,
@@ -154,11 +150,16 @@ impl Operator {
             &RecordBatchOptions::new().with_row_count(Some(rows.len())),
         )?;
         drop(rows);
+        self.recycle(emits, retractions);
+        Ok(batch)
+    }
+
+    /// After a windows batch: counts its retractions, frees the closed windows' states
+    /// and keeps the emit queue's allocation for the next call.
+    fn recycle(&mut self, mut emits: Vec<Emit>, retractions: u64) {
         self.metrics.retractions_emitted += retractions;
         self.free_states.append(&mut self.release);
-        let mut emits = emits;
         emits.clear();
         self.emits = emits;
-        Ok(batch)
     }
 }

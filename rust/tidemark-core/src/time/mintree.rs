@@ -404,6 +404,17 @@ mod tests {
         }
     }
 
+    /// The tree's minimum and argmin against the leaves' own.
+    fn matches_naive(t: &NodeMinTree, leaves: &[i64]) -> Result<(), TestCaseError> {
+        let m = leaves.iter().copied().min().unwrap();
+        prop_assert_eq!(t.min(), m);
+        match t.argmin(|i| leaves.get(i).copied().unwrap_or(MinTree::EMPTY)) {
+            None => prop_assert_eq!(m, MinTree::EMPTY),
+            Some(s) => prop_assert_eq!(s, leaves.iter().position(|&x| x == m).unwrap()),
+        }
+        Ok(())
+    }
+
     proptest! {
         #[test]
         fn node_tree_matches_naive_minimum(ops in proptest::collection::vec((0usize..300, prop_oneof![Just(MinTree::EMPTY), -1000i64..1000]), 1..400)) {
@@ -414,14 +425,8 @@ mod tests {
                     leaves.resize(slot + 1, MinTree::EMPTY);
                 }
                 leaves[slot] = v;
-                let leaf = |i: usize| leaves.get(i).copied().unwrap_or(MinTree::EMPTY);
-                t.fix(slot, leaf);
-                let m = leaves.iter().copied().min().unwrap();
-                prop_assert_eq!(t.min(), m);
-                match t.argmin(leaf) {
-                    None => prop_assert_eq!(m, MinTree::EMPTY),
-                    Some(s) => prop_assert_eq!(s, leaves.iter().position(|&x| x == m).unwrap()),
-                }
+                t.fix(slot, |i| leaves.get(i).copied().unwrap_or(MinTree::EMPTY));
+                matches_naive(&t, &leaves)?;
             }
         }
 
@@ -465,13 +470,7 @@ mod tests {
                     leaves[slot] = if kind == 5 { MinTree::EMPTY } else { put };
                     t.fix(slot, |i| leaves.get(i).copied().unwrap_or(MinTree::EMPTY));
                 }
-                let leaf = |i: usize| leaves.get(i).copied().unwrap_or(MinTree::EMPTY);
-                let m = leaves.iter().copied().min().unwrap();
-                prop_assert_eq!(t.min(), m);
-                match t.argmin(leaf) {
-                    None => prop_assert_eq!(m, MinTree::EMPTY),
-                    Some(s) => prop_assert_eq!(s, leaves.iter().position(|&x| x == m).unwrap()),
-                }
+                matches_naive(&t, &leaves)?;
             }
         }
     }
