@@ -1,0 +1,338 @@
+"""Nexmark on Spark: Spark native Structured Streaming against tidemark, in one run.
+
+Run from the repository root (after ``make build``)::
+
+    python benches/nexmark/run.py                                  # the table below
+    python benches/nexmark/run.py --events 100000 --batches 4 --queries q5,q11
+    python benches/nexmark/run.py --check                           # equality only, small
+
+For each query (see ``queries.py``), source and micro-batch size it runs, one after the
+other on the same ``local[N]`` session:
+
+* ``spark``: the query as Spark's own streaming aggregation (``withWatermark`` + window,
+  append mode, ``noop`` sink);
+* ``tidemark``: ``StreamProcessor`` in ``foreachBatch`` with its defaults (the sink
+  writes the windows to ``noop``);
+* ``executors``: the same with ``on_driver=False, read_files=False``: every micro-batch
+  runs in Spark tasks, its rows fetched through Spark (the cluster path);
+* ``floor``: q0, ``foreachBatch`` counting the rows: the cost of reading a micro-batch.
+
+Sources: ``files``, one Parquet file per micro-batch (``maxFilesPerTrigger=1``), and
+``rate``, Spark's ``rate-micro-batch`` source (``rowsPerBatch`` events) whose ids the
+generator turns into bids in a ``mapInArrow``: a source that is not a file.
+
+Each cell is events per second per core: events in a micro-batch (persons, auctions and
+bids, as Nexmark counts them; the queries read the bids, 46 of every 50) over the median
+of Spark's ``triggerExecution`` time of the micro-batches after the first, divided by the
+session's cores. Flink's published figures (Nexmark reference run, Flink 1.13, 8 cores per
+worker) stand beside them for scale: another engine on another machine.
+
+``--check`` runs every event-time query on a small stream through Spark native and
+tidemark, collecting their outputs, and asserts that both emitted the same rows and that
+those are the exact answer for every window that closed (q12's processing-time windows
+differ run to run: its per-bidder totals are checked against the bids instead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import generator as gen
+import queries as qs
+
+from tidemark.spark import StreamProcessor, local_session
+
+DELAY = "0 seconds"  # the generator's events arrive in event-time order
+
+
+def bid_schema() -> Any:
+    from pyspark.sql.types import LongType, StructField, StructType, TimestampType
+
+    return StructType(
+        [
+            StructField("auction", LongType()),
+            StructField("bidder", LongType()),
+            StructField("price", LongType()),
+            StructField("date_time", TimestampType()),
+        ]
+    )
+
+
+class FileSource:
+    """One Parquet file of bids per micro-batch."""
+
+    name = "files"
+
+    def __init__(self, work: Path, cfg: gen.Config, events: int, batches: int) -> None:
+        self.dir = work / f"bids-{events}-{batches}"
+        if not self.dir.exists():
+            self.dir.mkdir(parents=True)
+            for b, table in enumerate(gen.micro_batches(cfg, events, batches)):
+                pq.write_table(table, self.dir / f"batch-{b:05d}.parquet")
+        self.batches = batches
+
+    def stream(self, spark: Any) -> Any:
+        return (
+            spark.readStream.schema(bid_schema())
+            .option("maxFilesPerTrigger", 1)
+            .parquet(str(self.dir))
+        )
+
+    def start(self, writer: Any) -> Any:
+        return writer.trigger(availableNow=True).start()
+
+
+class RateSource:
+    """Spark's ``rate-micro-batch`` source: ``events`` ids per micro-batch, turned into
+    bids by the generator in a ``mapInArrow``."""
+
+    name = "rate"
+
+    def __init__(self, cfg: gen.Config, events: int, batches: int, cores: int) -> None:
+        self.cfg, self.events, self.batches, self.cores = cfg, events, batches, cores
+
+    def stream(self, spark: Any) -> Any:
+        cfg = self.cfg
+
+        def bids(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for b in batches:
+                ids = b.column(0).to_numpy(zero_copy_only=False).astype(np.int64)
+                keep = ids % gen.TOTAL_PROPORTION >= gen.PERSON_PROPORTION + gen.AUCTION_PROPORTION
+                yield from gen.bids_of(cfg, ids[keep]).to_batches()
+
+        src = (
+            spark.readStream.format("rate-micro-batch")
+            .option("rowsPerBatch", self.events)
+            .option("numPartitions", self.cores)
+            .load()
+        )
+        return src.select("value").mapInArrow(bids, bid_schema())
+
+    def start(self, writer: Any) -> Any:
+        return writer.trigger(processingTime="0 seconds").start()
+
+
+def _batch_seconds(query: Any) -> list[float]:
+    """``triggerExecution`` of each micro-batch so far, in batch order. (Not filtered on
+    ``numInputRows``: a micro-batch tidemark reads from its files counts 0 rows in
+    Spark's metrics. The micro-batch Spark adds after the input for its watermark is
+    cut off by the caller.)"""
+    progress = sorted(query.recentProgress, key=lambda p: p["batchId"])
+    return [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
+
+
+def run_stream(source: Any, writer: Any, batches: int) -> list[float]:
+    """Starts the query, waits for ``batches`` micro-batches with rows (a rate source
+    never ends: it is stopped then) and returns their ``triggerExecution`` seconds."""
+    query = source.start(writer)
+    try:
+        if isinstance(source, FileSource):
+            query.awaitTermination()
+        else:
+            while len(_batch_seconds(query)) < batches:
+                if query.exception() is not None:
+                    raise RuntimeError(str(query.exception()))
+                time.sleep(0.05)
+    finally:
+        query.stop()
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    return _batch_seconds(query)[:batches]
+
+
+def noop(df: Any, batch_id: int) -> None:
+    df.write.format("noop").mode("overwrite").save()
+
+
+def system_writer(
+    spark: Any,
+    system: str,
+    query: str,
+    source: Any,
+    chk: Path,
+    partitions: int,
+    sink: Callable[[Any, int], None] | None = None,
+) -> tuple[Any, Callable[[], None]]:
+    """The ``writeStream`` of one system on one query, and what to call after the run
+    (a tidemark flush where its outputs are collected)."""
+    bids = source.stream(spark)
+    if system == "floor":
+        return bids.writeStream.foreachBatch(lambda df, b: df.count()).option(
+            "checkpointLocation", str(chk / "q")
+        ), lambda: None
+    if system == "spark":
+        out = qs.spark_native(query, bids, DELAY).writeStream.outputMode("append")
+        out = out.option("checkpointLocation", str(chk / "q"))
+        if sink is None:
+            return out.format("noop"), lambda: None
+        return out.foreachBatch(sink), lambda: None
+    pipe = qs.pipeline(query, DELAY.replace(" seconds", "s"))
+    kwargs: dict[str, Any] = {}
+    if system == "executors":
+        kwargs = {"on_driver": False, "read_files": False}
+    proc = StreamProcessor(
+        pipe,
+        str(chk / "state"),
+        num_partitions=partitions if pipe.key else 1,
+        sink=sink or noop,
+        **kwargs,
+    )
+    stream = qs.stamp(query, bids)
+    writer = stream.writeStream.foreachBatch(proc).option("checkpointLocation", str(chk / "q"))
+    return writer, lambda: None
+
+
+def measure(args: argparse.Namespace, spark: Any, work: Path, cores: int) -> None:
+    cfg = gen.Config(seed=args.seed, rate=args.rate, late_fraction=args.late_fraction)
+    queries = [q for q in args.queries.split(",") if q]
+    header = (
+        f"{'query':<5} {'source':<6} {'events/batch':>12} {'spark':>10} {'tidemark':>10} "
+        f"{'executors':>10} {'floor':>10} {'flink':>8}   (events/s per core)"
+    )
+    rows = []
+    for events in args.events:
+        for source_name in args.sources.split(","):
+            for query in queries:
+                source: Any = (
+                    FileSource(work, cfg, events, args.batches)
+                    if source_name == "files"
+                    else RateSource(cfg, events, args.batches, cores)
+                )
+                systems = ["floor"] if query == "q0" else ["spark", "tidemark", "executors"]
+                cell: dict[str, float] = {}
+                for system in systems:
+                    chk = work / f"chk-{query}-{source_name}-{events}-{system}"
+                    writer, _ = system_writer(spark, system, query, source, chk, args.partitions)
+                    secs = run_stream(source, writer, args.batches)
+                    steady = statistics.median(secs[1:] if len(secs) > 1 else secs)
+                    cell[system] = events / steady / cores
+                    shutil.rmtree(chk, ignore_errors=True)
+                    print(
+                        f"  {query} {source_name} {events:,} {system}: "
+                        f"{', '.join(f'{s:.2f}' for s in secs)} s per micro-batch",
+                        flush=True,
+                    )
+
+                def fmt(system: str, cell: dict[str, float] = cell) -> str:
+                    return f"{cell[system]:10,.0f}" if system in cell else f"{'':>10}"
+
+                flink = qs.FLINK_PER_CORE.get(query)
+                rows.append(
+                    f"{query:<5} {source_name:<6} {events:>12,} {fmt('spark')} "
+                    f"{fmt('tidemark')} {fmt('executors')} {fmt('floor')} "
+                    f"{(f'{flink:,}' if flink else ''):>8}"
+                )
+    print()
+    print(f"Nexmark on Spark, local[{cores}], {args.batches} micro-batches per run")
+    print(header)
+    for r in rows:
+        print(r)
+
+
+def check_query(
+    spark: Any, work: Path, query: str, cfg: gen.Config, events: int, batches: int, partitions: int
+) -> int:
+    """Runs ``query`` through Spark native and tidemark on ``batches`` micro-batches of
+    ``events`` events, collecting both outputs, and asserts they are the same rows: the
+    exact answer for every window that closed (q12, whose windows follow the clock:
+    each system's per-bidder totals within the bids). Returns tidemark's row count."""
+    source = FileSource(work, cfg, events, batches)
+    everything = pa.concat_tables(gen.micro_batches(cfg, events, batches))
+    got: dict[str, list[pa.Table]] = {"spark": [], "tidemark": []}
+    for system, into in got.items():
+
+        def collect(df: Any, b: int, into: list[pa.Table] = into) -> None:
+            into.append(df.toArrow())
+
+        chk = work / f"check-{query}-{system}"
+        writer, _ = system_writer(spark, system, query, source, chk, partitions, collect)
+        run_stream(source, writer, batches)
+    out = {s: qs.normalized(query, pa.concat_tables(t)) if t else [] for s, t in got.items()}
+    spark_rows, tm_rows = out["spark"], out["tidemark"]
+    if query == "q12":
+        # Processing time differs run to run: each system's windows hold at most each
+        # bidder's bids.
+        values, counts = np.unique(everything.column("bidder").to_numpy(), return_counts=True)
+        have = dict(zip(values.tolist(), counts.tolist(), strict=True))
+        for rows in (spark_rows, tm_rows):
+            per_bidder: dict[int, int] = {}
+            for r in rows:
+                per_bidder[r[0]] = per_bidder.get(r[0], 0) + r[-1]
+            assert all(n <= have[b] for b, n in per_bidder.items()), query
+        return len(tm_rows)
+    # Spark runs one more micro-batch after the last one with rows (no rows: its
+    # watermark closes windows); foreachBatch, which holds no Spark state, gets none.
+    # Both are compared on the windows both could close.
+    last = min(max((r[-2] for r in rows), default=0) for rows in (spark_rows, tm_rows))
+    spark_rows, tm_rows = qs.closed_before(spark_rows, last), qs.closed_before(tm_rows, last)
+    assert spark_rows == tm_rows, (
+        f"{query}: Spark emitted {len(spark_rows)} rows, tidemark {len(tm_rows)}"
+    )
+    want = qs.exact(query, everything)
+    assert want is not None
+    assert tm_rows == qs.closed_before(want, last), f"{query}: not the exact answer"
+    return len(tm_rows)
+
+
+def check(args: argparse.Namespace, spark: Any, work: Path) -> None:
+    """Every query on a small stream: Spark native and tidemark emit the same rows."""
+    # 1,000 events per second of event time: 20 s per micro-batch, so windows close.
+    cfg = gen.Config(seed=args.seed, rate=1_000)
+    for query in [q for q in args.queries.split(",") if q not in ("", "q0")]:
+        n = check_query(spark, work, query, cfg, 20_000, 4, args.partitions)
+        print(f"  {query}: Spark native and tidemark emitted the same {n:,} rows")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--events", type=int, nargs="+", default=[100_000, 1_000_000])
+    ap.add_argument("--batches", type=int, default=4)
+    ap.add_argument("--queries", default="q0,q5,q7,q11,q12")
+    ap.add_argument("--sources", default="files,rate")
+    ap.add_argument("--rate", type=int, default=10_000, help="events per second of event time")
+    ap.add_argument("--late-fraction", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--partitions", type=int, default=4, help="state and shuffle partitions")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--check", action="store_true", help="check equality on a small stream")
+    args = ap.parse_args()
+    spark = local_session(
+        args.master, app_name="tidemark-nexmark", shuffle_partitions=args.partitions
+    )
+    spark.sparkContext.setLogLevel("FATAL")  # a stopped rate query aborts its last write
+    # Workers unpickle the generator by value (this folder is not on their path).
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(gen)
+    found = re.fullmatch(r"local\[(\d+)\]", args.master)
+    cores = int(found.group(1)) if found else spark.sparkContext.defaultParallelism
+    work = Path(tempfile.mkdtemp(prefix="tidemark-nexmark-"))
+    try:
+        if args.check:
+            check(args, spark, work)
+        else:
+            measure(args, spark, work, cores)
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
