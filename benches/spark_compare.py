@@ -20,7 +20,11 @@ Batch (same Parquet data, each run forced with the ``noop`` sink):
 * the floor of the path: ``mapInArrow`` with a function that only counts rows (the
   unavoidable JVM <-> Python transfer). Goal: tidemark within 1.3x of the floor;
 * for reference, ``mapInArrow`` returning every row it reads: the floor plus the
-  transfer back into the JVM, which tidemark pays for its windows.
+  transfer back into the JVM, which tidemark pays for its windows;
+* aggregates Spark's ``groupBy`` folds exactly (count, max), on dense data (1,000 keys
+  over 100 s: 200 rows per key and window) and on the sparse data above: Spark's own,
+  tidemark's with ``preaggregate=True`` (folded by Spark before Python) and without.
+  Their ratios are against the floor and Spark of the sparse data.
 
 Streaming (the demo's generator: half of the tenants report late; one file per
 micro-batch of ``--batch-rows`` events): Spark ``withWatermark`` + ``window`` (update
@@ -103,6 +107,23 @@ def batch_part(spark: Any, rows: int, keys: int, repeat: int, work: Path) -> Non
         row_group_size=128_000,
     )
     df = spark.read.parquet(str(path))
+    # Dense: 1,000 keys over 100 s, 200 rows per key and 10 s window (the fold's case).
+    dense_path = work / "dense.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "device": pa.array(rng.integers(0, 1_000, rows)),
+                "ts": pa.array(
+                    1_767_225_600_000_000 + rng.integers(0, 100_000_000, rows),
+                    pa.timestamp("us", tz="UTC"),
+                ),
+                "amount": pa.array(rng.integers(0, 1000, rows).astype(np.int32)),
+            }
+        ),
+        dense_path,
+        row_group_size=128_000,
+    )
+    dense = spark.read.parquet(str(dense_path))
 
     def pipeline(max_keys: int | None = None) -> tm.Pipeline:
         return tm.Pipeline(
@@ -132,6 +153,38 @@ def batch_part(spark: Any, rows: int, keys: int, repeat: int, work: Path) -> Non
     def tidemark_windows_run() -> None:
         # Only the windows are read: no persist, a windows-only job.
         aggregate(df, pipe, cache=False).windows.write.format("noop").mode("overwrite").save()
+
+    # Aggregates Spark's groupBy folds exactly (count, integer sum, max), on data with
+    # many rows per key and window and on the sparse data above: Spark's own, tidemark
+    # with preaggregate=True, and without.
+    folded = tm.Pipeline(
+        key="device",
+        event_time="ts",
+        watermark=tm.BoundedOutOfOrderness("5s", per="key"),
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count(), "top": tm.max("device")},
+    )
+
+    def folded_runs(data: Any) -> tuple[Callable[[], None], ...]:
+        def spark_folded() -> None:
+            (
+                data.groupBy(F.window("ts", "10 seconds"), "device")
+                .agg(F.count("*").alias("n"), F.max("device").alias("top"))
+                .write.format("noop")
+                .mode("overwrite")
+                .save()
+            )
+
+        def tidemark(pre: bool) -> Callable[[], None]:
+            def run() -> None:
+                res = aggregate(data, folded, preaggregate=pre)
+                res.windows.write.format("noop").mode("overwrite").save()
+
+            return run
+
+        return spark_folded, tidemark(True), tidemark(False)
+
+    dense_runs, sparse_runs = folded_runs(dense), folded_runs(df)
 
     def spark_run() -> None:
         (
@@ -177,6 +230,12 @@ def batch_part(spark: Any, rows: int, keys: int, repeat: int, work: Path) -> Non
             "tidemark.spark.aggregate": tidemark_run,
             "tidemark aggregate(cache=False)": tidemark_windows_run,
             "tidemark, persisted (max_keys)": tidemark_persisted_run,
+            "dense: Spark groupBy count, max": dense_runs[0],
+            "dense: tidemark preaggregate=True": dense_runs[1],
+            "dense: tidemark preaggregate=False": dense_runs[2],
+            "sparse: Spark groupBy count, max": sparse_runs[0],
+            "sparse: tidemark preaggregate=True": sparse_runs[1],
+            "sparse: tidemark preaggregate=False": sparse_runs[2],
         },
         repeat,
     )

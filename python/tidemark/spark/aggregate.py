@@ -27,10 +27,12 @@ from tidemark.spark._codec import (
     session_arrow_settings,
     split_packed,
 )
+from tidemark.spark._preagg import preaggregation
 from tidemark.spark._sizing import (
     estimated_bytes,
     fits_one_task,
     known_late_and_errors,
+    safe_rows,
 )
 
 __all__ = ["AggregateResult", "aggregate"]
@@ -161,6 +163,7 @@ def aggregate(
     storage_level: Any = None,
     cores: int | None = None,
     cache: bool = True,
+    preaggregate: bool = False,
 ) -> AggregateResult:
     """Runs a pipeline over a batch DataFrame on Spark.
 
@@ -208,6 +211,17 @@ def aggregate(
         fastest way to read one output (typically ``windows``, whose job reads only
         the input columns the windows need), but every output read runs the pipeline
         over the input again.
+    preaggregate : bool
+        ``True``: where it gives the same windows (``count``, ``sum`` of 8-32-bit
+        integers, ``min`` / ``max`` of integers, dates and timestamps, over tumbling or
+        sliding windows of a Spark timestamp; no ``order_by``, ``max_keys``, lookup or
+        ``state_ttl``; keys that are not floats), Spark's own ``groupBy`` folds the
+        rows per key and window pane before they reach Python, and the pipeline merges
+        those partial aggregates. Faster where keys have many rows per window (2.4x
+        with 200 rows per key and window, as fast as Spark's own ``groupBy``), slower
+        where they have few (1.6x slower with one row per key and window: the fold
+        saves nothing and costs a second shuffle); see the batch guide. Elsewhere it
+        changes nothing. Default ``False``: every row goes through the pipeline.
 
     Returns
     -------
@@ -247,8 +261,17 @@ def aggregate(
         return out if order_by is None else out.sortWithinPartitions(column(order_by))
 
     shipped = ShippedPipeline(pipe, spark)
+    safe = safe_rows(df, pipe) if preaggregate and order_by is None else None
+    pre = None if safe is None else preaggregation(pipe, df.schema, tz, large)
 
     def windows_job() -> Any:
+        if pre is not None and safe is not None:
+            # Spark folds the rows per key and pane; the pipeline merges the folds.
+            rows = pre.rows(df, safe())
+            pre_plan = OutputCodec.build(pre.pipe, rows.schema, tz, large)
+            task = _task(ShippedPipeline(pre.pipe, spark), pre_plan, None, None, cores, KIND_WINDOW)
+            placed = parted(rows)
+            return map_in_arrow(placed, task, plan.single_spark[KIND_WINDOW])
         # Only the columns the windows need (and the arrival order) are read; late and
         # error rows carry every input column.
         fields = used_input(pipe, df.schema)

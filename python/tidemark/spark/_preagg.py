@@ -1,0 +1,169 @@
+"""Pre-aggregation in Spark's engine: a batch's rows folded per (key, pane) by Spark's own
+``groupBy`` before they cross into Python.
+
+Every row of a batch crossing into a Python worker as Arrow is most of what a
+``mapInArrow`` pipeline costs (see the streaming guide's profile); Spark's own
+``groupBy(window, key)`` folds rows in the JVM and sends partial aggregates through its
+shuffle. Where that fold is exact, tidemark lets Spark do it: rows are grouped by key
+(and source partition) and *pane* (the grid cell of the window: the size of a tumbling
+window, ``gcd(size, slide)`` of a sliding one), each group becomes one row holding its
+partial aggregates and its largest event time, and the pipeline runs over those rows
+with each aggregate merging partials (``count`` -> ``sum`` of counts, ``sum`` -> ``sum``
+of sums, ``min``/``max`` -> ``min``/``max``). Every row of a pane falls in the same
+windows, so each window's result is the raw path's, in the same output schema.
+
+Exact only for: ``count`` (of rows or of non-null values), ``sum`` of 8/16/32-bit
+integers (a group's partial sum cannot overflow a long), ``min``/``max`` of integers,
+dates and timestamps; tumbling or sliding windows on a Spark ``TIMESTAMP`` event time;
+keys of types Spark groups as tidemark does (not floats: Spark groups ``-0.0`` with
+``0.0`` and every NaN together). Rows a Spark filter cannot clear (null or extreme event
+times, long keys: see :func:`~tidemark.spark._sizing.safe_rows`) fold only with rows of
+the same key and event time, so that the pipeline judges them as the raw path would.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from tidemark.pipeline import Agg, Pipeline
+from tidemark.spark._args import column
+from tidemark.spark._codec import arrow_schema_of
+
+#: Spark types whose sum per group fits a long (the pipeline's sum of them is int64).
+_SMALL_INTS = {"ByteType", "ShortType", "IntegerType"}
+#: Spark types whose min and max Spark and tidemark order alike.
+_ORDERED = {*_SMALL_INTS, "LongType", "DateType", "TimestampType", "TimestampNTZType"}
+#: Key types Spark's groupBy and tidemark's keys tell apart alike.
+_KEYS = {
+    *_SMALL_INTS,
+    "LongType",
+    "BooleanType",
+    "DateType",
+    "TimestampType",
+    "TimestampNTZType",
+    "StringType",
+    "BinaryType",
+}
+
+_PANE = "__tm_pane"
+_SAFE = "__tm_safe"
+
+
+@dataclass(frozen=True)
+class Preaggregation:
+    """How a pipeline runs over Spark's partial aggregates (see the module docs)."""
+
+    #: The pipeline over the group rows: the same keys, event time, window and
+    #: watermark; aggregates merging the partial columns.
+    pipe: Pipeline
+    #: The grid cell, and its origin, in microseconds.
+    pane: int
+    offset: int
+    #: ``(partial column, Spark aggregate of a group (a builder taking
+    #: ``pyspark.sql.functions``), the column's Spark type)``.
+    partials: tuple[tuple[str, Any, Any], ...]
+    #: The columns a group is keyed by besides its pane: keys and source partition.
+    group_by: tuple[str, ...]
+
+    def rows(self, df: Any, safe: Any) -> Any:
+        """``df``'s rows as the pipeline's input, in one scan and one aggregation: rows
+        ``safe`` clears folded per (key, pane); the others per (key, event time), so
+        that each stays in its own windows as the pipeline judges it (a null or
+        out-of-range event time an error row, as in the raw path)."""
+        from pyspark.sql import functions as F
+
+        ts = self.pipe.event_time
+        micros = F.unix_micros(column(ts))
+        shifted = micros - F.lit(self.offset)
+        cell = F.when(safe, shifted - F.pmod(shifted, F.lit(self.pane))).otherwise(micros)
+        by = [column(c) for c in self.group_by]
+        return (
+            df.groupBy(*by, cell.alias(_PANE), F.coalesce(safe, F.lit(False)).alias(_SAFE))
+            .agg(F.max(column(ts)).alias(ts), *[agg(F).alias(n) for n, agg, _ in self.partials])
+            .drop(_PANE, _SAFE)
+        )
+
+
+def preaggregation(pipe: Pipeline, schema: Any, tz: str, large: bool) -> Preaggregation | None:
+    """The pre-aggregation of ``pipe`` over input ``schema`` (Spark's), or ``None`` where
+    it would not be exact (see the module docs)."""
+    from pyspark.sql.types import LongType
+
+    cfg = pipe.config
+    window = cfg["window"]
+    if (
+        window["kind"] not in ("tumbling", "sliding")
+        or cfg["time"] != "event"
+        or pipe.event_time_type is not None
+        or pipe.lookup is not None
+        or pipe.max_keys is not None
+        or pipe.state_ttl is not None
+        or type(schema[pipe.event_time].dataType).__name__ != "TimestampType"
+    ):
+        return None
+    size = int(window["size"])
+    pane = size if window["kind"] == "tumbling" else math.gcd(size, int(window["slide"]))
+    part = cfg["partition_column"] if cfg["scope"] == "partition" else None
+    group_by = (*pipe.key, *([part] if part is not None else []))
+    if any(type(schema[c].dataType).__name__ not in _KEYS for c in group_by):
+        return None
+    partials: list[tuple[str, Any, Any]] = []
+    merged: dict[str, Agg] = {}
+    for i, (name, agg) in enumerate(pipe.aggs.items()):
+        p = f"__tm_partial{i}"
+        col = agg.column
+        kind = None if col is None else type(schema[col].dataType).__name__
+        if agg.kind == "count" and col is None:
+            partials.append((p, lambda F: F.count(F.lit(1)), LongType()))
+            merged[name] = Agg("sum", p)
+        elif agg.kind == "count":
+            partials.append((p, lambda F, c=col: F.count(column(c)), LongType()))
+            merged[name] = Agg("sum", p)
+        elif agg.kind == "sum" and kind in _SMALL_INTS:
+            partials.append((p, lambda F, c=col: F.sum(column(c).cast("long")), LongType()))
+            merged[name] = Agg("sum", p)
+        elif agg.kind in ("min", "max") and kind in _ORDERED:
+            fold = agg.kind
+            partials.append(
+                (p, lambda F, c=col, f=fold: getattr(F, f)(column(c)), schema[col].dataType)
+            )
+            merged[name] = Agg(fold, p)
+        else:
+            return None
+    rewritten = Pipeline(
+        pipe.key,
+        pipe.event_time,
+        aggs=merged,
+        window=pipe.window,
+        watermark=pipe.watermark,
+        emit=pipe.emit,
+        allowed_lateness=pipe.allowed_lateness,
+        late=pipe.late,
+        late_rule=pipe.late_rule,
+        eviction=pipe.eviction,
+    )
+    out = Preaggregation(
+        rewritten, pane, int(window.get("offset", 0)) % pane, tuple(partials), group_by
+    )
+    # The same windows schema as the raw path's (else it is not the same answer).
+    raw = pipe.output_schema(arrow_schema_of(schema, tz, large))
+    if not _same_fields(raw, rewritten.output_schema(_partial_schema(out, schema, tz, large))):
+        return None
+    return out
+
+
+def _partial_schema(pre: Preaggregation, schema: Any, tz: str, large: bool) -> pa.Schema:
+    """The Arrow schema of :meth:`Preaggregation.rows` (types as Spark gives them)."""
+    from pyspark.sql.types import StructField, StructType
+
+    fields = [schema[c] for c in pre.group_by] + [schema[pre.pipe.event_time]]
+    fields += [StructField(name, ty, True) for name, _, ty in pre.partials]
+    return arrow_schema_of(StructType(fields), tz, large)
+
+
+def _same_fields(a: pa.Schema, b: pa.Schema) -> bool:
+    return [(f.name, f.type) for f in a] == [(f.name, f.type) for f in b]
