@@ -148,3 +148,91 @@ def test_preaggregate_changes_nothing_where_it_would_not_be_exact(spark: Any) ->
         plan = folded._jdf.queryExecution().optimizedPlan().toString()
         assert "Aggregate" not in plan
         assert folded.count() == aggregate(df, pipe).windows.count() > 0
+
+
+batch_rows = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c"]),
+        st.one_of(st.none(), st.integers(-6_000_000, 6_000_000)),  # behind or ahead
+        st.one_of(st.none(), st.integers(-1000, 1000)),
+    ),
+    min_size=0,
+    max_size=40,
+)
+
+
+@settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    batches=st.lists(batch_rows, min_size=2, max_size=4),
+    window=st.sampled_from([tm.Tumbling("5s"), tm.Sliding("6s", "2s")]),
+    per=st.sampled_from(["key", "global"]),
+    on_driver=st.booleans(),
+)
+def test_a_preaggregating_stream_processor_equals_the_raw_one(
+    spark: Any,
+    tmp_path_factory: Any,
+    batches: list[list[tuple[Any, ...]]],
+    window: Any,
+    per: str,
+    on_driver: bool,
+) -> None:
+    # Micro-batches whose rows run behind and ahead of the stream (late rows, windows
+    # closing), null times and values: windows and counts equal batch by batch.
+    from tidemark.spark import StreamProcessor
+
+    pipe = tm.Pipeline(
+        "k",
+        "ts",
+        window=window,
+        aggs={"n": tm.count(), "s": tm.sum("v"), "hi": tm.max("v")},
+        watermark=tm.BoundedOutOfOrderness("1s", per=per),
+    )
+    schema = pa.schema(
+        [("k", pa.string()), ("ts", pa.timestamp("us", tz="UTC")), ("v", pa.int32())]
+    )
+    spark_schema = spark.createDataFrame(schema.empty_table()).schema
+    runs: dict[bool, tuple[list[Any], list[Any]]] = {}
+    for pre in (False, True):
+        where = tmp_path_factory.mktemp("state")
+        got: list[Any] = []
+
+        def sink(t: pa.Table, batch_id: int, got: list[Any] = got) -> None:
+            order = [(c, "ascending") for c in t.column_names]
+            got.append((batch_id, t.sort_by(order)))
+
+        proc = StreamProcessor(
+            pipe,
+            str(where),
+            2,
+            sink=sink,
+            on_driver=on_driver,
+            arrow_sinks=True,
+            preaggregate=pre,
+        )
+        progress = []
+        for b, rows in enumerate(batches):
+            base = T0 + b * 10_000_000
+            t = pa.table(
+                {
+                    "k": [r[0] for r in rows],
+                    "ts": pa.array(
+                        [None if r[1] is None else base + r[1] for r in rows],
+                        pa.timestamp("us", tz="UTC"),
+                    ),
+                    "v": pa.array([r[2] for r in rows], pa.int32()),
+                },
+                schema=schema,
+            )
+            proc(spark.createDataFrame(t, schema=spark_schema), b)
+            last = dict(proc.last_progress or {})
+            for k in ("layout", "read", "read_why"):
+                last.pop(k, None)
+            progress.append(last)
+        proc.flush(spark, spark_schema)
+        runs[pre] = (got, progress)
+    assert runs[True][0] == runs[False][0], "windows, batch by batch and at the flush"
+    assert runs[True][1] == runs[False][1], "input, window, late and error counts"

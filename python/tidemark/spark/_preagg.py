@@ -51,6 +51,8 @@ _KEYS = {
 
 _PANE = "__tm_pane"
 _SAFE = "__tm_safe"
+#: The input rows a group row stands for (its weight in the batch's counts).
+WEIGHT = "__tm_rows"
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,11 @@ class Preaggregation:
         by = [column(c) for c in self.group_by]
         return (
             df.groupBy(*by, cell.alias(_PANE), F.coalesce(safe, F.lit(False)).alias(_SAFE))
-            .agg(F.max(column(ts)).alias(ts), *[agg(F).alias(n) for n, agg, _ in self.partials])
+            .agg(
+                F.max(column(ts)).alias(ts),
+                *[agg(F).alias(n) for n, agg, _ in self.partials],
+                F.count(F.lit(1)).alias(WEIGHT),
+            )
             .drop(_PANE, _SAFE)
         )
 
@@ -158,10 +164,11 @@ def preaggregation(pipe: Pipeline, schema: Any, tz: str, large: bool) -> Preaggr
 
 def _partial_schema(pre: Preaggregation, schema: Any, tz: str, large: bool) -> pa.Schema:
     """The Arrow schema of :meth:`Preaggregation.rows` (types as Spark gives them)."""
-    from pyspark.sql.types import StructField, StructType
+    from pyspark.sql.types import LongType, StructField, StructType
 
     fields = [schema[c] for c in pre.group_by] + [schema[pre.pipe.event_time]]
     fields += [StructField(name, ty, True) for name, _, ty in pre.partials]
+    fields.append(StructField(WEIGHT, LongType(), False))
     return arrow_schema_of(StructType(fields), tz, large)
 
 

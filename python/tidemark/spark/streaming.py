@@ -93,12 +93,14 @@ from tidemark.spark._driver import (
     exact_partitions,
 )
 from tidemark.spark._files import batch_files, read_batch_files
+from tidemark.spark._preagg import WEIGHT, Preaggregation, preaggregation
 from tidemark.spark._sizing import (
     FILES_ON_DRIVER_BYTES,
     ON_DRIVER_BYTES,
     estimated_bytes,
     fits_one_task,
     runs_on_driver,
+    safe_rows,
     unused_columns_are_cheap,
 )
 from tidemark.spark.state import StateStore, state_errors_surface, stream_goes_on_after_flush
@@ -338,15 +340,15 @@ def _task(
         store.write(f"partitions/{p}/{batch_id}{SNAP}", op.snapshot())
         store.prune(f"partitions/{p}", SNAP, batch_id - retention + 1)
         rows = _progress_rows(p, op.progress())
-        rows.append((p, _P_OUTPUT, out.windows.num_rows, out.late.num_rows))
-        rows.append((p, _P_INPUT, out.errors.num_rows, rows_in))
+        rows.append((p, _P_OUTPUT, out.windows.num_rows, _weight(out.late)))
+        rows.append((p, _P_INPUT, _weight(out.errors), rows_in))
         store.write_json(f"partitions/{p}/{batch_id}{PROGRESS}", {"token": token, "rows": rows})
         store.prune(f"partitions/{p}", PROGRESS, batch_id - retention + 1)
 
     def one(pipe: Pipeline, p: int, table: pa.Table) -> Iterator[pa.RecordBatch]:
         op = restore(pipe, p)
         out = op.flush() if flush else op.process(table)
-        yield from finish(p, op, out, table.num_rows)
+        yield from finish(p, op, out, _weight(table))
 
     def every(pipe: Pipeline, shards: list[pa.Table], pool: Any) -> Iterator[pa.RecordBatch]:
         """Every state partition of the batch, closed on the combined watermark."""
@@ -365,7 +367,7 @@ def _task(
         close = _scope(pipe, scope_state, clock_ms).advance([op.progress() for op in ops])
         outs = pool_map(
             pool,
-            lambda p: list(finish(p, ops[p], ops[p].complete(close), shards[p].num_rows)),
+            lambda p: list(finish(p, ops[p], ops[p].complete(close), _weight(shards[p]))),
             range(len(shards)),
         )
         for out in outs:
@@ -405,6 +407,16 @@ def _task(
             yield from one(pipe, p, rows_of(p))
 
     return run
+
+
+def _weight(table: pa.Table) -> int:
+    """The input rows ``table``'s rows stand for: one each, or (Spark's folds, see
+    ``preaggregate``) their :data:`~tidemark.spark._preagg.WEIGHT`."""
+    if WEIGHT not in table.column_names:
+        return int(table.num_rows)
+    import pyarrow.compute as pc
+
+    return int(pc.sum(table.column(WEIGHT)).as_py() or 0)
 
 
 def _rows_by_tag(table: pa.Table, column: str) -> dict[int, pa.Table]:
@@ -563,6 +575,8 @@ class _StreamRun(BatchRun):
     #: ``"files"``, ``"spark"`` or ``"none"``; why not from the files, if known.
     read: str
     read_why: str | None
+    #: The batch's rows: the micro-batch, or Spark's folds of it (``preaggregate``).
+    rows: Any = None
     #: The DataFrame of the batch's tasks (run in Spark), whose count runs them all.
     job: Any = None
 
@@ -657,6 +671,20 @@ class StreamProcessor(MicroBatchDriver):
         :meth:`flush` runs in the driver with ``True``, or by default after a
         micro-batch that did. State, outputs and replays are the same either way.
 
+    preaggregate : bool
+        ``True``: where it gives the same windows, Spark's own ``groupBy`` folds each
+        micro-batch's rows per key and window pane before they reach Python (see
+        ``tidemark.spark.aggregate``'s ``preaggregate``: ``count``, ``sum`` of 8-32-bit
+        integers, ``min`` / ``max`` of integers, dates and timestamps; tumbling or
+        sliding windows of a Spark timestamp; a ``spark`` or ``flink`` late rule; no
+        ``max_keys`` or ``state_ttl``), and the pipeline merges the folds. Every row of
+        a pane shares its windows and its late or on-time fate, so windows, watermarks
+        and the counts of ``last_progress`` are the raw path's; late and error rows are
+        counted, not kept (no ``late_sink`` or ``error_sink``). Far fewer rows cross
+        into Python and through the shuffle where keys have many rows per window in a
+        micro-batch. Decided at the first micro-batch; the state then holds the merged
+        folds (a state location is kept with the same setting). Default ``False``.
+
     Attributes
     ----------
     last_progress : dict or None
@@ -689,6 +717,7 @@ class StreamProcessor(MicroBatchDriver):
         on_driver: bool | None = None,
         arrow_sinks: bool = False,
         read_files: bool = True,
+        preaggregate: bool = False,
     ) -> None:
         require_args(
             "StreamProcessor()",
@@ -715,7 +744,19 @@ class StreamProcessor(MicroBatchDriver):
                 "shuffle=True sends the rows to one task per state partition and "
                 "on_driver=True processes them in the driver: choose one"
             )
+        if preaggregate and (late_sink is not None or error_sink is not None):
+            raise ConfigError(
+                "preaggregate=True folds each micro-batch's rows per key and window pane "
+                "in Spark before the pipeline sees them: late and error rows are counted "
+                "(last_progress), not kept; drop late_sink and error_sink, or "
+                "preaggregate"
+            )
         self.pipe = pipe
+        self.preaggregate = preaggregate
+        # With preaggregate: the fold, decided at the first micro-batch (from its
+        # schema), and the safe-row filter it groups by; self.pipe then merges folds.
+        self._fold: tuple[Preaggregation, Any] | None = None
+        self._fold_decided = False
         sinks = (sink, late_sink, error_sink)
         self._init_driver(
             state_location, num_partitions, sinks, retention, start_fresh, on_driver, arrow_sinks
@@ -890,20 +931,56 @@ class StreamProcessor(MicroBatchDriver):
 
     # --- the foreachBatch function -------------------------------------------------
 
+    def _folded(self, df: Any, flush: bool, fields: Any, tz: str, large: bool) -> tuple[Any, Any]:
+        """With ``preaggregate``: the micro-batch as Spark's folds (see
+        :mod:`tidemark.spark._preagg`) and their schema, where the fold is exact for
+        this stream (decided at the first micro-batch: the pipeline is then the one
+        merging folds, whose state this processor keeps); else ``df`` and ``fields``.
+        A flush reads no rows: only the schema is folded."""
+        if not self.preaggregate:
+            return df, fields
+        spark = df.sparkSession
+        rows = spark.createDataFrame([], fields) if flush else df
+        if not self._fold_decided:
+            self._fold_decided = True
+            safe = safe_rows(rows, self.pipe)
+            pre = None if safe is None else preaggregation(self.pipe, fields, tz, large)
+            if self.pipe.late_rule == "row":
+                pre = None  # each row judged on its own: a pane's rows may differ
+            if pre is None or safe is None:
+                self._warn(
+                    "preaggregate",
+                    "preaggregate=True: Spark's fold would not give this pipeline's exact "
+                    "windows on this stream (see StreamProcessor's preaggregate): every "
+                    "row goes through the pipeline",
+                )
+            else:
+                self._fold = (pre, safe)
+                self.pipe = pre.pipe
+        if self._fold is None:
+            return df, fields
+        pre, safe = self._fold
+        folded = pre.rows(rows, safe())
+        return (df if flush else folded), folded.schema
+
     def _begin(self, df: Any, batch_id: int, flush: bool, schema: Any) -> _StreamRun:
         fields = schema if flush else df.schema
         if not flush:
             self._warn_spark_watermark(fields)
-        self._check_state(fields, batch_id, flush)
-        rec = self._prepare(batch_id, flush)
         spark = df.sparkSession
         tz, large = session_arrow_settings(spark)
+        df, fields = self._folded(df, flush, fields, tz, large)
+        self._check_state(fields, batch_id, flush)
+        rec = self._prepare(batch_id, flush)
         # With the windows as the only output, the sink's job is the batch's job: the
         # task emits the windows alone and nothing is cached. The task then reads only
         # the columns the windows need (late and error rows carry every column).
         windows_only = not flush and self.late_sink is None and self.error_sink is None
         if windows_only:
-            fields = used_input(self.pipe, fields)
+            used = used_input(self.pipe, fields)
+            if WEIGHT in fields.fieldNames():  # the folds' weights count the batch's rows
+                used = type(used)([*used.fields, fields[WEIGHT]])
+            fields = used
         plan = OutputCodec.build(self.pipe, fields, tz, large)
         # Tags this run's progress files: files of an earlier, failed run are ignored.
         token = uuid.uuid4().hex
@@ -950,13 +1027,14 @@ class StreamProcessor(MicroBatchDriver):
             table=table,
             read="none" if flush else "spark",
             read_why=read_why,
+            rows=df,
         )
 
     def _execute(self, df: Any, run: BatchRun) -> tuple[Any, Any, Any]:
         from pyspark import StorageLevel
 
         assert isinstance(run, _StreamRun)
-        plan = run.codec
+        plan, df = run.codec, run.rows
         if run.driver:
             # The task's work, done here: the outputs are computed (and the state
             # written) before any sink runs; the sinks read local DataFrames.
