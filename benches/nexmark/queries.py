@@ -65,43 +65,25 @@ def spark_native(query: str, bids: Any, delay: str) -> Any:
     raise ValueError(query)
 
 
+#: Each query's key, window and aggregates as a tidemark pipeline.
+_SHAPES: dict[str, tuple[str | None, Any, dict[str, Any]]] = {
+    "q5": ("auction", tm.Sliding("10s", "2s"), {"num": tm.count()}),
+    "q7": (None, tm.Tumbling("10s"), {"max_price": tm.max("price")}),
+    "q11": ("bidder", tm.Session("10s"), {"num": tm.count()}),
+    "q12": ("bidder", tm.Tumbling("10s"), {"num": tm.count()}),
+}
+
+
 def pipeline(query: str, delay: str) -> tm.Pipeline:
     """The query as a tidemark pipeline (global watermark, Spark's late rule)."""
-    wm = tm.BoundedOutOfOrderness(delay)
-    ts = time_column(query)
-    if query == "q5":
-        return tm.Pipeline(
-            key="auction",
-            event_time=ts,
-            window=tm.Sliding("10s", "2s"),
-            aggs={"num": tm.count()},
-            watermark=wm,
-        )
-    if query == "q7":
-        return tm.Pipeline(
-            key=None,
-            event_time=ts,
-            window=tm.Tumbling("10s"),
-            aggs={"max_price": tm.max("price")},
-            watermark=wm,
-        )
-    if query == "q11":
-        return tm.Pipeline(
-            key="bidder",
-            event_time=ts,
-            window=tm.Session("10s"),
-            aggs={"num": tm.count()},
-            watermark=wm,
-        )
-    if query == "q12":
-        return tm.Pipeline(
-            key="bidder",
-            event_time=ts,
-            window=tm.Tumbling("10s"),
-            aggs={"num": tm.count()},
-            watermark=wm,
-        )
-    raise ValueError(query)
+    key, window, aggs = _SHAPES[query]
+    return tm.Pipeline(
+        key=key,
+        event_time=time_column(query),
+        window=window,
+        aggs=aggs,
+        watermark=tm.BoundedOutOfOrderness(delay),
+    )
 
 
 def key_of(query: str) -> list[str]:

@@ -15,6 +15,9 @@ other on the same ``local[N]`` session:
   writes the windows to ``noop``);
 * ``executors``: the same with ``on_driver=False, read_files=False``: every micro-batch
   runs in Spark tasks, its rows fetched through Spark (the cluster path);
+* ``folded``: the executors path with ``preaggregate=True``: Spark folds each
+  micro-batch per key and window pane before Python (q5, q7, q12; q11's sessions do not
+  fold: it runs as ``executors``);
 * ``floor``: q0, ``foreachBatch`` counting the rows: the cost of reading a micro-batch.
 
 Sources: ``files``, one Parquet file per micro-batch (``maxFilesPerTrigger=1``), and
@@ -185,6 +188,8 @@ def system_writer(
     kwargs: dict[str, Any] = {}
     if system == "executors":
         kwargs = {"on_driver": False, "read_files": False}
+    if system == "folded":
+        kwargs = {"on_driver": False, "read_files": False, "preaggregate": True}
     proc = StreamProcessor(
         pipe,
         str(chk / "state"),
@@ -202,7 +207,7 @@ def measure(args: argparse.Namespace, spark: Any, work: Path, cores: int) -> Non
     queries = [q for q in args.queries.split(",") if q]
     header = (
         f"{'query':<5} {'source':<6} {'events/batch':>12} {'spark':>10} {'tidemark':>10} "
-        f"{'executors':>10} {'floor':>10} {'flink':>8}   (events/s per core)"
+        f"{'executors':>10} {'folded':>10} {'floor':>10} {'flink':>8}   (events/s per core)"
     )
     rows = []
     for events in args.events:
@@ -213,7 +218,9 @@ def measure(args: argparse.Namespace, spark: Any, work: Path, cores: int) -> Non
                     if source_name == "files"
                     else RateSource(cfg, events, args.batches, cores)
                 )
-                systems = ["floor"] if query == "q0" else ["spark", "tidemark", "executors"]
+                systems = (
+                    ["floor"] if query == "q0" else ["spark", "tidemark", "executors", "folded"]
+                )
                 cell: dict[str, float] = {}
                 for system in systems:
                     chk = work / f"chk-{query}-{source_name}-{events}-{system}"
@@ -234,7 +241,7 @@ def measure(args: argparse.Namespace, spark: Any, work: Path, cores: int) -> Non
                 flink = qs.FLINK_PER_CORE.get(query)
                 rows.append(
                     f"{query:<5} {source_name:<6} {events:>12,} {fmt('spark')} "
-                    f"{fmt('tidemark')} {fmt('executors')} {fmt('floor')} "
+                    f"{fmt('tidemark')} {fmt('executors')} {fmt('folded')} {fmt('floor')} "
                     f"{(f'{flink:,}' if flink else ''):>8}"
                 )
     print()
