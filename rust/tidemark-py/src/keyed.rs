@@ -76,17 +76,30 @@ trait Tracker: Send + Sync {
     fn late_cols(&self, keys: &KeyColumns, times: &Int64Array) -> CoreResult<BooleanArray>;
 }
 
+/// The entry points both trackers name alike.
+macro_rules! same_calls {
+    () => {
+        fn update_key(&mut self, key: &[u8], event_time: i64) -> CoreResult<Option<Watermark>> {
+            self.update_encoded(key, event_time)
+        }
+        fn update_cols(
+            &mut self,
+            keys: &KeyColumns,
+            times: &Int64Array,
+        ) -> CoreResult<Option<Watermark>> {
+            self.update_columns(keys, times)
+        }
+        fn late(&self, key: EncodedKey, event_time: i64) -> bool {
+            self.is_late(key, event_time)
+        }
+        fn late_cols(&self, keys: &KeyColumns, times: &Int64Array) -> CoreResult<BooleanArray> {
+            self.is_late_columns(keys, times)
+        }
+    };
+}
+
 impl Tracker for KeyedWatermarkTracker {
-    fn update_key(&mut self, key: &[u8], event_time: i64) -> CoreResult<Option<Watermark>> {
-        self.update_encoded(key, event_time)
-    }
-    fn update_cols(
-        &mut self,
-        keys: &KeyColumns,
-        times: &Int64Array,
-    ) -> CoreResult<Option<Watermark>> {
-        self.update_columns(keys, times)
-    }
+    same_calls!();
     fn update_many(&mut self, events: Vec<(Vec<u8>, i64)>) -> CoreResult<Option<Watermark>> {
         let events: Vec<(EncodedKey, i64)> = events
             .into_iter()
@@ -94,33 +107,12 @@ impl Tracker for KeyedWatermarkTracker {
             .collect();
         self.update_batch(&events)
     }
-    fn late(&self, key: EncodedKey, event_time: i64) -> bool {
-        self.is_late(key, event_time)
-    }
-    fn late_cols(&self, keys: &KeyColumns, times: &Int64Array) -> CoreResult<BooleanArray> {
-        self.is_late_columns(keys, times)
-    }
 }
 
 impl Tracker for CompactKeyedWatermarkTracker {
-    fn update_key(&mut self, key: &[u8], event_time: i64) -> CoreResult<Option<Watermark>> {
-        self.update_encoded(key, event_time)
-    }
-    fn update_cols(
-        &mut self,
-        keys: &KeyColumns,
-        times: &Int64Array,
-    ) -> CoreResult<Option<Watermark>> {
-        self.update_columns(keys, times)
-    }
+    same_calls!();
     fn update_many(&mut self, events: Vec<(Vec<u8>, i64)>) -> CoreResult<Option<Watermark>> {
         self.update_batch_encoded(events)
-    }
-    fn late(&self, key: EncodedKey, event_time: i64) -> bool {
-        self.is_late(key, event_time)
-    }
-    fn late_cols(&self, keys: &KeyColumns, times: &Int64Array) -> CoreResult<BooleanArray> {
-        self.is_late_columns(keys, times)
     }
 }
 
