@@ -115,7 +115,12 @@ def preaggregation(pipe: Pipeline, schema: Any, tz: str, large: bool) -> Preaggr
     pane = size if window["kind"] == "tumbling" else math.gcd(size, int(window["slide"]))
     part = cfg["partition_column"] if cfg["scope"] == "partition" else None
     group_by = (*pipe.key, *([part] if part is not None else []))
-    if any(type(schema[c].dataType).__name__ not in _KEYS for c in group_by):
+    if any(
+        type(schema[c].dataType).__name__ not in _KEYS
+        # Spark groups a collated string by its collation key; tidemark by its bytes.
+        or getattr(schema[c].dataType, "collation", "UTF8_BINARY") != "UTF8_BINARY"
+        for c in group_by
+    ):
         return None
     partials: list[tuple[str, Any, Any]] = []
     merged: dict[str, Agg] = {}
