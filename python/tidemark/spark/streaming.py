@@ -682,8 +682,9 @@ class StreamProcessor(MicroBatchDriver):
         and the counts of ``last_progress`` are the raw path's; late and error rows are
         counted, not kept (no ``late_sink`` or ``error_sink``). Far fewer rows cross
         into Python and through the shuffle where keys have many rows per window in a
-        micro-batch. Decided at the first micro-batch; the state then holds the merged
-        folds (a state location is kept with the same setting). Default ``False``.
+        micro-batch; the folds then run in one task (unless ``shuffle=True``). Decided
+        at the first micro-batch; the state then holds the merged folds (a state
+        location is kept with the same setting). Default ``False``.
 
     Attributes
     ----------
@@ -1153,8 +1154,16 @@ class StreamProcessor(MicroBatchDriver):
         if n > 1 and self.shuffle is True:
             return True, False, None
         size = estimated_bytes(df)
-        # One state partition needs no routing.
-        shuffled = n > 1 and self.shuffle is None and not fits_one_task(df.sparkSession, size)
+        # One state partition needs no routing. Spark's folds (preaggregate) are few rows
+        # whatever the micro-batch's size (its aggregation spreads the folding over its
+        # own tasks): one task takes them, without a second shuffle.
+        folded = self._fold is not None
+        shuffled = (
+            n > 1
+            and self.shuffle is None
+            and not folded
+            and not fits_one_task(df.sparkSession, size)
+        )
         hashable = self._routable(df)
         return shuffled, not shuffled and bool(size) and hashable, size
 
