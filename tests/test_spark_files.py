@@ -104,12 +104,14 @@ def _run(
         got.extend(rows_of(df, COLUMNS))
 
     derive = kw.pop("derive", lambda df: df)
+    whys: list[str] = kw.pop("why", [])
     proc = StreamProcessor(pipeline(), str(tmp_path / name / "state"), 3, sink=sink, **kw)
 
     def each_batch(df: Any, batch_id: int) -> None:
         proc(derive(df), batch_id)
         assert proc.last_progress is not None
         reads.append(f"{proc.last_progress['layout']}/{proc.last_progress['read']}")
+        whys.append(proc.last_progress.get("read_why", ""))
 
     reader = spark.readStream.schema(schema).option("maxFilesPerTrigger", 2)
     for k, v in options.items():
@@ -228,3 +230,28 @@ def test_a_micro_batch_derived_inside_foreach_batch_is_read_from_files_when_plai
     want, _ = _run(spark, tmp_path, "spark", inp, same, {}, read_files=False)
     got, reads = _run(spark, tmp_path, "derived", inp, same, {}, derive=derive)
     assert (got, reads) == (want, [f"driver/{read}"] * 3)
+
+
+def test_read_files_knows_the_plans_of_the_spark_running_the_tests(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``read_files`` reads Spark's physical plan, which a release may change: it reads
+    files only on the releases it was checked against. This test runs on the Spark the
+    project installs, so an upgrade fails here until the tests above pass on it and its
+    release joins ``SPARK_VERSIONS``; on any other release the rows come from Spark."""
+    from tidemark.spark import _files
+
+    release = ".".join(spark.version.split(".")[:2])
+    assert release in _files.SPARK_VERSIONS, (
+        f"Spark {release}: run tests/test_spark_files.py on it, then add it to SPARK_VERSIONS"
+    )
+    inp = tmp_path / "in"
+    write_stream_files(inp, stream_batches())
+    same = lambda s: s  # noqa: E731
+    want, reads = _run(spark, tmp_path, "known", inp, same, {})
+    assert reads == ["driver/files"] * 3
+    monkeypatch.setattr(_files, "SPARK_VERSIONS", frozenset({"3.5"}))
+    whys: list[str] = []
+    got, reads = _run(spark, tmp_path, "unknown", inp, same, {}, why=whys)
+    assert (got, reads) == (want, ["driver/spark"] * 3)
+    assert whys == [f"Spark {release}: read_files knows the plans of Spark 3.5"] * 3

@@ -1772,6 +1772,16 @@ def test_local_cluster_mode(run_job: Callable[..., str], tmp_path: Path) -> None
     assert "LOCAL-CLUSTER OK" in run_job("spark_local_cluster_job.py", tmp_path)
 
 
+@pytest.mark.slow
+def test_standalone_cluster_uses_both_executors(
+    run_job: Callable[..., str], tmp_path: Path
+) -> None:
+    """A master and two workers started with ``spark-class``: each 1M-row micro-batch of
+    the executor path (raw rows shuffled, or Spark's folds) keeps both executors busy,
+    and the windows equal Spark's own ``groupBy``."""
+    assert "STANDALONE OK" in run_job("spark_standalone_job.py", tmp_path)
+
+
 def test_the_driver_routes_a_large_micro_batch_in_slices_to_the_same_partitions(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -23,7 +23,11 @@ itself only where those rules and pyarrow's give the same table, and answers
   unit of a timestamp (milliseconds or microseconds), with a time zone exactly where
   Spark's column has one; INT96 timestamps, and files written by Spark 2 (legacy
   calendar), are left to Spark;
-- pyarrow can open and read every file.
+- pyarrow can open and read every file;
+- the Spark running the query is one whose physical plans this module was checked
+  against (``SPARK_VERSIONS``; ``tests/test_spark_files.py`` fails on any other, so an
+  upgrade re-checks it before the list grows): the plan's classes and their methods are
+  Spark's internals, which a release may change.
 
 A replayed micro-batch is the same DataFrame over the same files, so both runs read
 the same rows, whichever way each is read.
@@ -34,6 +38,10 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+
+#: The Spark releases (major.minor) whose physical plans :func:`batch_files` was
+#: checked against: it reads a micro-batch itself only on these.
+SPARK_VERSIONS = frozenset({"4.3"})
 
 # Options of the file stream source (lowercase, as Spark keeps them) that choose which
 # files a micro-batch reads, not how a file is read: the micro-batch's file list has
@@ -84,6 +92,9 @@ def batch_files(df: Any) -> list[str] | str:
     URIs; else why not (a reason for the progress). Reads Spark's plan through the
     JVM: under Spark Connect, or where anything is not as described, a reason."""
     try:
+        version = ".".join(str(df.sparkSession.version).split(".")[:2])
+        if version not in SPARK_VERSIONS:
+            return f"Spark {version}: read_files knows the plans of Spark {_known()}"
         jdf = df._jdf
         analyzed = jdf.queryExecution().analyzed()
         # A selection of plain columns of the micro-batch (df.select("a", "b")).
@@ -129,6 +140,10 @@ def batch_files(df: Any) -> list[str] | str:
         return [str(f) for f in rel.location().inputFiles()]
     except Exception as e:  # Spark internals it does not promise: read through Spark
         return f"Spark's plan could not be read ({type(e).__name__})"
+
+
+def _known() -> str:
+    return ", ".join(sorted(SPARK_VERSIONS))
 
 
 def _readable_as(file_type: pa.DataType, want: pa.DataType) -> bool:

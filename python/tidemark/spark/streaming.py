@@ -627,8 +627,10 @@ class StreamProcessor(MicroBatchDriver):
         Spark's reading rules and pyarrow's could differ (a column Spark casts or
         matches by another case, INT96 timestamps, files that need calendar rebasing,
         partition columns, reading options such as ``mergeSchema``), or a file
-        cannot be read from the driver, the rows come from Spark. A replay reads the
-        same files. ``False``: always from Spark.
+        cannot be read from the driver, or the Spark release is not one whose plans
+        tidemark was checked against (``tidemark.spark._files.SPARK_VERSIONS``), the
+        rows come from Spark. A replay reads the same files. ``False``: always from
+        Spark.
     retention : int
         Versions of state kept per partition (at least 2, so the last batch can be
         replayed).

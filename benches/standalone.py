@@ -1,0 +1,197 @@
+"""A Spark standalone cluster on this machine, and a micro-batch of 1M rows on one
+executor against two.
+
+Run from the repository root (after ``make build``)::
+
+    python benches/standalone.py                    # 1M rows per micro-batch
+    python benches/standalone.py --rows 400000 --batches 6
+
+:func:`cluster` starts a master and ``workers`` workers with PySpark's own
+``spark-class`` launcher (each a separate JVM, as on a real cluster: executors in their
+own processes, rows between them through the shuffle service, the driver apart);
+``tests/spark_standalone_job.py`` uses it to check the executor path there. ``main``
+runs the steps of ``benches/profile_executor.py`` (the count floor, tidemark on the
+executors, tidemark with Spark's fold, Spark's own aggregation) with one executor
+(``spark.cores.max=1``) and with two, and prints the median micro-batch time of each
+and the speed-up of two over one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _spark_class() -> str:
+    import pyspark
+
+    return str(Path(pyspark.__file__).parent / "bin" / "spark-class")
+
+
+@contextlib.contextmanager
+def cluster(workers: int = 2, cores: int = 1, memory: str = "2g") -> Iterator[str]:
+    """A standalone master and ``workers`` workers of ``cores`` cores each, started with
+    ``spark-class`` (logs under a temporary directory); yields the master's URL and
+    stops every process on exit."""
+    work = Path(tempfile.mkdtemp(prefix="tidemark-standalone-"))
+    port = _free_port()
+    url = f"spark://127.0.0.1:{port}"
+    env = dict(
+        os.environ,
+        SPARK_LOCAL_IP="127.0.0.1",
+        SPARK_LOG_DIR=str(work),
+        SPARK_WORKER_DIR=str(work / "work"),
+        PYSPARK_PYTHON=sys.executable,
+    )
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(name: str, *args: str) -> None:
+        log = open(work / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
+        procs.append(
+            subprocess.Popen(
+                [_spark_class(), *args], env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        )
+
+    try:
+        start(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(_free_port()),
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while True:  # the master listens before the workers register with it
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            if time.monotonic() > deadline or procs[0].poll() is not None:
+                raise RuntimeError("the master did not start: " + _tail(work / "master.log"))
+            time.sleep(0.2)
+        for w in range(workers):
+            start(
+                f"worker{w}",
+                "org.apache.spark.deploy.worker.Worker",
+                "--cores", str(cores), "--memory", memory,
+                "--webui-port", str(_free_port()), "--work-dir", str(work / f"work{w}"),
+                url,
+            )  # fmt: skip
+        yield url
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _tail(path: Path) -> str:
+    return path.read_text(errors="replace")[-3000:] if path.exists() else "(no log)"
+
+
+def session(url: str, executors: int, app_name: str = "tidemark-standalone") -> Any:
+    """A SparkSession on the cluster at ``url`` with ``executors`` one-core executors
+    (``spark.cores.max``), once they have all registered."""
+    from tidemark.spark import local_session
+
+    spark = local_session(
+        url,
+        app_name=app_name,
+        shuffle_partitions=4,
+        extra_conf={
+            "spark.cores.max": str(executors),
+            "spark.executor.cores": "1",
+            "spark.executor.memory": "1g",
+            "spark.driver.host": "127.0.0.1",
+        },
+    )
+    deadline = time.monotonic() + 120
+    while len(executor_ids(spark)) < executors:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{executors} executors did not register")
+        time.sleep(0.2)
+    return spark
+
+
+def executor_ids(spark: Any) -> list[str]:
+    """The ids of the session's live executors (not the driver)."""
+    store = spark.sparkContext._jsc.sc().statusStore()
+    seq = store.executorList(True)
+    ids = [seq.apply(i).id() for i in range(seq.size())]
+    return [i for i in ids if i != "driver"]
+
+
+def task_seconds(spark: Any) -> dict[str, float]:
+    """Each live executor's task time so far (its ``totalDuration``), in seconds."""
+    store = spark.sparkContext._jsc.sc().statusStore()
+    seq = store.executorList(True)
+    got = {}
+    for i in range(seq.size()):
+        e = seq.apply(i)
+        if e.id() != "driver":
+            got[e.id()] = e.totalDuration() / 1000
+    return got
+
+
+STEPS = ("count", "tidemark", "folded", "spark")
+
+
+def main() -> None:
+    import profile_executor as prof
+
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--keys", type=int, default=2_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--batches", type=int, default=5)
+    args = ap.parse_args()
+    times: dict[int, dict[str, float]] = {}
+    with cluster(workers=2) as url:
+        for executors in (1, 2):
+            spark = session(url, executors)
+            spark.sparkContext.setLogLevel("FATAL")  # a stopped query aborts its last write
+            work = Path(tempfile.mkdtemp(prefix="tidemark-standalone-run-"))
+            try:
+                times[executors] = {
+                    s: prof.run(
+                        spark, s, args.rows, args.keys, args.partitions, args.batches, work
+                    )
+                    for s in STEPS
+                }
+            finally:
+                spark.stop()
+                shutil.rmtree(work, ignore_errors=True)
+            print(
+                f"{executors} executor(s): "
+                + ", ".join(f"{s} {times[executors][s]:.3f} s" for s in STEPS),
+                flush=True,
+            )
+    print(
+        f"{args.rows:,} rows per micro-batch; two executors over one (speed-up): "
+        + ", ".join(f"{s} {times[1][s] / times[2][s]:.2f}x" for s in STEPS)
+    )
+
+
+if __name__ == "__main__":
+    main()
