@@ -24,6 +24,9 @@ the micro-batches after the first) are what each piece costs:
    window before Python (the pipeline merges the folds);
 7. ``spark``: Spark's own ``withWatermark`` + ``groupBy(window, key)`` (``noop`` sink).
 
+``benches/standalone.py`` also runs ``default``: ``StreamProcessor`` with its defaults
+(a micro-batch Spark estimates small enough runs in the driver).
+
 Besides, ``rust``: the operator's own work on one micro-batch of these rows, restore +
 process + snapshot of each state partition, measured in this process.
 """
@@ -90,6 +93,9 @@ def step_writer(spark: Any, step: str, rows: int, keys: int, parts: int, chk: Pa
             .agg(F.count("*").alias("n"), F.sum("amount").alias("total"))
         )
         return agg.writeStream.outputMode("append").format("noop")
+    if step == "default":
+        proc = StreamProcessor(pipeline(), str(chk / "state"), parts, sink=noop)
+        return df.writeStream.foreachBatch(proc)
     if step in ("tidemark", "folded"):
         proc = StreamProcessor(
             pipeline(),

@@ -16,7 +16,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent.parent / "benches"))
 
 import standalone
-
 import tidemark as tm
 from tidemark.spark import StreamProcessor
 

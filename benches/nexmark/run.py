@@ -27,8 +27,9 @@ generator turns into bids in a ``mapInArrow``: a source that is not a file.
 Each cell is events per second per core: events in a micro-batch (persons, auctions and
 bids, as Nexmark counts them; the queries read the bids, 46 of every 50) over the median
 of Spark's ``triggerExecution`` time of the micro-batches after the first, divided by the
-session's cores. Flink's published figures (Nexmark reference run, Flink 1.13, 8 cores per
-worker) stand beside them for scale: another engine on another machine.
+session's cores (on a cluster: its executors' cores; ``--master standalone`` starts one
+here). Flink's published figures (Nexmark reference run, Flink 1.13, 8 cores per worker)
+stand beside them for scale: another engine on another machine.
 
 ``--check`` runs every event-time query on a small stream through Spark native and
 tidemark, collecting their outputs, and asserts that both emitted the same rows and that
@@ -39,6 +40,7 @@ differ run to run: its per-bidder totals are checked against the bids instead).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import shutil
 import statistics
@@ -245,7 +247,7 @@ def measure(args: argparse.Namespace, spark: Any, work: Path, cores: int) -> Non
                     f"{(f'{flink:,}' if flink else ''):>8}"
                 )
     print()
-    print(f"Nexmark on Spark, local[{cores}], {args.batches} micro-batches per run")
+    print(f"Nexmark on Spark ({args.master}, {cores} cores), {args.batches} micro-batches per run")
     print(header)
     for r in rows:
         print(r)
@@ -305,6 +307,20 @@ def check(args: argparse.Namespace, spark: Any, work: Path) -> None:
         print(f"  {query}: Spark native and tidemark emitted the same {n:,} rows")
 
 
+def executor_cores(spark: Any) -> int:
+    """The cores of the session's executors (a cluster's master: the driver's own do
+    not run tasks), once the first has registered."""
+    store = spark.sparkContext._jsc.sc().statusStore()
+    for _ in range(600):
+        seq = store.executorList(True)
+        found = [seq.apply(i) for i in range(seq.size())]
+        cores = sum(int(e.totalCores()) for e in found if e.id() != "driver")
+        if cores:
+            return cores
+        time.sleep(0.2)
+    raise RuntimeError("no executor registered")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -317,9 +333,24 @@ def main() -> None:
     ap.add_argument("--late-fraction", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--partitions", type=int, default=4, help="state and shuffle partitions")
-    ap.add_argument("--master", default="local[2]")
+    ap.add_argument(
+        "--master",
+        default="local[2]",
+        help="Spark master; 'standalone': a master and two one-core workers started here "
+        "(benches/standalone.py)",
+    )
     ap.add_argument("--check", action="store_true", help="check equality on a small stream")
     args = ap.parse_args()
+    with contextlib.ExitStack() as stack:
+        if args.master == "standalone":
+            sys.path.insert(0, str(Path(__file__).parent.parent))
+            import standalone
+
+            args.master = stack.enter_context(standalone.cluster(workers=2, cores=1))
+        run_all(args)
+
+
+def run_all(args: argparse.Namespace) -> None:
     spark = local_session(
         args.master, app_name="tidemark-nexmark", shuffle_partitions=args.partitions
     )
@@ -329,7 +360,7 @@ def main() -> None:
 
     cloudpickle.register_pickle_by_value(gen)
     found = re.fullmatch(r"local\[(\d+)\]", args.master)
-    cores = int(found.group(1)) if found else spark.sparkContext.defaultParallelism
+    cores = int(found.group(1)) if found else executor_cores(spark)
     work = Path(tempfile.mkdtemp(prefix="tidemark-nexmark-"))
     try:
         if args.check:
