@@ -48,19 +48,25 @@ import tidemark as tm
 from tidemark.spark import StreamProcessor, local_session
 
 
+def events(ids: Any, id_column: str, keys: int) -> Any:
+    """The events of a DataFrame of ids, computed by the JVM: a tenant of ``keys``, an
+    event time 100 us per id, an amount."""
+    return ids.selectExpr(
+        f"concat('t', pmod(xxhash64({id_column}, 1), {keys})) AS tenant",
+        f"timestamp_micros(1767225600000000 + {id_column} * 100) AS ts",
+        f"CAST(pmod(xxhash64({id_column}, 2), 1000) AS INT) AS amount",
+    )
+
+
 def source(spark: Any, rows: int, keys: int, parts: int) -> Any:
     """The events, computed by the JVM from the rate source's ids."""
-    return (
+    ids = (
         spark.readStream.format("rate-micro-batch")
         .option("rowsPerBatch", rows)
         .option("numPartitions", parts)
         .load()
-        .selectExpr(
-            f"concat('t', pmod(xxhash64(value, 1), {keys})) AS tenant",
-            "timestamp_micros(1767225600000000 + value * 100) AS ts",
-            "CAST(pmod(xxhash64(value, 2), 1000) AS INT) AS amount",
-        )
     )
+    return events(ids, "value", keys)
 
 
 def pipeline() -> tm.Pipeline:
@@ -143,15 +149,7 @@ def run(spark: Any, step: str, rows: int, keys: int, parts: int, batches: int, w
 def rust_seconds(spark: Any, rows: int, keys: int, parts: int) -> float:
     """restore + process + snapshot of every state partition for one micro-batch of
     these rows (the second micro-batch: the state holds the first's keys)."""
-    df = (
-        spark.range(0, 2 * rows, 1, 2)
-        .selectExpr(
-            f"concat('t', pmod(xxhash64(id, 1), {keys})) AS tenant",
-            "timestamp_micros(1767225600000000 + id * 100) AS ts",
-            "CAST(pmod(xxhash64(id, 2), 1000) AS INT) AS amount",
-        )
-        .toArrow()
-    )
+    df = events(spark.range(0, 2 * rows, 1, 2), "id", keys).toArrow()
     pipe = pipeline()
     router = tm.HashRouter(parts, ["tenant"], hash="spark")
     first = [pa.Table.from_batches([b]) for b in router.route(df.slice(0, rows))]

@@ -15,8 +15,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "benches"))
 
+import profile_executor as profile
 import standalone
-import tidemark as tm
 from tidemark.spark import StreamProcessor
 
 ROWS = 1_000_000  # per micro-batch
@@ -26,21 +26,7 @@ TENANTS = 2_000
 
 def events(spark: Any, batch: int) -> Any:
     """Micro-batch ``batch``: rows computed by the JVM (no file), 100 us apart."""
-    return spark.range(batch * ROWS, (batch + 1) * ROWS, 1, 4).selectExpr(
-        f"concat('t', pmod(xxhash64(id, 1), {TENANTS})) AS tenant",
-        "timestamp_micros(1767225600000000 + id * 100) AS ts",
-        "CAST(pmod(xxhash64(id, 2), 1000) AS INT) AS amount",
-    )
-
-
-def pipeline() -> tm.Pipeline:
-    return tm.Pipeline(
-        key="tenant",
-        event_time="ts",
-        window=tm.Tumbling("10s"),
-        aggs={"n": tm.count(), "total": tm.sum("amount")},
-        watermark=tm.BoundedOutOfOrderness("5s", per="key"),
-    )
+    return profile.events(spark.range(batch * ROWS, (batch + 1) * ROWS, 1, 4), "id", TENANTS)
 
 
 def run(spark: Any, state: Path, preaggregate: bool) -> list[tuple]:
@@ -50,7 +36,7 @@ def run(spark: Any, state: Path, preaggregate: bool) -> list[tuple]:
         got.extend((r.tenant, r.window_start, r.n, r.total) for r in df.collect())
 
     proc = StreamProcessor(
-        pipeline(),
+        profile.pipeline(),
         str(state),
         num_partitions=4,
         sink=sink,
