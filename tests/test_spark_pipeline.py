@@ -1868,3 +1868,91 @@ def test_both_drivers_restart_after_a_failed_sink_to_the_uninterrupted_output(
         got, marks = run(tmp_path / f"failed{fail_at}", fail_at)
         assert got == want, f"outputs after a failure at batch {fail_at}"
         assert marks == want_marks, f"progress and watermarks after a failure at {fail_at}"
+
+
+def test_a_source_spark_cannot_size_runs_in_one_task_after_a_small_micro_batch(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A ``rate-micro-batch`` source has no size estimate (as Kafka): the first
+    micro-batch is shuffled; each later one is sized by the last one's rows, and runs
+    in one task while those are few, shuffled once they are many. The windows and
+    watermarks are those of every micro-batch shuffled."""
+    from tidemark.spark._sizing import SINGLE_TASK_BYTES, estimated_bytes, row_bytes
+
+    def stream(rows: int) -> Any:
+        return (
+            spark.readStream.format("rate-micro-batch")
+            .option("rowsPerBatch", rows)
+            .option("numPartitions", 2)
+            .load()
+            .selectExpr(
+                "concat('d', pmod(xxhash64(value, 1), 50)) AS device",
+                "timestamp_micros(1767225600000000 + value * 10000) AS ts",
+            )
+        )
+
+    pipe = tm.Pipeline(
+        key="device",
+        event_time="ts",
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count()},
+        watermark=tm.BoundedOutOfOrderness("2s", per="key"),
+    )
+
+    def run(name: str, rows: int, batches: int, **kw: Any) -> tuple[list, list, list]:
+        got: list[tuple] = []
+        layouts: list[str] = []
+        marks: list[Any] = []
+        sizes: list[int | None] = []
+        proc = StreamProcessor(
+            pipe,
+            str(tmp_path / name / "state"),
+            3,
+            sink=lambda df, b: got.extend(
+                tuple(r)
+                for r in df.selectExpr("device", "unix_seconds(window_start)", "n").collect()
+            ),
+            on_driver=False,
+            **kw,
+        )
+
+        def each(df: Any, batch_id: int) -> None:
+            sizes.append(estimated_bytes(df))
+            proc(df, batch_id)
+            assert proc.last_progress is not None
+            layouts.append(proc.last_progress["layout"])
+            marks.append(proc.last_progress["next_watermark"])
+
+        q = (
+            stream(rows)
+            .writeStream.foreachBatch(each)
+            .option("checkpointLocation", str(tmp_path / name / "chk"))
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
+        try:
+            while len(layouts) < batches:
+                assert q.exception() is None, q.exception()
+                q.awaitTermination(0.05)
+        finally:
+            q.stop()
+        assert sizes[:batches] == [None] * batches  # Spark cannot size the source
+        return sorted(got), layouts[:batches], marks[:batches]
+
+    few = 2_000
+    got, layouts, marks = run("few", few, 4)
+    assert layouts == ["shuffled", "one task", "one task", "one task"]
+    want, shuffled, want_marks = run("shuffled", few, 4, shuffle=True)
+    assert shuffled == ["shuffled"] * 4
+
+    # 20 s of event time a micro-batch: the windows before 50 s closed within the first
+    # 4 in both runs (a stopped query may have run more, closing later ones).
+    def early(windows: list) -> list:
+        return [w for w in windows if w[1] < 1767225600 + 50]
+
+    assert len(early(want)) == 50 * 5 and early(got) == early(want)
+    assert marks == want_marks
+    # Many rows: the last micro-batch's rows at Spark's width are above the bound.
+    many = SINGLE_TASK_BYTES // row_bytes(stream(1).schema) + 1
+    _, layouts, _ = run("many", many, 2)
+    assert layouts == ["shuffled", "shuffled"]

@@ -254,19 +254,66 @@ def known_late_and_errors(
     return build
 
 
+#: ``spark.sql.defaultSizeInBytes``'s default (``Long.MaxValue``): the size Spark gives a
+#: relation it cannot size (a streaming source such as Kafka or ``rate``). The plan above
+#: scales it by row widths (a projection onto narrower rows shrinks it), so an estimate
+#: within a factor ``2**20`` of it (8 TiB by default) counts as no estimate.
+_UNKNOWN_BYTES = (1 << 63) - 1
+_UNKNOWN_SHRINK = 20
+
+
 def estimated_bytes(df: Any) -> int | None:
-    """Spark's size estimate of ``df`` (optimizer statistics), if it has one. A Spark
-    Connect DataFrame has no JVM handle: its estimate is read from the cost plan
-    (one request to the server)."""
+    """Spark's size estimate of ``df`` (optimizer statistics), if it has one: ``None``
+    also where Spark could not size an input and put ``spark.sql.defaultSizeInBytes``
+    in its place. A Spark Connect DataFrame has no JVM handle: its estimate is read
+    from the cost plan (one request to the server)."""
+    size: int | None = None
     try:
-        stats = df._jdf.queryExecution().optimizedPlan().stats()
-        return int(stats.sizeInBytes())
+        size = int(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
     except Exception:  # an API Spark does not promise: no estimate, not an error
-        pass
+        try:
+            size = size_in_cost_plan(df._explain_string(mode="cost"))
+        except Exception:
+            return None
+    if size is None or size < 1 << 40:
+        return size
     try:
-        return size_in_cost_plan(df._explain_string(mode="cost"))
-    except Exception:
-        return None
+        unknown = int(df.sparkSession.conf.get("spark.sql.defaultSizeInBytes"))
+    except Exception:  # unset, or not readable: Spark's default
+        unknown = _UNKNOWN_BYTES
+    return None if size >= unknown >> _UNKNOWN_SHRINK else size
+
+
+#: Spark's ``DataType.defaultSize`` of the types it sizes by their width (the rest: 20,
+#: as Spark sizes a string).
+_TYPE_BYTES = {
+    "BooleanType": 1,
+    "ByteType": 1,
+    "ShortType": 2,
+    "IntegerType": 4,
+    "FloatType": 4,
+    "DateType": 4,
+    "LongType": 8,
+    "DoubleType": 8,
+    "TimestampType": 8,
+    "TimestampNTZType": 8,
+    "DayTimeIntervalType": 8,
+    "YearMonthIntervalType": 4,
+}
+
+
+def row_bytes(schema: Any) -> int:
+    """Bytes per row of ``schema`` (a Spark ``StructType``), as Spark estimates a row it
+    has no statistics for: 8 plus each column's default size (strings and binary 20,
+    decimals 8 or 16)."""
+    total = 8
+    for field in schema.fields:
+        name = type(field.dataType).__name__
+        if name == "DecimalType":
+            total += 8 if field.dataType.precision <= 18 else 16
+        else:
+            total += _TYPE_BYTES.get(name, 20)
+    return total
 
 
 _UNITS = {"B": 0, "KiB": 1, "MiB": 2, "GiB": 3, "TiB": 4, "PiB": 5, "EiB": 6}

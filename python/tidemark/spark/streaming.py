@@ -99,6 +99,7 @@ from tidemark.spark._sizing import (
     ON_DRIVER_BYTES,
     estimated_bytes,
     fits_one_task,
+    row_bytes,
     runs_on_driver,
     safe_rows,
     unused_columns_are_cheap,
@@ -760,6 +761,9 @@ class StreamProcessor(MicroBatchDriver):
         # schema), and the safe-row filter it groups by; self.pipe then merges folds.
         self._fold: tuple[Preaggregation, Any] | None = None
         self._fold_decided = False
+        # The input rows of the last micro-batch run here: the size of the next one
+        # where Spark has no estimate (see _layout).
+        self._last_rows: int | None = None
         sinks = (sink, late_sink, error_sink)
         self._init_driver(
             state_location, num_partitions, sinks, retention, start_fresh, on_driver, arrow_sinks
@@ -1101,6 +1105,8 @@ class StreamProcessor(MicroBatchDriver):
             )
         self._combine(rec, progress)
         counts = _counts(batch_id, rec, progress, run.layout, run.read)
+        if not run.flush:
+            self._last_rows = counts["input_rows"]
         if run.read == "spark" and run.read_why is not None:
             counts["read_why"] = run.read_why
         self._warn_dropped(counts["late_rows"], batch_id)
@@ -1143,10 +1149,12 @@ class StreamProcessor(MicroBatchDriver):
         one task per state partition); if not, whether its one task routes them itself
         (see :func:`_task`), which saves planning the tagging expression and the
         placeholder rows; and Spark's size estimate of ``df`` (``None``: none, or not
-        read). A task routes only where its hash of the keys is Spark's, and only
-        where the size estimate is known and not 0: the optimizer drops the
-        ``coalesce`` over an input it knows is empty (``limit(0)``), and the batch
-        would then run no task at all."""
+        read). Where Spark has no estimate (a Kafka or ``rate`` source), the last
+        micro-batch this processor ran sizes this one (its input rows at Spark's
+        default width of a row); the first is shuffled. A task routes only where its
+        hash of the keys is Spark's, and only where the size estimate is known and not
+        0: the optimizer drops the ``coalesce`` over an input it knows is empty
+        (``limit(0)``), and the batch would then run no task at all."""
         n = self.num_partitions
         if flush:
             # A flush reads no rows; its placeholders run every state partition. It
@@ -1156,6 +1164,11 @@ class StreamProcessor(MicroBatchDriver):
         if n > 1 and self.shuffle is True:
             return True, False, None
         size = estimated_bytes(df)
+        # A source Spark cannot size (Kafka, rate): the last micro-batch's rows in
+        # Spark's width of a row, as a stream's micro-batches tend to be alike.
+        guess = size
+        if size is None and self._last_rows is not None:
+            guess = self._last_rows * row_bytes(df.schema)
         # One state partition needs no routing. Spark's folds (preaggregate) are few rows
         # whatever the micro-batch's size (its aggregation spreads the folding over its
         # own tasks): one task takes them, without a second shuffle.
@@ -1164,7 +1177,7 @@ class StreamProcessor(MicroBatchDriver):
             n > 1
             and self.shuffle is None
             and not folded
-            and not fits_one_task(df.sparkSession, size)
+            and not fits_one_task(df.sparkSession, guess)
         )
         hashable = self._routable(df)
         return shuffled, not shuffled and bool(size) and hashable, size
