@@ -650,8 +650,11 @@ class StreamProcessor(MicroBatchDriver):
         faster for small micro-batches).
         Default: no shuffle when Spark estimates the micro-batch below
         ``SINGLE_TASK_BYTES`` (16 MiB) on 2 cores, ``2 / cores`` of it with more
-        (``SparkContext.defaultParallelism``); else a shuffle (also when Spark has no
-        estimate, as for Kafka). Outputs and state are the same either way. The
+        (``SparkContext.defaultParallelism``); else a shuffle. Where Spark has no
+        estimate (Kafka, ``rate``), the last micro-batch sizes the next: its input
+        rows at Spark's default width of a row (8 bytes plus 20 per string, 8 per long
+        or timestamp, ...); the first micro-batch this processor runs is shuffled.
+        Outputs and state are the same either way. The
         one task routes the rows to their state partitions itself (by Spark's hash of
         the keys, as a shuffle would) where tidemark hashes the key types as Spark
         does (numbers, booleans, dates, timestamps, decimals, binary, strings without
