@@ -275,6 +275,42 @@ def test_stream_processor_on_the_executors_equals_the_operator(
     check(spark, tmp_path_factory.mktemp("eq"), *pipe, stream, [(n, False)])
 
 
+@settings(
+    max_examples=max(EXAMPLES // 8, 3),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=True,
+)
+@given(pipe=pipelines(), stream=streams(), n=st.sampled_from([2, 3]))
+def test_a_stream_spark_cannot_size_emits_the_operators_windows_once(
+    spark: Any, tmp_path_factory: Any, pipe: Any, stream: Any, n: int
+) -> None:
+    """A source Spark cannot size (Kafka): the first micro-batch is shuffled, the next
+    ones run in one task sized by the last one's rows, their rows tagged with their
+    state partitions by Spark (the task does not route them itself). The windows are
+    the shuffled path's: each in the batch one operator emits it or the next, once;
+    late and error rows the operator's, batch by batch."""
+    from unittest import mock
+
+    streaming = __import__("tidemark.spark.streaming", fromlist=["estimated_bytes"])
+    pipe, bounded = pipe
+    if bounded:
+        return  # max_keys bounds each state partition (see the module's text)
+    want = by_operator(pipe, stream, cores=1)
+    where = tmp_path_factory.mktemp("eq") / "state"
+    with mock.patch.object(streaming, "estimated_bytes", lambda df: None):
+        got, progress = by_stream_processor(spark, pipe, stream, where, n, False)
+    assert [p["layout"] for p in progress] == ["shuffled"] + ["one task"] * (len(stream) - 1)
+    assert emitted_twice(got) == []
+    assert [g[1:] for g in got] == [w[1:] for w in want]
+    assert sorted(x for g in got for x in g[0]) == sorted(x for w in want for x in w[0])
+    for b, (g, w) in enumerate(zip(got, want, strict=True)):
+        later = set(got[b + 1][0]) if b + 1 < len(got) else set()
+        assert set(w[0]) <= set(g[0]) | later, f"batch {b}"
+    if pipe.late_rule == "spark":
+        assert got == want
+
+
 def _stream_of(rows_per_batch: list[list[tuple[str, int, int]]]) -> list[pa.Table]:
     return [
         pa.table(
