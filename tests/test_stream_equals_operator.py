@@ -297,9 +297,10 @@ def test_a_stream_spark_cannot_size_emits_the_operators_windows_once(
     state partitions by Spark (the task does not route them itself). The windows are
     the shuffled path's: each in the batch one operator emits it or the next, once;
     late and error rows the operator's, batch by batch."""
+    import importlib
     from unittest import mock
 
-    streaming = __import__("tidemark.spark.streaming", fromlist=["estimated_bytes"])
+    streaming = importlib.import_module("tidemark.spark.streaming")
     pipe, bounded = pipe
     if bounded:
         return  # max_keys bounds each state partition (see the module's text)

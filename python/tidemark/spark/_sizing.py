@@ -254,20 +254,19 @@ def known_late_and_errors(
     return build
 
 
-#: ``spark.sql.defaultSizeInBytes``'s default (``Long.MaxValue``): the size Spark gives a
-#: relation it cannot size (a streaming source such as Kafka or ``rate``). The plan above
-#: scales it by row widths (a projection onto narrower rows shrinks it), so an estimate
-#: within a factor ``2**20`` of it (8 TiB by default) counts as no estimate.
-_UNKNOWN_BYTES = (1 << 63) - 1
-_UNKNOWN_SHRINK = 20
+#: An estimate of at least this many bytes is Spark's placeholder for an input it cannot
+#: size (a streaming source such as Kafka or ``rate``): ``spark.sql.defaultSizeInBytes``,
+#: ``Long.MaxValue`` unless set, which the plan above scales by row widths (a projection
+#: onto narrower rows shrinks it) but never to a size a micro-batch has.
+NO_ESTIMATE_BYTES = 1 << 40
 
 
 def estimated_bytes(df: Any) -> int | None:
     """Spark's size estimate of ``df`` (optimizer statistics), if it has one: ``None``
-    also where Spark could not size an input and put ``spark.sql.defaultSizeInBytes``
-    in its place. A Spark Connect DataFrame has no JVM handle: its estimate is read
-    from the cost plan (one request to the server)."""
-    size: int | None = None
+    also for Spark's placeholder of an input it cannot size (``NO_ESTIMATE_BYTES`` or
+    more). A Spark Connect DataFrame has no JVM handle: its estimate is read from the
+    cost plan (one request to the server)."""
+    size: int | None
     try:
         size = int(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
     except Exception:  # an API Spark does not promise: no estimate, not an error
@@ -275,13 +274,7 @@ def estimated_bytes(df: Any) -> int | None:
             size = size_in_cost_plan(df._explain_string(mode="cost"))
         except Exception:
             return None
-    if size is None or size < 1 << 40:
-        return size
-    try:
-        unknown = int(df.sparkSession.conf.get("spark.sql.defaultSizeInBytes"))
-    except Exception:  # unset, or not readable: Spark's default
-        unknown = _UNKNOWN_BYTES
-    return None if size >= unknown >> _UNKNOWN_SHRINK else size
+    return None if size is None or size >= NO_ESTIMATE_BYTES else size
 
 
 #: Spark's ``DataType.defaultSize`` of the types it sizes by their width (the rest: 20,
