@@ -11,6 +11,8 @@ must equal those of ``preaggregate=False`` row for row, in the same schema.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -41,6 +43,9 @@ times = st.one_of(
     st.none(),
     st.integers(0, 30_000_000).map(lambda us: T0 + us),  # 30 s: many rows per window
     st.sampled_from([-(2**62), 2**62, 0]),  # far out (beyond the filter's range) and 1970
+    # Next to the filter's bound (4e18 us: both in one window) and to the 64-bit bounds
+    # (reserved values, windows that do not fit, an offset that does not fit).
+    st.sampled_from([4 * 10**18, 4 * 10**18 + 1, -(2**63) + 1, -(2**63) + 2, 2**63 - 2]),
 )
 row = st.tuples(
     st.one_of(st.none(), st.sampled_from(["a", "é"])),
@@ -76,6 +81,22 @@ scopes = st.sampled_from(
 )
 
 
+@contextmanager
+def spark_conf(spark: Any, values: dict[str, str]) -> Iterator[None]:
+    """Session settings for the body of a ``with``, restored after it."""
+    before = {k: spark.conf.get(k, None) for k in values}
+    for k, v in values.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
 def table(rows: list[tuple[Any, ...]]) -> pa.Table:
     cols = list(zip(*rows, strict=True)) if rows else [[] for _ in SCHEMA]
     arrays = []
@@ -102,10 +123,55 @@ def test_preaggregated_windows_equal_the_raw_paths(
     folded = aggregate(df, pipe, preaggregate=True).windows
     plan = folded._jdf.queryExecution().optimizedPlan().toString()
     assert "Aggregate" in plan, "the fold runs in Spark"
-    a, b = raw.toArrow(), folded.toArrow()
+    # A tumbling window's fold is merged where Spark's aggregation left it: spread
+    # over several tasks (no coalescing), each window must still come out once.
+    in_place = isinstance(window, tm.Tumbling) and watermark.per != "partition"
+    assert plan.count("Repartition") == (0 if in_place else 1)
+    with spark_conf(
+        spark, {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "5"}
+    ):
+        b = folded.toArrow()
+    a = raw.toArrow()
     assert a.schema == b.schema
     order = [(c, "ascending") for c in a.column_names]
     assert a.sort_by(order).equals(b.sort_by(order))
+
+
+def test_tumbling_folds_are_merged_where_sparks_aggregation_left_them(spark: Any) -> None:
+    # Many windows of two keys over five tasks, and two rows in one window either side of
+    # the filter's bound (4e18 us): each window comes out once, whole, with no shuffle
+    # after Spark's aggregation.
+    times = [T0 + i * 900_000 for i in range(200)] + [4 * 10**18, 4 * 10**18 + 1, None]
+    df = spark.createDataFrame(
+        pa.table(
+            {
+                "k": ["a", "b"] * 100 + ["a"] * 3,
+                "ts": pa.array(times, pa.timestamp("us", tz="UTC")),
+                "v": pa.array(range(len(times)), pa.int32()),
+            }
+        )
+    )
+    pipe = tm.Pipeline(
+        "k",
+        "ts",
+        window=tm.Tumbling("7s", offset="3s"),
+        aggs={"n": tm.count(), "s": tm.sum("v")},
+        watermark=tm.BoundedOutOfOrderness("1s", per="key"),
+    )
+    folded = aggregate(df, pipe, preaggregate=True).windows
+    with spark_conf(
+        spark, {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "5"}
+    ):
+        plan = folded._jdf.queryExecution().executedPlan().toString()
+        got = folded.toArrow()
+    assert plan.count("Exchange") == 1, plan
+    want = aggregate(df, pipe).windows.toArrow()
+    order = [(c, "ascending") for c in want.column_names]
+    assert got.sort_by(order).equals(want.sort_by(order))
+    counts = got.column("n").to_pylist()
+    starts = got.column("window_start").cast(pa.int64()).to_pylist()
+    assert [n for s, n in zip(starts, counts, strict=True) if s > 10**18] == [2]
+    assert sum(got.column("n").to_pylist()) == len(times) - 1  # all but the null time
 
 
 def test_preaggregate_changes_nothing_where_it_would_not_be_exact(spark: Any) -> None:

@@ -16,9 +16,17 @@ Exact only for: ``count`` (of rows or of non-null values), ``sum`` of 8/16/32-bi
 integers (a group's partial sum cannot overflow a long), ``min``/``max`` of integers,
 dates and timestamps; tumbling or sliding windows on a Spark ``TIMESTAMP`` event time;
 keys of types Spark groups as tidemark does (not floats: Spark groups ``-0.0`` with
-``0.0`` and every NaN together). Rows a Spark filter cannot clear (null or extreme event
-times, long keys: see :func:`~tidemark.spark._sizing.safe_rows`) fold only with rows of
-the same key and event time, so that the pipeline judges them as the raw path would.
+``0.0`` and every NaN together). A pane's rows share one fate in the core wherever it
+can read their event time (the window bounds fit 64 bits or not for all of them, a key
+too long or a source partition out of range fails all of them, a late window takes all
+of them), and the fold's weight counts each failed row; rows whose event time the core
+cannot read (null, a reserved value, ``ts - offset`` beyond 64 bits) fold only with rows
+of the same key and event time, so that each is an error row as in the raw path.
+
+Where a batch is one arrival unit (``aggregate`` without ``order_by``) no row is late, so
+a window's result depends on its own rows alone: a tumbling window's rows are one group,
+and the pipeline can merge each group where Spark's aggregation left it
+(:meth:`Preaggregation.in_place`), with no second shuffle.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from typing import Any
 import pyarrow as pa
 
 from tidemark.pipeline import Agg, Pipeline
-from tidemark.spark._args import column
+from tidemark.spark._args import column, quoted
 from tidemark.spark._codec import arrow_schema_of
 
 #: Spark types whose sum per group fits a long (the pipeline's sum of them is int64).
@@ -49,6 +57,8 @@ _KEYS = {
     "BinaryType",
 }
 
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+
 _PANE = "__tm_pane"
 _SAFE = "__tm_safe"
 #: The input rows a group row stands for (its weight in the batch's counts).
@@ -65,26 +75,43 @@ class Preaggregation:
     #: The grid cell, and its origin, in microseconds.
     pane: int
     offset: int
+    #: The window's offset as the core reads it (``ts - offset`` must fit 64 bits).
+    window_offset: int
     #: ``(partial column, Spark aggregate of a group (a builder taking
     #: ``pyspark.sql.functions``), the column's Spark type)``.
     partials: tuple[tuple[str, Any, Any], ...]
     #: The columns a group is keyed by besides its pane: keys and source partition.
     group_by: tuple[str, ...]
 
-    def rows(self, df: Any, safe: Any) -> Any:
+    def in_place(self) -> bool:
+        """Whether a batch run as one arrival unit can merge the groups where Spark's
+        aggregation leaves them: each group is the whole of one window of one key (a
+        tumbling window, grouped by the pipeline's keys alone)."""
+        return self.pipe.config["window"]["kind"] == "tumbling" and self.group_by == tuple(
+            self.pipe.key
+        )
+
+    def rows(self, df: Any) -> Any:
         """``df``'s rows as the pipeline's input, in one scan and one aggregation: rows
-        ``safe`` clears folded per (key, pane); the others per (key, event time), so
-        that each stays in its own windows as the pipeline judges it (a null or
-        out-of-range event time an error row, as in the raw path)."""
+        folded per (key, pane) where the core reads their event time, the others per
+        (key, event time), each then an error row as in the raw path (see the module
+        docs)."""
         from pyspark.sql import functions as F
 
         ts = self.pipe.event_time
         micros = F.unix_micros(column(ts))
-        shifted = micros - F.lit(self.offset)
-        cell = F.when(safe, shifted - F.pmod(shifted, F.lit(self.pane))).otherwise(micros)
+        # The core reads ts - offset; i64::MIN and i64::MAX are reserved values.
+        o = self.window_offset
+        fold = micros.between(F.lit(_I64_MIN + max(1, o)), F.lit(_I64_MAX + min(-1, o)))
+        # floor((micros - offset) / pane) without overflow near the 64-bit bounds.
+        us, p = f"unix_micros({quoted(ts)})", self.pane
+        index = F.expr(
+            f"({us} div {p}) - if({us} % {p} < 0, 1, 0) - if(pmod({us}, {p}) < {self.offset}, 1, 0)"
+        )
+        cell = F.when(fold, index).otherwise(micros)
         by = [column(c) for c in self.group_by]
         return (
-            df.groupBy(*by, cell.alias(_PANE), F.coalesce(safe, F.lit(False)).alias(_SAFE))
+            df.groupBy(*by, cell.alias(_PANE), F.coalesce(fold, F.lit(False)).alias(_SAFE))
             .agg(
                 F.max(column(ts)).alias(ts),
                 *[agg(F).alias(n) for n, agg, _ in self.partials],
@@ -157,9 +184,8 @@ def preaggregation(pipe: Pipeline, schema: Any, tz: str, large: bool) -> Preaggr
         late_rule=pipe.late_rule,
         eviction=pipe.eviction,
     )
-    out = Preaggregation(
-        rewritten, pane, int(window.get("offset", 0)) % pane, tuple(partials), group_by
-    )
+    offset = int(window.get("offset", 0))
+    out = Preaggregation(rewritten, pane, offset % pane, offset, tuple(partials), group_by)
     # The same windows schema as the raw path's (else it is not the same answer).
     raw = pipe.output_schema(arrow_schema_of(schema, tz, large))
     if not _same_fields(raw, rewritten.output_schema(_partial_schema(out, schema, tz, large))):

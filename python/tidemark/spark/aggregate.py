@@ -32,7 +32,6 @@ from tidemark.spark._sizing import (
     estimated_bytes,
     fits_one_task,
     known_late_and_errors,
-    safe_rows,
 )
 
 __all__ = ["AggregateResult", "aggregate"]
@@ -263,16 +262,19 @@ def aggregate(
         return out if order_by is None else out.sortWithinPartitions(column(order_by))
 
     shipped = ShippedPipeline(pipe, spark)
-    safe = safe_rows(df, pipe) if preaggregate and order_by is None else None
-    pre = None if safe is None else preaggregation(pipe, df.schema, tz, large)
+    fold = preaggregate and order_by is None
+    pre = preaggregation(pipe, df.schema, tz, large) if fold else None
 
     def windows_job() -> Any:
-        if pre is not None and safe is not None:
-            # Spark folds the rows per key and pane; the pipeline merges the folds.
-            rows = pre.rows(df, safe())
+        if pre is not None:
+            # Spark folds the rows per key and pane; the pipeline merges the folds:
+            # where each fold is a whole window, in the partitions Spark's aggregation
+            # left them in (no second shuffle), else after a shuffle by key.
+            in_place = pre.in_place() and num_partitions is None
+            rows = pre.rows(df)
             pre_plan = OutputCodec.build(pre.pipe, rows.schema, tz, large)
             task = _task(ShippedPipeline(pre.pipe, spark), pre_plan, None, None, cores, KIND_WINDOW)
-            placed = parted(rows)
+            placed = rows if in_place else parted(rows)
             return map_in_arrow(placed, task, plan.single_spark[KIND_WINDOW])
         # Only the columns the windows need (and the arrival order) are read; late and
         # error rows carry every input column.

@@ -101,7 +101,6 @@ from tidemark.spark._sizing import (
     fits_one_task,
     row_bytes,
     runs_on_driver,
-    safe_rows,
     unused_columns_are_cheap,
 )
 from tidemark.spark.state import StateStore, state_errors_surface, stream_goes_on_after_flush
@@ -761,8 +760,8 @@ class StreamProcessor(MicroBatchDriver):
         self.pipe = pipe
         self.preaggregate = preaggregate
         # With preaggregate: the fold, decided at the first micro-batch (from its
-        # schema), and the safe-row filter it groups by; self.pipe then merges folds.
-        self._fold: tuple[Preaggregation, Any] | None = None
+        # schema); self.pipe then merges folds.
+        self._fold: Preaggregation | None = None
         self._fold_decided = False
         # The input rows of the last micro-batch run here: the size of the next one
         # where Spark has no estimate (see _layout).
@@ -953,11 +952,10 @@ class StreamProcessor(MicroBatchDriver):
         rows = spark.createDataFrame([], fields) if flush else df
         if not self._fold_decided:
             self._fold_decided = True
-            safe = safe_rows(rows, self.pipe)
-            pre = None if safe is None else preaggregation(self.pipe, fields, tz, large)
+            pre = preaggregation(self.pipe, fields, tz, large)
             if self.pipe.late_rule == "row":
                 pre = None  # each row judged on its own: a pane's rows may differ
-            if pre is None or safe is None:
+            if pre is None:
                 self._warn(
                     "preaggregate",
                     "preaggregate=True: Spark's fold would not give this pipeline's exact "
@@ -965,13 +963,22 @@ class StreamProcessor(MicroBatchDriver):
                     "row goes through the pipeline",
                 )
             else:
-                self._fold = (pre, safe)
+                self._fold = pre
                 self.pipe = pre.pipe
         if self._fold is None:
             return df, fields
-        pre, safe = self._fold
-        folded = pre.rows(rows, safe())
+        folded = self._fold.rows(rows)
         return (df if flush else folded), folded.schema
+
+    def _sized(self, df: Any) -> tuple[int | None, int | None]:
+        """Spark's size estimate of micro-batch ``df`` (``None``: none), and the size
+        its layout goes by: the estimate, or where Spark has none (a Kafka or ``rate``
+        source) the last micro-batch's input rows in Spark's width of a row, as a
+        stream's micro-batches tend to be alike (``None`` before the first)."""
+        size = estimated_bytes(df)
+        if size is None and self._last_rows is not None:
+            return size, self._last_rows * row_bytes(df.schema)
+        return size, size
 
     def _begin(self, df: Any, batch_id: int, flush: bool, schema: Any) -> _StreamRun:
         fields = schema if flush else df.schema
@@ -1166,12 +1173,7 @@ class StreamProcessor(MicroBatchDriver):
             return n > 1 and self._last_shuffled is not False, False, None
         if n > 1 and self.shuffle is True:
             return True, False, None
-        size = estimated_bytes(df)
-        # A source Spark cannot size (Kafka, rate): the last micro-batch's rows in
-        # Spark's width of a row, as a stream's micro-batches tend to be alike.
-        guess = size
-        if size is None and self._last_rows is not None:
-            guess = self._last_rows * row_bytes(df.schema)
+        size, guess = self._sized(df)
         # One state partition needs no routing. Spark's folds (preaggregate) are few rows
         # whatever the micro-batch's size (its aggregation spreads the folding over its
         # own tasks): one task takes them, without a second shuffle.
