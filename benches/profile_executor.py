@@ -179,25 +179,29 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--batches", type=int, default=5)
     ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--steps", nargs="+", choices=STEPS, default=list(STEPS))
     args = ap.parse_args()
     spark = local_session(args.master, app_name="tidemark-profile", shuffle_partitions=4)
     spark.sparkContext.setLogLevel("FATAL")  # a stopped query aborts its last write
     work = Path(tempfile.mkdtemp(prefix="tidemark-profile-"))
     try:
+        steps = [s for s in STEPS if s in args.steps]
         print(
             f"{'rows':>10} "
-            + " ".join(f"{s:>9}" for s in (*STEPS, "rust"))
+            + " ".join(f"{s:>9}" for s in (*steps, "rust"))
             + "  (s per micro-batch)"
         )
         for rows in args.rows:
             got = {
                 s: run(spark, s, rows, args.keys, args.partitions, args.batches, work)
-                for s in STEPS
+                for s in steps
             }
             got["rust"] = rust_seconds(spark, rows, args.keys, args.partitions)
             print(
-                f"{rows:>10,} " + " ".join(f"{got[s]:9.3f}" for s in (*STEPS, "rust")), flush=True
+                f"{rows:>10,} " + " ".join(f"{got[s]:9.3f}" for s in (*steps, "rust")), flush=True
             )
+            if len(steps) < len(STEPS):
+                continue  # the breakdown needs every step
             t = got
             parts = {
                 "trigger": t["trigger"],

@@ -967,6 +967,10 @@ class StreamProcessor(MicroBatchDriver):
                 self.pipe = pre.pipe
         if self._fold is None:
             return df, fields
+        if not flush and self.shuffle is not True and fits_one_task(spark, self._sized(df)[1]):
+            # A micro-batch one task takes: Spark folds it in that task, with no
+            # shuffle stage (its aggregation needs none over one partition).
+            rows = rows.coalesce(1)
         folded = self._fold.rows(rows)
         return (df if flush else folded), folded.schema
 
