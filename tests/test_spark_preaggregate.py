@@ -254,7 +254,7 @@ def test_a_preaggregating_stream_processor_equals_the_raw_one(
         "k",
         "ts",
         window=window,
-        aggs={"n": tm.count(), "s": tm.sum("v"), "hi": tm.max("v")},
+        aggs={"n": tm.count(), "c": tm.count("v"), "s": tm.sum("v"), "hi": tm.max("v")},
         watermark=tm.BoundedOutOfOrderness("1s", per=per),
     )
     schema = pa.schema(

@@ -158,18 +158,17 @@ def preaggregation(pipe: Pipeline, schema: Any, tz: str, large: bool) -> Preaggr
         if col is None:
             if agg.kind != "count":
                 return None
-            partials.append((p, "count(1)", LongType()))
-            merged[name] = Agg("sum", p)
+            merged[name] = Agg("sum", WEIGHT)  # a group's rows: its weight
             continue
-        kind = type(schema[col].dataType).__name__
+        kind, c = type(schema[col].dataType).__name__, quoted(col)
         if agg.kind == "count":
-            partials.append((p, f"count({quoted(col)})", LongType()))
+            partials.append((p, f"count({c})", LongType()))
             merged[name] = Agg("sum", p)
         elif agg.kind == "sum" and kind in _SMALL_INTS:
-            partials.append((p, f"sum(CAST({quoted(col)} AS BIGINT))", LongType()))
+            partials.append((p, f"sum(CAST({c} AS BIGINT))", LongType()))
             merged[name] = Agg("sum", p)
         elif agg.kind in ("min", "max") and kind in _ORDERED:
-            partials.append((p, f"{agg.kind}({quoted(col)})", schema[col].dataType))
+            partials.append((p, f"{agg.kind}({c})", schema[col].dataType))
             merged[name] = Agg(agg.kind, p)
         else:
             return None

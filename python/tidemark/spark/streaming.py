@@ -999,7 +999,8 @@ class StreamProcessor(MicroBatchDriver):
         windows_only = not flush and self.late_sink is None and self.error_sink is None
         if windows_only:
             used = used_input(self.pipe, fields)
-            if WEIGHT in fields.fieldNames():  # the folds' weights count the batch's rows
+            if WEIGHT in fields.fieldNames() and WEIGHT not in used.fieldNames():
+                # The folds' weights count the batch's rows.
                 used = type(used)([*used.fields, fields[WEIGHT]])
             fields = used
         plan = OutputCodec.build(self.pipe, fields, tz, large)
