@@ -216,13 +216,14 @@ def aggregate(
         sliding windows of a Spark timestamp; no ``order_by``, ``max_keys``, lookup or
         ``state_ttl``; keys that are not floats), Spark's own ``groupBy`` folds the
         rows per key and window pane before they reach Python, and the pipeline merges
-        those partial aggregates. Faster where keys have many rows per window (about
-        2x with 200 rows per key and window: 0.55-0.67 s for 2M rows on 2 cores,
-        against 1.30-1.35 s without and Spark's own ``groupBy`` at 0.54 s), slower
-        where they have few (1.6-2x slower with one row per key and window: the fold
-        saves nothing and costs a second shuffle); see the deployment guide.
-        Elsewhere it changes nothing. Default ``False``: every row goes through the
-        pipeline.
+        those partial aggregates (for tumbling windows in the tasks of Spark's
+        aggregation, with no second shuffle). Faster where keys have many rows per
+        window (2.4x with 200 rows per key and window: 0.69-0.85 s for 2M rows on 2
+        cores, against 1.65-2.14 s without, and Spark's own ``groupBy`` at
+        0.71-0.86 s), slower where they have few (1.6-1.8x slower with one row per key
+        and window: the fold saves nothing and Spark's aggregation is paid on top);
+        see the deployment guide. Elsewhere it changes nothing. Default ``False``:
+        every row goes through the pipeline.
 
     Returns
     -------
