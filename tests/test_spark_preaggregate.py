@@ -11,6 +11,7 @@ must equal those of ``preaggregate=False`` row for row, in the same schema.
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -97,6 +98,20 @@ def spark_conf(spark: Any, values: dict[str, str]) -> Iterator[None]:
                 spark.conf.set(k, v)
 
 
+@contextmanager
+def input_taken_as_large(large: bool) -> Iterator[None]:
+    """``aggregate`` inside the ``with`` runs an input of any size as a large one (not
+    in one task), if ``large``."""
+    module = importlib.import_module("tidemark.spark.aggregate")
+    fits = module.fits_one_task
+    if large:
+        module.fits_one_task = lambda spark, size: False
+    try:
+        yield
+    finally:
+        module.fits_one_task = fits
+
+
 def table(rows: list[tuple[Any, ...]]) -> pa.Table:
     cols = list(zip(*rows, strict=True)) if rows else [[] for _ in SCHEMA]
     arrays = []
@@ -112,21 +127,37 @@ def table(rows: list[tuple[Any, ...]]) -> pa.Table:
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(rows=st.lists(row, min_size=1, max_size=60), window=windows, agg=aggs, scope=scopes)
+@given(
+    rows=st.lists(row, min_size=1, max_size=60),
+    window=windows,
+    agg=aggs,
+    scope=scopes,
+    one_task=st.booleans(),
+)
 def test_preaggregated_windows_equal_the_raw_paths(
-    spark: Any, rows: list[tuple[Any, ...]], window: Any, agg: dict[str, Any], scope: Any
+    spark: Any,
+    rows: list[tuple[Any, ...]],
+    window: Any,
+    agg: dict[str, Any],
+    scope: Any,
+    one_task: bool,
 ) -> None:
     keys, watermark = scope
     pipe = tm.Pipeline(keys, "ts", window=window, aggs=agg, watermark=watermark)
     df = spark.createDataFrame(table(rows))
     raw = aggregate(df, pipe).windows
-    folded = aggregate(df, pipe, preaggregate=True).windows
+    # A small input is folded in one task; a large one (as these are taken to be,
+    # unless one_task) by Spark's aggregation over several.
+    with input_taken_as_large(not one_task):
+        folded = aggregate(df, pipe, preaggregate=True).windows
     plan = folded._jdf.queryExecution().optimizedPlan().toString()
     assert "Aggregate" in plan, "the fold runs in Spark"
     # A tumbling window's fold is merged where Spark's aggregation left it: spread
     # over several tasks (no coalescing), each window must still come out once.
     in_place = isinstance(window, tm.Tumbling) and watermark.per != "partition"
-    assert plan.count("Repartition") == (0 if in_place else 1)
+    assert plan.count("Repartition 1, false") == (1 if one_task else 0)  # a coalesce
+    reshuffled = "RepartitionByExpression" in plan or "Repartition 1, true" in plan
+    assert reshuffled == (not in_place and not one_task)
     with spark_conf(
         spark, {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "5"}
     ):
@@ -158,7 +189,8 @@ def test_tumbling_folds_are_merged_where_sparks_aggregation_left_them(spark: Any
         aggs={"n": tm.count(), "s": tm.sum("v")},
         watermark=tm.BoundedOutOfOrderness("1s", per="key"),
     )
-    folded = aggregate(df, pipe, preaggregate=True).windows
+    with input_taken_as_large(True):
+        folded = aggregate(df, pipe, preaggregate=True).windows
     with spark_conf(
         spark, {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "5"}
     ):

@@ -269,10 +269,11 @@ def aggregate(
     def windows_job() -> Any:
         if pre is not None:
             # Spark folds the rows per key and pane; the pipeline merges the folds:
-            # where each fold is a whole window, in the partitions Spark's aggregation
-            # left them in (no second shuffle), else after a shuffle by key.
-            in_place = pre.in_place() and num_partitions is None
-            rows = pre.rows(df)
+            # a small input in one task (its aggregation then needs no shuffle); where
+            # each fold is a whole window, in the partitions Spark's aggregation left
+            # them in (no second shuffle); else after a shuffle by key.
+            in_place = single or (pre.in_place() and num_partitions is None)
+            rows = pre.rows(df.coalesce(1) if single else df)
             pre_plan = OutputCodec.build(pre.pipe, rows.schema, tz, large)
             task = _task(ShippedPipeline(pre.pipe, spark), pre_plan, None, None, cores, KIND_WINDOW)
             placed = rows if in_place else parted(rows)
