@@ -687,7 +687,8 @@ class StreamProcessor(MicroBatchDriver):
         and the counts of ``last_progress`` are the raw path's; late and error rows are
         counted, not kept (no ``late_sink`` or ``error_sink``). Far fewer rows cross
         into Python and through the shuffle where keys have many rows per window in a
-        micro-batch; the folds then run in one task (unless ``shuffle=True``). Decided
+        micro-batch; the folds then run in one task (unless ``shuffle=True``), and a
+        micro-batch small enough for one task is folded in that task. Decided
         at the first micro-batch; the state then holds the merged folds (a state
         location is kept with the same setting). Default ``False``.
 
