@@ -57,6 +57,7 @@ def run(spark: Any, state: Path, preaggregate: bool) -> list[tuple]:
         progress = proc.last_progress
         assert progress is not None and progress["input_rows"] == ROWS, progress
         assert progress["layout"] == ("one task" if preaggregate else "shuffled"), progress
+        assert progress["read"] == ("folds" if preaggregate else "spark"), progress
         print(f"preaggregate={preaggregate} batch {b}: task seconds per executor {busy}")
     proc.flush(spark, df.schema)
     return sorted(got)

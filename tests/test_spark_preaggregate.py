@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -99,13 +100,12 @@ def spark_conf(spark: Any, values: dict[str, str]) -> Iterator[None]:
 
 
 @contextmanager
-def input_taken_as_large(large: bool) -> Iterator[None]:
-    """``aggregate`` inside the ``with`` runs an input of any size as a large one (not
-    in one task), if ``large``."""
-    module = importlib.import_module("tidemark.spark.aggregate")
+def taken_as_large(module_name: str, large: Callable[[], bool]) -> Iterator[None]:
+    """Inside the ``with``, module ``tidemark.spark.<module_name>`` takes an input of
+    any size as too large for one task while ``large()`` says so."""
+    module = importlib.import_module(f"tidemark.spark.{module_name}")
     fits = module.fits_one_task
-    if large:
-        module.fits_one_task = lambda spark, size: False
+    module.fits_one_task = lambda spark, size: not large() and fits(spark, size)
     try:
         yield
     finally:
@@ -148,7 +148,7 @@ def test_preaggregated_windows_equal_the_raw_paths(
     raw = aggregate(df, pipe).windows
     # A small input is folded in one task; a large one (as these are taken to be,
     # unless one_task) by Spark's aggregation over several.
-    with input_taken_as_large(not one_task):
+    with taken_as_large("aggregate", lambda: not one_task):
         folded = aggregate(df, pipe, preaggregate=True).windows
     plan = folded._jdf.queryExecution().optimizedPlan().toString()
     assert "Aggregate" in plan, "the fold runs in Spark"
@@ -189,7 +189,7 @@ def test_tumbling_folds_are_merged_where_sparks_aggregation_left_them(spark: Any
         aggs={"n": tm.count(), "s": tm.sum("v")},
         watermark=tm.BoundedOutOfOrderness("1s", per="key"),
     )
-    with input_taken_as_large(True):
+    with taken_as_large("aggregate", lambda: True):
         folded = aggregate(df, pipe, preaggregate=True).windows
     with spark_conf(
         spark, {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "5"}
@@ -269,6 +269,7 @@ batch_rows = st.lists(
     window=st.sampled_from([tm.Tumbling("5s"), tm.Sliding("6s", "2s")]),
     per=st.sampled_from(["key", "global"]),
     on_driver=st.booleans(),
+    large=st.lists(st.booleans(), min_size=4, max_size=4),
 )
 def test_a_preaggregating_stream_processor_equals_the_raw_one(
     spark: Any,
@@ -277,10 +278,16 @@ def test_a_preaggregating_stream_processor_equals_the_raw_one(
     window: Any,
     per: str,
     on_driver: bool,
+    large: list[bool],
 ) -> None:
     # Micro-batches whose rows run behind and ahead of the stream (late rows, windows
-    # closing), null times and values: windows and counts equal batch by batch.
+    # closing), null times and values: windows and counts equal batch by batch. The
+    # micro-batches taken as too large for one task (``large``) are folded by Spark, or
+    # (after a fold that kept more than FOLD_SHARE of its rows, set to 0 here: every
+    # other large one) shuffled raw; the others go through the same state raw.
     from tidemark.spark import StreamProcessor
+
+    streaming = importlib.import_module("tidemark.spark.streaming")
 
     pipe = tm.Pipeline(
         "k",
@@ -311,7 +318,8 @@ def test_a_preaggregating_stream_processor_equals_the_raw_one(
             arrow_sinks=True,
             preaggregate=pre,
         )
-        progress = []
+        share, retry = streaming.FOLD_SHARE, streaming.FOLD_RETRY
+        progress, reads = [], []
         for b, rows in enumerate(batches):
             base = T0 + b * 10_000_000
             t = pa.table(
@@ -325,12 +333,65 @@ def test_a_preaggregating_stream_processor_equals_the_raw_one(
                 },
                 schema=schema,
             )
-            proc(spark.createDataFrame(t, schema=spark_schema), b)
+            streaming.FOLD_SHARE, streaming.FOLD_RETRY = 0.0, 1
+            try:
+                with taken_as_large("streaming", lambda b=b: large[b]):
+                    proc(spark.createDataFrame(t, schema=spark_schema), b)
+            finally:
+                streaming.FOLD_SHARE, streaming.FOLD_RETRY = share, retry
             last = dict(proc.last_progress or {})
+            reads.append(last["read"])
             for k in ("layout", "read", "read_why"):
                 last.pop(k, None)
             progress.append(last)
         proc.flush(spark, spark_schema)
         runs[pre] = (got, progress)
+        folded = [r == "folds" for r in reads]
+        assert all(pre and large[b] for b, f in enumerate(folded) if f)
+        assert any(folded) == (pre and any(large[: len(batches)])), "the first large one folds"
     assert runs[True][0] == runs[False][0], "windows, batch by batch and at the flush"
     assert runs[True][1] == runs[False][1], "input, window, late and error counts"
+
+
+def test_a_fold_that_keeps_most_rows_gives_way_to_the_raw_path(spark: Any, tmp_path: Path) -> None:
+    # Large micro-batches (taken as too large for one task): with many rows per key and
+    # pane each is folded; with one row per key the first fold keeps every row, and the
+    # next micro-batches go raw to their state partitions' tasks.
+    from tidemark.spark import StreamProcessor
+
+    pipe = tm.Pipeline(
+        "k",
+        "ts",
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count()},
+        watermark=tm.BoundedOutOfOrderness("1s", per="key"),
+    )
+    for keys, want in ((1, ["folds"] * 3), (40, ["folds", "spark", "spark"])):
+        proc = StreamProcessor(
+            pipe,
+            str(tmp_path / f"state-{keys}"),
+            2,
+            sink=lambda t, b: None,
+            on_driver=False,
+            preaggregate=True,
+        )
+        reads, layouts, counted = [], [], 0
+        for b in range(3):
+            t = pa.table(
+                {
+                    "k": [f"k{i % keys}" for i in range(40)],
+                    "ts": pa.array(
+                        [T0 + b * 10_000_000 + i for i in range(40)],
+                        pa.timestamp("us", tz="UTC"),
+                    ),
+                }
+            )
+            with taken_as_large("streaming", lambda: True):
+                proc(spark.createDataFrame(t), b)
+            assert proc.last_progress is not None
+            reads.append(proc.last_progress["read"])
+            layouts.append(proc.last_progress["layout"])
+            counted += proc.last_progress["input_rows"]
+        assert reads == want
+        assert layouts == ["shuffled" if r == "spark" else "one task" for r in reads]
+        assert counted == 120

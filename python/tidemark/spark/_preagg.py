@@ -31,7 +31,9 @@ and the pipeline can merge each group where Spark's aggregation left it
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,8 +79,9 @@ class Preaggregation:
     offset: int
     #: The window's offset as the core reads it (``ts - offset`` must fit 64 bits).
     window_offset: int
-    #: ``(partial column, Spark SQL aggregate of a group, the column's Spark type)``.
-    partials: tuple[tuple[str, str, Any], ...]
+    #: ``(partial column, Spark SQL aggregate of a group, the column's Spark type,
+    #: the aggregate's kind: count, sum, min or max, its input column)``.
+    partials: tuple[tuple[str, str, Any, str, str], ...]
     #: The columns a group is keyed by besides its pane: keys and source partition.
     group_by: tuple[str, ...]
 
@@ -115,11 +118,34 @@ class Preaggregation:
             )
             .agg(
                 F.expr(f"max({ts}) AS {ts}"),
-                *[F.expr(f"{sql} AS {n}") for n, sql, _ in self.partials],
+                *[F.expr(f"{sql} AS {n}") for n, sql, *_ in self.partials],
                 F.expr(f"count(1) AS {WEIGHT}"),
             )
             .drop(_PANE, _SAFE)
         )
+
+    def lift(self) -> Callable[[pa.Table], pa.Table]:
+        """A function of raw rows (Arrow, as Spark hands a micro-batch to Python) to the
+        pipeline's input: each row its own fold, of weight 1, with the partial columns
+        Spark's fold of it alone would give (other columns are kept). A micro-batch run
+        without Spark's fold goes through the pipeline that merges folds this way, so
+        that folded and raw micro-batches share one state. Small to ship to a task."""
+        return functools.partial(
+            _lift, tuple((n, kind, col) for n, _, _, kind, col in self.partials)
+        )
+
+
+def _lift(partials: tuple[tuple[str, str, str], ...], table: pa.Table) -> pa.Table:
+    import pyarrow.compute as pc
+
+    for name, kind, col in partials:
+        values = table.column(col)
+        if kind == "count":
+            values = pc.cast(pc.is_valid(values), pa.int64())
+        elif kind == "sum":
+            values = pc.cast(values, pa.int64())
+        table = table.append_column(name, values)
+    return table.append_column(WEIGHT, pa.repeat(pa.scalar(1, pa.int64()), table.num_rows))
 
 
 def preaggregation(pipe: Pipeline, schema: Any, tz: str, large: bool) -> Preaggregation | None:
@@ -150,7 +176,7 @@ def preaggregation(pipe: Pipeline, schema: Any, tz: str, large: bool) -> Preaggr
         for c in group_by
     ):
         return None
-    partials: list[tuple[str, str, Any]] = []
+    partials: list[tuple[str, str, Any, str, str]] = []
     merged: dict[str, Agg] = {}
     for i, (name, agg) in enumerate(pipe.aggs.items()):
         p = f"__tm_partial{i}"
@@ -162,13 +188,13 @@ def preaggregation(pipe: Pipeline, schema: Any, tz: str, large: bool) -> Preaggr
             continue
         kind, c = type(schema[col].dataType).__name__, quoted(col)
         if agg.kind == "count":
-            partials.append((p, f"count({c})", LongType()))
+            partials.append((p, f"count({c})", LongType(), "count", col))
             merged[name] = Agg("sum", p)
         elif agg.kind == "sum" and kind in _SMALL_INTS:
-            partials.append((p, f"sum(CAST({c} AS BIGINT))", LongType()))
+            partials.append((p, f"sum(CAST({c} AS BIGINT))", LongType(), "sum", col))
             merged[name] = Agg("sum", p)
         elif agg.kind in ("min", "max") and kind in _ORDERED:
-            partials.append((p, f"{agg.kind}({c})", schema[col].dataType))
+            partials.append((p, f"{agg.kind}({c})", schema[col].dataType, agg.kind, col))
             merged[name] = Agg(agg.kind, p)
         else:
             return None
@@ -198,7 +224,7 @@ def _partial_schema(pre: Preaggregation, schema: Any, tz: str, large: bool) -> p
     from pyspark.sql.types import LongType, StructField, StructType
 
     fields = [schema[c] for c in pre.group_by] + [schema[pre.pipe.event_time]]
-    fields += [StructField(name, ty, True) for name, _, ty in pre.partials]
+    fields += [StructField(name, ty, True) for name, _, ty, *_ in pre.partials]
     fields.append(StructField(WEIGHT, LongType(), False))
     return arrow_schema_of(StructType(fields), tz, large)
 
