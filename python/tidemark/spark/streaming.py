@@ -1209,7 +1209,7 @@ class StreamProcessor(MicroBatchDriver):
                     f"({self.pipe.watermark!r}) judges late rows and closes windows",
                 )
 
-    def _layout(self, df: Any, flush: bool, folds: bool) -> tuple[bool, bool, int | None]:
+    def _layout(self, df: Any, flush: bool, folds: bool = False) -> tuple[bool, bool, int | None]:
         """``(shuffled, untagged, size)`` for the batch: whether its rows are shuffled
         to their state partitions (for a flush, which reads no rows: whether it runs
         one task per state partition); if not, whether its one task routes them itself
