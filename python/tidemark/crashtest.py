@@ -200,14 +200,21 @@ class CrashReport:
     seconds: float = 0.0
 
 
+#: The job's JVMs (Spark's launcher and the driver) compile with the quick JIT only: a
+#: job killed seconds after it starts is mostly start-up, which that makes about a fifth
+#: faster (17 s to 14 s to the query's start here, 50 s to 41 s for a whole 30-batch run).
+_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
 def _start(work: Path, log: Any) -> subprocess.Popen[str]:
+    jvm = " ".join(filter(None, (os.environ.get("JAVA_TOOL_OPTIONS"), _JVM_OPTIONS)))
     return subprocess.Popen(
         [sys.executable, "-m", "tidemark.crashtest", "job", str(work)],
         stdout=subprocess.PIPE,
         stderr=log,
         text=True,
         start_new_session=True,  # its own process group: the JVM dies with it
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "JAVA_TOOL_OPTIONS": jvm},
     )
 
 
