@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import tidemark as tm
 from test_spark_pipeline import pipeline, rows_of, stream_batches, write_stream_files
 from tidemark.spark import StreamProcessor
 from tidemark.spark._files import read_batch_files
@@ -100,12 +101,15 @@ def _run(
     got: list[tuple] = []
     reads: list[str] = []
 
+    columns = kw.pop("columns", COLUMNS)
+
     def sink(df: Any, _batch_id: int) -> None:
-        got.extend(rows_of(df, COLUMNS))
+        got.extend(rows_of(df, columns))
 
     derive = kw.pop("derive", lambda df: df)
     whys: list[str] = kw.pop("why", [])
-    proc = StreamProcessor(pipeline(), str(tmp_path / name / "state"), 3, sink=sink, **kw)
+    pipe = kw.pop("pipe", None) or pipeline()
+    proc = StreamProcessor(pipe, str(tmp_path / name / "state"), 3, sink=sink, **kw)
 
     def each_batch(df: Any, batch_id: int) -> None:
         proc(derive(df), batch_id)
@@ -177,6 +181,32 @@ def test_a_parquet_file_stream_gives_the_same_windows_read_either_way(
             spark.conf.unset(k)
     assert reads == [f"driver/{read}"] * 3
     assert got == want
+
+
+def test_a_preaggregating_processor_reads_small_micro_batches_from_their_files(
+    spark: Any, tmp_path: Path
+) -> None:
+    # preaggregate=True folds only micro-batches too large for one task: a small one of
+    # a file stream is read from its files by the driver, each row its own fold, into
+    # the state the folds share; the windows are the raw processor's.
+    pipe = tm.Pipeline(
+        "device",
+        "ts",
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count(), "first": tm.min("ts")},
+        watermark=tm.BoundedOutOfOrderness("5s", per="key"),
+    )
+    inp = tmp_path / "in"
+    write_stream_files(inp, stream_batches())
+    same = lambda s: s  # noqa: E731
+    columns = ["device", "window_start", "n", "first"]
+    want, reads = _run(spark, tmp_path, "raw", inp, same, {}, pipe=pipe, columns=columns)
+    assert reads == ["driver/files"] * 3
+    got, reads = _run(
+        spark, tmp_path, "pre", inp, same, {}, pipe=pipe, columns=columns, preaggregate=True
+    )
+    assert reads == ["driver/files"] * 3
+    assert got == want and len(want) > 10
 
 
 def test_a_micro_batch_read_from_its_files_runs_in_the_driver_up_to_a_larger_size(
