@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,25 +45,27 @@ def next_flush_batch(store: StateStore, finished_key: str) -> int:
     return done[-1] if replay else done[-1] + 1
 
 
-class exact_partitions:
-    """Turns off adaptive partition coalescing for one job, restoring the setting: one
-    task per state partition (adaptive execution would merge them into fewer)."""
+@contextlib.contextmanager
+def session_settings(spark: Any, values: dict[str, str]) -> Iterator[None]:
+    """Spark session ``values`` for the body of a ``with``, each restored (or unset)
+    after it."""
+    before = {k: spark.conf.get(k, None) for k in values}
+    for k, v in values.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, old in before.items():
+            if old is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, old)
 
-    KEY = "spark.sql.adaptive.coalescePartitions.enabled"
 
-    def __init__(self, spark: Any) -> None:
-        self.spark = spark
-        self.old: str | None = None
-
-    def __enter__(self) -> None:
-        self.old = self.spark.conf.get(self.KEY, None)
-        self.spark.conf.set(self.KEY, "false")
-
-    def __exit__(self, *exc: object) -> None:
-        if self.old is None:
-            self.spark.conf.unset(self.KEY)
-        else:
-            self.spark.conf.set(self.KEY, self.old)
+def exact_partitions(spark: Any) -> contextlib.AbstractContextManager[None]:
+    """Adaptive partition coalescing off for one job: one task per state partition
+    (adaptive execution would merge them into fewer)."""
+    return session_settings(spark, {"spark.sql.adaptive.coalescePartitions.enabled": "false"})
 
 
 @dataclass(kw_only=True)

@@ -62,7 +62,9 @@ _KEYS = {
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
 _PANE = "__tm_pane"
-_SAFE = "__tm_safe"
+#: Whether a group is folded per pane (else per event time): groups of both kinds
+#: may share a key and a pane number.
+_BY_PANE = "__tm_by_pane"
 #: The input rows a group row stands for (its weight in the batch's counts).
 WEIGHT = "__tm_rows"
 
@@ -114,14 +116,14 @@ class Preaggregation:
             df.groupBy(
                 *by,
                 F.expr(f"CASE WHEN {fold} THEN {index} ELSE {us} END AS {_PANE}"),
-                F.expr(f"coalesce({fold}, false) AS {_SAFE}"),
+                F.expr(f"coalesce({fold}, false) AS {_BY_PANE}"),
             )
             .agg(
                 F.expr(f"max({ts}) AS {ts}"),
                 *[F.expr(f"{sql} AS {n}") for n, sql, *_ in self.partials],
                 F.expr(f"count(1) AS {WEIGHT}"),
             )
-            .drop(_PANE, _SAFE)
+            .drop(_PANE, _BY_PANE)
         )
 
     def lift(self) -> Callable[[pa.Table], pa.Table]:
