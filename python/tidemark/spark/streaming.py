@@ -970,7 +970,13 @@ class StreamProcessor(MicroBatchDriver):
     # --- the foreachBatch function -------------------------------------------------
 
     def _folded(
-        self, df: Any, flush: bool, fields: Any, tz: str, large: bool
+        self,
+        df: Any,
+        flush: bool,
+        fields: Any,
+        tz: str,
+        large: bool,
+        sized: tuple[int | None, int | None] | None,
     ) -> tuple[Any, Any, bool]:
         """With ``preaggregate``: the micro-batch as Spark's folds (see
         :mod:`tidemark.spark._preagg`) and their schema, where the fold is exact for
@@ -978,7 +984,8 @@ class StreamProcessor(MicroBatchDriver):
         merging folds, whose state this processor keeps) and the micro-batch too large
         for one task (else its raw rows go through that pipeline, each its own fold:
         see :meth:`Preaggregation.lift`); else ``df`` and ``fields``. Also whether the
-        rows are Spark's folds. A flush reads no rows: only the schema is folded."""
+        rows are Spark's folds. A flush reads no rows: only the schema is folded.
+        ``sized``: :meth:`_sized` of ``df`` (a micro-batch)."""
         if not self.preaggregate:
             return df, fields, False
         if not self._fold_decided:
@@ -1007,7 +1014,8 @@ class StreamProcessor(MicroBatchDriver):
         # saves little and one task takes them all: the rows go raw (to their state
         # partitions' tasks), and every FOLD_RETRY such micro-batches the fold is tried
         # again (a stream's keys change).
-        if self.shuffle is not True and fits_one_task(df.sparkSession, self._sized(df)[1]):
+        assert sized is not None
+        if self.shuffle is not True and fits_one_task(df.sparkSession, sized[1]):
             return df, fields, False
         if self._fold_share > FOLD_SHARE and self._raw_since < FOLD_RETRY:
             self._raw_since += 1
@@ -1032,7 +1040,10 @@ class StreamProcessor(MicroBatchDriver):
             self._warn_spark_watermark(fields)
         spark = df.sparkSession
         tz, large = session_arrow_settings(spark)
-        df, fields, folds = self._folded(df, flush, fields, tz, large)
+        # The micro-batch's size, asked of Spark once (a JVM call) for the fold's choice
+        # and the layout of raw rows.
+        sized = self._sized(df) if self.preaggregate and not flush else None
+        df, fields, folds = self._folded(df, flush, fields, tz, large, sized)
         # Raw rows of a processor that keeps merged folds: each row goes in as its own
         # fold (the task lifts it), read and encoded as the raw pipeline's input.
         lift = self._fold.lift() if self._fold is not None and not folds and not flush else None
@@ -1054,7 +1065,7 @@ class StreamProcessor(MicroBatchDriver):
         token = uuid.uuid4().hex
         if self._shipped is None:
             self._shipped = ShippedPipeline(self.pipe, spark)  # one broadcast per query
-        shuffled, untagged, size = self._layout(df, flush, folds)
+        shuffled, untagged, size = self._layout(df, flush, folds, None if folds else sized)
         table, read_why = self._files_on_driver(df, flush, size, plan)
         driver = table is not None or self._runs_on_driver(df, flush, shuffled, size)
         if not flush:
@@ -1209,15 +1220,22 @@ class StreamProcessor(MicroBatchDriver):
                     f"({self.pipe.watermark!r}) judges late rows and closes windows",
                 )
 
-    def _layout(self, df: Any, flush: bool, folds: bool = False) -> tuple[bool, bool, int | None]:
+    def _layout(
+        self,
+        df: Any,
+        flush: bool,
+        folds: bool = False,
+        sized: tuple[int | None, int | None] | None = None,
+    ) -> tuple[bool, bool, int | None]:
         """``(shuffled, untagged, size)`` for the batch: whether its rows are shuffled
         to their state partitions (for a flush, which reads no rows: whether it runs
         one task per state partition); if not, whether its one task routes them itself
         (see :func:`_task`), which saves planning the tagging expression and the
         placeholder rows; and Spark's size estimate of ``df`` (``None``: none, or not
-        read). Where Spark has no estimate (a Kafka or ``rate`` source), the last
-        micro-batch this processor ran sizes this one (its input rows at Spark's
-        default width of a row); the first is shuffled. A task routes only where its
+        read; ``sized``: :meth:`_sized` of ``df``, if already asked). Where Spark has no
+        estimate (a Kafka or ``rate`` source), the last micro-batch this processor ran
+        sizes this one (its input rows at Spark's default width of a row); the first is
+        shuffled. A task routes only where its
         hash of the keys is Spark's, and only where the size estimate is known and not
         0: the optimizer drops the ``coalesce`` over an input it knows is empty
         (``limit(0)``), and the batch would then run no task at all."""
@@ -1229,7 +1247,7 @@ class StreamProcessor(MicroBatchDriver):
             return n > 1 and self._last_shuffled is not False, False, None
         if n > 1 and self.shuffle is True:
             return True, False, None
-        size, guess = self._sized(df)
+        size, guess = sized or self._sized(df)
         # One state partition needs no routing. Spark's folds (``folds``: preaggregate)
         # are few rows whatever the micro-batch's size (its aggregation spreads the
         # folding over its own tasks): one task takes them, without a second shuffle.
