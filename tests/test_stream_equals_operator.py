@@ -2,7 +2,8 @@
 
 Hypothesis generates streams (keys, source partitions, out-of-order and late event
 times, keys and partitions that fall silent, a clock that moves between micro-batches)
-and pipelines (global, per-partition and per-key watermarks, idleness, declared
+and pipelines (global, per-partition and per-key watermarks, idleness in event time
+and on the clock, declared
 partitions, ``max_keys`` with each eviction policy, ``state_ttl``, tumbling, sliding and
 session windows). Each stream goes through:
 
@@ -105,7 +106,11 @@ def pipelines(draw: Any) -> tuple[tm.Pipeline, bool]:
         window=window,
         aggs={"n": tm.count(), "s": tm.sum("v")},
         watermark=tm.BoundedOutOfOrderness(
-            draw(st.sampled_from(["0s", "5s"])), per=per, idle_timeout=idle, partitions=declared
+            draw(st.sampled_from(["0s", "5s"])),
+            per=per,
+            idle_timeout=idle,
+            partitions=declared,
+            idleness=draw(st.sampled_from(["event_time", "clock"])),
         ),
         allowed_lateness=draw(st.sampled_from(["0s", "3s"])),
         late_rule=draw(st.sampled_from(["spark", "flink", "row"])),
@@ -389,8 +394,8 @@ def test_an_idle_key_alone_in_its_state_partition_still_closes(
     spark: Any, tmp_path: Path, on_driver: bool
 ) -> None:
     # tenant-9 sends only in the first micro-batch; the clock moves 60 s per batch and
-    # keys go idle after 90 s. Its window closed on the global watermark at batch 2
-    # in one operator, and never in its own state partition.
+    # keys go idle after 90 s on it. Its window closed on the global watermark at batch
+    # 2 in one operator, and never in its own state partition.
     tenants = [f"tenant-{i}" for i in range(10)]
     tables = _stream_of(
         [[(t, 0, 1) for t in tenants]]
@@ -401,7 +406,7 @@ def test_an_idle_key_alone_in_its_state_partition_still_closes(
         event_time="ts",
         window=tm.Tumbling("10s"),
         aggs={"n": tm.count()},
-        watermark=tm.BoundedOutOfOrderness("5s", per="key", idle_timeout="90s"),
+        watermark=tm.BoundedOutOfOrderness("5s", per="key", idle_timeout="90s", idleness="clock"),
     )
     got, want, progress = _windows_per_batch(
         spark, pipe, tables, tmp_path, step_ms=60_000, on_driver=on_driver

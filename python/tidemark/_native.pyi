@@ -227,6 +227,8 @@ class Operator:
         """Joins every input row with `table` on `on` first (`None`: no lookup)."""
     def set_external_watermark(self, watermark: int | None) -> None:
         """Uses an externally combined watermark (see the Rust docs); None to stop."""
+    def set_external_time(self, time: int | None) -> None:
+        """The scope's event time combined elsewhere (`None`: this operator's own)."""
     def set_sorted_output(self, on: bool) -> None:
         """Off: each call's windows in the order they closed instead of sorted."""
     def progress(self) -> dict[str, Any]:
@@ -252,6 +254,9 @@ class ScopeWatermark:
     @property
     def current(self) -> int | None:
         """The current watermark (`None`: none yet)."""
+    @property
+    def time(self) -> int | None:
+        """The scope's event time: the largest event time reported (`None`: none)."""
     def to_bytes(self) -> bytes: ...
 
 @final

@@ -77,6 +77,7 @@ __all__ = [
 ]
 
 _SCOPES = ("global", "partition", "key")
+_IDLENESS = ("event_time", "clock")
 # Source partition ids a pipeline takes: 0 to 2**20 - 1 (the core's SOURCE_PARTITIONS).
 _SOURCE_PARTITIONS = 1 << 20
 
@@ -94,10 +95,36 @@ class BoundedOutOfOrderness:
         partition in ``partition_column``, combined by minimum over active partitions)
         or ``"key"`` (one per key: a key's windows close on its own watermark).
     idle_timeout : str, timedelta or int, optional
-        Partitions (``per="partition"``) or keys (``per="key"``) with no rows for longer
-        than this, on the pipeline's clock, are idle: excluded from the combined
-        watermark; an idle key's windows close on the global watermark. Ints are clock
-        ticks (milliseconds).
+        Partitions (``per="partition"``) or keys (``per="key"``) that sent no rows
+        while the stream moved on this much are idle: excluded from the combined
+        watermark (an idle key's windows close on the global watermark), until they
+        send again. Measured as ``idleness`` says. Ints are milliseconds.
+    idleness : str
+        What ``idle_timeout`` (and the pipeline's ``state_ttl``) is measured in:
+
+        * ``"event_time"`` (default): the stream's **event time**, the largest event
+          time the scope has seen. An input is idle at a batch when the stream's event
+          time as the batch began is more than ``idle_timeout`` past the stream's
+          event time when the last batch with its rows began. The data alone decides:
+          a replay, a backfill or a restart with a backlog, read fast or slow, gives
+          the same windows. A stream that goes quiet as a whole makes nothing idle
+          (its event time stands still); what its watermark closed still comes out
+          (see ``StreamProcessor``).
+        * ``"clock"``: the pipeline's clock (``Pipeline(clock=...)``; in Spark, the
+          driver's clock read once per micro-batch): an input is idle when it sent
+          nothing for ``idle_timeout`` of wall time. For live sources whose inputs may
+          fall silent while the others go quiet too; a replay at another speed gives
+          other windows.
+
+        See docs/guide/watermark-scopes.md for what each risks.
+    max_ahead : str, timedelta or int, optional
+        Rows whose event time is more than this ahead of the stream's event time (the
+        largest event time the scope saw before the batch) go to the error output with
+        the reason, so that one absurd event time (a clock set to 2300) moves no
+        watermark and makes no input idle. The first batch has nothing to measure
+        from. ``None`` (default): no bound; for a live stream, a bound a few times the
+        longest gap between batches you expect is a sound choice (e.g. ``"1h"``).
+        Ints are microseconds.
     partition_column : str
         The integer source-partition column for ``per="partition"``.
     partitions : int, optional
@@ -125,10 +152,18 @@ class BoundedOutOfOrderness:
     idle_timeout: Duration | None = None
     partition_column: str = "partition"
     partitions: int | None = None
+    idleness: str = "event_time"
+    max_ahead: Duration | None = None
 
     def __post_init__(self) -> None:
         if self.per not in _SCOPES:
             raise ConfigError(f"per={self.per!r}: use one of {', '.join(map(repr, _SCOPES))}")
+        if self.idleness not in _IDLENESS:
+            raise ConfigError(
+                f"watermark.idleness={self.idleness!r}: use {_IDLENESS[0]!r} (idle when the "
+                f"stream's event time moved on, the default) or {_IDLENESS[1]!r} (idle on the "
+                "pipeline's clock, for live sources)"
+            )
         if self.partitions is not None:
             if not isinstance(self.partitions, int) or isinstance(self.partitions, bool):
                 raise ConfigError(
@@ -152,6 +187,10 @@ class BoundedOutOfOrderness:
         out = f"BoundedOutOfOrderness(delay={self.delay!r}, per={self.per!r}"
         if self.idle_timeout is not None:
             out += f", idle_timeout={self.idle_timeout!r}"
+        if self.idleness != _IDLENESS[0]:
+            out += f", idleness={self.idleness!r}"
+        if self.max_ahead is not None:
+            out += f", max_ahead={self.max_ahead!r}"
         if self.per == "partition":
             out += f", partition_column={self.partition_column!r}"
         if self.partitions is not None:
@@ -435,7 +474,10 @@ class Pipeline:
         only when all of them are closed. Processing time: no row is late, windows
         close as soon as the clock passes them.
     clock : SystemClock or ManualClock, optional
-        The clock for idleness and processing time.
+        The clock for processing time and for idleness on the clock
+        (``BoundedOutOfOrderness(idleness="clock")``). Not for ``StreamProcessor``
+        (a pipeline with a clock cannot be shipped to Spark's executors): give the
+        processor ``clock=`` instead.
     max_keys : int, optional
         Bound on keys in state, per operator (a core, a Spark partition or state
         partition); when reached, the ``eviction`` policy picks a key whose windows are
@@ -454,9 +496,10 @@ class Pipeline:
         ingest and windows close in wall time.
     state_ttl : str, timedelta or int, optional
         Drop a key's state (watermark, activity, open windows) once it has had no rows
-        for this long on the pipeline's clock. Windows still open are emitted early,
-        so nothing is lost (as after eviction, the key reopens none of them);
-        ``metrics()`` counts ``keys_expired`` and ``windows_expired``. Bounds state
+        for this long, measured as the watermark's ``idleness`` says (by default in
+        event time: while the stream's event time moved on this much). Windows still
+        open are emitted early, so nothing is lost (as after eviction, the key reopens
+        none of them); ``metrics()`` counts ``keys_expired`` and ``windows_expired``. Bounds state
         for keys that stop reporting.
     schema : pyarrow.Schema, optional
         The input schema, to check columns and types now rather than at the first batch.
@@ -557,6 +600,10 @@ class Pipeline:
             "idle_timeout_ms": None
             if wm.idle_timeout is None
             else to_millis(wm.idle_timeout, "watermark.idle_timeout"),
+            "idleness": wm.idleness,
+            "max_ahead": None
+            if wm.max_ahead is None
+            else to_micros(wm.max_ahead, "watermark.max_ahead"),
             "window": _window_dict(window),
             "aggs": [
                 (name, a.kind, a.column, a.ddof, a.by, a.quantile) for name, a in self.aggs.items()
@@ -957,6 +1004,14 @@ class Operator:
         operator's own watermark."""
         self._single("set_external_watermark").set_external_watermark(watermark)
 
+    def set_external_time(self, time: int | None) -> None:
+        """Drives this operator, which holds part of a scope, with the scope's event
+        time combined elsewhere (:attr:`ScopeWatermark.time` of every operator's
+        :meth:`progress`, epoch microseconds): idleness in event time and
+        ``max_ahead`` are measured from it, so every part of the scope judges alike.
+        ``None`` returns to the operator's own."""
+        self._single("set_external_time").set_external_time(time)
+
     def progress(self) -> dict[str, Any]:
         """What the last ``process`` call saw: ``max_event_time``, ``partition_max``
         (``[(partition, max event time)]``), ``key_global`` (per-key scope: the
@@ -1029,6 +1084,13 @@ class ScopeWatermark:
     def current(self) -> int | None:
         """The combined watermark so far (per key: the highest reported)."""
         return self._inner.current
+
+    @property
+    def time(self) -> int | None:
+        """The scope's event time: the largest event time any operator reported
+        (epoch microseconds, ``None``: none yet). Idleness in event time is measured
+        on it (see :meth:`Operator.set_external_time`)."""
+        return self._inner.time
 
     def to_bytes(self) -> bytes:
         """The state, for ``ScopeWatermark(pipeline, state)``."""

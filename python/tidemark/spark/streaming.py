@@ -267,6 +267,7 @@ def _task(
     batch_id: int,
     prev_batch: int | None,
     watermark: int | None,
+    scope_time: int | None,
     clock_ms: int,
     retention: int,
     flush: bool,
@@ -334,6 +335,7 @@ def _task(
             # Before the stream has a watermark the combined one is the lowest: a
             # state partition must not close on its own view of the scope.
             op.set_external_watermark(_NO_WATERMARK if watermark is None else watermark)
+            op.set_external_time(scope_time)
         return op
 
     def finish(p: int, op: Operator, out: Output, table: pa.Table) -> Iterator[pa.RecordBatch]:
@@ -928,6 +930,8 @@ class StreamProcessor(MicroBatchDriver):
             "prev_batch": prev["batch_id"] if prev else None,
             "clock_ms": max(self._clock(), prev["clock_ms"] if prev else 0),
             "watermark": prev["next_watermark"] if prev else None,
+            # The stream's event time as the batch begins (idleness in event time).
+            "time": prev["next_time"] if prev else None,
             # Driver-side tracker state before this batch (after: "state_after").
             "state": prev["state_after"] if prev else {"scope": None},
         }
@@ -944,6 +948,7 @@ class StreamProcessor(MicroBatchDriver):
         nxt = scope.advance(_progress_dicts(progress))
         rec["state_after"] = {"scope": base64.b64encode(scope.to_bytes()).decode()}
         rec["next_watermark"] = nxt
+        rec["next_time"] = scope.time
 
     def _read_progress(self, batch_id: int, token: str) -> list[tuple[int, Any, Any, Any]] | None:
         """Every state partition's progress rows of this run of the batch, or None if a
@@ -1081,6 +1086,7 @@ class StreamProcessor(MicroBatchDriver):
             batch_id,
             rec["prev_batch"],
             rec["watermark"],
+            rec["time"],
             rec["clock_ms"],
             self.retention,
             flush,

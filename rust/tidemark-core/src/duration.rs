@@ -114,6 +114,43 @@ pub fn parse_duration_micros(text: &str) -> Result<i64> {
     Ok(total as i64)
 }
 
+/// A duration in microseconds as the shortest exact string [`parse_duration_micros`]
+/// reads back (`"1h30m"`, `"250ms"`, `"0s"`), for messages.
+///
+/// # Examples
+///
+/// ```
+/// use tidemark_core::duration::format_micros;
+/// assert_eq!(format_micros(5_400_000_000), "1h30m");
+/// assert_eq!(format_micros(250_000), "250ms");
+/// assert_eq!(format_micros(86_400_000_001), "1d1us");
+/// assert_eq!(format_micros(0), "0s");
+/// ```
+pub fn format_micros(us: i64) -> String {
+    if us == 0 {
+        return "0s".into();
+    }
+    let mut out = String::new();
+    if us < 0 {
+        out.push('-');
+    }
+    let mut rest = us.unsigned_abs();
+    for (unit, size) in [
+        ("d", 86_400_000_000u64),
+        ("h", 3_600_000_000),
+        ("m", 60_000_000),
+        ("s", 1_000_000),
+        ("ms", 1_000),
+        ("us", 1),
+    ] {
+        if rest >= size {
+            out.push_str(&format!("{}{unit}", rest / size));
+            rest %= size;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

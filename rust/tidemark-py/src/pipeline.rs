@@ -173,6 +173,11 @@ impl PyOperator {
         self.inner.set_external_watermark(watermark)
     }
 
+    /// The scope's event time combined elsewhere (`None`: this operator's own).
+    fn set_external_time(&mut self, time: Option<i64>) {
+        self.inner.set_external_time(time)
+    }
+
     /// Off: each call's windows in the order they closed instead of sorted.
     fn set_sorted_output(&mut self, on: bool) {
         self.inner.set_sorted_output(on)
@@ -238,6 +243,13 @@ impl PyScopeWatermark {
     fn current(&self) -> Option<i64> {
         let w = self.inner.current();
         (w != i64::MIN).then_some(w)
+    }
+
+    /// The scope's event time: the largest event time reported (`None`: none).
+    #[getter]
+    fn time(&self) -> Option<i64> {
+        let t = self.inner.time();
+        (t != i64::MIN).then_some(t)
     }
 
     fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {

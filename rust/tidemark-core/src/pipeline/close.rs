@@ -159,7 +159,7 @@ impl Operator {
     /// Drops keys untouched for longer than `state_ttl`; their open windows close
     /// early (emitted in `on_window_close` mode), as for eviction.
     pub(super) fn expire_keys(&mut self, ttl: i64) {
-        let expired = self.keys.expire_older_than(ttl);
+        let expired = self.keys.expire_older_than_at(ttl, self.call_now);
         self.metrics.keys_expired += expired.len() as u64;
         let before = self.metrics.windows_evicted;
         self.close_dropped(expired);

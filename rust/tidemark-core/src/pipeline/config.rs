@@ -111,6 +111,23 @@ pub enum TimeMode {
 }
 
 named!(TimeMode, "time", { "event" => TimeMode::Event, "processing" => TimeMode::Processing });
+
+/// What a pipeline's time-outs (`idle_timeout`, `state_ttl`) are measured in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Idleness {
+    /// In event time (the default): an input (source partition or key) is idle when
+    /// the scope's event time advanced more than `idle_timeout` past the scope's
+    /// event time at its last rows (see [`super::ScopeWatermark::time`]). Decided by
+    /// the data alone: a replay, fast or slow, gives the same windows.
+    #[default]
+    EventTime,
+    /// On the pipeline's clock: an input is idle when it sent nothing for
+    /// `idle_timeout` clock ticks. For live sources whose inputs may fall silent
+    /// while the others go quiet too; a replay at another speed gives other windows.
+    Clock,
+}
+
+named!(Idleness, "idleness", { "event_time" => Idleness::EventTime, "clock" => Idleness::Clock });
 named!(EmitMode, "emit", {
     "on_window_close" => EmitMode::OnWindowClose,
     "on_update" => EmitMode::OnUpdate,
@@ -119,8 +136,8 @@ named!(LatePolicy, "late", { "side_output" => LatePolicy::SideOutput, "drop" => 
 
 /// A pipeline: keys, event time, watermark, window, aggregates, emission.
 ///
-/// All durations are microseconds, except `idle_timeout` (clock ticks, milliseconds
-/// for the system clock).
+/// All durations are microseconds, except `idle_timeout` and `state_ttl`
+/// (milliseconds: of event time, or clock ticks with [`Idleness::Clock`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PipelineConfig {
     /// Key columns (empty: one global group).
@@ -138,6 +155,12 @@ pub struct PipelineConfig {
     pub scope: Scope,
     /// Idle timeout for partitions (partition scope) or keys (key scope).
     pub idle_timeout: Option<i64>,
+    /// What `idle_timeout` and `state_ttl` are measured in.
+    pub idleness: Idleness,
+    /// Rows more than this ahead of the scope's event time (the largest event time
+    /// it saw before the call) are error rows, so that one absurd event time moves no
+    /// watermark (`None`: no bound).
+    pub max_ahead: Option<i64>,
     /// Partition scope: the source's partitions `0..n`, declared up front. Each holds
     /// the combined watermark back from the first batch until it reports rows or goes
     /// idle (`None`: partitions count from their first row on).
@@ -161,8 +184,9 @@ pub struct PipelineConfig {
     pub eviction: KeyEvictionPolicy,
     /// Event or processing time.
     pub time: TimeMode,
-    /// Keyed state untouched for longer than this (clock ticks, milliseconds) is
-    /// dropped; its open windows are emitted early (`None`: kept until closed).
+    /// Keyed state untouched for longer than this (milliseconds, measured as
+    /// `idle_timeout` is) is dropped; its open windows are emitted early (`None`:
+    /// kept until closed).
     pub state_ttl: Option<i64>,
 }
 
@@ -195,7 +219,7 @@ impl PipelineConfig {
     }
 
     /// A configuration with the defaults of `tidemark.Pipeline`: no delay, one global
-    /// watermark, no idle timeout, `on_window_close`, no allowed lateness, late rows
+    /// watermark, no idle timeout (idleness in event time), no bound ahead, `on_window_close`, no allowed lateness, late rows
     /// to the side output, Spark's late rule, no key bound, event time, no state TTL. Change fields with
     /// struct update syntax: `PipelineConfig { delay: 5_000, ..PipelineConfig::new(...) }`.
     pub fn new(keys: &[&str], event_time: &str, window: WindowSpec, aggs: Vec<AggSpec>) -> Self {
@@ -207,6 +231,8 @@ impl PipelineConfig {
             delay: 0,
             scope: Scope::Global,
             idle_timeout: None,
+            idleness: Idleness::EventTime,
+            max_ahead: None,
             source_partitions: None,
             window,
             aggs,
@@ -253,6 +279,18 @@ impl PipelineConfig {
         }
         if self.state_ttl.is_some_and(|t| t <= 0) {
             return Err(TidemarkError::config("state_ttl", "must be positive"));
+        }
+        if self.idle_timeout.is_some_and(|t| t < 0) {
+            return Err(TidemarkError::config(
+                "watermark.idle_timeout",
+                "must not be negative",
+            ));
+        }
+        if self.max_ahead.is_some_and(|t| t <= 0) {
+            return Err(TidemarkError::config(
+                "watermark.max_ahead",
+                "must be positive (or None: no bound)",
+            ));
         }
         for a in &self.aggs {
             if a.column.is_none() && a.kind != AggKind::Count {
@@ -345,6 +383,12 @@ impl PipelineConfig {
                 ));
             }
         }
+        if self.time == TimeMode::Processing && self.max_ahead.is_some() {
+            return Err(TidemarkError::config(
+                "watermark.max_ahead",
+                "processing-time pipelines stamp rows with the clock: nothing is ahead",
+            ));
+        }
         if self.time == TimeMode::Processing && self.scope != Scope::Global {
             return Err(TidemarkError::config(
                 "time",
@@ -373,6 +417,18 @@ impl PipelineConfig {
             Scope::Key => w.u8(2),
         }
         w.i64(self.idle_timeout.unwrap_or(-1));
+        if self.idleness == Idleness::EventTime
+            && (self.idle_timeout.is_some() || self.state_ttl.is_some())
+        {
+            // Only where time-outs are measured: other configurations keep their
+            // fingerprints (the clock's, the only measure before, keeps its own).
+            w.str("idleness");
+            w.str(self.idleness.name());
+        }
+        if let Some(a) = self.max_ahead {
+            w.str("max_ahead");
+            w.i64(a);
+        }
         if let Some(n) = self.source_partitions {
             // Only when set: configurations without it keep their fingerprints.
             w.str("source_partitions");

@@ -104,6 +104,27 @@ impl Operator {
             }
         };
 
+        // The scope's event time as the call began: idleness (in event time) and the
+        // bound ahead are measured from it.
+        let scope_time = self.scope_time();
+        self.call_now = super::idle_reading(self.cfg.idleness, &self.clock, scope_time);
+        if let (Some(ahead), true) = (self.cfg.max_ahead, scope_time != i64::MIN) {
+            let bound = scope_time.saturating_add(ahead);
+            for (i, t) in times.iter().enumerate() {
+                if t.is_some_and(|t| t > bound) {
+                    errors.push((
+                        i,
+                        format!(
+                            "event time is more than max_ahead ({}) ahead of the stream's \
+                             latest event time ({})",
+                            crate::duration::format_micros(ahead),
+                            crate::time::format_epoch_micros(scope_time)
+                        ),
+                    ));
+                }
+            }
+        }
+
         // 2. Inputs of the aggregates, keys, partitions.
         let (inputs, keys) = bound.inputs_and_keys(batch)?;
         let parts = match bound.part_idx {
@@ -154,7 +175,7 @@ impl Operator {
             self.touch_epoch.iter_mut().for_each(|e| *e = 0);
             self.epoch = 1;
         }
-        self.keys.begin_batch();
+        self.keys.begin_batch_at(self.call_now);
         let mut fatal: Option<TidemarkError> = None;
 
         // Phase 1, per row: resolve the key (one hash lookup) and note the row's key
@@ -387,7 +408,7 @@ impl Operator {
 
         // 4. Advance the watermarks with this batch's rows.
         if self.cfg.scope == Scope::Key {
-            self.keys.check_idle_keys();
+            self.keys.check_idle_keys_at(self.call_now);
         }
         self.progress = Progress {
             max_event_time: seen_max.max(batch_max),

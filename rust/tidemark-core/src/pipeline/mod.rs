@@ -42,9 +42,9 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions};
 use arrow_schema::Schema;
 
-pub use config::{EmitMode, LatePolicy, LateRule, PipelineConfig, Scope, TimeMode};
+pub use config::{EmitMode, Idleness, LatePolicy, LateRule, PipelineConfig, Scope, TimeMode};
 pub(crate) use scope::merged_partition_max;
-pub use scope::ScopeWatermark;
+pub use scope::{idle_reading, ScopeWatermark};
 
 use crate::agg::Acc;
 use crate::clock::ClockRef;
@@ -279,6 +279,13 @@ pub struct Operator {
     /// It judges rows (global, partition) and bounds what closes when no combined
     /// close watermark is set (see [`Self::close_watermark`]).
     external: Option<i64>,
+    /// The scope's event time given from outside with the watermark (see
+    /// [`Self::set_external_time`]): what idleness in event time and `max_ahead`
+    /// measure from, when higher than this operator's own.
+    external_time: Option<i64>,
+    /// The time idleness and `state_ttl` are measured at in this call (see
+    /// [`scope::idle_reading`]), read once when it begins.
+    call_now: i64,
     /// Spark's rule (global and partition scope): the watermark the previous call
     /// began with. Every window with `end + allowed_lateness` at or before it is
     /// closed; rows of those windows are late.
@@ -399,6 +406,8 @@ impl Operator {
             scope,
             own_close: i64::MIN,
             external: None,
+            external_time: None,
+            call_now: i64::MIN,
             late_mark: i64::MIN,
             call_start: i64::MIN,
             key_mark: Vec::new(),
@@ -468,6 +477,23 @@ impl Operator {
     /// to the operator's own watermark.
     pub fn set_external_watermark(&mut self, w: Option<i64>) {
         self.external = w;
+    }
+
+    /// Uses `t` as the scope's event time when a call begins (when higher than this
+    /// operator's own): the largest event time every operator of the scope reported
+    /// (the Spark driver's, or the runtime's coordinator's [`ScopeWatermark::time`]),
+    /// so that idleness in event time and `max_ahead` are judged alike wherever the
+    /// scope's rows went. `None` returns to the operator's own.
+    pub fn set_external_time(&mut self, t: Option<i64>) {
+        self.external_time = t;
+    }
+
+    /// The scope's event time as the next call begins: this operator's own, or the
+    /// one given from outside if higher.
+    pub fn scope_time(&self) -> i64 {
+        self.scope
+            .time()
+            .max(self.external_time.unwrap_or(i64::MIN))
     }
 
     /// Closes windows at `w` instead of the operator's own watermark from the next

@@ -56,6 +56,8 @@ pub struct Parsed {
     /// The watermark the last call began with (Spark's rule judges the next one's rows
     /// against it).
     late_mark: i64,
+    /// The scope's event time ([`super::ScopeWatermark::time`]).
+    pub event_time: i64,
 }
 
 /// Scope-wide values for the new shards.
@@ -67,6 +69,8 @@ pub struct Shared {
     pub partitions: Vec<u8>,
     /// The highest key-scope global watermark reported.
     pub key_reported: i64,
+    /// The scope's event time ([`super::ScopeWatermark::time`]).
+    pub event_time: i64,
     /// Windows emitted so far (`None`: the sum over the snapshots).
     pub windows_emitted: Option<u64>,
 }
@@ -118,6 +122,7 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
     let flushed = r.bool()?;
     let floors = FloorSketch::read(&mut r)?;
     let late_mark = r.i64()?;
+    let event_time = r.i64()?;
     r.finish()?;
     Ok(Parsed {
         fields,
@@ -129,6 +134,7 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
         flushed,
         floors,
         late_mark,
+        event_time,
     })
 }
 
@@ -257,6 +263,7 @@ pub fn redistribute(
         w.bool(flushed);
         floors.write(&mut w);
         w.i64(late_mark);
+        w.i64(shared.event_time);
         out.push(state::seal(
             SnapshotKind::Pipeline,
             cfg.fingerprint(),
@@ -295,6 +302,7 @@ pub fn shared_of(p: &Parsed) -> Shared {
         watermark: p.watermark,
         partitions: p.partitions.clone(),
         key_reported: p.tracker_tail.1,
+        event_time: p.event_time,
         windows_emitted: None,
     }
 }
@@ -343,6 +351,11 @@ pub fn reshard_snapshots(
         key_reported: parsed
             .iter()
             .map(|p| p.tracker_tail.1)
+            .max()
+            .unwrap_or(i64::MIN),
+        event_time: parsed
+            .iter()
+            .map(|p| p.event_time)
             .max()
             .unwrap_or(i64::MIN),
         windows_emitted: None,

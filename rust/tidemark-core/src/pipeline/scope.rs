@@ -17,8 +17,17 @@
 //!
 //! The same rule serves one operator alone (it reports to itself), so a pipeline
 //! gives one answer on one core, on many, and spread over Spark tasks.
+//!
+//! The scope also keeps its **event time** ([`ScopeWatermark::time`]): the largest
+//! valid event time any operator reported. With idleness in event time (the default,
+//! [`Idleness::EventTime`]) it is the clock idleness is measured on: an input is idle
+//! at a call when the scope's event time as the call began is more than
+//! `idle_timeout` past the scope's event time as the call in which the input last
+//! sent rows began ([`idle_reading`]). Every operator of the scope reads the same
+//! value before a call, so sources replayed at any speed, on any number of cores or
+//! tasks, go idle in the same calls.
 
-use super::{LateRule, PipelineConfig, Progress, Scope, TimeMode};
+use super::{Idleness, LateRule, PipelineConfig, Progress, Scope, TimeMode};
 use crate::clock::ClockRef;
 use crate::error::Result;
 use crate::state::{Reader, Writer};
@@ -38,7 +47,11 @@ pub struct ScopeWatermark {
     /// milliseconds, as Spark keeps its watermark (so a window end within the
     /// millisecond is judged as Spark judges it).
     millis: bool,
+    idleness: Idleness,
     clock: ClockRef,
+    /// The largest valid event time reported (`i64::MIN`: none): the scope's event
+    /// time.
+    pub(crate) event_time: i64,
     /// Global scope (and processing time): the watermark.
     pub(crate) watermark: i64,
     /// Global scope: the largest on-time event time seen.
@@ -62,7 +75,9 @@ impl ScopeWatermark {
             delay: cfg.delay,
             declared: cfg.source_partitions.unwrap_or(0),
             millis: cfg.late_rule == LateRule::Spark,
+            idleness: cfg.idleness,
             clock,
+            event_time: i64::MIN,
             watermark: i64::MIN,
             global_max: i64::MIN,
             partitions,
@@ -83,6 +98,17 @@ impl ScopeWatermark {
         }
     }
 
+    /// The scope's event time: the largest valid event time reported so far
+    /// (`i64::MIN`: none), late rows included.
+    pub fn time(&self) -> i64 {
+        self.event_time
+    }
+
+    /// The time idleness is measured at in the next call (see [`idle_reading`]).
+    pub fn idle_now(&self) -> i64 {
+        idle_reading(self.idleness, &self.clock, self.event_time)
+    }
+
     /// The watermark rows of the next call are judged against: global and partition
     /// scope; `None` per key (each key has its own).
     pub fn threshold(&self) -> Option<i64> {
@@ -96,6 +122,11 @@ impl ScopeWatermark {
     /// windows after it (per key: the global watermark closing idle keys' windows).
     pub fn advance<'a>(&mut self, progress: impl IntoIterator<Item = &'a Progress>) -> Result<i64> {
         let progress: Vec<&Progress> = progress.into_iter().collect();
+        // Idleness is judged at the time the call began: this call's rows move the
+        // scope's event time for the next one.
+        let now = self.idle_now();
+        let time = progress.iter().map(|p| p.max_event_time).max();
+        self.event_time = self.event_time.max(time.unwrap_or(i64::MIN));
         Ok(match self.scope {
             Scope::Global => {
                 let on_time = progress.iter().map(|p| p.on_time_max).max();
@@ -116,13 +147,14 @@ impl ScopeWatermark {
                 let last = PartitionId::new(0, self.declared.saturating_sub(1));
                 if self.declared > 0 && self.partitions.partition_state(last).is_err() {
                     // The first call: the declared partitions start holding it back.
-                    self.partitions.register_source(0, self.declared as usize);
+                    self.partitions
+                        .register_source_at(0, self.declared as usize, now);
                 }
                 let mut maxima = merged_partition_max(progress.iter().copied());
                 maxima.retain(|&(_, t)| t != i64::MIN);
                 self.partitions
-                    .observe_max_event_times(0, &maxima, self.delay, true)?;
-                self.partitions.check_idle_partitions();
+                    .observe_max_event_times_at(0, &maxima, self.delay, true, now)?;
+                self.partitions.check_idle_partitions_at(now);
                 self.current()
             }
             Scope::Key => {
@@ -145,6 +177,7 @@ impl ScopeWatermark {
         w.i64(self.watermark);
         w.i64(self.global_max);
         w.i64(self.key_reported);
+        w.i64(self.event_time);
         self.partitions.write_state(w);
     }
 
@@ -153,6 +186,7 @@ impl ScopeWatermark {
         self.watermark = r.i64()?;
         self.global_max = r.i64()?;
         self.key_reported = r.i64()?;
+        self.event_time = r.i64()?;
         self.partitions = PartitionedWatermarkTracker::new()
             .idle_timeout_ticks(self.partitions.idle_timeout())
             .with_clock(self.clock.clone());
@@ -173,6 +207,19 @@ impl ScopeWatermark {
         s.read_state(&mut r)?;
         r.finish()?;
         Ok(s)
+    }
+}
+
+/// The time idleness (and `state_ttl`) is measured at, in milliseconds: on the
+/// clock, or (event time) the scope's event time in whole milliseconds, `time` being
+/// the largest event time (microseconds) the scope saw before the call; `i64::MIN`
+/// while it saw none (then nothing is idle, and what was active takes the first
+/// reading as its activity).
+pub fn idle_reading(idleness: Idleness, clock: &ClockRef, time: i64) -> i64 {
+    match idleness {
+        Idleness::Clock => clock.now(),
+        Idleness::EventTime if time == i64::MIN => i64::MIN,
+        Idleness::EventTime => time.div_euclid(1_000),
     }
 }
 

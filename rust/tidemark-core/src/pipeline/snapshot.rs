@@ -125,6 +125,7 @@ impl Operator {
         w.bool(self.flushed);
         self.floors.write(&mut w);
         w.i64(self.late_mark);
+        w.i64(self.scope.event_time);
         w.seal(SnapshotKind::Pipeline, self.fingerprint)
     }
 
@@ -231,6 +232,7 @@ impl Operator {
         op.flushed = r.bool()?;
         op.floors = FloorSketch::read(&mut r)?;
         op.late_mark = r.i64()?;
+        op.scope.event_time = r.i64()?;
         r.finish()?;
         Ok(op)
     }

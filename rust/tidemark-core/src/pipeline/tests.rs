@@ -57,6 +57,7 @@ fn column_names(batch: &RecordBatch) -> Vec<String> {
 fn keyed_idle_cfg() -> PipelineConfig {
     PipelineConfig {
         idle_timeout: Some(1_000),
+        idleness: Idleness::Clock,
         ..cfg(
             WindowSpec::Tumbling {
                 size: 10,
@@ -385,6 +386,7 @@ fn errors_and_partition_scope() {
         Scope::Partition { column: "p".into() },
     );
     c.idle_timeout = Some(100);
+    c.idleness = Idleness::Clock;
     let (mut o, clock) = op(c);
     let b = RecordBatch::try_from_iter(vec![
         (
@@ -632,6 +634,7 @@ fn state_ttl_drops_untouched_keys_and_emits_their_open_windows() {
         Scope::Key,
     );
     c.state_ttl = Some(1_000);
+    c.idleness = Idleness::Clock;
     let (mut o, clock) = op(c);
     o.process(&batch(&[("a", 1, 1), ("b", 2, 2)]), None)
         .unwrap();
@@ -1138,6 +1141,7 @@ fn a_lagging_partition_holds_the_watermark_back_once_it_has_rows() {
 fn declared_partitions_hold_the_watermark_back_from_the_first_batch() {
     let (mut o, clock) = op(PipelineConfig {
         idle_timeout: Some(1_000),
+        idleness: Idleness::Clock,
         ..partition_cfg(Some(3))
     });
     let out = o.process(&part_batch(&[("fast", 0, 100)]), None).unwrap();
@@ -1557,4 +1561,146 @@ fn late_rules_spark_keeps_a_global_watermark_in_whole_milliseconds() {
         .process(&batch(&[("a", 1_200, 1), ("a", 2_700, 2)]), None)
         .unwrap();
     assert_eq!(flink.watermark(), Some(2_700));
+}
+
+/// Per key, 10 s tumbling windows, keys idle after 1 s of event time (the default
+/// idleness); event times in microseconds.
+fn event_idle_cfg() -> PipelineConfig {
+    PipelineConfig {
+        idle_timeout: Some(1_000),
+        ..cfg(
+            WindowSpec::Tumbling {
+                size: 10_000_000,
+                offset: 0,
+            },
+            Scope::Key,
+        )
+    }
+}
+
+#[test]
+fn idleness_in_event_time_is_decided_by_the_data_not_the_clock() {
+    const S: i64 = 1_000_000;
+    let calls: [&[(&str, i64, i64)]; 4] = [
+        &[("quiet", 3 * S, 1), ("busy", 4 * S, 1)],
+        &[("busy", 4 * S + S / 2, 1)],
+        // The scope's time was 4.5 s when this call began: quiet (last rows when it
+        // was 4 s, its first reading) is 0.5 s behind, not idle.
+        &[("busy", 50 * S, 1)],
+        // 50 s: quiet is idle; its window closes on the global watermark.
+        &[("busy", 51 * S, 1)],
+    ];
+    let mut runs = Vec::new();
+    for gaps in [[0, 0, 0, 0], [7_200_000, 1, 0, 86_400_000], [1, 1, 1, 1]] {
+        let (mut o, clock) = op(event_idle_cfg());
+        let mut out = Vec::new();
+        for (rows, gap) in calls.iter().zip(gaps) {
+            out.push(rows_of(&o.process(&batch(rows), None).unwrap().windows));
+            clock.advance(gap);
+        }
+        out.push(rows_of(&o.flush().unwrap().windows));
+        runs.push(out);
+    }
+    assert_eq!(runs[0], runs[1], "the clock's readings change nothing");
+    assert_eq!(runs[0], runs[2]);
+    let expected: Vec<Vec<Row>> = vec![
+        vec![],
+        vec![],
+        vec![("busy".into(), 0, 10 * S, 2, Some(2))],
+        vec![("quiet".into(), 0, 10 * S, 1, Some(1))],
+        vec![("busy".into(), 50 * S, 60 * S, 2, Some(2))],
+    ];
+    assert_eq!(runs[0], expected);
+}
+
+fn rows_of(out: &RecordBatch) -> Vec<Row> {
+    rows(out)
+}
+
+#[test]
+fn inputs_of_the_first_call_take_the_first_event_time_reading_as_their_activity() {
+    const S: i64 = 1_000_000;
+    let (mut o, _) = op(event_idle_cfg());
+    // One call spanning 10 s of event time: "a" sent at its start, but the scope had no
+    // time yet; "a" counts as active when the scope's time began (10 s).
+    o.process(&batch(&[("a", 0, 1), ("b", 10 * S, 1)]), None)
+        .unwrap();
+    for t in [11, 12] {
+        o.process(&batch(&[("b", t * S, 1)]), None).unwrap();
+        assert_eq!(o.key_metrics().idle_keys, 0, "at {t} s");
+    }
+    // The scope's time is 12 s: 2 s past "a"'s activity.
+    o.process(&batch(&[("b", 13 * S, 1)]), None).unwrap();
+    assert_eq!(o.key_metrics().idle_keys, 1);
+}
+
+#[test]
+fn partitions_go_idle_in_event_time() {
+    const S: i64 = 1_000_000;
+    let c = PipelineConfig {
+        idle_timeout: Some(1_000),
+        delay: 0,
+        ..cfg(
+            WindowSpec::Tumbling {
+                size: 10 * S,
+                offset: 0,
+            },
+            Scope::Partition { column: "p".into() },
+        )
+    };
+    let (mut o, clock) = op(c);
+    o.process(&part_batch(&[("a", 0, S), ("b", 1, S)]), None)
+        .unwrap();
+    clock.advance(3_600_000); // an hour of wall time: nothing goes idle by it
+    o.process(&part_batch(&[("a", 0, 2 * S)]), None).unwrap();
+    assert_eq!(o.watermark(), Some(S), "partition 1 holds it back");
+    o.process(&part_batch(&[("a", 0, 20 * S)]), None).unwrap();
+    assert_eq!(
+        o.watermark(),
+        Some(S),
+        "the scope's time was 2 s as the call began"
+    );
+    let out = o.process(&part_batch(&[("a", 0, 21 * S)]), None).unwrap();
+    // 20 s: partition 1 has been silent for 19 s of event time.
+    assert_eq!(o.watermark(), Some(21 * S));
+    assert_eq!(
+        rows(&out.windows),
+        vec![
+            ("a".into(), 0, 10 * S, 2, Some(2)),
+            ("b".into(), 0, 10 * S, 1, Some(1))
+        ]
+    );
+}
+
+#[test]
+fn rows_far_ahead_of_the_stream_are_error_rows_that_move_no_watermark() {
+    const S: i64 = 1_000_000;
+    let c = PipelineConfig {
+        max_ahead: Some(3_600 * S),
+        ..cfg(
+            WindowSpec::Tumbling {
+                size: 10 * S,
+                offset: 0,
+            },
+            Scope::Global,
+        )
+    };
+    let (mut o, _) = op(c);
+    // The first call has nothing to measure from.
+    o.process(&batch(&[("a", S, 1)]), None).unwrap();
+    let year_2300 = 10_413_792_000 * S;
+    let out = o
+        .process(&batch(&[("a", 2 * S, 1), ("b", year_2300, 1)]), None)
+        .unwrap();
+    assert_eq!(out.errors.num_rows(), 1);
+    let reason = out.errors.column(3).as_string::<i32>().value(0).to_string();
+    assert!(
+        reason.contains("more than max_ahead (1h) ahead of the stream's latest event time (1970-01-01T00:00:01Z)"),
+        "{reason}"
+    );
+    assert_eq!(o.watermark(), Some(2 * S));
+    // An hour ahead exactly is not too far.
+    let out = o.process(&batch(&[("a", 3_602 * S, 1)]), None).unwrap();
+    assert_eq!(out.errors.num_rows(), 0);
+    assert_eq!(o.metrics().rows_error, 1);
 }

@@ -330,6 +330,7 @@ impl ShardedOperator {
                 parsed: parsed_times.cloned(),
                 rows: rows.clone(),
                 threshold,
+                time: self.scope.time(),
             })?;
         }
         let mut progress = Vec::with_capacity(n);

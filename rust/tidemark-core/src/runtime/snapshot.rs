@@ -15,6 +15,8 @@ struct SavedState {
     watermark: i64,
     global_max: i64,
     key_reported: i64,
+    /// The coordinator's scope event time.
+    event_time: i64,
     hot: Option<f64>,
     windows_out: u64,
     hot_rows: u64,
@@ -34,6 +36,7 @@ impl SavedState {
                 watermark: p.watermark.0,
                 global_max: p.watermark.1,
                 key_reported: shared.key_reported,
+                event_time: shared.event_time,
                 hot: None,
                 windows_out: p.metrics[4],
                 hot_rows: 0,
@@ -48,6 +51,7 @@ impl SavedState {
         let watermark = r.i64()?;
         let global_max = r.i64()?;
         let key_reported = r.i64()?;
+        let event_time = r.i64()?;
         let hot = r.f64()?;
         let hot = (!hot.is_nan()).then_some(hot);
         let windows_out = r.u64()?;
@@ -67,6 +71,7 @@ impl SavedState {
             watermark,
             global_max,
             key_reported,
+            event_time,
             hot,
             windows_out,
             hot_rows,
@@ -87,6 +92,7 @@ impl SavedState {
             watermark: (self.watermark, self.global_max),
             partitions: self.partitions.clone(),
             key_reported: self.key_reported,
+            event_time: self.event_time,
             // Two-phase shards count partial windows: the coordinator counted the
             // merged ones.
             windows_emitted: (self.shards.len() > 1 && (cfg.keys.is_empty() || self.hot.is_some()))
@@ -133,6 +139,7 @@ impl ShardedOperator {
         wr.i64(self.scope.watermark);
         wr.i64(self.scope.global_max);
         wr.i64(self.scope.key_reported);
+        wr.i64(self.scope.event_time);
         wr.f64(self.hot_share.unwrap_or(f64::NAN));
         wr.u64(self.windows_out);
         wr.u64(self.hot_rows);
@@ -179,6 +186,7 @@ impl ShardedOperator {
         op.scope.watermark = s.watermark;
         op.scope.global_max = s.global_max;
         op.scope.key_reported = s.key_reported;
+        op.scope.event_time = s.event_time;
         op.windows_out = s.windows_out;
         op.hot_rows = s.hot_rows;
         op.rows_unmatched = s.rows_unmatched;

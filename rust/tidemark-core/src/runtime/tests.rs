@@ -1,7 +1,7 @@
 use super::*;
 use crate::agg::{AggKind, AggSpec};
 use crate::clock::ManualClock;
-use crate::pipeline::{EmitMode, LateRule};
+use crate::pipeline::{EmitMode, Idleness, LateRule};
 use crate::window::WindowSpec;
 use arrow_array::ArrayRef;
 use arrow_array::{Float64Array, Int32Array, StringArray, TimestampMicrosecondArray};
@@ -18,6 +18,8 @@ fn cfg(window: WindowSpec, scope: Scope, emit: EmitMode, idle: Option<i64>) -> P
         delay: 2_000,
         scope,
         idle_timeout: idle,
+        // Idleness on the (manual) clock unless a test says otherwise.
+        idleness: Idleness::Clock,
         emit,
         ..PipelineConfig::new(&["k"], "ts", window, aggs)
     }
@@ -183,14 +185,22 @@ proptest! {
         cores in 2usize..5,
         on_update in any::<bool>(),
         idle in prop_oneof![Just(None), (1_000i64..6_000).prop_map(Some)],
+        in_event_time in any::<bool>(),
         snapshot_at in prop::option::of(0usize..8),
         restore_cores in 1usize..5,
         rule in prop_oneof![Just(LateRule::Spark), Just(LateRule::Flink), Just(LateRule::Row)],
     ) {
         let emit = if on_update { EmitMode::OnUpdate } else { EmitMode::OnWindowClose };
+        // Idleness in event time: 1-6 ms of the stream's 60 ms (its clock advances
+        // are then noise the result must not depend on).
+        let (idleness, idle) = if in_event_time {
+            (Idleness::EventTime, idle.map(|t| t / 1_000))
+        } else {
+            (Idleness::Clock, idle)
+        };
         for scope in scopes() {
             for window in windows() {
-                let c = PipelineConfig { late_rule: rule, ..cfg(window, scope.clone(), emit, idle) };
+                let c = PipelineConfig { late_rule: rule, idleness, ..cfg(window, scope.clone(), emit, idle) };
                 check_same_hot(c, cores, &s, snapshot_at, None, restore_cores);
             }
         }

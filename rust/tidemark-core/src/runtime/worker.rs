@@ -24,6 +24,8 @@ pub(super) enum Job {
         /// This shard's rows.
         rows: ShardRows,
         threshold: Option<i64>,
+        /// The scope's event time as the call begins (the coordinator's).
+        time: i64,
     },
     Complete {
         close: Option<i64>,
@@ -173,9 +175,11 @@ impl Worker {
                             parsed,
                             rows,
                             threshold,
+                            time,
                         } => {
                             started = Some(t0);
                             op.set_external_watermark(threshold);
+                            op.set_external_time(Some(time));
                             let r =
                                 shard_rows(batch, parsed, rows, index).and_then(|(b, p, rows)| {
                                     sh.records.fetch_add(b.num_rows() as u64, Ordering::Relaxed);

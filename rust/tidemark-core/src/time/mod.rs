@@ -15,7 +15,9 @@ pub use keyed::{
     KeyedWatermarkMetrics, KeyedWatermarkTracker,
 };
 pub use mintree::{MinTree, NodeMinTree};
-pub use parse::{parse_event_time, EventTimeType, ParsedEventTime, BUILTIN_EVENT_TIME_TYPES};
+pub use parse::{
+    format_epoch_micros, parse_event_time, EventTimeType, ParsedEventTime, BUILTIN_EVENT_TIME_TYPES,
+};
 pub use partitioned::{
     max_event_time_per_partition, PartitionId, PartitionWatermarkState,
     PartitionedWatermarkMetrics, PartitionedWatermarkTracker,

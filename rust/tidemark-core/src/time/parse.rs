@@ -497,6 +497,14 @@ fn map_strings(
     Int64Array::new(ScalarBuffer::from(values), nulls)
 }
 
+/// Epoch microseconds as an RFC 3339 UTC timestamp (`2026-01-01T00:00:00Z`), for
+/// messages; the number itself where it is out of chrono's range.
+pub fn format_epoch_micros(us: i64) -> String {
+    chrono::DateTime::from_timestamp_micros(us)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
+        .unwrap_or_else(|| format!("{us} us since the epoch"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -99,6 +99,8 @@ pub fn config_from_dict(d: &Bound<'_, PyDict>) -> Result<PipelineConfig> {
         delay: get(d, "delay")?,
         scope,
         idle_timeout: get(d, "idle_timeout_ms")?,
+        idleness: named(d, "idleness")?,
+        max_ahead: get(d, "max_ahead")?,
         source_partitions: get(d, "source_partitions")?,
         window,
         aggs,

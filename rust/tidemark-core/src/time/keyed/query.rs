@@ -175,8 +175,18 @@ impl KeyedWatermarkTracker {
     /// Marks every key with no activity for more than `idle_timeout` as idle. Touches
     /// only keys past the scan cursor. Returns the new global watermark if it advanced.
     pub fn check_idle_keys(&mut self) -> Option<Watermark> {
-        let timeout = self.cfg.idle_timeout?;
         let now = self.clock.now();
+        self.check_idle_keys_at(now)
+    }
+
+    /// [`Self::check_idle_keys`] at the time `now` given by the caller. No key is idle
+    /// at `i64::MIN` (a time that has not started).
+    pub fn check_idle_keys_at(&mut self, now: i64) -> Option<Watermark> {
+        let timeout = self.cfg.idle_timeout?;
+        if now == i64::MIN {
+            return None;
+        }
+        self.stamp_unstamped(now);
         let mut any = false;
         while self.cursor != NIL {
             let s = self.cursor;
@@ -193,6 +203,21 @@ impl KeyedWatermarkTracker {
             self.recalc()
         } else {
             None
+        }
+    }
+
+    /// Keys active before time started (activity `i64::MIN`: an event-time clock
+    /// reads `i64::MIN` until the scope saw its first row) take its first reading
+    /// `now` as their activity. They head the activity list (every later activity
+    /// is at least `now`), so the list stays in order.
+    pub(super) fn stamp_unstamped(&mut self, now: i64) {
+        if now == i64::MIN {
+            return;
+        }
+        let mut s = self.head;
+        while s != NIL && self.cold[s as usize].last_activity == i64::MIN {
+            self.cold[s as usize].last_activity = now;
+            s = self.cold[s as usize].next;
         }
     }
 

@@ -257,7 +257,17 @@ impl KeyedWatermarkTracker {
     /// a batch being applied are kept.
     pub fn expire_older_than(&mut self, ttl: i64) -> Vec<Eviction> {
         let now = self.clock.now();
+        self.expire_older_than_at(ttl, now)
+    }
+
+    /// [`Self::expire_older_than`] at the time `now` given by the caller. Nothing
+    /// expires at `i64::MIN` (a time that has not started).
+    pub fn expire_older_than_at(&mut self, ttl: i64, now: i64) -> Vec<Eviction> {
         let mut out = Vec::new();
+        if now == i64::MIN {
+            return out;
+        }
+        self.stamp_unstamped(now);
         let mut s = self.head;
         while s != NIL {
             let next = self.cold[s as usize].next;

@@ -150,6 +150,13 @@ impl KeyedWatermarkTracker {
     /// records event times ([`Self::batch_key`] gives a key's watermark as it stood
     /// before the batch).
     pub fn begin_batch(&mut self) -> i64 {
+        let now = self.clock.now();
+        self.begin_batch_at(now)
+    }
+
+    /// [`Self::begin_batch`] at the time `now` given by the caller (a pipeline whose
+    /// idleness is measured in event time reads no clock).
+    pub fn begin_batch_at(&mut self, now: i64) -> i64 {
         // A batch left unfinished (a caller's error) is discarded.
         for i in 0..self.pending.len() {
             let (slot, before) = self.pending[i];
@@ -161,7 +168,8 @@ impl KeyedWatermarkTracker {
         }
         self.pending.clear();
         self.activity_deferred = false;
-        self.batch_now = self.clock.now();
+        self.stamp_unstamped(now);
+        self.batch_now = now;
         self.batch_now
     }
 

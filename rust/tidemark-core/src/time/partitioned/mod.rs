@@ -267,6 +267,16 @@ impl PartitionedWatermarkTracker {
         num_partitions: usize,
     ) -> Option<Watermark> {
         let now = self.clock.now();
+        self.register_source_at(source_id, num_partitions, now)
+    }
+
+    /// [`Self::register_source`] at the time `now` given by the caller.
+    pub fn register_source_at(
+        &mut self,
+        source_id: usize,
+        num_partitions: usize,
+        now: i64,
+    ) -> Option<Watermark> {
         match self.source_index(source_id) {
             None => {
                 let slots = (0..num_partitions).map(|_| self.alloc_slot(now)).collect();
@@ -299,6 +309,11 @@ impl PartitionedWatermarkTracker {
     /// Adds a partition to a registered source (Kafka rebalancing). Partition numbers
     /// need not be contiguous.
     pub fn add_partition(&mut self, p: PartitionId) -> Result<()> {
+        let now = self.clock.now();
+        self.add_partition_at(p, now)
+    }
+
+    fn add_partition_at(&mut self, p: PartitionId, now: i64) -> Result<()> {
         let si = self
             .source_index(p.source_id)
             .ok_or(TidemarkError::SourceNotFound {
@@ -316,7 +331,6 @@ impl PartitionedWatermarkTracker {
                 reason: "it is already registered".into(),
             });
         }
-        let now = self.clock.now();
         let slot = self.alloc_slot(now);
         let slots = &mut self.sources[si].slots;
         if slots.len() <= pi {
@@ -405,17 +419,30 @@ impl PartitionedWatermarkTracker {
         max_lateness: i64,
         add_missing: bool,
     ) -> Result<Option<Watermark>> {
+        let now = self.clock.now();
+        self.observe_max_event_times_at(source_id, observations, max_lateness, add_missing, now)
+    }
+
+    /// [`Self::observe_max_event_times`] at the time `now` given by the caller (a
+    /// pipeline whose idleness is measured in event time reads no clock).
+    pub fn observe_max_event_times_at(
+        &mut self,
+        source_id: usize,
+        observations: &[(u32, i64)],
+        max_lateness: i64,
+        add_missing: bool,
+        now: i64,
+    ) -> Result<Option<Watermark>> {
         for &(partition, _) in observations {
             let p = PartitionId::new(source_id, partition);
             match self.slot_of(p) {
                 Ok(_) => {}
                 Err(TidemarkError::UnknownPartition { .. }) if add_missing => {
-                    self.add_partition(p)?
+                    self.add_partition_at(p, now)?
                 }
                 Err(e) => return Err(e),
             }
         }
-        let now = self.clock.now();
         let before = self.combined;
         for &(partition, max_event_time) in observations {
             let idx = self.slot_of(PartitionId::new(source_id, partition))?;
@@ -462,10 +489,23 @@ impl PartitionedWatermarkTracker {
     /// Marks every active partition whose last activity is more than the idle timeout
     /// ago as idle. Returns the new combined watermark if it advanced.
     pub fn check_idle_partitions(&mut self) -> Option<Watermark> {
-        let timeout = self.idle_timeout?;
         let now = self.clock.now();
+        self.check_idle_partitions_at(now)
+    }
+
+    /// [`Self::check_idle_partitions`] at the time `now` given by the caller. No
+    /// partition is idle at `i64::MIN` (a time that has not started); partitions
+    /// active before it started (activity `i64::MIN`) take `now` as their activity.
+    pub fn check_idle_partitions_at(&mut self, now: i64) -> Option<Watermark> {
+        let timeout = self.idle_timeout?;
+        if now == i64::MIN {
+            return None;
+        }
         let mut any = false;
         for idx in 0..self.slots.len() {
+            if self.slots[idx].live && self.slots[idx].last_activity == i64::MIN {
+                self.slots[idx].last_activity = now;
+            }
             let s = self.slots[idx];
             if s.live && !s.idle && now.saturating_sub(s.last_activity) > timeout {
                 self.set_idle(idx);
