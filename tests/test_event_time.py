@@ -65,7 +65,8 @@ def test_row_failures_become_error_rows_not_exceptions() -> None:
 
 
 def test_unknown_type_lists_registered_names() -> None:
-    with pytest.raises(tm.UnknownEventTimeTypeError, match="registered types: iso8601"):
+    # Other tests of the process may have registered types of their own.
+    with pytest.raises(tm.UnknownEventTimeTypeError, match=r"registered types: .*iso8601"):
         tm.parse_event_time(pa.array([1]), event_time_type="epoch_days")
 
 

@@ -119,3 +119,48 @@ def test_per_key_keeps_every_window_a_global_watermark_gets_right(
     for w, n in global_.items():
         if exact[w] == n:
             assert per_key[w] == n, w
+
+
+def _minutes(users: list[str], minutes: list[int]) -> pa.Table:
+    """A table of ``user`` and ``ts`` at those minutes past midnight."""
+    return pa.table(
+        {
+            "user": users,
+            "ts": pa.array([m * 60_000_000 for m in minutes], pa.timestamp("us", tz="UTC")),
+        }
+    )
+
+
+@pytest.mark.parametrize("rule", ["spark", "flink", "row"])
+@pytest.mark.parametrize("idleness", ["clock", "event_time"])
+def test_a_user_session_closed_while_idle_is_never_overlapped(rule: str, idleness: str) -> None:
+    """The mobile user of the issue: "a" goes idle, its session [00:00, 00:30) closes on
+    the global watermark, then its row at 00:10 arrives. One session, one late row (a
+    second session [00:10, 00:40) would count the user's time twice)."""
+    clock = tm.ManualClock(0)
+    op = tm.Pipeline(
+        key="user",
+        event_time="ts",
+        window=tm.Session(gap="30m"),
+        aggs={"n": tm.count()},
+        watermark=tm.BoundedOutOfOrderness("1m", per="key", idle_timeout="5m", idleness=idleness),
+        late_rule=rule,
+        clock=clock,
+    ).operator()
+    outs = [op.process(_minutes(["a", "b"], [0, 0]))]
+    clock.advance(600_000)
+    outs.append(op.process(_minutes(["b"], [60])))
+    for m in (61, 62):
+        clock.advance(1_000)
+        outs.append(op.process(_minutes(["b"], [m])))
+    clock.advance(1_000)
+    outs.append(op.process(_minutes(["a"], [10])))
+    outs.append(op.flush())
+    sessions = [
+        (r["window_start"].minute, r["window_end"].minute, r["n"])
+        for o in outs
+        for r in o.windows.to_pylist()
+        if r["user"] == "a"
+    ]
+    assert sessions == [(0, 30, 1)]
+    assert sum(o.late.num_rows for o in outs) == 1

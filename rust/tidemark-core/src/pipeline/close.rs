@@ -202,6 +202,11 @@ impl Operator {
             if self.cfg.scope == Scope::Key {
                 floor = floor.max(e.watermark.saturating_sub(self.cfg.allowed_lateness));
             }
+            // The sessions it closed before, too (their slot goes to another key).
+            floor = floor.max(self.closed_session_end(e.slot));
+            if let Some(end) = self.session_end.get_mut(slot) {
+                *end = i64::MIN;
+            }
             self.floors.insert(&e.key, floor, width);
             if list.is_empty() {
                 continue;
@@ -242,8 +247,31 @@ impl Operator {
         }
         list.remove(pos);
         count_closed(&mut self.metrics, self.cfg.window.is_session(), by_timer, 1);
+        self.note_closed_session(slot, w.end);
         self.push_closed(KeyRef::Slot(slot), w);
         true
+    }
+
+    /// The end of the last session the key in `slot` closed (`i64::MIN`: none, or
+    /// not kept: see [`PipelineConfig::keeps_session_ends`](super::PipelineConfig)).
+    pub(super) fn closed_session_end(&self, slot: u32) -> i64 {
+        self.session_end
+            .get(slot as usize)
+            .copied()
+            .unwrap_or(i64::MIN)
+    }
+
+    /// A session of the key in `slot` ending at `end` closed: rows that would merge
+    /// into it are late from now on (per key or partition).
+    fn note_closed_session(&mut self, slot: u32, end: i64) {
+        if !self.cfg.keeps_session_ends() {
+            return;
+        }
+        let s = slot as usize;
+        if self.session_end.len() <= s {
+            self.session_end.resize(s + 1, i64::MIN);
+        }
+        self.session_end[s] = self.session_end[s].max(end);
     }
 
     pub(super) fn close_windows(&mut self) {
@@ -348,6 +376,13 @@ impl Operator {
         }
         let w = self.close_watermark();
         for (at, slot, start) in self.timers.pop_until(w) {
+            // Per key, the global watermark closes the windows of idle keys only: a key
+            // that sent rows again closes its windows on its own watermark (its timers
+            // from while it was idle are stale, as after a restore, which sets timers
+            // for idle keys alone).
+            if key_scope && !self.keys.slot_is_idle(slot) {
+                continue;
+            }
             if self.close_window(slot, start, at, true) && key_scope {
                 // An idle key's window closed on the global watermark: the key's rows
                 // in it are late when it comes back, not a reopened window.
@@ -383,6 +418,9 @@ impl Operator {
             false,
             k as u64,
         );
+        // Sessions of a key do not overlap: the last of the prefix ends last.
+        let last_end = list[k - 1].end;
+        self.note_closed_session(slot, last_end);
         let emit = self.cfg.emit == EmitMode::OnWindowClose;
         for w in self.wins[slot as usize].drain(..k) {
             push_closed_to(

@@ -247,6 +247,14 @@ impl PipelineConfig {
         }
     }
 
+    /// Session windows with a watermark per key or per source partition keep, per key,
+    /// the end of the last session they closed (in snapshots too): a row whose own
+    /// session would merge into a closed session is late. With one global watermark
+    /// a row is judged by its own session alone, as Spark and Flink judge it.
+    pub(crate) fn keeps_session_ends(&self) -> bool {
+        self.window.is_session() && self.scope != Scope::Global
+    }
+
     /// Per key under Spark's rule, each key keeps the watermark its windows were closed
     /// at (in snapshots too): its windows close one call after its watermark moves.
     pub(crate) fn keeps_key_marks(&self) -> bool {

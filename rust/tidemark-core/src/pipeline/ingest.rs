@@ -154,7 +154,8 @@ impl Operator {
         // Global and partition scope: every window with `end` at or before this is
         // closed (per key: each key's own, below).
         let scope_closed = judged.saturating_sub(lateness);
-        let flink_sessions = rule == LateRule::Flink && self.cfg.window.is_session();
+        let session = self.cfg.window.is_session();
+        let flink_sessions = rule == LateRule::Flink && session;
         self.key_starts.clear();
 
         let mut bad_row = vec![false; n];
@@ -213,12 +214,28 @@ impl Operator {
         } else {
             group.clear();
             group.resize(n, SKIP);
-            keys.for_each_row_key(|row, key| {
-                if fatal.is_some() || bad_row[row] {
-                    return;
+            if let Some(p) = parts {
+                for (row, bad) in bad_row.iter_mut().enumerate() {
+                    if !*bad {
+                        if let Some(reason) = partition_error(p, row) {
+                            errors.push((row, reason));
+                            *bad = true;
+                        }
+                    }
                 }
-                if let Some(reason) = parts.and_then(|p| partition_error(p, row)) {
-                    errors.push((row, reason));
+            }
+            // Keys the state holds first: taken by the batch, none of them is evicted
+            // for the batch's new keys (whatever the order of the rows), which come
+            // second and evict the least recently active keys the batch has not.
+            keys.for_each_row_key(|row, key| {
+                if !bad_row[row] {
+                    if let Some(slot) = self.keys.find_row(key) {
+                        group[row] = self.keys.batch_fold(slot, time_vals[row]);
+                    }
+                }
+            });
+            keys.for_each_row_key(|row, key| {
+                if fatal.is_some() || bad_row[row] || group[row] != SKIP {
                     return;
                 }
                 let slot = match self.keys.batch_slot_row(key) {
@@ -311,10 +328,18 @@ impl Operator {
             } else {
                 scope_closed
             };
-            let closed = if self.floors.is_empty() {
-                closed
+            let floor = if self.floors.is_empty() {
+                i64::MIN
             } else {
-                closed.max(self.floor_of(slot))
+                self.floor_of(slot)
+            };
+            // Sessions: a row at or before `session_floor`, the end of a session the
+            // key closed (per key or partition) or its floor (a forgotten key), would
+            // merge into a session already closed: it is late, whatever the rule.
+            let (closed, session_floor) = if session {
+                (closed, floor.max(self.closed_session_end(slot)))
+            } else {
+                (closed.max(floor), i64::MIN)
             };
             // Rows before `threshold` are late (Flink's sessions: unless they merge
             // into an open session, checked after the key's other rows).
@@ -342,6 +367,10 @@ impl Operator {
                         part_max.resize(pi + 1, i64::MIN);
                     }
                     part_max[pi] = part_max[pi].max(ts);
+                }
+                if session_floor != i64::MIN && ts <= session_floor {
+                    late_rows.push(row as u32);
+                    continue;
                 }
                 if ts < threshold {
                     if flink_sessions {

@@ -310,6 +310,11 @@ pub struct Operator {
     floors: FloorSketch,
     /// Per key slot: its floor (see [`floors`]), `UNRESOLVED` until looked up.
     slot_floor: Vec<i64>,
+    /// Session windows per key or per source partition: per key slot the end of the
+    /// last session it closed (`i64::MIN`: none). A row at or before it would merge
+    /// into that session: it is late, so no closed session is overlapped or reopened
+    /// (see [`PipelineConfig::keeps_session_ends`]).
+    session_end: Vec<i64>,
     /// `flush` closed every window: the operator takes no more rows.
     flushed: bool,
     /// The watermark that closes windows (global and partition scope; idle keys'
@@ -417,6 +422,7 @@ impl Operator {
             row_closed: i64::MIN,
             floors: FloorSketch::default(),
             slot_floor: Vec::new(),
+            session_end: Vec::new(),
             flushed: false,
             close_override: None,
             partials: false,

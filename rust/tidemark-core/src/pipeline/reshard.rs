@@ -33,6 +33,8 @@ pub struct KeyState {
     /// Spark's rule per key: the watermark its windows were closed at while a close
     /// is pending, else `NOT_PENDING`.
     pending: i64,
+    /// Sessions per key or partition: the end of the last session it closed.
+    session_end: i64,
 }
 
 /// A parsed operator snapshot.
@@ -56,6 +58,8 @@ pub struct Parsed {
     /// The watermark the last call began with (Spark's rule judges the next one's rows
     /// against it).
     late_mark: i64,
+    /// The scope's highest key-scope watermark reported.
+    key_reported: i64,
     /// The scope's event time ([`super::ScopeWatermark::time`]).
     pub event_time: i64,
 }
@@ -90,6 +94,7 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
             idle: r.bool()?,
             windows: Vec::new(),
             pending: super::NOT_PENDING,
+            session_end: i64::MIN,
         });
     }
     let _cursor = r.len(0)?;
@@ -109,8 +114,14 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
         if marks {
             k.pending = r.i64()?;
         }
+        if cfg.keeps_session_ends() {
+            k.session_end = r.i64()?;
+        }
     }
+    // The scope watermark's state (`ScopeWatermark::write_state`).
     let watermark = (r.i64()?, r.i64()?);
+    let key_reported = r.i64()?;
+    let event_time = r.i64()?;
     let mut pt = PartitionedWatermarkTracker::new();
     pt.read_state(&mut r)?;
     let mut pw = Writer::new();
@@ -122,7 +133,6 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
     let flushed = r.bool()?;
     let floors = FloorSketch::read(&mut r)?;
     let late_mark = r.i64()?;
-    let event_time = r.i64()?;
     r.finish()?;
     Ok(Parsed {
         fields,
@@ -134,6 +144,7 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
         flushed,
         floors,
         late_mark,
+        key_reported,
         event_time,
     })
 }
@@ -253,9 +264,14 @@ pub fn redistribute(
             if cfg.keeps_key_marks() {
                 w.i64(k.pending);
             }
+            if cfg.keeps_session_ends() {
+                w.i64(k.session_end);
+            }
         }
         w.i64(shared.watermark.0);
         w.i64(shared.watermark.1);
+        w.i64(shared.key_reported);
+        w.i64(shared.event_time);
         w.raw(&shared.partitions);
         for (i, m) in metrics.iter().enumerate() {
             w.u64(if first || i == 0 { *m } else { 0 });
@@ -263,7 +279,6 @@ pub fn redistribute(
         w.bool(flushed);
         floors.write(&mut w);
         w.i64(late_mark);
-        w.i64(shared.event_time);
         out.push(state::seal(
             SnapshotKind::Pipeline,
             cfg.fingerprint(),
@@ -277,6 +292,7 @@ fn merge_key(into: &mut KeyState, k: KeyState) {
     into.max_event = into.max_event.max(k.max_event);
     into.last_activity = into.last_activity.max(k.last_activity);
     into.idle = into.idle && k.idle;
+    into.session_end = into.session_end.max(k.session_end);
     into.pending = match (into.pending, k.pending) {
         (super::NOT_PENDING, p) | (p, super::NOT_PENDING) => p,
         (a, b) => a.max(b),
@@ -301,7 +317,7 @@ pub fn shared_of(p: &Parsed) -> Shared {
     Shared {
         watermark: p.watermark,
         partitions: p.partitions.clone(),
-        key_reported: p.tracker_tail.1,
+        key_reported: p.key_reported.max(p.tracker_tail.1),
         event_time: p.event_time,
         windows_emitted: None,
     }
@@ -350,7 +366,7 @@ pub fn reshard_snapshots(
             }),
         key_reported: parsed
             .iter()
-            .map(|p| p.tracker_tail.1)
+            .map(|p| p.key_reported.max(p.tracker_tail.1))
             .max()
             .unwrap_or(i64::MIN),
         event_time: parsed

@@ -96,10 +96,11 @@ impl Operator {
             if self.cfg.keeps_key_marks() {
                 w.i64(self.snapshot_mark(slot));
             }
+            if self.cfg.keeps_session_ends() {
+                w.i64(self.closed_session_end(slot));
+            }
         }
-        w.i64(self.scope.watermark);
-        w.i64(self.scope.global_max);
-        self.scope.partitions.write_state(&mut w);
+        self.scope.write_state(&mut w);
         let m = &self.metrics;
         for v in [
             m.batches,
@@ -125,7 +126,6 @@ impl Operator {
         w.bool(self.flushed);
         self.floors.write(&mut w);
         w.i64(self.late_mark);
-        w.i64(self.scope.event_time);
         w.seal(SnapshotKind::Pipeline, self.fingerprint)
     }
 
@@ -199,13 +199,17 @@ impl Operator {
                     }
                 }
             }
+            if op.cfg.keeps_session_ends() {
+                let end = r.i64()?;
+                if end != i64::MIN {
+                    if op.session_end.len() <= slot as usize {
+                        op.session_end.resize(slot as usize + 1, i64::MIN);
+                    }
+                    op.session_end[slot as usize] = end;
+                }
+            }
         }
-        op.scope.watermark = r.i64()?;
-        op.scope.global_max = r.i64()?;
-        op.scope.partitions = crate::time::PartitionedWatermarkTracker::new()
-            .idle_timeout_ticks(op.cfg.idle_timeout)
-            .with_clock(op.clock.clone());
-        op.scope.partitions.read_state(&mut r)?;
+        op.scope.read_state(&mut r)?;
         let mut m = PipelineMetrics::default();
         for v in [
             &mut m.batches,
@@ -232,7 +236,6 @@ impl Operator {
         op.flushed = r.bool()?;
         op.floors = FloorSketch::read(&mut r)?;
         op.late_mark = r.i64()?;
-        op.scope.event_time = r.i64()?;
         r.finish()?;
         Ok(op)
     }

@@ -1213,9 +1213,9 @@ fn an_evicted_key_that_returns_reopens_no_window_it_emitted() {
         let mut outs = vec![o
             .process(&batch(&[("a", 1, 1), ("b", 2, 1)]), None)
             .unwrap()];
-        let out = o
-            .process(&batch(&[("c", 3, 1), ("a", 4, 1)]), None)
-            .unwrap();
+        // "c" evicts "a", the least recently active key (keys of one call by key).
+        outs.push(o.process(&batch(&[("c", 3, 1)]), None).unwrap());
+        let out = o.process(&batch(&[("a", 4, 1)]), None).unwrap();
         // "a" was evicted (its [0, 10) emitted early with n=1): its row at 4 would
         // reopen that window, so it is late.
         assert_eq!(out.late.num_rows(), 1, "{scope:?}");
@@ -1703,4 +1703,111 @@ fn rows_far_ahead_of_the_stream_are_error_rows_that_move_no_watermark() {
     let out = o.process(&batch(&[("a", 3_602 * S, 1)]), None).unwrap();
     assert_eq!(out.errors.num_rows(), 0);
     assert_eq!(o.metrics().rows_error, 1);
+}
+
+#[test]
+fn a_row_that_would_merge_into_a_closed_session_of_its_key_is_late() {
+    // The mobile user: 30-minute sessions, per-key watermarks with a minute of
+    // delay, keys idle after 5 minutes of event time. "a" goes idle; its session
+    // [00:00, 00:30) closes on the global watermark; its row at 00:10 comes after.
+    const M: i64 = 60_000_000;
+    for rule in [LateRule::Spark, LateRule::Flink, LateRule::Row] {
+        for scope in [Scope::Key, Scope::Partition { column: "p".into() }] {
+            let c = PipelineConfig {
+                delay: M,
+                idle_timeout: Some(5 * 60_000),
+                late_rule: rule,
+                ..cfg(WindowSpec::Session { gap: 30 * M }, scope.clone())
+            };
+            let (mut o, _) = op(c.clone());
+            let mut windows = Vec::new();
+            let mut late = 0;
+            for rows in [
+                &[("a", 0, 0), ("b", 0, 0)][..],
+                &[("b", 0, 60 * M)],
+                &[("b", 0, 61 * M)],
+                &[("b", 0, 62 * M)],
+                &[("a", 0, 10 * M)],
+            ] {
+                let out = o.process(&part_batch(rows), None).unwrap();
+                windows.extend(rows_of(&out.windows));
+                late += out.late.num_rows();
+                // Through a snapshot every call: the closed session's end is state.
+                o = Operator::restore(c.clone(), Arc::new(ManualClock::new(0)), &o.snapshot())
+                    .unwrap();
+            }
+            windows.extend(rows_of(&o.flush().unwrap().windows));
+            let a: Vec<_> = windows.iter().filter(|w| w.0 == "a").collect();
+            assert_eq!(
+                a,
+                vec![&("a".to_string(), 0, 30 * M, 1, Some(1))],
+                "{rule:?} {scope:?}: one session of a, never overlapped"
+            );
+            assert_eq!(late, 1, "{rule:?} {scope:?}: the row at 00:10 is late");
+        }
+    }
+}
+
+#[test]
+fn a_global_watermark_judges_a_session_row_by_its_own_session_as_spark_does() {
+    // Spark's rule in a global scope: a row is late only when its own session
+    // [ts, ts + gap) is closed, even when it overlaps a session already emitted.
+    const M: i64 = 60_000_000;
+    let c = PipelineConfig {
+        late_rule: LateRule::Spark,
+        ..cfg(WindowSpec::Session { gap: 30 * M }, Scope::Global)
+    };
+    let (mut o, _) = op(c);
+    let mut windows = Vec::new();
+    for rows in [
+        &[("a", 0, 1)][..],
+        &[("b", 40 * M, 1)],
+        &[("b", 41 * M, 1)],
+        &[("a", 20 * M, 1)],
+    ] {
+        let out = o.process(&batch(rows), None).unwrap();
+        assert_eq!(out.late.num_rows(), 0);
+        windows.extend(rows_of(&out.windows));
+    }
+    windows.extend(rows_of(&o.flush().unwrap().windows));
+    let a: Vec<_> = windows
+        .iter()
+        .filter(|w| w.0 == "a")
+        .map(|w| (w.1, w.2))
+        .collect();
+    assert_eq!(a, vec![(0, 30 * M), (20 * M, 50 * M)]);
+}
+
+#[test]
+fn a_full_state_evicts_no_key_of_the_call_whatever_the_order_of_its_rows() {
+    // Before, the new key "c" in the call's first row evicted "a", whose row came later
+    // in the same call: "a" came back with its own floor and its row was late.
+    for rows in [
+        &[("c", 3, 1), ("a", 4, 1)][..],
+        &[("a", 4, 1), ("c", 3, 1)][..],
+    ] {
+        let mut c = cfg(
+            WindowSpec::Tumbling {
+                size: 10,
+                offset: 0,
+            },
+            Scope::Key,
+        );
+        c.delay = 60;
+        c.max_keys = Some(2);
+        let (mut o, _) = op(c);
+        o.process(&batch(&[("a", 1, 1), ("b", 2, 1)]), None)
+            .unwrap();
+        let out = o.process(&batch(rows), None).unwrap();
+        assert_eq!(out.late.num_rows(), 0);
+        assert_eq!(rows_of(&out.windows), vec![("b".into(), 0, 10, 1, Some(1))]);
+        let out = o.flush().unwrap();
+        assert_eq!(
+            rows_of(&out.windows),
+            vec![
+                ("a".into(), 0, 10, 2, Some(2)),
+                ("c".into(), 0, 10, 1, Some(1))
+            ]
+        );
+    }
 }

@@ -613,9 +613,17 @@ mod model {
                             let e = pending.entry(k).or_insert(ts);
                             *e = (*e).max(ts);
                         }
-                        for k in busy {
+                        for &k in &busy {
                             let ts = pending[&k];
                             m.update(k, ts);
+                        }
+                        if max_keys.is_some() && policy == KeyEvictionPolicy::LeastRecentlyActive {
+                            // A bounded LRU tracker orders one batch's keys by key, so
+                            // which goes first later does not depend on the rows' order.
+                            busy.sort_unstable();
+                            for k in busy {
+                                m.touch(k);
+                            }
                         }
                         (r.unwrap().map(|w| w.timestamp()), m.recalc())
                     }

@@ -181,6 +181,12 @@ impl KeyedWatermarkTracker {
         self.slot_for_update::<true>(key, self.batch_now)
     }
 
+    /// The slot of `key` if the tracker holds it (nothing is inserted or touched).
+    #[inline]
+    pub fn find_row(&self, key: RowKey<'_>) -> Option<u32> {
+        self.keys.get_row(key, key.hash())
+    }
+
     /// [`Self::batch_slot`] for a key as [`KeyRows::for_each_row_key`] gives it.
     #[inline]
     pub fn batch_slot_row(&mut self, key: RowKey<'_>) -> Result<u32> {
@@ -366,6 +372,22 @@ impl KeyedWatermarkTracker {
             let leaf =
                 (self.cfg.max_keys.is_none() && !self.keys[slot as usize].idle).then_some(before);
             self.settle(slot, before, now, leaf);
+        }
+        if self.cfg.max_keys.is_some()
+            && self.cfg.eviction_policy == KeyEvictionPolicy::LeastRecentlyActive
+        {
+            // The batch's keys share one activity time: which of them is evicted first
+            // later must not depend on the order of the batch's rows. They end the
+            // activity list in the order of their encoded keys.
+            let mut batch: Vec<u32> = pending
+                .iter()
+                .map(|&(s, _)| s)
+                .filter(|&s| s != NIL)
+                .collect();
+            batch.sort_unstable_by(|&a, &b| self.keys.key(a).cmp(&self.keys.key(b)));
+            for slot in batch {
+                self.move_to_back(slot);
+            }
         }
         self.pending = pending;
         self.pending.clear();
