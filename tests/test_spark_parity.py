@@ -7,10 +7,11 @@ through
 
 * Spark: a file source with ``maxFilesPerTrigger=1``, ``withWatermark`` and
   ``groupBy(window(...) or session_window(...), key)`` in append mode;
-* ``StreamProcessor`` with a global watermark and the default rule (``"spark"``), called
-  on the same micro-batches as ``foreachBatch`` calls it, and one empty micro-batch after
-  them (Spark runs a trailing no-data batch when the watermark moved: it is compared with
-  tidemark's next micro-batch);
+* ``StreamProcessor`` with a global watermark and the default rule (``"spark"``), as a
+  query of its own over the same files (``StreamProcessor.start``); when the files are
+  read, the query goes quiet and tidemark emits on its own, in its first micro-batch
+  without rows (the processor's heartbeat), what Spark's trailing no-data micro-batch
+  emits (Spark runs one when the watermark moved);
 * the standalone operator, one ``process()`` per file.
 
 Assertions: the windows (key, bounds, count, sum) of every micro-batch id are identical
@@ -91,23 +92,30 @@ def streams(draw: Any) -> list[Rows]:
     return batches
 
 
+def file_stream(spark: Any, src: Path, batches: list[Rows]) -> Any:
+    """The stream's micro-batches as Parquet files in ``src`` (once), read one a
+    micro-batch."""
+    if not src.exists():
+        src.mkdir(parents=True)
+        base = time.time() - 10_000
+        for i, rows in enumerate(batches):
+            path = src / f"part-{i:04d}.parquet"
+            pq.write_table(table(rows), path)
+            os.utime(path, (base + i, base + i))  # the file source takes the oldest first
+    return (
+        spark.readStream.schema(spark.createDataFrame(table([])).schema)
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(src))
+    )
+
+
 def spark_native(spark: Any, where: Path, batches: list[Rows], kind: str) -> tuple[Any, Any]:
     """Spark's own windowed aggregation over the stream: (windows per micro-batch id,
     rows dropped by the watermark per micro-batch id)."""
     from pyspark.sql import functions as F
 
-    src = where / "in"
-    src.mkdir(parents=True)
-    base = time.time() - 10_000
-    for i, rows in enumerate(batches):
-        path = src / f"part-{i:04d}.parquet"
-        pq.write_table(table(rows), path)
-        os.utime(path, (base + i, base + i))  # the file source takes the oldest first
-    df = (
-        spark.readStream.schema(spark.createDataFrame(table([])).schema)
-        .option("maxFilesPerTrigger", 1)
-        .parquet(str(src))
-        .withWatermark("ts", f"{DELAY_MS // 1000} seconds")
+    df = file_stream(spark, where / "in", batches).withWatermark(
+        "ts", f"{DELAY_MS // 1000} seconds"
     )
     out = (
         df.groupBy(F.expr(KINDS[kind][1]).alias("w"), "k")
@@ -197,12 +205,24 @@ def by_operator(
     return [rows_of(o.windows) for o in outs], [o.late for o in outs], marks
 
 
-def by_stream_processor(spark: Any, where: Path, pipe: tm.Pipeline, batches: list[Rows]) -> Any:
+def by_stream_processor(
+    spark: Any, where: Path, src: Path, pipe: tm.Pipeline, batches: list[Rows]
+) -> Any:
+    """The windows and late rows of each micro-batch id of ``StreamProcessor.start``
+    over the same file stream: the stream's micro-batches, then the first quiet one
+    (no rows: the processor's heartbeat), in which tidemark emits on its own what
+    Spark's trailing no-data micro-batch emits."""
     sink, late = Collect(), Collect()
-    proc = StreamProcessor(pipe, str(where), sink=sink, late_sink=late, arrow_sinks=True)
-    for b, rows in enumerate([*batches, []]):
-        proc(spark.createDataFrame(table(rows)), b)
+    proc = StreamProcessor(pipe, str(where / "state"), sink=sink, late_sink=late, arrow_sinks=True)
     n = len(batches) + 1
+    q = proc.start(file_stream(spark, src, batches), where / "chk", trigger="0.1 seconds")
+    try:
+        deadline = time.time() + 120
+        while proc.progress(n - 1) is None and q.isActive and time.time() < deadline:
+            time.sleep(0.05)
+    finally:
+        q.stop()
+    assert proc.progress(n - 1) is not None, q.exception()
     return [rows_of(sink.got.get(b)) for b in range(n)], [late.got.get(b) for b in range(n)]
 
 
@@ -243,7 +263,9 @@ def check(spark: Any, where: Path, kind: str, batches: list[Rows]) -> None:
     n = len(batches) + 1
     spark_windows = [want.get(b, []) for b in range(n)]
     assert max(want, default=0) < n, "Spark ran more micro-batches than expected"
-    got, late = by_stream_processor(spark, where / "state", pipeline(kind), batches)
+    got, late = by_stream_processor(
+        spark, where / "tidemark", where / "spark" / "in", pipeline(kind), batches
+    )
     for b in range(n):
         assert got[b] == spark_windows[b], f"{kind}: micro-batch {b} of {len(batches)}"
     op_windows, op_late, marks = by_operator(pipeline(kind), batches)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from tidemark.spark._session import local_session
 from tidemark.spark.aggregate import AggregateResult, aggregate
 from tidemark.spark.reorder import ReorderResult, ReorderStream, reorder
-from tidemark.spark.streaming import StreamProcessor
+from tidemark.spark.streaming import StreamProcessor, heartbeat
 from tidemark.spark.watermarks import PARTITION_PROGRESS_SCHEMA, observe_partitions
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "ReorderStream",
     "StreamProcessor",
     "aggregate",
+    "heartbeat",
     "local_session",
     "observe_partitions",
     "reorder",

@@ -84,6 +84,10 @@ class BatchRun:
     record: dict[str, Any]
     #: The batch's cached result, or ``None`` (nothing persisted).
     persisted: Any = field(default=None)
+    #: A quiet micro-batch: Spark ran it without rows (see
+    #: :func:`tidemark.spark.heartbeat`); like a flush it reads none, unlike one it
+    #: closes only what the watermark passed.
+    quiet: bool = False
 
     @property
     def driver(self) -> bool:
@@ -188,12 +192,15 @@ class MicroBatchDriver:
 
     # --- one batch: the life cycle, and the steps a subclass supplies ------------
 
-    def _run(self, df: Any, batch_id: int, flush: bool, schema: Any = None) -> tuple[Any, Any, Any]:
+    def _run(
+        self, df: Any, batch_id: int, flush: bool, schema: Any = None, plan: Any = None
+    ) -> tuple[Any, Any, Any]:
         """One batch: ``df`` holds its rows (for a flush, any DataFrame of the session:
-        its rows are not read, and ``schema`` is the stream's). Returns the (main,
-        late, error) outputs the sinks got."""
-        run = self._begin(df, batch_id, flush, schema)
-        if not flush:
+        its rows are not read, and ``schema`` is the stream's; ``plan``: what
+        :meth:`_plan_of` read of it). Returns the (main, late, error) outputs the sinks
+        got."""
+        run = self._begin(df, batch_id, flush, schema, plan)
+        if not flush and not run.quiet:
             self._last_on_driver = run.driver
         outs = self._execute(df, run)
         try:
@@ -210,10 +217,20 @@ class MicroBatchDriver:
         self.last_batch_id = batch_id
         return outs
 
-    def _begin(self, df: Any, batch_id: int, flush: bool, schema: Any) -> BatchRun:
+    def _begin(self, df: Any, batch_id: int, flush: bool, schema: Any, plan: Any) -> BatchRun:
         """Checks the state store and the input, records the batch's start (or finds
         the record of its earlier run) and decides where it runs."""
         raise NotImplementedError
+
+    def _plan_of(self, df: Any) -> Any:
+        """What the driver reads of a micro-batch's plan before it runs it (``None``:
+        nothing)."""
+        return None
+
+    def _nothing_to_do(self, plan: Any) -> bool:
+        """Whether a micro-batch with this plan (see :meth:`_plan_of`) would change
+        nothing: it is not run, and nothing is recorded for it."""
+        return False
 
     def _execute(self, df: Any, run: BatchRun) -> tuple[Any, Any, Any]:
         """Runs the batch in this process (outputs computed, state written) or plans
@@ -251,7 +268,10 @@ class MicroBatchDriver:
 
     def __call__(self, df: Any, batch_id: int) -> None:
         """Processes micro-batch ``batch_id`` (Spark's foreachBatch contract)."""
-        self._run(df, batch_id, flush=False)
+        plan = self._plan_of(df)
+        if self._nothing_to_do(plan):
+            return
+        self._run(df, batch_id, flush=False, plan=plan)
         if self._last is not None:  # None: run in the driver, nothing persisted
             self._last.unpersist()
 

@@ -77,30 +77,42 @@ _PASS_THROUGH = frozenset({"WholeStageCodegenExec", "ColumnarToRowExec", "InputA
 _LEGACY_KEYS = (b"org.apache.spark.legacyDateTime", b"org.apache.spark.legacyINT96")
 
 
-def _simple_name(obj: Any) -> str:
+def simple_name(obj: Any) -> str:
     return str(obj.getClass().getSimpleName())
+
+
+def _plain_column(expr: Any) -> bool:
+    """Whether a projection's expression is a plain column: a column, or a column
+    under its own name (a union names its inputs' columns anew)."""
+    name = simple_name(expr)
+    if name == "Alias":
+        child = expr.child()
+        return simple_name(child) == "AttributeReference" and str(child.name()) == str(
+            expr.name()
+        )
+    return name == "AttributeReference"
 
 
 def _plain_columns(exprs: Any) -> bool:
     """Whether a projection's expressions (a JVM ``Seq``) are all plain columns."""
-    return all(_simple_name(exprs.apply(i)) == "AttributeReference" for i in range(exprs.size()))
+    return all(_plain_column(exprs.apply(i)) for i in range(exprs.size()))
 
 
-def batch_files(df: Any) -> list[str] | str:
-    """The files of ``df``'s micro-batch, if ``df`` is ``foreachBatch``'s DataFrame of
-    a query whose plan is a bare Parquet file scan (see the module's text), as
-    URIs; else why not (a reason for the progress). Reads Spark's plan through the
-    JVM: under Spark Connect, or where anything is not as described, a reason."""
+def micro_batch_plan(df: Any) -> Any:
+    """The physical plan of ``df``'s micro-batch, if ``df`` is ``foreachBatch``'s
+    DataFrame (or a selection of its plain columns); else why not (a ``str``). Reads
+    Spark's plan through the JVM: under Spark Connect, or on a Spark release whose
+    plans were not checked (``SPARK_VERSIONS``), a reason."""
     try:
         version = ".".join(str(df.sparkSession.version).split(".")[:2])
         if version not in SPARK_VERSIONS:
-            return f"Spark {version}: read_files knows the plans of Spark {_known()}"
+            return f"Spark {version}: tidemark knows the plans of Spark {_known()}"
         jdf = df._jdf
         analyzed = jdf.queryExecution().analyzed()
         # A selection of plain columns of the micro-batch (df.select("a", "b")).
-        while _simple_name(analyzed) == "Project" and _plain_columns(analyzed.projectList()):
+        while simple_name(analyzed) == "Project" and _plain_columns(analyzed.projectList()):
             analyzed = analyzed.child()
-        if _simple_name(analyzed) != "LogicalRDD":
+        if simple_name(analyzed) != "LogicalRDD":
             return "not foreachBatch's DataFrame (or one derived from it by more than a selection)"
         spark = df.sparkSession
         # foreachBatch runs inside the micro-batch's SQL execution, on the JVM thread
@@ -112,9 +124,61 @@ def batch_files(df: Any) -> list[str] | str:
         # The DataFrame foreachBatch made of that plan holds its RDD: the same object.
         if qe is None or not qe.toRdd().equals(analyzed.rdd()):
             return "not foreachBatch's DataFrame of this micro-batch"
-        node = qe.executedPlan()
-        while _simple_name(node) != "FileSourceScanExec":
-            name = _simple_name(node)
+        return qe.executedPlan()
+    except Exception as e:  # Spark internals it does not promise
+        return f"Spark's plan could not be read ({type(e).__name__})"
+
+
+def never_rows(node: Any) -> bool:
+    """Whether a plan node gives no rows whatever its input: a filter on ``false`` (as
+    :func:`tidemark.spark.heartbeat`'s branch), an empty local relation, or a union,
+    selection or stage of such nodes."""
+    name = simple_name(node)
+    if name == "FilterExec":
+        cond = node.condition()
+        return simple_name(cond) == "Literal" and str(cond.toString()) == "false"
+    if name == "LocalTableScanExec":
+        return bool(node.rows().isEmpty())
+    if name in ("UnionExec", "ProjectExec", *_PASS_THROUGH):
+        children = node.children()
+        return all(never_rows(children.apply(i)) for i in range(children.size()))
+    return False
+
+
+def has_no_rows(plan: Any) -> bool:
+    """Whether a micro-batch's plan (:func:`micro_batch_plan`) reads no rows: its
+    source had nothing new, and Spark ran it for another input (a heartbeat)."""
+    try:
+        return not isinstance(plan, str) and never_rows(plan)
+    except Exception:  # Spark internals it does not promise: maybe rows
+        return False
+
+
+def batch_files(df: Any, plan: Any = None) -> list[str] | str:
+    """The files of ``df``'s micro-batch, if ``df`` is ``foreachBatch``'s DataFrame of
+    a query whose plan is a bare Parquet file scan (see the module's text; branches of
+    a union that give no rows, a heartbeat's, are left out), as URIs: none where no
+    branch reads a file; else why not (a reason for the progress). ``plan``: the
+    micro-batch's plan, if read already (:func:`micro_batch_plan`)."""
+    node = micro_batch_plan(df) if plan is None else plan
+    if isinstance(node, str):
+        return node
+    try:
+        while simple_name(node) != "FileSourceScanExec":
+            if never_rows(node):
+                return []
+            if simple_name(node) == "UnionExec":
+                children = node.children()
+                rows = [
+                    children.apply(i)
+                    for i in range(children.size())
+                    if not never_rows(children.apply(i))
+                ]
+                if len(rows) != 1:
+                    return "the query's plan is not a bare file scan (UnionExec)"
+                node = rows[0]
+                continue
+            name = simple_name(node)
             if name == "ProjectExec":
                 if not _plain_columns(node.projectList()):
                     return "the query computes columns"
@@ -125,7 +189,7 @@ def batch_files(df: Any) -> list[str] | str:
                 return f"the query's plan is not a bare file scan ({name})"
             node = children.apply(0)
         rel = node.relation()
-        fmt = _simple_name(rel.fileFormat())
+        fmt = simple_name(rel.fileFormat())
         if fmt != "ParquetFileFormat":
             return f"not a Parquet source ({fmt})"
         if rel.partitionSchema().size() != 0:

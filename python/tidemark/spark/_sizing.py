@@ -261,12 +261,21 @@ def known_late_and_errors(
 NO_ESTIMATE_BYTES = 1 << 40
 
 
-def estimated_bytes(df: Any) -> int | None:
+def estimated_bytes(df: Any, plan: Any = None) -> int | None:
     """Spark's size estimate of ``df`` (optimizer statistics), if it has one: ``None``
     also for Spark's placeholder of an input it cannot size (``NO_ESTIMATE_BYTES`` or
     more). A Spark Connect DataFrame has no JVM handle: its estimate is read from the
-    cost plan (one request to the server)."""
+    cost plan (one request to the server). ``plan``: the micro-batch's physical plan,
+    if read (:func:`~tidemark.spark._files.micro_batch_plan`): branches of a union
+    that give no rows (a :func:`~tidemark.spark.heartbeat`'s) are not counted."""
     size: int | None
+    branches = _live_union_branches(plan)
+    if branches is not None:
+        try:
+            size = sum(int(b.logicalLink().get().stats().sizeInBytes()) for b in branches)
+            return None if size >= NO_ESTIMATE_BYTES else size
+        except Exception:  # an API Spark does not promise: the whole plan's estimate
+            pass
     try:
         size = int(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
     except Exception:  # an API Spark does not promise: no estimate, not an error
@@ -275,6 +284,26 @@ def estimated_bytes(df: Any) -> int | None:
         except Exception:
             return None
     return None if size is None or size >= NO_ESTIMATE_BYTES else size
+
+
+def _live_union_branches(plan: Any) -> list[Any] | None:
+    """The branches of a micro-batch's union that may give rows (``None``: the plan is
+    not a union with branches that never do)."""
+    from tidemark.spark._files import never_rows, simple_name
+
+    if plan is None or isinstance(plan, str):
+        return None
+    try:
+        node = plan
+        while simple_name(node) == "WholeStageCodegenExec":
+            node = node.children().apply(0)
+        if simple_name(node) != "UnionExec":
+            return None
+        children = [node.children().apply(i) for i in range(node.children().size())]
+        live = [c for c in children if not never_rows(c)]
+        return live if len(live) < len(children) else None
+    except Exception:  # Spark internals it does not promise
+        return None
 
 
 #: Spark's ``DataType.defaultSize`` of the types it sizes by their width (the rest: 20,

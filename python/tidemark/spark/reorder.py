@@ -491,7 +491,9 @@ class ReorderStream(MicroBatchDriver):
             small,
         )
 
-    def _begin(self, df: Any, batch_id: int, flush: bool, schema: Any) -> _ReorderRun:
+    def _begin(
+        self, df: Any, batch_id: int, flush: bool, schema: Any, plan: Any = None
+    ) -> _ReorderRun:
         self._check_meta()
         _check_columns(self.template, df, self.partition_by)
         chosen = "driver" if self._runs_on_driver(df, flush) else "shuffled"

@@ -92,7 +92,7 @@ from tidemark.spark._driver import (
     Sink,
     exact_partitions,
 )
-from tidemark.spark._files import batch_files, read_batch_files
+from tidemark.spark._files import batch_files, has_no_rows, micro_batch_plan, read_batch_files
 from tidemark.spark._preagg import WEIGHT, Preaggregation, preaggregation
 from tidemark.spark._sizing import (
     FILES_ON_DRIVER_BYTES,
@@ -105,7 +105,7 @@ from tidemark.spark._sizing import (
 )
 from tidemark.spark.state import StateStore, state_errors_surface, stream_goes_on_after_flush
 
-__all__ = ["StreamProcessor"]
+__all__ = ["StreamProcessor", "heartbeat"]
 
 # The outputs, in the order the sinks and _run_on_driver give them.
 _KINDS = (KIND_WINDOW, KIND_LATE, KIND_ERROR)
@@ -117,6 +117,12 @@ _P_OUTPUT = 2  # a: window rows, b: late rows
 _P_INPUT = 3  # a: error rows, b: input rows
 _P_KEYS = 4  # per key: a: minimum watermark over active keys, b: highest key watermark
 _P_READ = 5  # a: rows the task read (Spark's folds of the input rows, where folded)
+_P_SETTLED = 6  # a quiet batch's calls without rows: a: calls, b: 1 if the last changed nothing
+
+#: A quiet micro-batch (no rows: see :func:`heartbeat`) runs calls without rows until one
+#: changes nothing (the windows its watermark closed are out, and the ones inputs gone
+#: idle released), at most this many.
+SETTLE_CALLS = 8
 
 
 def _progress_rows(p: int, prog: dict[str, Any]) -> list[tuple[int, Any, Any, Any]]:
@@ -150,6 +156,49 @@ def _progress_dicts(rows: list[tuple[int, Any, Any, Any]]) -> list[dict[str, Any
         elif kind == _P_PARTITION:
             d["partition_max"].append((a, b))
     return list(by.values())
+
+
+def heartbeat(stream_df: Any) -> Any:
+    """``stream_df`` with a heartbeat: Spark runs a micro-batch at every trigger, with
+    no rows when the stream is quiet, so that :class:`StreamProcessor` emits the windows
+    its watermark closed without new data and without a flush.
+
+    Spark runs a micro-batch only when a source has new data (or, for a query with a
+    stateful operator of its own, when its watermark moved); a ``foreachBatch`` query
+    whose stream falls silent is not called again. The heartbeat is a second source,
+    Spark's ``rate-micro-batch``, with new offsets at every trigger and every one of
+    its rows filtered out: it adds no row to any micro-batch, and Spark records its
+    offsets in the query's checkpoint like any source's, so a replay after a crash
+    sees the same micro-batches. Give the query a processing-time trigger (its
+    interval is then the longest a closed window waits): without one, Spark would
+    start micro-batches back to back. :meth:`StreamProcessor.start` does both.
+
+    A micro-batch without rows costs the processor a look at the micro-batch's plan
+    (a few milliseconds) once nothing is left to close; until then it runs calls
+    without rows (one after the last rows, more where inputs went idle).
+
+    Examples
+    --------
+    >>> q = (tidemark.spark.heartbeat(stream_df)                     # doctest: +SKIP
+    ...      .writeStream.foreachBatch(proc).trigger(processingTime="10 seconds")
+    ...      .option("checkpointLocation", "/chk/q").start())
+    """
+    from pyspark.sql import functions as F
+
+    if not getattr(stream_df, "isStreaming", False):
+        raise ConfigError(
+            "heartbeat() takes a streaming DataFrame (spark.readStream...): a batch "
+            "DataFrame has no micro-batches to add"
+        )
+    spark = stream_df.sparkSession
+    beat = (
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", 1)
+        .load()
+        .where("false")
+        .select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in stream_df.schema.fields])
+    )
+    return stream_df.unionByName(beat)
 
 
 def _scope(pipe: Pipeline, state: str | None, clock_ms: int) -> ScopeWatermark:
@@ -278,6 +327,7 @@ def _task(
     threads: int = 1,
     scope_state: str | None = None,
     lift: Callable[[pa.Table], pa.Table] | None = None,
+    settle: bool = False,
 ) -> Any:
     """The task over rows tagged by :func:`_tagged` (run by Spark, or by the driver
     itself: see :func:`_run_on_driver`). For every state partition among
@@ -295,7 +345,10 @@ def _task(
     run, where no Spark task holds a core): up to that many state partitions at once
     (the Rust work releases the GIL); their outputs come in state partition order.
     ``lift``: applied to the task's rows before the pipeline sees them (raw rows as
-    folds: see :meth:`~tidemark.spark._preagg.Preaggregation.lift`).
+    folds: see :meth:`~tidemark.spark._preagg.Preaggregation.lift`). ``settle`` (a
+    quiet micro-batch, whose task holds every state partition and no rows): calls
+    without rows follow the first, each closing on the watermark the one before
+    reached, until one emits nothing and moves no watermark (or ``SETTLE_CALLS``).
 
     Windows close on the watermark combined over every state partition, as one
     operator would close them. An ``untagged`` task holds every state partition, so
@@ -338,7 +391,13 @@ def _task(
             op.set_external_time(scope_time)
         return op
 
-    def finish(p: int, op: Operator, out: Output, table: pa.Table) -> Iterator[pa.RecordBatch]:
+    def finish(
+        p: int,
+        op: Operator,
+        out: Output,
+        table: pa.Table,
+        settled: tuple[int, bool] | None = None,
+    ) -> Iterator[pa.RecordBatch]:
         if windows_only:
             yield from plan.encode_one(out, KIND_WINDOW)
         else:
@@ -349,6 +408,8 @@ def _task(
         rows.append((p, _P_OUTPUT, out.windows.num_rows, _weight(out.late)))
         rows.append((p, _P_INPUT, _weight(out.errors), _weight(table)))
         rows.append((p, _P_READ, table.num_rows, 0))
+        if settled is not None:
+            rows.append((p, _P_SETTLED, settled[0], int(settled[1])))
         store.write_json(f"partitions/{p}/{batch_id}{PROGRESS}", {"token": token, "rows": rows})
         store.prune(f"partitions/{p}", PROGRESS, batch_id - retention + 1)
 
@@ -371,10 +432,15 @@ def _task(
             return op
 
         ops = pool_map(pool, ingest, range(len(shards)))
-        close = _scope(pipe, scope_state, clock_ms).advance([op.progress() for op in ops])
+        scope = _scope(pipe, scope_state, clock_ms)
+        close = scope.advance([op.progress() for op in ops])
+        results = pool_map(pool, lambda p: ops[p].complete(close), range(len(shards)))
+        settled = None
+        if settle:
+            results, settled = _settle(ops, results, scope, watermark, close, shards, pool)
         outs = pool_map(
             pool,
-            lambda p: list(finish(p, ops[p], ops[p].complete(close), shards[p])),
+            lambda p: list(finish(p, ops[p], results[p], shards[p], settled)),
             range(len(shards)),
         )
         for out in outs:
@@ -416,6 +482,54 @@ def _task(
             yield from one(pipe, p, rows_of(p))
 
     return run
+
+
+def _settle(
+    ops: list[Operator],
+    results: list[Output],
+    scope: ScopeWatermark,
+    start: int | None,
+    close: int | None,
+    shards: list[pa.Table],
+    pool: Any,
+) -> tuple[list[Output], tuple[int, bool]]:
+    """A quiet micro-batch's calls without rows after its first (``results``, which
+    closed on ``close``; the batch began with ``start``), over every state partition:
+    each call begins with the watermark the one before reached, until one emits no
+    window and moves no watermark, at most ``SETTLE_CALLS``. Returns each partition's
+    outputs of all calls together, the calls made, and whether the last changed
+    nothing (a next one would not either: no row, no new event time)."""
+    calls, before = 1, start
+    per_call = [results]
+    while True:
+        emitted = sum(o.windows.num_rows for o in per_call[-1])
+        if emitted == 0 and close == before:
+            settled = True
+            break
+        if calls >= SETTLE_CALLS:
+            settled = False
+            break
+        before = close
+        pool_map(pool, functools.partial(_call_again, ops, shards, before), range(len(ops)))
+        close = scope.advance([op.progress() for op in ops])
+        per_call.append(pool_map(pool, functools.partial(_complete, ops, close), range(len(ops))))
+        calls += 1
+    joined = [
+        Output(*(pa.concat_tables([c[p][i] for c in per_call]) for i in range(3)))
+        for p in range(len(ops))
+    ]
+    return joined, (calls, settled)
+
+
+def _call_again(ops: list[Operator], shards: list[pa.Table], start: int | None, p: int) -> None:
+    """State partition ``p``'s next call, beginning with the watermark ``start``."""
+    ops[p].set_external_watermark(_NO_WATERMARK if start is None else start)
+    ops[p].ingest(shards[p])
+
+
+def _complete(ops: list[Operator], close: int | None, p: int) -> Output:
+    """State partition ``p``'s call, completed at ``close``."""
+    return ops[p].complete(close)
 
 
 def _weight(table: pa.Table) -> int:
@@ -538,11 +652,11 @@ def _driver_threads() -> int:
         return os.cpu_count() or 1
 
 
-def _read_files(df: Any, plan: OutputCodec) -> pa.Table | str:
+def _read_files(df: Any, plan: OutputCodec, batch_plan: Any = None) -> pa.Table | str:
     """``df``'s rows (the columns of ``plan``'s input) read from its Parquet files, in
     the schema ``toArrow()`` gives them, or why they must come from Spark (see
-    :mod:`tidemark.spark._files`)."""
-    files = batch_files(df)
+    :mod:`tidemark.spark._files`; ``batch_plan``: the micro-batch's plan, if read)."""
+    files = batch_files(df, batch_plan)
     if isinstance(files, str):
         return files
     return read_batch_files(files, to_arrow_schema(plan.input_arrow))
@@ -815,6 +929,12 @@ class StreamProcessor(MicroBatchDriver):
         self._shipped: ShippedPipeline | None = None
         # The layout of the last batch run: shuffled, and run in the driver.
         self._last_shuffled: bool | None = None
+        # Whether a call without rows would change nothing (None: read the store).
+        self._quiet_settled: bool | None = None
+        wm = pipe.watermark
+        self._clock_timeouts = wm.idleness == "clock" and (
+            wm.idle_timeout is not None or pipe.state_ttl is not None
+        )
 
     # --- driver-side state ---------------------------------------------------------
 
@@ -1029,17 +1149,46 @@ class StreamProcessor(MicroBatchDriver):
         folded = self._fold.rows(df)
         return folded, folded.schema, True
 
-    def _sized(self, df: Any) -> tuple[int | None, int | None]:
-        """Spark's size estimate of micro-batch ``df`` (``None``: none), and the size
-        its layout goes by: the estimate, or where Spark has none (a Kafka or ``rate``
-        source) the last micro-batch's input rows in Spark's width of a row, as a
-        stream's micro-batches tend to be alike (``None`` before the first)."""
-        size = estimated_bytes(df)
+    def _sized(self, df: Any, plan: Any = None) -> tuple[int | None, int | None]:
+        """Spark's size estimate of micro-batch ``df`` (``None``: none; ``plan``: its
+        physical plan, if read), and the size its layout goes by: the estimate, or
+        where Spark has none (a Kafka or ``rate`` source) the last micro-batch's input
+        rows in Spark's width of a row, as a stream's micro-batches tend to be alike
+        (``None`` before the first)."""
+        size = estimated_bytes(df, plan)
         if size is None and self._last_rows is not None:
             return size, self._last_rows * row_bytes(df.schema)
         return size, size
 
-    def _begin(self, df: Any, batch_id: int, flush: bool, schema: Any) -> _StreamRun:
+    def _plan_of(self, df: Any) -> Any:
+        return micro_batch_plan(df)
+
+    def _nothing_to_do(self, plan: Any) -> bool:
+        # A quiet micro-batch (no rows: Spark ran it for a heartbeat) after one that
+        # left nothing for a call without rows to do (see _settle).
+        return has_no_rows(plan) and self._settled()
+
+    def _settled(self) -> bool:
+        """Whether a call without rows would change nothing: the last batch was a
+        quiet one that ended so (or a flush, or there was none), and no time-out runs
+        on the clock (which moves while the stream is quiet)."""
+        if self._clock_timeouts:
+            return False
+        if self._quiet_settled is None:
+            done = self.store.versions("driver", JSON)
+            last = self.store.read_json(f"driver/{done[-1]}{JSON}") if done else None
+            self._quiet_settled = last is None or (
+                self.FINISHED_KEY in last and bool(last.get("flush") or last.get("settled"))
+            )
+        return self._quiet_settled
+
+    def _begin(
+        self, df: Any, batch_id: int, flush: bool, schema: Any, plan: Any = None
+    ) -> _StreamRun:
+        # A quiet micro-batch reads no rows (as a flush) and closes what the watermark
+        # passed, in calls without rows until one changes nothing (see _settle).
+        quiet = not flush and has_no_rows(plan)
+        rowless = flush or quiet
         fields = schema if flush else df.schema
         if not flush:
             self._warn_spark_watermark(fields)
@@ -1047,11 +1196,11 @@ class StreamProcessor(MicroBatchDriver):
         tz, large = session_arrow_settings(spark)
         # The micro-batch's size, asked of Spark once (a JVM call) for the fold's choice
         # and the layout of raw rows.
-        sized = self._sized(df) if self.preaggregate and not flush else None
-        df, fields, folds = self._folded(df, flush, fields, tz, large, sized)
+        sized = self._sized(df, plan) if self.preaggregate and not rowless else None
+        df, fields, folds = self._folded(df, rowless, fields, tz, large, sized)
         # Raw rows of a processor that keeps merged folds: each row goes in as its own
         # fold (the task lifts it), read and encoded as the raw pipeline's input.
-        lift = self._fold.lift() if self._fold is not None and not folds and not flush else None
+        lift = self._fold.lift() if self._fold is not None and not folds and not rowless else None
         pipe = self._raw_pipe if lift is not None else self.pipe
         self._check_state(fields, batch_id, flush)
         rec = self._prepare(batch_id, flush)
@@ -1065,15 +1214,23 @@ class StreamProcessor(MicroBatchDriver):
                 # The folds' weights count the batch's rows.
                 used = type(used)([*used.fields, fields[WEIGHT]])
             fields = used
-        plan = OutputCodec.build(pipe, fields, tz, large)
+        codec = OutputCodec.build(pipe, fields, tz, large)
         # Tags this run's progress files: files of an earlier, failed run are ignored.
         token = uuid.uuid4().hex
         if self._shipped is None:
             self._shipped = ShippedPipeline(self.pipe, spark)  # one broadcast per query
-        shuffled, untagged, size = self._layout(df, flush, folds, None if folds else sized)
-        table, read_why = self._files_on_driver(df, flush, size, plan)
-        driver = table is not None or self._runs_on_driver(df, flush, shuffled, size)
-        if not flush:
+        if quiet:
+            # Every state partition in one run (the calls combine their watermarks):
+            # in the driver, or (on_driver=False) in one task over the placeholders.
+            shuffled, untagged, size = False, self.on_driver is not False, None
+            table, read_why, driver = None, None, untagged
+        else:
+            if sized is None and not folds and not flush:
+                sized = self._sized(df, plan)
+            shuffled, untagged, size = self._layout(df, flush, folds, None if folds else sized)
+            table, read_why = self._files_on_driver(df, flush, size, codec, plan)
+            driver = table is not None or self._runs_on_driver(df, flush, shuffled, size)
+        if not rowless:
             self._last_shuffled = shuffled and not driver
         untagged = untagged or driver  # the driver routes the rows as a one-task batch
         columns = fields.fieldNames() if windows_only else None
@@ -1081,7 +1238,7 @@ class StreamProcessor(MicroBatchDriver):
             columns = None  # cheaper to send than to project away
         task = _task(
             self._shipped,
-            plan,
+            codec,
             self.store,
             batch_id,
             rec["prev_batch"],
@@ -1097,12 +1254,14 @@ class StreamProcessor(MicroBatchDriver):
             _driver_threads() if driver else 1,
             rec["state"]["scope"],
             lift,
+            settle=quiet,
         )
         return _StreamRun(
             batch_id=batch_id,
             flush=flush,
+            quiet=quiet,
             layout="driver" if driver else "shuffled" if shuffled else "one task",
-            codec=plan,
+            codec=codec,
             record=rec,
             spark=spark,
             task=task,
@@ -1111,7 +1270,7 @@ class StreamProcessor(MicroBatchDriver):
             untagged=untagged,
             columns=columns,
             table=table,
-            read="none" if flush else "folds" if folds else "spark",
+            read="none" if rowless else "folds" if folds else "spark",
             read_why=read_why,
             rows=df,
         )
@@ -1133,7 +1292,7 @@ class StreamProcessor(MicroBatchDriver):
                 plan,
                 run.columns,
                 run.windows_only,
-                run.flush,
+                run.flush or run.quiet,
                 kinds,
                 self.arrow_sinks,
                 run.table,
@@ -1145,7 +1304,7 @@ class StreamProcessor(MicroBatchDriver):
             df,
             self.pipe.key,
             self.num_partitions,
-            run.flush,
+            run.flush or run.quiet,
             shuffled,
             run.columns,
             run.untagged,
@@ -1184,8 +1343,15 @@ class StreamProcessor(MicroBatchDriver):
                 f"{self.store.path('partitions')}"
             )
         self._combine(rec, progress)
+        # A quiet batch whose last call changed nothing leaves nothing for the next
+        # quiet one (see _settle); a batch with rows leaves what its watermark passed.
+        calls = [(a, b) for _, kind, a, b in progress if kind == _P_SETTLED]
+        rec["settled"] = run.flush or (bool(calls) and all(b == 1 for _, b in calls))
+        self._quiet_settled = rec["settled"]
         counts = _counts(batch_id, rec, progress, run.layout, run.read)
-        if not run.flush:
+        if run.quiet:
+            counts["quiet_calls"] = max((a for a, _ in calls), default=0)
+        elif not run.flush:
             self._last_rows = counts["input_rows"]
         if run.read == "folds":
             read = sum(a for _, kind, a, _ in progress if kind == _P_READ)
@@ -1272,7 +1438,7 @@ class StreamProcessor(MicroBatchDriver):
         return self.num_partitions == 1 or spark_hash_matches(df.schema, self.pipe.key)
 
     def _files_on_driver(
-        self, df: Any, flush: bool, size: int | None, plan: OutputCodec
+        self, df: Any, flush: bool, size: int | None, plan: OutputCodec, batch_plan: Any = None
     ) -> tuple[pa.Table | None, str | None]:
         """The micro-batch's rows, read from its files, where it runs in the driver
         that way (see ``read_files``): with ``on_driver=True``, or by default up to
@@ -1287,7 +1453,7 @@ class StreamProcessor(MicroBatchDriver):
             return None, "no size estimate, or above FILES_ON_DRIVER_BYTES"
         if not self._routable(df):
             return None, "key types the driver does not hash as Spark does"
-        got = _read_files(df, plan)
+        got = _read_files(df, plan, batch_plan)
         return (None, got) if isinstance(got, str) else (got, None)
 
     def _runs_on_driver(self, df: Any, flush: bool, shuffled: bool, size: int | None) -> bool:
@@ -1301,6 +1467,41 @@ class StreamProcessor(MicroBatchDriver):
             lambda: self._routable(df),
             lambda: not shuffled and size is not None and size <= ON_DRIVER_BYTES,
         )
+
+    def start(
+        self,
+        stream_df: Any,
+        checkpoint_location: str | os.PathLike[str],
+        *,
+        trigger: str = "1 second",
+        quiet_batches: bool = True,
+        query_name: str | None = None,
+    ) -> Any:
+        """Starts the Structured Streaming query that runs this processor on
+        ``stream_df``: ``foreachBatch(self)`` with a processing-time ``trigger`` and
+        ``checkpoint_location``; returns the ``StreamingQuery``.
+
+        With ``quiet_batches`` (the default) the stream gets a :func:`heartbeat`: when
+        it goes quiet, the windows its watermark closed come out at the next trigger,
+        without new data and without a flush (as Spark's own stateful queries emit
+        them in a no-data micro-batch), once, and the same after a restart while
+        quiet. With idleness on the clock, the windows an idle input held back come
+        out within ``idle_timeout`` plus one trigger interval.
+
+        Examples
+        --------
+        >>> q = proc.start(spark.readStream.schema(s).parquet("/in"),  # doctest: +SKIP
+        ...                "/chk/q", trigger="10 seconds")
+        """
+        df = heartbeat(stream_df) if quiet_batches else stream_df
+        writer = (
+            df.writeStream.foreachBatch(self)
+            .trigger(processingTime=trigger)
+            .option("checkpointLocation", os.fspath(checkpoint_location))
+        )
+        if query_name is not None:
+            writer = writer.queryName(query_name)
+        return writer.start()
 
     def flush(self, spark: Any, schema: Any, batch_id: int | None = None) -> Any:
         """End of input: closes every open window of every state partition.
