@@ -284,4 +284,4 @@ def test_read_files_knows_the_plans_of_the_spark_running_the_tests(
     whys: list[str] = []
     got, reads = _run(spark, tmp_path, "unknown", inp, same, {}, why=whys)
     assert (got, reads) == (want, ["driver/spark"] * 3)
-    assert whys == [f"Spark {release}: read_files knows the plans of Spark 3.5"] * 3
+    assert whys == [f"Spark {release}: tidemark knows the plans of Spark 3.5"] * 3

@@ -197,3 +197,44 @@ def test_windows_an_input_idle_on_the_clock_held_back_come_out_while_quiet(
         q.stop()
     assert sink.all() == [("a", 0, 10, 1), ("b", 0, 10, 1)]
     assert took > 1.0, "not before the partitions went idle"
+
+
+@pytest.mark.parametrize("on_driver", [True, False])
+def test_a_pipelines_clock_drives_idleness_on_the_clock_in_driver_and_tasks(
+    spark: Any, tmp_path: Path, on_driver: bool
+) -> None:
+    """``Pipeline(clock=...)`` is the processor's clock, read once per micro-batch on
+    the driver (before, the driver ignored it and tasks failed to pickle it)."""
+    clock = tm.ManualClock(0)
+    pipe = tm.Pipeline(
+        key="k",
+        event_time="ts",
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count()},
+        watermark=tm.BoundedOutOfOrderness(
+            "0s", per="partition", partition_column="p", idle_timeout="5m", idleness="clock"
+        ),
+        clock=clock,
+    )
+    sink = Windows()
+    proc = StreamProcessor(
+        pipe, tmp_path / "state", sink=sink, arrow_sinks=True, on_driver=on_driver
+    )
+
+    def batch(rows: list[tuple[str, int, int]], b: int) -> None:
+        t = pa.table(
+            {"k": [r[0] for r in rows], "p": [r[1] for r in rows], "ts": [r[2] * S for r in rows]},
+            schema=SCHEMA,
+        )
+        proc(spark.createDataFrame(t), b)
+
+    batch([("a", 0, 1), ("b", 1, 0)], 0)
+    batch([("a", 0, 12)], 1)
+    assert proc.last_progress is not None and proc.last_progress["next_watermark"] == 0
+    clock.advance(40 * 60_000)  # partition 1 silent for 40 minutes on the clock
+    batch([("a", 0, 13)], 2)
+    batch([("a", 0, 14)], 3)
+    assert proc.last_progress["next_watermark"] == 14 * S
+    assert ("b", 0, 10, 1) in sink.all()
+    with pytest.raises(tm.ConfigError, match="give one"):
+        StreamProcessor(pipe, tmp_path / "other", sink=sink, clock=lambda: 0)

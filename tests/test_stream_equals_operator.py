@@ -85,8 +85,9 @@ def streams(draw: Any) -> list[tuple[int, list[tuple[int, int]]]]:
 
 
 @st.composite
-def pipelines(draw: Any) -> tuple[tm.Pipeline, bool]:
-    """A pipeline, and whether its keys are bounded (``max_keys``)."""
+def pipelines(draw: Any, idleness: str | None = None) -> tuple[tm.Pipeline, bool]:
+    """A pipeline, and whether its keys are bounded (``max_keys``); ``idleness``: the
+    watermark's (default: either)."""
     per = draw(st.sampled_from(["global", "partition", "key"]))
     window = draw(st.sampled_from([tm.Tumbling("10s"), tm.Sliding("10s", "5s"), tm.Session("5s")]))
     idle = draw(st.sampled_from([None, "60s"])) if per != "global" else None
@@ -110,7 +111,7 @@ def pipelines(draw: Any) -> tuple[tm.Pipeline, bool]:
             per=per,
             idle_timeout=idle,
             partitions=declared,
-            idleness=draw(st.sampled_from(["event_time", "clock"])),
+            idleness=idleness or draw(st.sampled_from(["event_time", "clock"])),
         ),
         allowed_lateness=draw(st.sampled_from(["0s", "3s"])),
         late_rule=draw(st.sampled_from(["spark", "flink", "row"])),
@@ -235,6 +236,34 @@ def test_stream_processor_in_the_driver_equals_the_operator(
 
 
 @settings(
+    max_examples=max(EXAMPLES // 5, 3),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=True,
+)
+@given(
+    pipe=pipelines(idleness="event_time"),
+    stream=streams(),
+    gaps=st.lists(st.sampled_from([0, 1, 30, 90, 3_600]), min_size=5, max_size=5),
+)
+def test_idleness_in_event_time_gives_the_same_windows_at_any_replay_speed(
+    spark: Any, tmp_path_factory: Any, pipe: Any, stream: Any, gaps: list[int]
+) -> None:
+    """The same micro-batches with other wall-clock gaps between them (a backfill read
+    fast, a slow replay, a live run with pauses): with idleness in event time, the
+    same windows, late and error rows, batch by batch, from the operator and from
+    ``StreamProcessor`` (whose clock reads the gaps)."""
+    pipe, _ = pipe
+    other = [(gap, rows) for gap, (_, rows) in zip(gaps, stream, strict=False)]
+    want = by_operator(pipe, stream, cores=1)
+    assert by_operator(pipe, other, cores=1) == want
+    tmp = tmp_path_factory.mktemp("speed")
+    first, _ = by_stream_processor(spark, pipe, stream, tmp / "a", 2, True)
+    second, _ = by_stream_processor(spark, pipe, other, tmp / "b", 2, True)
+    assert first == second == want
+
+
+@settings(
     max_examples=max(EXAMPLES // 8, 3),
     deadline=None,
     suppress_health_check=list(HealthCheck),
@@ -311,7 +340,7 @@ def test_a_stream_spark_cannot_size_emits_the_operators_windows_once(
         return  # max_keys bounds each state partition (see the module's text)
     want = by_operator(pipe, stream, cores=1)
     where = tmp_path_factory.mktemp("eq") / "state"
-    with mock.patch.object(streaming, "estimated_bytes", lambda df: None):
+    with mock.patch.object(streaming, "estimated_bytes", lambda df, plan=None: None):
         got, progress = by_stream_processor(spark, pipe, stream, where, n, False)
     assert [p["layout"] for p in progress] == ["shuffled"] + ["one task"] * (len(stream) - 1)
     check_shuffled(got, want, pipe.late_rule)

@@ -633,6 +633,13 @@ class Pipeline:
             schema = self.lookup.enriched_schema(schema)
         return _native.pipeline_output_schema(self._config, schema)
 
+    def without_clock(self) -> Pipeline:
+        """This pipeline without its clock (one that can be shipped to Spark's
+        executors)."""
+        out = _copy.copy(self)
+        out.clock = None
+        return out
+
     def without_lookup(self) -> Pipeline:
         """This pipeline without its lookup (:meth:`enrich`)."""
         out = _copy.copy(self)

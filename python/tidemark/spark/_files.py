@@ -87,9 +87,7 @@ def _plain_column(expr: Any) -> bool:
     name = simple_name(expr)
     if name == "Alias":
         child = expr.child()
-        return simple_name(child) == "AttributeReference" and str(child.name()) == str(
-            expr.name()
-        )
+        return simple_name(child) == "AttributeReference" and str(child.name()) == str(expr.name())
     return name == "AttributeReference"
 
 

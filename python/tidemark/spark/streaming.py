@@ -719,7 +719,8 @@ class StreamProcessor(MicroBatchDriver):
     Parameters
     ----------
     pipe : Pipeline
-        The pipeline (built without a clock: it is shipped to executors).
+        The pipeline. Its ``clock``, if it has one, is the processor's (see ``clock``):
+        the executors get the pipeline without it.
     state_location : str or os.PathLike
         Directory for operator state: a local path (shared by all executors) or any
         pyarrow filesystem URI (``s3://``, ``gs://``, ``hdfs://``, ...).
@@ -772,8 +773,12 @@ class StreamProcessor(MicroBatchDriver):
         and start empty, instead of raising :class:`StateCorruptedError`. This
         query's own state, replays included, is never discarded.
     clock : callable, optional
-        Milliseconds since the epoch for idleness (default: ``time.time()``); read once
-        per batch on the driver and recorded with the batch.
+        Milliseconds since the epoch for idleness on the clock
+        (``BoundedOutOfOrderness(idleness="clock")``) and a ``state_ttl`` measured so
+        (default: ``time.time()``, or the pipeline's own ``clock``); read once per batch
+        on the driver and recorded with the batch, so a replayed batch sees the same
+        reading. A replay of recorded data can pass the data's own time here (see the
+        watermark guide). Idleness in event time (the default) reads no clock.
     shuffle : bool, optional
         ``True``: rows are shuffled to their state partitions, one task each, in
         parallel. ``False``: no shuffle; one task (or the driver, see ``on_driver``)
@@ -896,6 +901,16 @@ class StreamProcessor(MicroBatchDriver):
                 "(last_progress), not kept; drop late_sink and error_sink, or "
                 "preaggregate"
             )
+        if pipe.clock is not None:
+            # The pipeline's clock, read once per micro-batch on the driver (a clock
+            # does not travel to executors: the pipeline is shipped without it).
+            if clock is not None:
+                raise ConfigError(
+                    "the pipeline has a clock and StreamProcessor(clock=...) was given "
+                    "too: give one (the processor reads it once per micro-batch)"
+                )
+            clock = pipe.clock.now
+            pipe = pipe.without_clock()
         self.pipe = pipe
         #: The pipeline as given (``self.pipe`` merges folds once preaggregate is on).
         self._raw_pipe = pipe
