@@ -200,3 +200,27 @@ def test_an_operator_shared_by_threads_serves_one_call_at_a_time() -> None:
         th.join()
     assert errors == []
     assert op.metrics()["rows_in"] == 12 * rows
+
+
+def test_a_flush_before_any_batch_gives_the_pipelines_columns() -> None:
+    kw: dict[str, Any] = {
+        "key": "k",
+        "event_time": "ts",
+        "window": tm.Tumbling("10s"),
+        "aggs": {"n": tm.count(), "s": tm.sum("v")},
+        "watermark": tm.BoundedOutOfOrderness("1s"),
+    }
+    out = tm.Pipeline(**kw).operator().flush()
+    assert out.windows["n"].to_pylist() == []  # was a KeyError: no columns at all
+    assert out.windows.column_names == ["k", "window_start", "window_end", "n", "s"]
+    assert out.errors.column_names == ["k", "ts", "v", "reason"]
+    schema = pa.schema([("k", pa.string()), ("ts", pa.timestamp("us", "UTC")), ("v", pa.int64())])
+    op = tm.Pipeline(**kw, schema=schema).operator()
+    typed = op.flush()
+    batch = tm.Pipeline(**kw).operator()
+    batch.process(schema.empty_table())
+    want = batch.flush()
+    assert typed.windows.schema == want.windows.schema
+    assert typed.late.schema == want.late.schema
+    assert typed.errors.schema == want.errors.schema
+    assert op.tick().windows.schema == want.windows.schema

@@ -1586,7 +1586,10 @@ def test_streaming_state_errors(spark: Any, tmp_path: Path) -> None:
     schema = spark.createDataFrame(batches[0].to_pandas()).schema
     for i, t in enumerate(batches):
         proc(spark.createDataFrame(t.to_pandas(), schema), i)
-    with pytest.raises(tm.StateCorruptedError, match="different pipeline configuration"):
+    # A changed pipeline is a configuration error that names the setting.
+    with pytest.raises(
+        tm.ConfigError, match=r"another configuration \(scope: 'key' -> 'global'\).*new state_loc"
+    ):
         StreamProcessor(pipeline("global"), str(tmp_path / "state"), 2, sink=NO_SINK)(
             spark.createDataFrame(batches[0].to_pandas(), schema), 2
         )

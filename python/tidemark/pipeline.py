@@ -381,8 +381,9 @@ class Output(NamedTuple):
 
     Every call gives ``late`` and ``errors`` in the schemas of the latest batch, even
     empty (a ``flush`` reads no rows): the outputs of a stream's calls concatenate.
-    Before any batch there is no schema yet (tables without columns); after a restore
-    from a snapshot, until the next batch, they hold the columns the pipeline reads."""
+    Before any batch, the pipeline's schemas (:meth:`Operator.empty_output`); after a
+    restore from a snapshot, until the next batch, they hold the columns the pipeline
+    reads."""
 
     def __repr__(self) -> str:
         # Row counts, not the tables (print out.windows for those).
@@ -587,6 +588,9 @@ class Pipeline:
         self.time = time
         self.state_ttl = state_ttl
         self.lookup: Lookup | None = None
+        #: The input schema given when the pipeline was built (``None``: the first
+        #: batch's).
+        self.schema = schema
         self._config = {
             "keys": keys,
             "event_time": event_time,
@@ -971,12 +975,52 @@ class Operator:
         first batch too; a fresh one has nothing to close (tables without columns).
         """
         with self._lock:
-            return Output(*self._inner.tick())
+            return self._typed(Output(*self._inner.tick()))
 
     def flush(self) -> Output:
-        """End of input: closes every open window and returns them."""
+        """End of input: closes every open window and returns them. Before any batch,
+        tables in the pipeline's schemas (see :meth:`empty_output`)."""
         with self._lock:
-            return Output(*self._inner.flush())
+            return self._typed(Output(*self._inner.flush()))
+
+    def empty_output(self) -> Output:
+        """The outputs of a call that saw no batch yet: empty tables in the pipeline's
+        schemas. With ``Pipeline(schema=...)`` exactly the schemas a batch of that
+        schema gives; without it, the columns by name (keys, ``window_start``,
+        ``window_end``, the aggregates; for late and error rows the columns the
+        pipeline reads, and ``reason``), of type null until a batch brings the types.
+
+        >>> import tidemark as tm
+        >>> pipe = tm.Pipeline(key="k", event_time="ts", window=tm.Tumbling("10s"),
+        ...                    aggs={"n": tm.count()}, watermark=tm.BoundedOutOfOrderness("1s"))
+        >>> pipe.operator().flush().windows.column_names
+        ['k', 'window_start', 'window_end', 'n']
+        """
+        p = self._pipeline
+        if p.schema is not None and p.lookup is None:
+            errors = p.schema.append(pa.field("reason", pa.string(), nullable=False))
+            return Output(
+                p.output_schema(p.schema).empty_table(),
+                p.schema.empty_table(),
+                errors.empty_table(),
+            )
+        names = [*p.key, "window_start", "window_end", *p.aggs]
+        if p.emit == "on_update":
+            names.append("retract")
+        read = list(dict.fromkeys([*p.key, *([p.event_time] if p.time == "event" else [])]))
+        if p.watermark.per == "partition":
+            read.append(p.watermark.partition_column)
+        read += [c for a in p.aggs.values() for c in (a.column, a.by) if c is not None]
+        read = list(dict.fromkeys(read))
+
+        def table(cols: list[str]) -> pa.Table:
+            return pa.schema([(c, pa.null()) for c in cols]).empty_table()
+
+        return Output(table(names), table(read), table([*read, "reason"]))
+
+    def _typed(self, out: Output) -> Output:
+        """``out``, or before any batch (tables without columns) :meth:`empty_output`."""
+        return self.empty_output() if out.windows.num_columns == 0 else out
 
     def snapshot(self) -> bytes:
         """The whole state (windows, aggregates, timers, watermarks) as bytes:

@@ -34,6 +34,15 @@ PROGRESS = ".progress"
 Sink = Callable[[Any, int], None]
 
 
+def _changed(old: Any, new: dict[str, Any] | None) -> str:
+    """The settings that differ between a store's ``old`` configuration and ``new``,
+    as ``name: was -> now`` (empty where either is unknown)."""
+    if not isinstance(old, dict) or new is None:
+        return ""
+    keys = [k for k in new if old.get(k) != new[k]] + [k for k in old if k not in new]
+    return "; ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys)
+
+
 def next_flush_batch(store: StateStore, finished_key: str) -> int:
     """The batch id a flush runs as: the last batch again if it was a flush or never
     finished (its driver record lacks ``finished_key``), else the one after it."""
@@ -147,6 +156,11 @@ class MicroBatchDriver:
     def _fingerprint(self) -> int | str:
         raise NotImplementedError
 
+    def _settings(self) -> dict[str, Any] | None:
+        """The configuration behind :meth:`_fingerprint`, kept in ``meta.json`` to name
+        what changed when a store's fingerprint is not this driver's (``None``: none)."""
+        return None
+
     def _mismatch(self, meta: dict[str, Any], want: dict[str, Any]) -> str:
         """Why a state store whose ``meta.json`` is ``meta`` is not this driver's."""
         return f"written with {meta}, this driver is {want}"
@@ -163,16 +177,25 @@ class MicroBatchDriver:
             "num_partitions": self.num_partitions,
             "format": 1,
         }
+        settings = self._settings()
+        written = {**want, "settings": settings} if settings is not None else want
         meta = self.store.read_json("meta.json")
         if meta is None:
-            self.store.write_json("meta.json", want)
-        elif meta != want:
-            same = {k: v for k, v in meta.items() if k != "num_partitions"}
+            self.store.write_json("meta.json", written)
+        elif {k: meta.get(k) for k in want} != want:
+            changed = _changed(meta.get("settings"), settings)
+            if changed and meta.get("fingerprint") != want["fingerprint"]:
+                raise ConfigError(
+                    f"{self.store.path('meta.json')}: the state was written by another "
+                    f"configuration ({changed}). A changed pipeline starts over: give it a "
+                    "new state_location and a new checkpoint location (or delete both)"
+                )
+            same = {k: v for k, v in meta.items() if k not in ("num_partitions", "settings")}
             if rescale is None or same != {k: v for k, v in want.items() if k != "num_partitions"}:
                 why = self._mismatch(meta, want)
                 raise StateCorruptedError(f"{self.store.path('meta.json')}: {why}")
             rescale(int(meta["num_partitions"]))
-            self.store.write_json("meta.json", want)
+            self.store.write_json("meta.json", written)
         self.store.clean_temp()
         self._checked = True
 

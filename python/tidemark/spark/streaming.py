@@ -49,6 +49,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import functools
+import json
 import os
 import time
 import uuid
@@ -958,6 +959,11 @@ class StreamProcessor(MicroBatchDriver):
     def _fingerprint(self) -> int | str:
         return self.pipe.fingerprint
 
+    def _settings(self) -> dict[str, Any] | None:
+        # As JSON keeps it (tuples as lists), in the units of Pipeline.config.
+        settings: dict[str, Any] = json.loads(json.dumps(self.pipe.config))
+        return settings
+
     def _mismatch(self, meta: dict[str, Any], want: dict[str, Any]) -> str:
         return (
             "it was written by a different pipeline configuration (a changed pipeline "
@@ -1082,7 +1088,8 @@ class StreamProcessor(MicroBatchDriver):
         scope = _scope(self.pipe, rec["state"]["scope"], rec["clock_ms"])
         nxt = scope.advance(_progress_dicts(progress))
         rec["state_after"] = {"scope": base64.b64encode(scope.to_bytes()).decode()}
-        rec["next_watermark"] = nxt
+        # A flush reads no rows: the watermark stays where it was (nothing follows it).
+        rec["next_watermark"] = rec["watermark"] if rec.get("flush") else nxt
         rec["next_time"] = scope.time
 
     def _read_progress(self, batch_id: int, token: str) -> list[tuple[int, Any, Any, Any]] | None:

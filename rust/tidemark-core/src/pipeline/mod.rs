@@ -178,8 +178,9 @@ impl PipelineMetrics {
 }
 
 /// What the last `process` call saw, for combining watermarks across operators (the
-/// Spark driver combines the progress of every task).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Spark driver combines the progress of every task). Before any call (and after a
+/// restore) it saw nothing: no event time, no key.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Progress {
     /// Largest valid event time of the call (`i64::MIN`: none).
     pub max_event_time: i64,
@@ -193,6 +194,18 @@ pub struct Progress {
     /// Key scope: the minimum watermark over active keys (`None`: no active key) and
     /// the highest key watermark seen ([`KeyedWatermarkTracker::global_parts`]).
     pub key_parts: (Option<i64>, i64),
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress {
+            max_event_time: i64::MIN,
+            partition_max: Vec::new(),
+            key_global: None,
+            on_time_max: i64::MIN,
+            key_parts: (None, i64::MIN),
+        }
+    }
 }
 
 /// The first half of a [`Operator::process`] call: rows ingested, windows not yet
