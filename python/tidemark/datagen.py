@@ -21,6 +21,7 @@ __all__ = [
     "StreamSpec",
     "batches",
     "check_spec",
+    "iot_stream",
     "multi_tenant_stream",
     "spec_problem",
     "tenant_names",
@@ -195,6 +196,63 @@ def multi_tenant_stream(spec: StreamSpec) -> pa.Table:
             "arrival_time": pa.array(arrival_us[order], ts),
             "value": pa.array(rng.integers(0, 1_000, n)[order], pa.int64()),
             "delayed": pa.array(is_delayed[key[order]]),
+        }
+    )
+
+
+def iot_stream(
+    partitions: int = 12,
+    devices_per_partition: int = 20,
+    minutes: int = 60,
+    every_s: float = 5.0,
+    lagging: tuple[int, ...] = (3,),
+    lag_s: float = 60.0,
+    silent: tuple[int, ...] = (10, 11),
+    silent_after_min: float = 8.0,
+    jitter_s: float = 2.0,
+    start_us: int = 1_767_225_600_000_000,
+    seed: int = 7,
+) -> pa.Table:
+    """An IoT stream in arrival order, as a Kafka topic of ``partitions`` partitions
+    delivers it: each device (``devices_per_partition`` per partition) reports every
+    ``every_s`` seconds for ``minutes`` minutes; the ``lagging`` partitions arrive
+    ``lag_s`` behind the others; the ``silent`` partitions fall silent after
+    ``silent_after_min`` minutes (their devices stop). Every event arrives up to
+    ``jitter_s`` late.
+
+    Columns: ``device`` (string), ``partition`` (int32), ``ts`` (event time,
+    ``timestamp[us, UTC]``), ``arrival`` (``timestamp[us, UTC]``), ``value`` (int64).
+
+    Examples
+    --------
+    >>> from tidemark.datagen import iot_stream
+    >>> t = iot_stream(partitions=3, devices_per_partition=2, minutes=1, silent=(2,),
+    ...                silent_after_min=0.5, lagging=())
+    >>> t.num_rows, t.column_names
+    (60, ['device', 'partition', 'ts', 'arrival', 'value'])
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    n_dev = partitions * devices_per_partition
+    device = np.repeat(np.arange(n_dev), int(minutes * 60 / every_s))
+    ticks = np.tile(np.arange(int(minutes * 60 / every_s)), n_dev)
+    part = device // devices_per_partition
+    phase = rng.uniform(0, every_s, n_dev)
+    t_s = ticks * every_s + phase[device]
+    keep = ~(np.isin(part, silent) & (t_s >= silent_after_min * 60))
+    device, part, t_s = device[keep], part[keep], t_s[keep]
+    arrival_s = t_s + rng.uniform(0, jitter_s, len(t_s)) + np.where(np.isin(part, lagging), lag_s, 0)
+    order = np.argsort(arrival_s, kind="stable")
+    ts = pa.timestamp("us", tz="UTC")
+    names = pa.array([f"dev-{d:05d}" for d in range(n_dev)], pa.string())
+    return pa.table(
+        {
+            "device": names.take(device[order]),
+            "partition": pa.array(part[order], pa.int32()),
+            "ts": pa.array(start_us + (t_s[order] * 1e6).astype(np.int64), ts),
+            "arrival": pa.array(start_us + (arrival_s[order] * 1e6).astype(np.int64), ts),
+            "value": pa.array(rng.integers(0, 100, len(order)), pa.int64()),
         }
     )
 
