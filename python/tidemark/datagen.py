@@ -22,6 +22,7 @@ __all__ = [
     "batches",
     "check_spec",
     "iot_stream",
+    "mobile_sessions",
     "multi_tenant_stream",
     "spec_problem",
     "tenant_names",
@@ -253,6 +254,74 @@ def iot_stream(
             "ts": pa.array(start_us + (t_s[order] * 1e6).astype(np.int64), ts),
             "arrival": pa.array(start_us + (arrival_s[order] * 1e6).astype(np.int64), ts),
             "value": pa.array(rng.integers(0, 100, len(order)), pa.int64()),
+        }
+    )
+
+
+def mobile_sessions(
+    users: int = 5_000,
+    hours: float = 24.0,
+    sessions_per_user: int = 4,
+    offline_fraction: float = 0.1,
+    offline_delay_h: tuple[float, float] = (2.0, 6.0),
+    start_us: int = 1_767_225_600_000_000,
+    seed: int = 11,
+) -> pa.Table:
+    """Mobile users' app sessions in arrival order: each user has about
+    ``sessions_per_user`` sessions over ``hours`` (a session: events one to five
+    minutes apart for five to 25 minutes; sessions at least 45 minutes apart, so a
+    30-minute gap separates them). Most phones send each event within seconds; the
+    ``offline_fraction`` of users upload each session ``offline_delay_h`` hours after
+    it (the phone was offline), all of its events at once.
+
+    Columns: ``user`` (string), ``ts`` (event time), ``arrival`` (both
+    ``timestamp[us, UTC]``), ``offline`` (bool: the user uploads late).
+
+    Examples
+    --------
+    >>> from tidemark.datagen import mobile_sessions
+    >>> t = mobile_sessions(users=10, hours=4, sessions_per_user=2)
+    >>> t.column_names
+    ['user', 'ts', 'arrival', 'offline']
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    span_s = hours * 3600.0
+    offline = rng.random(users) < offline_fraction
+    user_l, ts_l, arr_l = [], [], []
+    for u in range(users):
+        # Session starts: a random ordered set at least 45 min + 25 min apart.
+        k = max(1, rng.poisson(sessions_per_user))
+        room = span_s - k * (25 + 45) * 60.0
+        if room <= 0:
+            k, room = 1, span_s - 70 * 60.0
+        starts = np.sort(rng.uniform(0, room, k)) + np.arange(k) * (25 + 45) * 60.0
+        for st in starts:
+            length = rng.uniform(5, 25) * 60.0
+            gaps = rng.uniform(60, 300, int(length // 60) + 1)
+            t = st + np.concatenate([[0.0], np.cumsum(gaps)])
+            t = t[t <= st + length]
+            if offline[u]:
+                up = t[-1] + rng.uniform(*offline_delay_h) * 3600.0
+                arrival = up + rng.uniform(0, 5, len(t))
+            else:
+                arrival = t + rng.uniform(0, 3, len(t))
+            user_l.append(np.full(len(t), u))
+            ts_l.append(t)
+            arr_l.append(arrival)
+    user = np.concatenate(user_l)
+    t_s = np.concatenate(ts_l)
+    arrival_s = np.concatenate(arr_l)
+    order = np.argsort(arrival_s, kind="stable")
+    ts = pa.timestamp("us", tz="UTC")
+    names = pa.array([f"user-{u:05d}" for u in range(users)], pa.string())
+    return pa.table(
+        {
+            "user": names.take(user[order]),
+            "ts": pa.array(start_us + (t_s[order] * 1e6).astype(np.int64), ts),
+            "arrival": pa.array(start_us + (arrival_s[order] * 1e6).astype(np.int64), ts),
+            "offline": pa.array(offline[user[order]]),
         }
     )
 
