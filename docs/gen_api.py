@@ -80,6 +80,7 @@ SECTIONS: list[tuple[str, object, list[str]]] = [
             "aggregate",
             "AggregateResult",
             "StreamProcessor",
+            "heartbeat",
             "reorder",
             "ReorderResult",
             "ReorderStream",
