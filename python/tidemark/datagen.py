@@ -243,7 +243,9 @@ def iot_stream(
     t_s = ticks * every_s + phase[device]
     keep = ~(np.isin(part, silent) & (t_s >= silent_after_min * 60))
     device, part, t_s = device[keep], part[keep], t_s[keep]
-    arrival_s = t_s + rng.uniform(0, jitter_s, len(t_s)) + np.where(np.isin(part, lagging), lag_s, 0)
+    arrival_s = (
+        t_s + rng.uniform(0, jitter_s, len(t_s)) + np.where(np.isin(part, lagging), lag_s, 0)
+    )
     order = np.argsort(arrival_s, kind="stable")
     ts = pa.timestamp("us", tz="UTC")
     names = pa.array([f"dev-{d:05d}" for d in range(n_dev)], pa.string())

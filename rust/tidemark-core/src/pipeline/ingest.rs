@@ -183,18 +183,18 @@ impl Operator {
         // index in the batch.
         const SKIP: u32 = u32::MAX;
         let mut group = std::mem::take(&mut self.group_scratch);
-        if !self.keys.may_evict(n) {
-            // No key can be evicted by this batch: all lookups, then all folds.
-            if let Some(p) = parts {
-                for (row, bad) in bad_row.iter_mut().enumerate() {
-                    if !*bad {
-                        if let Some(reason) = partition_error(p, row) {
-                            errors.push((row, reason));
-                            *bad = true;
-                        }
+        if let Some(p) = parts {
+            for (row, bad) in bad_row.iter_mut().enumerate() {
+                if !*bad {
+                    if let Some(reason) = partition_error(p, row) {
+                        errors.push((row, reason));
+                        *bad = true;
                     }
                 }
             }
+        }
+        if !self.keys.may_evict(n) {
+            // No key can be evicted by this batch: all lookups, then all folds.
             let fatal_cell = std::cell::RefCell::new(None);
             self.keys.batch_fold_rows(
                 &keys,
@@ -214,16 +214,6 @@ impl Operator {
         } else {
             group.clear();
             group.resize(n, SKIP);
-            if let Some(p) = parts {
-                for (row, bad) in bad_row.iter_mut().enumerate() {
-                    if !*bad {
-                        if let Some(reason) = partition_error(p, row) {
-                            errors.push((row, reason));
-                            *bad = true;
-                        }
-                    }
-                }
-            }
             // Keys the state holds first: taken by the batch, none of them is evicted
             // for the batch's new keys (whatever the order of the rows), which come
             // second and evict the least recently active keys the batch has not.
