@@ -224,3 +224,37 @@ def test_a_flush_before_any_batch_gives_the_pipelines_columns() -> None:
     assert typed.late.schema == want.late.schema
     assert typed.errors.schema == want.errors.schema
     assert op.tick().windows.schema == want.windows.schema
+
+
+def test_one_absurd_event_time_moves_no_watermark_with_max_ahead() -> None:
+    def t(keys: list[str], secs: list[int]) -> pa.Table:
+        return pa.table(
+            {"k": keys, "ts": pa.array([s * 1_000_000 for s in secs], pa.timestamp("us", "UTC"))}
+        )
+
+    op = tm.Pipeline(
+        key="k",
+        event_time="ts",
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count()},
+        watermark=tm.BoundedOutOfOrderness("5s", per="key", idle_timeout="1m", max_ahead="1h"),
+    ).operator()
+    op.process(t(["a", "b"], [1, 2]))
+    year_2300 = 10_413_792_000
+    out = op.process(t(["a", "c"], [3, year_2300]))
+    assert out.errors.column("reason").to_pylist() == [
+        "event time is more than max_ahead (1h) ahead of the stream's latest event time "
+        "(1970-01-01T00:00:02Z)"
+    ]
+    # Neither a watermark nor idleness moved: "b" is not idle, nothing of "a" late.
+    out = op.process(t(["a", "b"], [4, 5]))
+    assert out.late.num_rows == 0
+    assert op.metrics()["idle_keys"] == 0
+    with pytest.raises(tm.ConfigError, match="max_ahead"):
+        tm.Pipeline(
+            key="k",
+            event_time="ts",
+            window=tm.Tumbling("10s"),
+            aggs={"n": tm.count()},
+            watermark=tm.BoundedOutOfOrderness("5s", max_ahead="0s"),
+        )

@@ -238,3 +238,17 @@ def test_a_pipelines_clock_drives_idleness_on_the_clock_in_driver_and_tasks(
     assert ("b", 0, 10, 1) in sink.all()
     with pytest.raises(tm.ConfigError, match="give one"):
         StreamProcessor(pipe, tmp_path / "other", sink=sink, clock=lambda: 0)
+
+
+def test_a_flush_keeps_the_watermark_it_began_with(spark: Any, tmp_path: Path) -> None:
+    """The flush's progress showed ``next_watermark: 0`` per key (a restored operator
+    that read no rows reported event time 0)."""
+    sink = Windows()
+    proc = StreamProcessor(pipeline(per="key"), tmp_path / "state", sink=sink, arrow_sinks=True)
+    t = pa.table({"k": ["a", "b"], "p": [0, 0], "ts": [12 * S, 30 * S]}, schema=SCHEMA)
+    proc(spark.createDataFrame(t), 0)
+    assert proc.last_progress is not None
+    before = proc.last_progress["next_watermark"]
+    assert before == 12 * S
+    proc.flush(spark, spark.createDataFrame(t).schema)
+    assert proc.last_progress["next_watermark"] == before

@@ -29,6 +29,7 @@ import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pyarrow as pa
 import pytest
@@ -36,7 +37,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tidemark as tm
-from tidemark.spark import StreamProcessor
+from tidemark.spark import StreamProcessor, streaming
 
 pytestmark = pytest.mark.spark
 
@@ -68,9 +69,10 @@ def table(rows: list[tuple[int, int]]) -> pa.Table:
 
 
 @st.composite
-def streams(draw: Any) -> list[tuple[int, list[tuple[int, int]]]]:
+def streams(draw: Any, quiet: bool = False) -> list[tuple[int, list[tuple[int, int]] | None]]:
     """Micro-batches ``(clock step in seconds, rows)``: a moving front, rows behind it
-    (late or not), keys that fall silent, an empty batch now and then."""
+    (late or not), keys that fall silent, an empty batch now and then; with ``quiet``,
+    quiet micro-batches (rows ``None``: Spark ran them for a heartbeat) between them."""
     n = draw(st.integers(1, 5))
     active = draw(st.sets(st.integers(0, len(KEYS) - 1), min_size=1))
     batches = []
@@ -81,7 +83,9 @@ def streams(draw: Any) -> list[tuple[int, list[tuple[int, int]]]]:
         keys = draw(st.lists(st.sampled_from(sorted(active)), max_size=8))
         rows = [(k, max(0, front - draw(st.sampled_from([0, 1, 4, 9, 20])))) for k in keys]
         batches.append((step, rows))
-    return batches
+        while quiet and draw(st.booleans()):
+            batches.append((draw(st.sampled_from([0, 30, 90])), None))
+    return batches  # type: ignore[return-value]
 
 
 @st.composite
@@ -136,12 +140,19 @@ Run = list[tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, .
 
 
 def by_operator(pipe: tm.Pipeline, stream: list[Any], cores: int) -> Run:
-    """(windows, late, errors) per micro-batch, then the flush, of one operator."""
+    """(windows, late, errors) per micro-batch, then the flush, of one operator. A quiet
+    micro-batch (rows ``None``): ``SETTLE_CALLS`` calls without rows (``tick``)."""
+    from tidemark.spark.streaming import SETTLE_CALLS
+
     clock = tm.ManualClock(1_000_000)
     op = pipe.operator(clock=clock, cores=cores)
     out: Run = []
     for step, rows in stream:
         clock.advance(step * 1_000)
+        if rows is None:
+            ticks = [op.tick() for _ in range(SETTLE_CALLS)]
+            out.append((sorted(w for t in ticks for w in rows_of(t.windows)), [], []))
+            continue
         o = op.process(table(rows))
         out.append((rows_of(o.windows), rows_of(o.late), rows_of(o.errors)))
     o = op.flush()
@@ -184,9 +195,16 @@ def by_stream_processor(
         shuffle=shuffle,
         clock=lambda: now[0],
     )
-    progress = []
+    progress: list[dict[str, Any]] = []
     for b, (step, rows) in enumerate(stream):
         now[0] += step * 1_000
+        if rows is None:
+            # A quiet micro-batch, as a heartbeat's: Spark ran it without rows.
+            with mock.patch.object(streaming, "has_no_rows", lambda plan: True):
+                proc(spark.createDataFrame(table([])), b)
+            ran = proc.last_batch_id == b
+            progress.append(proc.last_progress if ran else {"late_rows": 0})  # type: ignore[arg-type]
+            continue
         proc(spark.createDataFrame(table(rows)), b)
         assert proc.last_progress is not None
         progress.append(proc.last_progress)
@@ -233,6 +251,35 @@ def test_stream_processor_in_the_driver_equals_the_operator(
     spark: Any, tmp_path_factory: Any, pipe: Any, stream: Any, n: int
 ) -> None:
     check(spark, tmp_path_factory.mktemp("eq"), *pipe, stream, [(n, True)])
+
+
+@settings(
+    max_examples=max(EXAMPLES // 3, 3),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=True,
+)
+@given(
+    pipe=pipelines(),
+    stream=streams(quiet=True),
+    n=st.sampled_from([1, 3]),
+    on_driver=st.sampled_from([None, False]),
+)
+def test_quiet_micro_batches_emit_the_operators_windows(
+    spark: Any, tmp_path_factory: Any, pipe: Any, stream: Any, n: int, on_driver: bool | None
+) -> None:
+    """Micro-batches without rows between the others (a heartbeat's, when the stream
+    is quiet), in the driver or in one task: each closes what one operator's calls
+    without rows close (skipped once nothing is left: the operator's later calls emit
+    nothing either); the windows, late and error rows equal, batch by batch."""
+    pipe, bounded = pipe
+    if bounded and n > 1:
+        n = 1  # max_keys bounds each state partition (see the module's text)
+    want = by_operator(pipe, stream, cores=1)
+    where = tmp_path_factory.mktemp("quiet") / "state"
+    got, _ = by_stream_processor(spark, pipe, stream, where, n, on_driver is None)
+    assert emitted_twice(got) == []
+    assert got == want
 
 
 @settings(

@@ -152,6 +152,8 @@ class MicroBatchDriver:
         self._last: Any = None
         self.last_progress = None
         self.last_batch_id: int | None = None
+        # The last micro-batch skipped with nothing to do (see __call__).
+        self._skipped_to: int | None = None
 
     def _fingerprint(self) -> int | str:
         raise NotImplementedError
@@ -286,13 +288,21 @@ class MicroBatchDriver:
 
     def _flush_batch_id(self, batch_id: int | None) -> int:
         """``batch_id``, or by default the batch a flush runs as (see
-        :func:`next_flush_batch`)."""
-        return next_flush_batch(self.store, self.FINISHED_KEY) if batch_id is None else batch_id
+        :func:`next_flush_batch`): after micro-batches this driver skipped (nothing to
+        do, nothing recorded), the one after the last of them, the id Spark gives next."""
+        if batch_id is not None:
+            return batch_id
+        b = next_flush_batch(self.store, self.FINISHED_KEY)
+        done = self.store.versions("driver", JSON)
+        if self._skipped_to is not None and (not done or b > done[-1]):
+            b = max(b, self._skipped_to + 1)
+        return b
 
     def __call__(self, df: Any, batch_id: int) -> None:
         """Processes micro-batch ``batch_id`` (Spark's foreachBatch contract)."""
         plan = self._plan_of(df)
         if self._nothing_to_do(plan):
+            self._skipped_to = batch_id
             return
         self._run(df, batch_id, flush=False, plan=plan)
         if self._last is not None:  # None: run in the driver, nothing persisted
