@@ -90,12 +90,14 @@ def test_declared_partitions_are_checked_and_shown() -> None:
             tm.BoundedOutOfOrderness("5s", per="partition", partitions=bad)  # type: ignore[arg-type]
 
 
-def test_an_evicted_key_does_not_reopen_a_window_it_emitted() -> None:
-    def t(keys: list[str], secs: list[int]) -> pa.Table:
-        return pa.table(
-            {"k": keys, "ts": pa.array([s * 1_000_000 for s in secs], pa.timestamp("us", "UTC"))}
-        )
+def t(keys: list[str], secs: list[int]) -> pa.Table:
+    """Keys ``k`` at event times ``ts`` (seconds)."""
+    return pa.table(
+        {"k": keys, "ts": pa.array([s * 1_000_000 for s in secs], pa.timestamp("us", "UTC"))}
+    )
 
+
+def test_an_evicted_key_does_not_reopen_a_window_it_emitted() -> None:
     op = tm.Pipeline(
         key="k",
         event_time="ts",
@@ -227,11 +229,6 @@ def test_a_flush_before_any_batch_gives_the_pipelines_columns() -> None:
 
 
 def test_one_absurd_event_time_moves_no_watermark_with_max_ahead() -> None:
-    def t(keys: list[str], secs: list[int]) -> pa.Table:
-        return pa.table(
-            {"k": keys, "ts": pa.array([s * 1_000_000 for s in secs], pa.timestamp("us", "UTC"))}
-        )
-
     op = tm.Pipeline(
         key="k",
         event_time="ts",
