@@ -215,20 +215,19 @@ def test_a_micro_batch_read_from_its_files_runs_in_the_driver_up_to_a_larger_siz
     """Above ``ON_DRIVER_BYTES`` a micro-batch the driver can read from its files still
     runs there, up to ``FILES_ON_DRIVER_BYTES``; ``on_driver=True`` reads any size
     from its files, and ``on_driver=False`` or ``shuffle=True`` none."""
-    import importlib
+    from tidemark.spark import _layout
 
-    streaming = importlib.import_module("tidemark.spark.streaming")
     inp = tmp_path / "in"
     write_stream_files(inp, stream_batches())
     same = lambda s: s  # noqa: E731
     want, reads = _run(spark, tmp_path, "small", inp, same, {})
     assert reads == ["driver/files"] * 3
-    monkeypatch.setattr(streaming, "ON_DRIVER_BYTES", 1)
+    monkeypatch.setattr(_layout, "ON_DRIVER_BYTES", 1)
     got, reads = _run(spark, tmp_path, "above-driver-bytes", inp, same, {})
     assert (got, reads) == (want, ["driver/files"] * 3)
     got, reads = _run(spark, tmp_path, "toarrow", inp, same, {}, read_files=False)
     assert (got, reads) == (want, ["one task/spark"] * 3)
-    monkeypatch.setattr(streaming, "FILES_ON_DRIVER_BYTES", 1)
+    monkeypatch.setattr(_layout, "FILES_ON_DRIVER_BYTES", 1)
     got, reads = _run(spark, tmp_path, "above-files-bytes", inp, same, {})
     assert (got, reads) == (want, ["one task/spark"] * 3)
     got, reads = _run(spark, tmp_path, "on-driver", inp, same, {}, on_driver=True)

@@ -334,7 +334,7 @@ def test_small_inputs_run_in_one_task_with_the_same_outputs(
 
     from pyspark.sql import functions as F
 
-    plan = importlib.import_module("tidemark.spark._sizing")
+    plan = importlib.import_module("tidemark.spark._layout")
     rows = make_events()
     pq.write_table(
         pa.table(
@@ -793,7 +793,8 @@ def test_the_one_task_bound_shrinks_with_more_cores() -> None:
     (more cores gain more from parallel tasks); never without an estimate."""
     from types import SimpleNamespace
 
-    from tidemark.spark._sizing import SINGLE_TASK_BYTES, fits_one_task
+    from tidemark.spark._layout import SINGLE_TASK_BYTES
+    from tidemark.spark._sizing import fits_one_task
 
     def spark(cores: int) -> Any:
         return SimpleNamespace(sparkContext=SimpleNamespace(defaultParallelism=cores))
@@ -823,7 +824,7 @@ def test_small_micro_batches_run_in_one_task_without_a_shuffle(
 
     def tasks(proc: StreamProcessor) -> set[int]:
         """The Spark partitions the batch's tagged rows land in."""
-        shuffle = proc._layout(df, flush=False)[0]
+        shuffle = proc._placement(df).shuffled
         tagged = streaming._tagged(df, proc.pipe.key, proc.num_partitions, False, shuffle)
         return {r.p for r in tagged.select(F.spark_partition_id().alias("p")).collect()}
 
@@ -834,7 +835,7 @@ def test_small_micro_batches_run_in_one_task_without_a_shuffle(
 
     assert tasks(proc()) == {0}
     assert tasks(proc(shuffle=True)) == {0, 1, 2}
-    monkeypatch.setattr(importlib.import_module("tidemark.spark._sizing"), "SINGLE_TASK_BYTES", 1)
+    monkeypatch.setattr(importlib.import_module("tidemark.spark._layout"), "SINGLE_TASK_BYTES", 1)
     assert tasks(proc()) == {0, 1, 2}
     assert tasks(proc(shuffle=False)) == {0}
 
@@ -859,15 +860,14 @@ def test_small_micro_batches_run_on_the_driver(
         )
 
     def on_driver(p: StreamProcessor, flush: bool = False) -> bool:
-        shuffled, _, size = p._layout(df, flush=False)
-        return p._runs_on_driver(df, flush, shuffled, size)
+        return p._placement(df, flush).driver
 
     assert on_driver(proc()) and on_driver(proc(shuffle=False))
     assert not on_driver(proc(on_driver=False)) and not on_driver(proc(shuffle=True))
     assert on_driver(proc(on_driver=True), flush=True)
     assert not on_driver(proc(), flush=True)  # no batch has run in this process
     assert not on_driver(proc(on_driver=False), flush=True)
-    monkeypatch.setattr(streaming, "ON_DRIVER_BYTES", 1)
+    monkeypatch.setattr(importlib.import_module("tidemark.spark._layout"), "ON_DRIVER_BYTES", 1)
     assert not on_driver(proc())
     assert on_driver(proc(on_driver=True))
     # A key type whose Spark hash tidemark does not reproduce: Spark's shuffle routes it.
@@ -1161,14 +1161,15 @@ def test_a_task_routes_keys_of_every_spark_type_as_a_shuffle_does(
             mode = (0, 1, 0, 2)[b] if alternate else 0
             proc.shuffle = True if mode == 0 else None
             proc.on_driver = False if mode == 2 else None
-            shuffled, untagged, size = proc._layout(df, flush=False)
+            placed, size = proc._placement(df), proc._sized(df)[0]
+            shuffled, untagged = placed.shuffled, placed.routes
             assert (shuffled, untagged) == (proc.shuffle is True, proc.shuffle is None)
             assert not untagged or unused_columns_are_cheap(df.schema, [*keys, "ts", "value"], size)
             proc(df, b)
             assert proc.last_progress is not None
             assert proc.last_progress["layout"] == ("shuffled", "driver", "one task")[mode]
         # The flush runs as the last batch did: one task, or one per state partition.
-        assert proc._layout(batches[0], flush=True)[0] == (not alternate)
+        assert proc._placement(batches[0], flush=True).shuffled == (not alternate)
         proc.flush(spark, batches[0].schema)
         return sorted(windows)
 
@@ -1880,7 +1881,8 @@ def test_a_source_spark_cannot_size_runs_in_one_task_after_a_small_micro_batch(
     micro-batch is shuffled; each later one is sized by the last one's rows, and runs
     in one task while those are few, shuffled once they are many. The windows and
     watermarks are those of every micro-batch shuffled."""
-    from tidemark.spark._sizing import SINGLE_TASK_BYTES, estimated_bytes, row_bytes
+    from tidemark.spark._layout import SINGLE_TASK_BYTES
+    from tidemark.spark._sizing import estimated_bytes, row_bytes
 
     def stream(rows: int) -> Any:
         return (

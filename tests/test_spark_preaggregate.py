@@ -90,7 +90,7 @@ def taken_as_large(module_name: str, large: Callable[[], bool]) -> Iterator[None
     any size as too large for one task while ``large()`` says so."""
     module = importlib.import_module(f"tidemark.spark.{module_name}")
     fits = module.fits_one_task
-    module.fits_one_task = lambda spark, size: not large() and fits(spark, size)
+    module.fits_one_task = lambda *given: not large() and fits(*given)
     try:
         yield
     finally:
@@ -270,9 +270,7 @@ def test_a_preaggregating_stream_processor_equals_the_raw_one(
     # micro-batches taken as too large for one task (``large``) are folded by Spark, or
     # (after a fold that kept more than FOLD_SHARE of its rows, set to 0 here: every
     # other large one) shuffled raw; the others go through the same state raw.
-    from tidemark.spark import StreamProcessor
-
-    streaming = importlib.import_module("tidemark.spark.streaming")
+    from tidemark.spark import StreamProcessor, _layout
 
     pipe = tm.Pipeline(
         "k",
@@ -303,7 +301,7 @@ def test_a_preaggregating_stream_processor_equals_the_raw_one(
             arrow_sinks=True,
             preaggregate=pre,
         )
-        share, retry = streaming.FOLD_SHARE, streaming.FOLD_RETRY
+        share, retry = _layout.FOLD_SHARE, _layout.FOLD_RETRY
         progress, reads = [], []
         for b, rows in enumerate(batches):
             base = T0 + b * 10_000_000
@@ -318,12 +316,12 @@ def test_a_preaggregating_stream_processor_equals_the_raw_one(
                 },
                 schema=schema,
             )
-            streaming.FOLD_SHARE, streaming.FOLD_RETRY = 0.0, 1
+            _layout.FOLD_SHARE, _layout.FOLD_RETRY = 0.0, 1
             try:
-                with taken_as_large("streaming", lambda b=b: large[b]):
+                with taken_as_large("_layout", lambda b=b: large[b]):
                     proc(spark.createDataFrame(t, schema=spark_schema), b)
             finally:
-                streaming.FOLD_SHARE, streaming.FOLD_RETRY = share, retry
+                _layout.FOLD_SHARE, _layout.FOLD_RETRY = share, retry
             last = dict(proc.last_progress or {})
             reads.append(last["read"])
             for k in ("layout", "read", "read_why"):
@@ -371,7 +369,7 @@ def test_a_fold_that_keeps_most_rows_gives_way_to_the_raw_path(spark: Any, tmp_p
                     ),
                 }
             )
-            with taken_as_large("streaming", lambda: True):
+            with taken_as_large("_layout", lambda: True):
                 proc(spark.createDataFrame(t), b)
             assert proc.last_progress is not None
             reads.append(proc.last_progress["read"])

@@ -420,7 +420,6 @@ def test_streaming_reorder_runs_in_the_driver_only_where_it_routes_as_spark(
     ``True``."""
     import importlib
 
-    module = importlib.import_module("tidemark.spark.reorder")
     # From Arrow: a local relation, whose size Spark knows (Python rows: it does not).
     df = spark.createDataFrame(
         pa.table(
@@ -444,7 +443,7 @@ def test_streaming_reorder_runs_in_the_driver_only_where_it_routes_as_spark(
     assert not rs(by=["tags"], on_driver=True)._runs_on_driver(df, False)
     assert rs(by=["device"], on_driver=True)._runs_on_driver(df, True)
     assert not rs(by=["device"])._runs_on_driver(df, True)  # no batch ran here yet
-    monkeypatch.setattr(module, "ON_DRIVER_BYTES", 1)
+    monkeypatch.setattr(importlib.import_module("tidemark.spark._layout"), "ON_DRIVER_BYTES", 1)
     assert not rs(by=["device"])._runs_on_driver(df, False)
     assert rs(by=["device"], on_driver=True)._runs_on_driver(df, False)
     # Over the cap, the default runs the batch in Spark tasks, and its flush too.

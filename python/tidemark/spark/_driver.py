@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidemark.errors import ConfigError, StateCorruptedError
+from tidemark.spark._layout import History, Layout, Stats, after
 from tidemark.spark.state import StateStore, state_errors_surface
 
 #: Snapshot, driver-record and progress file suffixes in the state store.
@@ -97,6 +98,11 @@ class BatchRun:
     #: :func:`tidemark.spark.heartbeat`); like a flush it reads none, unlike one it
     #: closes only what the watermark passed.
     quiet: bool = False
+    #: What the layout was decided from, and what it gave (see ``_layout``).
+    stats: Stats = field(default_factory=Stats)
+    placed: Layout = field(
+        default_factory=lambda: Layout(shuffled=False, routes=False, driver=False, files=False)
+    )
 
     @property
     def driver(self) -> bool:
@@ -146,8 +152,8 @@ class MicroBatchDriver:
         self.start_fresh = start_fresh
         self.on_driver = on_driver
         self.arrow_sinks = arrow_sinks
-        # Where the last micro-batch ran (a flush runs where it did, by default).
-        self._last_on_driver: bool | None = None
+        # What earlier micro-batches leave for the next ones' layout (see _layout).
+        self._history = History()
         self._checked = False
         self._last: Any = None
         self.last_progress = None
@@ -225,8 +231,7 @@ class MicroBatchDriver:
         :meth:`_plan_of` read of it). Returns the (main, late, error) outputs the sinks
         got."""
         run = self._begin(df, batch_id, flush, schema, plan)
-        if not flush and not run.quiet:
-            self._last_on_driver = run.driver
+        self._history = after(self._history, run.placed, run.stats, run.driver)
         outs = self._execute(df, run)
         try:
             with self._sending(run):

@@ -11,32 +11,9 @@ from typing import Any
 
 from tidemark import _native
 from tidemark.pipeline import Pipeline
+from tidemark.spark import _layout
 from tidemark.spark._args import column, map_in_arrow, spark_context
 from tidemark.spark._codec import KIND_ERROR, OutputCodec
-
-#: On 2 cores, an input (or micro-batch) Spark estimates below this many bytes runs in
-#: one task with no shuffle by default: a stage less, and too little work to gain from
-#: parallel tasks (measured: one task stays faster up to about 20 MB of Parquet). More
-#: cores gain more from parallel tasks: the bound shrinks in proportion
-#: (:func:`fits_one_task`).
-SINGLE_TASK_BYTES = 16 << 20
-
-
-#: Spark's size estimate of a streaming micro-batch at most which a
-#: :class:`~tidemark.spark.StreamProcessor` runs it in the driver's process by default,
-#: if it would run in one task (its rows come back as Arrow; no Python worker takes
-#: part). A cap on what the driver holds at once: Spark estimates a Parquet file by
-#: its compressed size.
-ON_DRIVER_BYTES = 8 << 20
-
-
-#: The same for a micro-batch the driver reads from its Parquet files (see
-#: ``StreamProcessor(read_files=...)``), shuffled or not: pyarrow reads the files
-#: several times faster than Spark hands rows to a task, so the driver outruns the
-#: tasks on small machines well beyond ``ON_DRIVER_BYTES``; the cap bounds what it
-#: holds (about 4 million rows of a key, a timestamp and a number).
-FILES_ON_DRIVER_BYTES = 32 << 20
-
 
 #: Spark's size estimate of a one-task input at most which its unused fixed-width
 #: columns travel to the task instead of being projected away (see
@@ -74,27 +51,6 @@ def unused_columns_are_cheap(schema: Any, used: list[str], size: int | None) -> 
     fixed = _fixed_width_types()
     keep = set(used)
     return all(type(f.dataType) in fixed for f in schema.fields if f.name not in keep)
-
-
-def runs_on_driver(
-    on_driver: bool | None,
-    last_on_driver: bool | None,
-    flush: bool,
-    routable: Callable[[], bool],
-    small: Callable[[], bool],
-) -> bool:
-    """Where a streaming processor's micro-batch runs (its ``on_driver`` argument):
-    never with ``False``; a flush (no rows) with ``True`` or after a micro-batch that
-    ran in the driver; a micro-batch only where ``routable()`` (the driver puts its
-    rows where Spark's shuffle would, or where the layout does not matter), then with
-    ``True``, or by default where ``small()``."""
-    if on_driver is False:
-        return False
-    if flush:
-        return on_driver is True or last_on_driver is True
-    if not routable():
-        return False
-    return on_driver is True or small()
 
 
 #: Event times (epoch microseconds) within this bound always give a row its windows:
@@ -356,13 +312,14 @@ def size_in_cost_plan(text: str) -> int | None:
     return int(float(m.group(1)) * 1024 ** _UNITS[m.group(2)])
 
 
-def fits_one_task(spark: Any, size: int | None) -> bool:
-    """Whether an input of ``size`` estimated bytes runs in one task with no shuffle:
-    below ``SINGLE_TASK_BYTES`` with 2 cores, ``2 / cores`` of it with more
-    (``SparkContext.defaultParallelism``; 2 under Spark Connect, which does not tell);
-    never without an estimate."""
-    if size is None:
-        return False
+def cores_of(spark: Any) -> int:
+    """The cores a session's work spreads over (``SparkContext.defaultParallelism``, at
+    least 2; 2 under Spark Connect, which does not tell)."""
     sc = spark_context(spark)
-    cores = 2 if sc is None else max(2, int(sc.defaultParallelism))
-    return size * cores < SINGLE_TASK_BYTES * 2
+    return 2 if sc is None else max(2, int(sc.defaultParallelism))
+
+
+def fits_one_task(spark: Any, size: int | None) -> bool:
+    """Whether an input of ``size`` estimated bytes runs in one task with no shuffle in
+    ``spark``'s cluster (:func:`tidemark.spark._layout.fits_one_task`)."""
+    return _layout.fits_one_task(size, cores_of(spark))

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -60,11 +60,8 @@ from tidemark.spark._driver import (
     Sink,
     exact_partitions,
 )
-from tidemark.spark._sizing import (
-    ON_DRIVER_BYTES,
-    estimated_bytes,
-    runs_on_driver,
-)
+from tidemark.spark._layout import Layout, Options, Stats, place
+from tidemark.spark._sizing import estimated_bytes
 from tidemark.spark.state import state_errors_surface
 
 __all__ = ["ReorderPlan", "ReorderResult", "ReorderStream", "reorder"]
@@ -472,36 +469,42 @@ class ReorderStream(MicroBatchDriver):
         """Rows go to state partitions in turn (no ``partition_by``, several)."""
         return not self.partition_by and self.num_partitions > 1
 
-    def _runs_on_driver(self, df: Any, flush: bool) -> bool:
-        """Whether the batch runs in this process (see ``on_driver``): a batch only
-        where this process routes keyed rows as Spark's shuffle would (``partition_by``
-        columns tidemark hashes as Spark does); a flush (no rows) with
-        ``on_driver=True``, or by default after a batch that ran here."""
+    def _placement(self, df: Any, flush: bool) -> tuple[Stats, Layout]:
+        """The batch as measured, and where it runs (see ``on_driver``; the rules are
+        ``tidemark.spark._layout``'s, with the driver or one task per state partition as
+        the only places): a batch in this process only where it routes keyed rows as
+        Spark's shuffle would (``partition_by`` columns tidemark hashes as Spark does),
+        by default up to ``ON_DRIVER_BYTES``; a flush (no rows) with ``on_driver=True``,
+        or by default after a batch that ran here."""
         by = self.partition_by
-
-        def small() -> bool:
+        if flush:
+            stats = Stats(kind="flush")
+        else:
             size = estimated_bytes(df)
-            return size is not None and size <= ON_DRIVER_BYTES
+            routable = self.num_partitions == 1 or not by or spark_hash_matches(df.schema, by)
+            stats = Stats(size=size, guess=size, routable=routable)
+        options = Options(self.num_partitions, shuffle=False, on_driver=self.on_driver)
+        placed = place(stats, self._history, options)
+        return stats, replace(placed, shuffled=not placed.driver)
 
-        return runs_on_driver(
-            self.on_driver,
-            self._last_on_driver,
-            flush,
-            lambda: self.num_partitions == 1 or not by or spark_hash_matches(df.schema, by),
-            small,
-        )
+    def _runs_on_driver(self, df: Any, flush: bool) -> bool:
+        """Whether the batch runs in this process (see :meth:`_placement`)."""
+        return self._placement(df, flush)[1].driver
 
     def _begin(
         self, df: Any, batch_id: int, flush: bool, schema: Any, plan: Any = None
     ) -> _ReorderRun:
         self._check_meta()
         _check_columns(self.template, df, self.partition_by)
-        chosen = "driver" if self._runs_on_driver(df, flush) else "shuffled"
+        stats, placed = self._placement(df, flush)
+        chosen = "driver" if placed.driver else "shuffled"
         prev, layout, record = self._prev_batch(batch_id, flush, chosen)
         tz, large = session_arrow_settings(df.sparkSession)
         return _ReorderRun(
             batch_id=batch_id,
             flush=flush,
+            stats=stats,
+            placed=replace(placed, driver=layout == "driver", shuffled=layout != "driver"),
             layout=layout,
             codec=ReorderPlan.build(df.schema, tz, large),
             record=record,

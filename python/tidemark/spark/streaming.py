@@ -56,7 +56,7 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -66,6 +66,7 @@ from tidemark.clock import ManualClock
 from tidemark.errors import ConfigError, StateCorruptedError, TidemarkWarning
 from tidemark.pipeline import Operator, Output, Pipeline, Rows, ScopeWatermark
 from tidemark.route import HashRouter
+from tidemark.spark import _layout
 from tidemark.spark._args import (
     ShippedPipeline,
     map_in_arrow,
@@ -94,14 +95,12 @@ from tidemark.spark._driver import (
     exact_partitions,
 )
 from tidemark.spark._files import batch_files, has_no_rows, micro_batch_plan, read_batch_files
+from tidemark.spark._layout import Layout, Options, Stats
 from tidemark.spark._preagg import WEIGHT, Preaggregation, preaggregation
 from tidemark.spark._sizing import (
-    FILES_ON_DRIVER_BYTES,
-    ON_DRIVER_BYTES,
+    cores_of,
     estimated_bytes,
-    fits_one_task,
     row_bytes,
-    runs_on_driver,
     unused_columns_are_cheap,
 )
 from tidemark.spark.state import StateStore, state_errors_surface, stream_goes_on_after_flush
@@ -586,14 +585,6 @@ def _route(
     return [pa.Table.from_batches([r[p] for r in routed]) for p in range(n)]
 
 
-#: ``preaggregate``: a large micro-batch is folded while the last fold kept at most this
-#: share of its input rows (10 rows per key and pane); else it runs raw, with the fold
-#: tried again after ``FOLD_RETRY`` such micro-batches. Measured on 1M-row micro-batches
-#: (2 cores): the fold is 1.6x faster than the raw path at a share of 0.02, 1.2x at
-#: 0.05, even at 0.1, and 1.2x slower at 0.2.
-FOLD_SHARE = 0.1
-FOLD_RETRY = 10
-
 # Rows at least which the driver routes a micro-batch in slices on several threads.
 _PARALLEL_ROUTE_ROWS = 200_000
 
@@ -920,13 +911,6 @@ class StreamProcessor(MicroBatchDriver):
         # schema); self.pipe then merges folds.
         self._fold: Preaggregation | None = None
         self._fold_decided = False
-        # The folds of the last folded micro-batch per input row, and the large
-        # micro-batches run raw since (see _folded).
-        self._fold_share = 0.0
-        self._raw_since = 0
-        # The input rows of the last micro-batch run here: the size of the next one
-        # where Spark has no estimate (see _layout).
-        self._last_rows: int | None = None
         sinks = (sink, late_sink, error_sink)
         self._init_driver(
             state_location, num_partitions, sinks, retention, start_fresh, on_driver, arrow_sinks
@@ -943,8 +927,6 @@ class StreamProcessor(MicroBatchDriver):
         # Said once: late rows dropped for want of a late_sink; Spark's watermark ignored.
         self._warned: set[str] = set()
         self._shipped: ShippedPipeline | None = None
-        # The layout of the last batch run: shuffled, and run in the driver.
-        self._last_shuffled: bool | None = None
         # Whether a call without rows would change nothing (None: read the store).
         self._quiet_settled: bool | None = None
         wm = pipe.watermark
@@ -1117,22 +1099,16 @@ class StreamProcessor(MicroBatchDriver):
     # --- the foreachBatch function -------------------------------------------------
 
     def _folded(
-        self,
-        df: Any,
-        flush: bool,
-        fields: Any,
-        tz: str,
-        large: bool,
-        sized: tuple[int | None, int | None] | None,
+        self, df: Any, stats: Stats, fields: Any, tz: str, large: bool
     ) -> tuple[Any, Any, bool]:
         """With ``preaggregate``: the micro-batch as Spark's folds (see
         :mod:`tidemark.spark._preagg`) and their schema, where the fold is exact for
         this stream (decided at the first micro-batch: the pipeline is then the one
-        merging folds, whose state this processor keeps) and the micro-batch too large
-        for one task (else its raw rows go through that pipeline, each its own fold:
-        see :meth:`Preaggregation.lift`); else ``df`` and ``fields``. Also whether the
-        rows are Spark's folds. A flush reads no rows: only the schema is folded.
-        ``sized``: :meth:`_sized` of ``df`` (a micro-batch)."""
+        merging folds, whose state this processor keeps) and the layout folds this
+        micro-batch (:func:`tidemark.spark._layout.choose_fold`; else its raw rows go
+        through that pipeline, each its own fold: see :meth:`Preaggregation.lift`);
+        else ``df`` and ``fields``. Also whether the rows are Spark's folds. A flush or
+        a quiet micro-batch reads no rows: only the schema is folded."""
         if not self.preaggregate:
             return df, fields, False
         if not self._fold_decided:
@@ -1152,22 +1128,11 @@ class StreamProcessor(MicroBatchDriver):
                 self.pipe = pre.pipe
         if self._fold is None:
             return df, fields, False
-        if flush:
+        if stats.kind != "rows":
             return df, self._fold.rows(df.sparkSession.createDataFrame([], fields)).schema, False
-        # A micro-batch one task takes runs faster raw than folded (the fold's
-        # aggregation costs more than the rows it keeps out of Python); a larger one is
-        # folded, by Spark's tasks, and the folds run in one task. Where the last fold
-        # kept more than FOLD_SHARE of its rows (few rows per key and pane), the fold
-        # saves little and one task takes them all: the rows go raw (to their state
-        # partitions' tasks), and every FOLD_RETRY such micro-batches the fold is tried
-        # again (a stream's keys change).
-        assert sized is not None
-        if self.shuffle is not True and fits_one_task(df.sparkSession, sized[1]):
+        fold, self._history = _layout.choose_fold(stats, self._history, self._options())
+        if not fold:
             return df, fields, False
-        if self._fold_share > FOLD_SHARE and self._raw_since < FOLD_RETRY:
-            self._raw_since += 1
-            return df, fields, False
-        self._raw_since = 0
         folded = self._fold.rows(df)
         return folded, folded.schema, True
 
@@ -1178,9 +1143,32 @@ class StreamProcessor(MicroBatchDriver):
         rows in Spark's width of a row, as a stream's micro-batches tend to be alike
         (``None`` before the first)."""
         size = estimated_bytes(df, plan)
-        if size is None and self._last_rows is not None:
-            return size, self._last_rows * row_bytes(df.schema)
+        last = self._history.last_rows
+        if size is None and last is not None:
+            return size, last * row_bytes(df.schema)
         return size, size
+
+    def _options(self) -> Options:
+        return Options(self.num_partitions, self.shuffle, self.on_driver, self.read_files)
+
+    def _stats(self, df: Any, kind: str, plan: Any = None, folds: bool = False) -> Stats:
+        """Micro-batch ``df`` (its rows, or Spark's folds of them) as measured for the
+        layout (a flush or a quiet micro-batch reads no rows: nothing to measure)."""
+        if kind != "rows":
+            return Stats(kind=kind)
+        size, guess = self._sized(df, plan)
+        return Stats(
+            size=size,
+            guess=guess,
+            cores=cores_of(df.sparkSession),
+            routable=self._routable(df),
+            folds=folds,
+        )
+
+    def _placement(self, df: Any, flush: bool = False, plan: Any = None) -> Layout:
+        """Where micro-batch ``df`` (its raw rows) would run now (see ``_layout``)."""
+        stats = self._stats(df, "flush" if flush else "rows", plan)
+        return _layout.place(stats, self._history, self._options())
 
     def _plan_of(self, df: Any) -> Any:
         return micro_batch_plan(df)
@@ -1211,15 +1199,18 @@ class StreamProcessor(MicroBatchDriver):
         # passed, in calls without rows until one changes nothing (see _settle).
         quiet = not flush and has_no_rows(plan)
         rowless = flush or quiet
+        kind = "flush" if flush else "quiet" if quiet else "rows"
         fields = schema if flush else df.schema
         if not flush:
             self._warn_spark_watermark(fields)
         spark = df.sparkSession
         tz, large = session_arrow_settings(spark)
-        # The micro-batch's size, asked of Spark once (a JVM call) for the fold's choice
-        # and the layout of raw rows.
-        sized = self._sized(df, plan) if self.preaggregate and not rowless else None
-        df, fields, folds = self._folded(df, rowless, fields, tz, large, sized)
+        # The micro-batch as the layout sees it, asked of Spark once (its size: a JVM
+        # call) for the fold's choice and the layout of raw rows.
+        stats = self._stats(df, kind, plan)
+        df, fields, folds = self._folded(df, stats, fields, tz, large)
+        if folds:
+            stats = self._stats(df, kind, folds=True)
         # Raw rows of a processor that keeps merged folds: each row goes in as its own
         # fold (the task lifts it), read and encoded as the raw pipeline's input.
         lift = self._fold.lift() if self._fold is not None and not folds and not rowless else None
@@ -1241,21 +1232,15 @@ class StreamProcessor(MicroBatchDriver):
         token = uuid.uuid4().hex
         if self._shipped is None:
             self._shipped = ShippedPipeline(self.pipe, spark)  # one broadcast per query
-        if quiet:
-            # Every state partition in one run (the calls combine their watermarks):
-            # in the driver, or (on_driver=False) in one task over the placeholders.
-            shuffled, untagged, size = False, self.on_driver is not False, None
-            table, read_why, driver = None, None, untagged
-        else:
-            if sized is None and not folds and not flush:
-                sized = self._sized(df, plan)
-            shuffled, untagged, size = self._layout(df, flush, folds, None if folds else sized)
-            table, read_why = self._files_on_driver(df, flush, size, codec, plan)
-            driver = table is not None or self._runs_on_driver(df, flush, shuffled, size)
-        if not rowless:
-            self._last_shuffled = shuffled and not driver
-        untagged = untagged or driver  # the driver routes the rows as a one-task batch
+        placed = _layout.place(stats, self._history, self._options())
+        table, read_why = (
+            self._files_on_driver(df, codec, plan) if placed.files else (None, placed.why_not_files)
+        )
+        driver = table is not None or placed.driver
+        shuffled = placed.shuffled and not driver
+        untagged = placed.routes or driver  # the driver routes the rows as a one-task batch
         columns = fields.fieldNames() if windows_only else None
+        size = stats.size
         if columns is not None and untagged and unused_columns_are_cheap(df.schema, columns, size):
             columns = None  # cheaper to send than to project away
         task = _task(
@@ -1282,6 +1267,8 @@ class StreamProcessor(MicroBatchDriver):
             batch_id=batch_id,
             flush=flush,
             quiet=quiet,
+            stats=stats,
+            placed=placed,
             layout="driver" if driver else "shuffled" if shuffled else "one task",
             codec=codec,
             record=rec,
@@ -1374,10 +1361,11 @@ class StreamProcessor(MicroBatchDriver):
         if run.quiet:
             counts["quiet_calls"] = max((a for a, _ in calls), default=0)
         elif not run.flush:
-            self._last_rows = counts["input_rows"]
+            self._history = replace(self._history, last_rows=counts["input_rows"])
         if run.read == "folds":
             read = sum(a for _, kind, a, _ in progress if kind == _P_READ)
-            self._fold_share = read / max(1, counts["input_rows"])
+            share = read / max(1, counts["input_rows"])
+            self._history = replace(self._history, fold_share=share)
         if run.read == "spark" and run.read_why is not None:
             counts["read_why"] = run.read_why
         self._warn_dropped(counts["late_rows"], batch_id)
@@ -1414,81 +1402,19 @@ class StreamProcessor(MicroBatchDriver):
                     f"({self.pipe.watermark!r}) judges late rows and closes windows",
                 )
 
-    def _layout(
-        self,
-        df: Any,
-        flush: bool,
-        folds: bool = False,
-        sized: tuple[int | None, int | None] | None = None,
-    ) -> tuple[bool, bool, int | None]:
-        """``(shuffled, untagged, size)`` for the batch: whether its rows are shuffled
-        to their state partitions (for a flush, which reads no rows: whether it runs
-        one task per state partition); if not, whether its one task routes them itself
-        (see :func:`_task`), which saves planning the tagging expression and the
-        placeholder rows; and Spark's size estimate of ``df`` (``None``: none, or not
-        read; ``sized``: :meth:`_sized` of ``df``, if already asked). Where Spark has no
-        estimate (a Kafka or ``rate`` source), the last micro-batch this processor ran
-        sizes this one (its input rows at Spark's default width of a row); the first is
-        shuffled. A task routes only where its
-        hash of the keys is Spark's, and only where the size estimate is known and not
-        0: the optimizer drops the ``coalesce`` over an input it knows is empty
-        (``limit(0)``), and the batch would then run no task at all."""
-        n = self.num_partitions
-        if flush:
-            # A flush reads no rows; its placeholders run every state partition. It
-            # runs them as the last batch did: in one task after a one-task batch
-            # (a warm Python worker), else in one task each.
-            return n > 1 and self._last_shuffled is not False, False, None
-        if n > 1 and self.shuffle is True:
-            return True, False, None
-        size, guess = sized or self._sized(df)
-        # One state partition needs no routing. Spark's folds (``folds``: preaggregate)
-        # are few rows whatever the micro-batch's size (its aggregation spreads the
-        # folding over its own tasks): one task takes them, without a second shuffle.
-        shuffled = (
-            n > 1
-            and self.shuffle is None
-            and not folds
-            and not fits_one_task(df.sparkSession, guess)
-        )
-        hashable = self._routable(df)
-        return shuffled, not shuffled and bool(size) and hashable, size
-
     def _routable(self, df: Any) -> bool:
         """Whether this process routes ``df``'s keys to the state partitions Spark's
         shuffle would give them (or there is one state partition)."""
         return self.num_partitions == 1 or spark_hash_matches(df.schema, self.pipe.key)
 
     def _files_on_driver(
-        self, df: Any, flush: bool, size: int | None, plan: OutputCodec, batch_plan: Any = None
+        self, df: Any, codec: OutputCodec, batch_plan: Any = None
     ) -> tuple[pa.Table | None, str | None]:
-        """The micro-batch's rows, read from its files, where it runs in the driver
-        that way (see ``read_files``): with ``on_driver=True``, or by default up to
-        ``FILES_ON_DRIVER_BYTES`` of Spark's estimate, unless ``shuffle=True``; and only
-        where the driver routes the keys as Spark's shuffle would. ``None``: the batch
-        runs as :meth:`_runs_on_driver` says, its rows fetched from Spark, and why."""
-        if flush:
-            return None, None
-        if not self.read_files or self.on_driver is False or self.shuffle is True:
-            return None, "read_files=False, on_driver=False or shuffle=True"
-        if self.on_driver is None and (size is None or size > FILES_ON_DRIVER_BYTES):
-            return None, "no size estimate, or above FILES_ON_DRIVER_BYTES"
-        if not self._routable(df):
-            return None, "key types the driver does not hash as Spark does"
-        got = _read_files(df, plan, batch_plan)
+        """The micro-batch's rows, read from its files in the driver (where the layout
+        says to try: see ``read_files``), or ``None`` and why not (they come from
+        Spark)."""
+        got = _read_files(df, codec, batch_plan)
         return (None, got) if isinstance(got, str) else (got, None)
-
-    def _runs_on_driver(self, df: Any, flush: bool, shuffled: bool, size: int | None) -> bool:
-        """Whether the batch runs in this process (see ``on_driver``): a batch only
-        where this process routes its keys as Spark's shuffle would; a flush (no rows
-        to route) with ``on_driver=True``, or by default after a batch that ran here."""
-        return runs_on_driver(
-            self.on_driver,
-            self._last_on_driver,
-            flush,
-            lambda: self._routable(df),
-            lambda: not shuffled and size is not None and size <= ON_DRIVER_BYTES,
-        )
 
     def start(
         self,

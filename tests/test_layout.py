@@ -1,0 +1,148 @@
+"""Where a streaming micro-batch runs: ``tidemark.spark._layout``'s rules, without Spark.
+
+Each test is a row of the table in the module's text (and the streaming guide's). The
+Spark tests (``test_spark_pipeline.py``, ``test_spark_files.py``,
+``test_spark_preaggregate.py``) check the same rules on real micro-batches.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tidemark.spark._layout import (
+    FILES_ON_DRIVER_BYTES,
+    FOLD_RETRY,
+    FOLD_SHARE,
+    ON_DRIVER_BYTES,
+    SINGLE_TASK_BYTES,
+    History,
+    Options,
+    Stats,
+    after,
+    choose_fold,
+    fits_one_task,
+    place,
+)
+
+MB = 1 << 20
+SMALL = Stats(size=MB, guess=MB)
+LARGE = Stats(size=100 * MB, guess=100 * MB)
+N = Options(num_partitions=8, read_files=True)
+
+
+def test_one_task_takes_what_its_share_of_the_cores_would():
+    assert fits_one_task(SINGLE_TASK_BYTES - 1, 2)
+    assert not fits_one_task(SINGLE_TASK_BYTES, 2)
+    assert fits_one_task(SINGLE_TASK_BYTES - 1, 1), "at least 2 cores"
+    assert fits_one_task(SINGLE_TASK_BYTES // 8 - 1, 16)
+    assert not fits_one_task(SINGLE_TASK_BYTES // 8, 16)
+    assert not fits_one_task(None, 2), "no estimate: never one task"
+
+
+def test_a_small_micro_batch_runs_in_the_driver_or_one_task_that_routes_its_rows():
+    got = place(SMALL, History(), Options(num_partitions=8))
+    assert (got.where, got.routes, got.files) == ("driver", True, False)
+    got = place(SMALL, History(), Options(num_partitions=8, on_driver=False))
+    assert (got.where, got.routes) == ("one task", True)
+    above = Stats(size=ON_DRIVER_BYTES + 1, guess=ON_DRIVER_BYTES + 1)
+    got = place(above, History(), Options(num_partitions=8))
+    assert (got.where, got.routes) == ("one task", True)
+    # Keys this process does not hash as Spark does: Spark tags the rows.
+    foreign = Stats(size=MB, guess=MB, routable=False)
+    got = place(foreign, History(), Options(num_partitions=8, on_driver=True))
+    assert (got.where, got.routes) == ("one task", False)
+    # An estimate of 0 (an input the optimizer knows is empty): Spark tags the rows.
+    assert not place(Stats(size=0, guess=0), History(), Options(8, on_driver=False)).routes
+
+
+def test_a_large_micro_batch_is_shuffled_unless_its_rows_are_spark_folds():
+    got = place(LARGE, History(), N)
+    assert (got.where, got.routes) == ("shuffled", False)
+    folds = Stats(size=100 * MB, guess=100 * MB, folds=True)
+    assert place(folds, History(), Options(num_partitions=8)).where == "one task"
+    assert place(LARGE, History(), Options(num_partitions=8, shuffle=False)).where == "one task"
+    assert place(LARGE, History(), Options(num_partitions=1)).where == "one task"
+    # Where Spark has no estimate the last micro-batch's rows go by (the guess).
+    unsized = Stats(size=None, guess=100 * MB)
+    assert place(unsized, History(), N).where == "shuffled"
+    assert place(Stats(size=None, guess=None), History(), N).where == "shuffled"
+
+
+def test_shuffle_true_shuffles_every_micro_batch_with_rows():
+    got = place(SMALL, History(), Options(num_partitions=8, shuffle=True, read_files=True))
+    assert (got.where, got.routes, got.files) == ("shuffled", False, False)
+    assert got.why_not_files == "read_files=False, on_driver=False or shuffle=True"
+
+
+@pytest.mark.parametrize(
+    ("stats", "options", "why"),
+    [
+        (SMALL, N, None),
+        (LARGE, N, "no size estimate, or above FILES_ON_DRIVER_BYTES"),
+        (LARGE, Options(8, on_driver=True, read_files=True), None),
+        (Stats(size=None, guess=MB), N, "no size estimate, or above FILES_ON_DRIVER_BYTES"),
+        (Stats(size=MB, guess=MB, routable=False), N, "key types the driver does not hash"),
+        (Stats(size=MB, guess=MB, folds=True), N, "Spark's folds"),
+        (SMALL, Options(8), "read_files=False"),
+        (SMALL, Options(8, on_driver=False, read_files=True), "read_files=False"),
+    ],
+)
+def test_a_file_stream_is_read_from_its_files_up_to_their_own_bound(
+    stats: Stats, options: Options, why: str | None
+):
+    got = place(stats, History(), options)
+    assert got.files == (why is None)
+    assert why is None or (got.why_not_files or "").startswith(why)
+    if why is None:
+        # Between the driver's two bounds: read from the files, else a task's.
+        between = Stats(size=FILES_ON_DRIVER_BYTES, guess=FILES_ON_DRIVER_BYTES)
+        assert place(between, History(), N).files
+
+
+def test_a_flush_runs_where_the_last_micro_batch_ran():
+    flush = Stats(kind="flush")
+    assert place(flush, History(), N).where == "shuffled", "no micro-batch yet"
+    assert place(flush, History(last_shuffled=False), N).where == "one task"
+    assert place(flush, History(last_on_driver=True, last_shuffled=False), N).where == "driver"
+    assert place(flush, History(), Options(8, on_driver=True)).where == "driver"
+    assert place(flush, History(last_on_driver=True), Options(8, on_driver=False)).where != "driver"
+    assert place(flush, History(), Options(num_partitions=1)).where == "one task"
+    assert not place(flush, History(), N).files
+
+
+def test_a_quiet_micro_batch_runs_every_state_partition_together():
+    quiet = Stats(kind="quiet")
+    got = place(quiet, History(last_shuffled=True), N)
+    assert (got.where, got.routes, got.files) == ("driver", True, False)
+    got = place(quiet, History(), Options(num_partitions=8, on_driver=False))
+    assert (got.where, got.routes) == ("one task", False)
+
+
+def test_the_fold_is_taken_for_large_micro_batches_while_it_keeps_few_rows():
+    fold, h = choose_fold(SMALL, History(), N)
+    assert not fold and h == History(), "one task takes it raw, faster"
+    fold, h = choose_fold(LARGE, History(), N)
+    assert fold and h.raw_since == 0
+    assert choose_fold(SMALL, History(), Options(8, shuffle=True))[0], "shuffle=True: any size"
+    # A fold that kept more than FOLD_SHARE of its rows: large micro-batches run raw,
+    # and every FOLD_RETRY of them the fold is tried again.
+    h = History(fold_share=FOLD_SHARE * 2)
+    taken = []
+    for _ in range(2 * FOLD_RETRY + 2):
+        fold, h = choose_fold(LARGE, h, N)
+        taken.append(fold)
+    assert taken == ([False] * FOLD_RETRY + [True]) * 2
+    assert not choose_fold(Stats(kind="flush"), History(), N)[0]
+    assert not choose_fold(Stats(kind="quiet"), History(), N)[0]
+
+
+def test_the_history_follows_micro_batches_with_rows_only():
+    small = place(SMALL, History(), N)
+    h = after(History(), small, SMALL, driver=True)
+    assert (h.last_on_driver, h.last_shuffled) == (True, False)
+    large = place(LARGE, h, N)
+    h = after(h, large, LARGE, driver=False)
+    assert (h.last_on_driver, h.last_shuffled) == (False, True)
+    for kind in ("flush", "quiet"):
+        stats = Stats(kind=kind)
+        assert after(h, place(stats, h, N), stats, driver=True) == h
