@@ -743,14 +743,14 @@ def test_state_partition_tags_land_in_their_spark_partition(spark: Any) -> None:
     partition when nothing merges partitions)."""
     from pyspark.sql import functions as F
 
-    from tidemark.spark.streaming import _tags
+    from tidemark.spark._stream_task import tags
 
     for n in (1, 3, 8):
-        data, placeholder = _tags(n)
-        tags = spark.createDataFrame(
+        data, placeholder = tags(n)
+        both = spark.createDataFrame(
             [(v, p) for p, v in enumerate(data + placeholder)], "t int, p int"
         )
-        got = tags.repartition(n, "t").select("p", F.spark_partition_id().alias("s")).collect()
+        got = both.repartition(n, "t").select("p", F.spark_partition_id().alias("s")).collect()
         assert sorted((r.p % n, r.s) for r in got) == sorted((p % n, p % n) for p in range(2 * n))
 
 
@@ -760,7 +760,7 @@ def test_tagged_rows_go_where_repartition_by_keys_sends_them(spark: Any) -> None
     and lands in that Spark partition; each state partition gets one placeholder."""
     from pyspark.sql import functions as F
 
-    from tidemark.spark.streaming import _SP, _tagged, _tags
+    from tidemark.spark._stream_task import SP, tagged, tags
 
     keys = ["ten ant.`x`", "id"]
     df = spark.createDataFrame(
@@ -768,7 +768,7 @@ def test_tagged_rows_go_where_repartition_by_keys_sends_them(spark: Any) -> None
         f"`{keys[0].replace('`', '``')}` string, id int, v int",
     )
     n = 3
-    data, placeholder = _tags(n)
+    data, placeholder = tags(n)
     want = {
         r.v: r.p
         for r in df.repartition(n, *[F.col(f"`{k.replace('`', '``')}`") for k in keys])
@@ -776,14 +776,14 @@ def test_tagged_rows_go_where_repartition_by_keys_sends_them(spark: Any) -> None
         .collect()
     }
     got = (
-        _tagged(df, keys, n, flush=False)
-        .select("v", _SP, F.spark_partition_id().alias("p"))
+        tagged(df, keys, n, flush=False)
+        .select("v", SP, F.spark_partition_id().alias("p"))
         .collect()
     )
     rows = [r for r in got if r.v is not None]
-    assert {r.v: r[_SP] for r in rows} == {v: data[p] for v, p in want.items()}
+    assert {r.v: r[SP] for r in rows} == {v: data[p] for v, p in want.items()}
     assert all(r.p == want[r.v] for r in rows)
-    assert sorted((r[_SP], r.p) for r in got if r.v is None) == [
+    assert sorted((r[SP], r.p) for r in got if r.v is None) == [
         (placeholder[p], p) for p in range(n)
     ]
 
@@ -817,7 +817,7 @@ def test_small_micro_batches_run_in_one_task_without_a_shuffle(
 
     from pyspark.sql import functions as F
 
-    streaming = importlib.import_module("tidemark.spark.streaming")
+    _stream_task = importlib.import_module("tidemark.spark._stream_task")
     inp = tmp_path / "in"
     write_stream_files(inp, stream_batches())
     df = spark.read.parquet(str(inp / "part-00000.parquet"))
@@ -825,7 +825,7 @@ def test_small_micro_batches_run_in_one_task_without_a_shuffle(
     def tasks(proc: StreamProcessor) -> set[int]:
         """The Spark partitions the batch's tagged rows land in."""
         shuffle = proc._placement(df).shuffled
-        tagged = streaming._tagged(df, proc.pipe.key, proc.num_partitions, False, shuffle)
+        tagged = _stream_task.tagged(df, proc.pipe.key, proc.num_partitions, False, shuffle)
         return {r.p for r in tagged.select(F.spark_partition_id().alias("p")).collect()}
 
     def proc(**kw: Any) -> StreamProcessor:
@@ -1793,7 +1793,7 @@ def test_the_driver_routes_a_large_micro_batch_in_slices_to_the_same_partitions(
     router gives it, in the same order."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from tidemark.spark import streaming
+    from tidemark.spark import _stream_task
 
     n = 10_001
     table = pa.table(
@@ -1802,12 +1802,12 @@ def test_the_driver_routes_a_large_micro_batch_in_slices_to_the_same_partitions(
             "ts": pa.array(range(n), pa.timestamp("us", tz="UTC")),
         }
     )
-    want = streaming._route(table, 4, ["device"])
+    want = _stream_task.route(table, 4, ["device"])
     assert sum(t.num_rows for t in want) == n and all(t.num_rows for t in want)
-    monkeypatch.setattr(streaming, "_PARALLEL_ROUTE_ROWS", 1)
+    monkeypatch.setattr(_stream_task, "PARALLEL_ROUTE_ROWS", 1)
     for threads in (2, 3, 7):
         with ThreadPoolExecutor(threads) as pool:
-            got = streaming._route(table, 4, ["device"], threads, pool)
+            got = _stream_task.route(table, 4, ["device"], threads, pool)
         assert [t.combine_chunks() for t in got] == [t.combine_chunks() for t in want]
 
 

@@ -142,7 +142,7 @@ Run = list[tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, .
 def by_operator(pipe: tm.Pipeline, stream: list[Any], cores: int) -> Run:
     """(windows, late, errors) per micro-batch, then the flush, of one operator. A quiet
     micro-batch (rows ``None``): ``SETTLE_CALLS`` calls without rows (``tick``)."""
-    from tidemark.spark.streaming import SETTLE_CALLS
+    from tidemark.spark._stream_task import SETTLE_CALLS
 
     clock = tm.ManualClock(1_000_000)
     op = pipe.operator(clock=clock, cores=cores)

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import functools
 import json
 import os
 import time
@@ -62,17 +61,13 @@ from typing import Any
 import pyarrow as pa
 
 from tidemark import _native
-from tidemark.clock import ManualClock
 from tidemark.errors import ConfigError, StateCorruptedError, TidemarkWarning
-from tidemark.pipeline import Operator, Output, Pipeline, Rows, ScopeWatermark
-from tidemark.route import HashRouter
+from tidemark.pipeline import Pipeline
 from tidemark.spark import _layout
 from tidemark.spark._args import (
     ShippedPipeline,
     map_in_arrow,
-    quoted,
     require_args,
-    spark_context,
     spark_hash_matches,
     used_input,
 )
@@ -81,9 +76,7 @@ from tidemark.spark._codec import (
     KIND_LATE,
     KIND_WINDOW,
     OutputCodec,
-    concat_input,
     session_arrow_settings,
-    to_arrow_schema,
 )
 from tidemark.spark._driver import (
     JSON,
@@ -94,7 +87,7 @@ from tidemark.spark._driver import (
     Sink,
     exact_partitions,
 )
-from tidemark.spark._files import batch_files, has_no_rows, micro_batch_plan, read_batch_files
+from tidemark.spark._files import has_no_rows, micro_batch_plan
 from tidemark.spark._layout import Layout, Options, Stats
 from tidemark.spark._preagg import WEIGHT, Preaggregation, preaggregation
 from tidemark.spark._sizing import (
@@ -103,59 +96,21 @@ from tidemark.spark._sizing import (
     row_bytes,
     unused_columns_are_cheap,
 )
-from tidemark.spark.state import StateStore, state_errors_surface, stream_goes_on_after_flush
+from tidemark.spark._stream_task import (
+    P_READ,
+    P_SETTLED,
+    StreamTask,
+    batch_counts,
+    driver_threads,
+    progress_dicts,
+    read_files_of,
+    run_on_driver,
+    scope_of,
+    tagged,
+)
+from tidemark.spark.state import state_errors_surface, stream_goes_on_after_flush
 
 __all__ = ["StreamProcessor", "heartbeat"]
-
-# The outputs, in the order the sinks and _run_on_driver give them.
-_KINDS = (KIND_WINDOW, KIND_LATE, KIND_ERROR)
-
-# Progress rows a task reports, (state partition, kind, a, b) by kind:
-_P_TIMES = 0  # a: largest event time, b: largest event time of the on-time rows
-_P_PARTITION = 1  # a: source partition, b: its largest event time
-_P_OUTPUT = 2  # a: window rows, b: late rows
-_P_INPUT = 3  # a: error rows, b: input rows
-_P_KEYS = 4  # per key: a: minimum watermark over active keys, b: highest key watermark
-_P_READ = 5  # a: rows the task read (Spark's folds of the input rows, where folded)
-_P_SETTLED = 6  # a quiet batch's calls without rows: a: calls, b: 1 if the last changed nothing
-
-#: A quiet micro-batch (no rows: see :func:`heartbeat`) runs calls without rows until one
-#: changes nothing (the windows its watermark closed are out, and the ones inputs gone
-#: idle released), at most this many.
-SETTLE_CALLS = 8
-
-
-def _progress_rows(p: int, prog: dict[str, Any]) -> list[tuple[int, Any, Any, Any]]:
-    """State partition ``p``'s progress (:meth:`Operator.progress`) as progress rows."""
-    rows: list[tuple[int, Any, Any, Any]] = [
-        (p, _P_TIMES, prog["max_event_time"], prog["on_time_max"]),
-        (p, _P_KEYS, *prog["key_parts"]),
-    ]
-    rows += [(p, _P_PARTITION, part, mx) for part, mx in prog["partition_max"]]
-    return rows
-
-
-def _progress_dicts(rows: list[tuple[int, Any, Any, Any]]) -> list[dict[str, Any]]:
-    """Progress rows back as one :meth:`Operator.progress` dict per state partition."""
-    by: dict[int, dict[str, Any]] = {}
-    for p, kind, a, b in rows:
-        d = by.setdefault(
-            p,
-            {
-                "max_event_time": None,
-                "on_time_max": None,
-                "partition_max": [],
-                "key_global": None,
-                "key_parts": (None, None),
-            },
-        )
-        if kind == _P_TIMES:
-            d["max_event_time"], d["on_time_max"] = a, b
-        elif kind == _P_KEYS:
-            d["key_parts"] = (a, b)
-        elif kind == _P_PARTITION:
-            d["partition_max"].append((a, b))
-    return list(by.values())
 
 
 def heartbeat(stream_df: Any) -> Any:
@@ -199,486 +154,6 @@ def heartbeat(stream_df: Any) -> Any:
         .select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in stream_df.schema.fields])
     )
     return stream_df.unionByName(beat)
-
-
-def _scope(pipe: Pipeline, state: str | None, clock_ms: int) -> ScopeWatermark:
-    """The scope watermark recorded before a batch (base64, ``None``: fresh), on the
-    batch's clock reading."""
-    raw = None if state is None else base64.b64decode(state)
-    return ScopeWatermark(pipe, raw, clock=ManualClock(clock_ms))
-
-
-# The watermark of a stream that has none yet (epoch microseconds: i64::MIN).
-_NO_WATERMARK = -(2**63)
-
-# The column that carries each row's state partition into the task (see _tags).
-_SP = "__tm_state_partition"
-
-
-@functools.lru_cache(maxsize=32)
-def _tags(n: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Per state partition ``p``: the tag of its rows and the tag of its placeholder
-    row, two int values that Spark's hash partitioning (``repartition(n, tag)``)
-    sends to Spark partition ``p``.
-
-    Every row carries its state partition as data, and every state partition gets
-    one placeholder row, so a task learns which state partitions it holds from its
-    rows, whatever Spark does to the partitioning afterwards (a sink that coalesces
-    the output runs several state partitions in one task; adaptive execution may
-    merge shuffle partitions), and a state partition with no rows still runs."""
-    from tidemark import HashRouter
-
-    data: dict[int, int] = {}
-    placeholder: dict[int, int] = {}
-    router = HashRouter(n, ["t"], hash="spark")
-    start = 0
-    while len(placeholder) < n:
-        cand = pa.array(range(start, start + 4 * n + 64), pa.int32())
-        ids = router.partition_ids(pa.record_batch({"t": cand}))
-        for v, p in zip(cand.to_pylist(), ids.to_pylist(), strict=True):
-            if p not in data:
-                data[p] = v
-            elif p not in placeholder:
-                placeholder[p] = v
-        start += len(cand)
-    return tuple(data[p] for p in range(n)), tuple(placeholder[p] for p in range(n))
-
-
-def _pick_sql(values: tuple[int, ...], index_sql: str) -> str:
-    """SQL for ``values[index]`` (``index_sql`` counts from 1)."""
-    return f"element_at(array({', '.join(map(str, values))}), CAST({index_sql} AS INT))"
-
-
-def _placeholders(spark: Any, n: int, slices: int) -> Any:
-    """One placeholder row per state partition (see :func:`_tags`), in ``slices``
-    Spark partitions: built once per Spark application and reused by every
-    micro-batch (saving its driver-to-JVM calls). ``foreachBatch`` hands each
-    micro-batch a new session, so the cache is keyed by the SparkContext (a key by
-    session would miss every time and keep the sessions alive); under Spark Connect,
-    which has no SparkContext, by the session."""
-    key = (spark_context(spark) or spark, n, slices)
-    df = _PLACEHOLDERS.get(key)
-    if df is None:
-        if len(_PLACEHOLDERS) >= 16:
-            _PLACEHOLDERS.clear()  # a long-lived driver that keeps starting Spark
-        _, placeholder = _tags(n)
-        ph_tag = f"{_pick_sql(placeholder, 'id + 1')} AS {quoted(_SP)}"
-        df = _PLACEHOLDERS[key] = spark.range(0, n, 1, slices).selectExpr(ph_tag)
-    return df
-
-
-_PLACEHOLDERS: dict[tuple[Any, int, int], Any] = {}
-
-
-def _tagged(
-    df: Any,
-    keys: list[str],
-    n: int,
-    flush: bool,
-    shuffle: bool = True,
-    columns: list[str] | None = None,
-    untagged: bool = False,
-) -> Any:
-    """``df``'s rows, each tagged with its state partition (Spark's hash of the keys,
-    as ``repartition(n, *keys)``), and one placeholder row per state partition,
-    repartitioned so that Spark partition ``p`` holds state partition ``p``; without
-    ``shuffle``, coalesced into one Spark partition instead (one task runs every
-    state partition, and the micro-batch costs no shuffle stage). ``columns``: keep
-    only these of ``df``'s columns (default: all). For a flush, ``df`` is ignored:
-    the placeholders alone, with no shuffle (and a plan whose first run costs less
-    JVM warm-up): one per Spark partition with ``shuffle``, else all in one.
-
-    ``untagged`` (without ``shuffle``): the rows alone, coalesced into one Spark
-    partition; the task routes them itself (see :func:`_task`) and runs every state
-    partition. ``coalesce(1)`` gives one task even for an empty input.
-
-    Built from SQL expressions: a handful of driver-to-JVM calls per micro-batch
-    (one per column function costs tens of milliseconds a batch)."""
-    data, _ = _tags(n)
-    spark = df.sparkSession
-    if flush:
-        return _placeholders(spark, n, n if shuffle else 1)
-    kept = ["*"] if columns is None else [quoted(c) for c in columns]
-    if untagged and not shuffle:
-        whole = columns is None or columns == df.columns
-        return (df if whole else df.selectExpr(*kept)).coalesce(1)
-    placeholders = _placeholders(spark, n, 1)
-    sp = f"pmod(hash({', '.join(map(quoted, keys))}), {n}) + 1" if keys else "1"
-    rows = df.selectExpr(*kept, f"{_pick_sql(data, sp)} AS {quoted(_SP)}")
-    tagged = rows.unionByName(placeholders, allowMissingColumns=True)
-    return tagged.repartition(n, _SP) if shuffle else tagged.coalesce(1)
-
-
-def _task(
-    shipped: ShippedPipeline,
-    plan: OutputCodec,
-    store: StateStore,
-    batch_id: int,
-    prev_batch: int | None,
-    watermark: int | None,
-    scope_time: int | None,
-    clock_ms: int,
-    retention: int,
-    flush: bool,
-    token: str,
-    windows_only: bool,
-    num_partitions: int,
-    untagged: bool = False,
-    threads: int = 1,
-    scope_state: str | None = None,
-    lift: Callable[[pa.Table], pa.Table] | None = None,
-    settle: bool = False,
-) -> Any:
-    """The task over rows tagged by :func:`_tagged` (run by Spark, or by the driver
-    itself: see :func:`_run_on_driver`). For every state partition among
-    its rows it restores the operator from version ``prev_batch``, processes the
-    partition's rows as one arrival unit (or flushes), writes version ``batch_id``
-    and its progress rows (tagged with the ``token`` of the driver's run, for the
-    driver to read), and emits the combined result (windows, late rows, error rows)
-    or, with ``windows_only``, the windows alone in their own schema.
-
-    ``untagged``: the task holds every row of the batch, without tags, and runs every
-    state partition: it routes the rows by tidemark's Spark hash of the keys, which
-    equals Spark's ``hash()`` for the key types :func:`spark_hash_matches` admits, so
-    a key lands in the state partition a shuffled batch gives it. An ``untagged``
-    flush reads no rows and flushes every state partition. ``threads`` (the driver's
-    run, where no Spark task holds a core): up to that many state partitions at once
-    (the Rust work releases the GIL); their outputs come in state partition order.
-    ``lift``: applied to the task's rows before the pipeline sees them (raw rows as
-    folds: see :meth:`~tidemark.spark._preagg.Preaggregation.lift`). ``settle`` (a
-    quiet micro-batch, whose task holds every state partition and no rows): calls
-    without rows follow the first, each closing on the watermark the one before
-    reached, until one emits nothing and moves no watermark (or ``SETTLE_CALLS``).
-
-    Windows close on the watermark combined over every state partition, as one
-    operator would close them. An ``untagged`` task holds every state partition, so
-    it runs each call in two halves: every partition ingests its rows, the scope
-    watermark (restored from ``scope_state``, the driver's record before the batch)
-    combines their progress, then every partition closes what that passed. A task of
-    one state partition among several (a shuffled batch) cannot see the others: under
-    Spark's late rule it closes at the batch's starting ``watermark``, exactly as one
-    operator; under the others on the highest watermark known not to exceed the
-    combined one (the batch's starting ``watermark``; global scope: also its own), so
-    a window may come one micro-batch later than from one operator, never twice, and
-    late and error rows are the same."""
-    data_tags, placeholder_tags = _tags(num_partitions)
-    partition_of = {v: p for tags in (data_tags, placeholder_tags) for p, v in enumerate(tags)}
-    windowed = not isinstance(shipped.get().window, Rows)  # ROWS windows have no watermark
-
-    def restore(pipe: Pipeline, p: int) -> Operator:
-        state = None
-        if prev_batch is not None:
-            rel = f"partitions/{p}/{prev_batch}{SNAP}"
-            state = store.read(rel)
-            if state is None:
-                raise StateCorruptedError(
-                    f"{store.path(rel)}: missing; state partition {p} has no version "
-                    f"{prev_batch} to restore (restore the file, or start over in a new "
-                    "state_location)"
-                )
-        try:
-            # A DataFrame has no row order: the windows need no sort.
-            op = pipe.operator(state=state, clock=ManualClock(clock_ms), ordered=False)
-        except StateCorruptedError as e:
-            raise StateCorruptedError(
-                f"{store.path(f'partitions/{p}/{prev_batch}{SNAP}')}: {e}"
-            ) from None
-        del state  # the snapshot's bytes, freed before the next one is taken
-        if windowed:
-            # Before the stream has a watermark the combined one is the lowest: a
-            # state partition must not close on its own view of the scope.
-            op.set_external_watermark(_NO_WATERMARK if watermark is None else watermark)
-            op.set_external_time(scope_time)
-        return op
-
-    def finish(
-        p: int,
-        op: Operator,
-        out: Output,
-        table: pa.Table,
-        settled: tuple[int, bool] | None = None,
-    ) -> Iterator[pa.RecordBatch]:
-        if windows_only:
-            yield from plan.encode_one(out, KIND_WINDOW)
-        else:
-            yield from plan.encode(out)
-        store.write(f"partitions/{p}/{batch_id}{SNAP}", op.snapshot())
-        store.prune(f"partitions/{p}", SNAP, batch_id - retention + 1)
-        rows = _progress_rows(p, op.progress())
-        rows.append((p, _P_OUTPUT, out.windows.num_rows, _weight(out.late)))
-        rows.append((p, _P_INPUT, _weight(out.errors), _weight(table)))
-        rows.append((p, _P_READ, table.num_rows, 0))
-        if settled is not None:
-            rows.append((p, _P_SETTLED, settled[0], int(settled[1])))
-        store.write_json(f"partitions/{p}/{batch_id}{PROGRESS}", {"token": token, "rows": rows})
-        store.prune(f"partitions/{p}", PROGRESS, batch_id - retention + 1)
-
-    def one(pipe: Pipeline, p: int, table: pa.Table) -> Iterator[pa.RecordBatch]:
-        op = restore(pipe, p)
-        out = op.flush() if flush else op.process(table)
-        yield from finish(p, op, out, table)
-
-    def every(pipe: Pipeline, shards: list[pa.Table], pool: Any) -> Iterator[pa.RecordBatch]:
-        """Every state partition of the batch, closed on the combined watermark."""
-        if flush or not windowed:
-            outs = pool_map(pool, lambda p: list(one(pipe, p, shards[p])), range(len(shards)))
-            for out in outs:
-                yield from out
-            return
-
-        def ingest(p: int) -> Operator:
-            op = restore(pipe, p)
-            op.ingest(shards[p])
-            return op
-
-        ops = pool_map(pool, ingest, range(len(shards)))
-        scope = _scope(pipe, scope_state, clock_ms)
-        close = scope.advance([op.progress() for op in ops])
-        results = pool_map(pool, lambda p: ops[p].complete(close), range(len(shards)))
-        settled = None
-        if settle:
-            results, settled = _settle(ops, results, scope, watermark, close, shards, pool)
-        outs = pool_map(
-            pool,
-            lambda p: list(finish(p, ops[p], results[p], shards[p], settled)),
-            range(len(shards)),
-        )
-        for out in outs:
-            yield from out
-
-    def lifted(table: pa.Table) -> pa.Table:
-        return table if lift is None else lift(table)
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        pipe = shipped.get()
-        if untagged:
-            table = lifted(concat_input(batches, plan.input_arrow))  # a flush has none
-            if threads < 2 or num_partitions < 2:
-                shards = _route(table, num_partitions, pipe.key) if num_partitions > 1 else [table]
-                yield from every(pipe, shards, None)
-                return
-            with ThreadPoolExecutor(max_workers=min(threads, num_partitions)) as pool:
-                shards = _route(table, num_partitions, pipe.key, threads, pool)
-                outs = list(every(pipe, shards, pool))
-            yield from outs
-            return
-        collected = list(batches)
-        if not collected:
-            return
-        table = lifted(pa.Table.from_batches(collected))
-        by_tag = _rows_by_tag(table, _SP)
-        parts = sorted({partition_of[v] for v in by_tag})
-
-        def rows_of(p: int) -> pa.Table:
-            if flush or data_tags[p] not in by_tag:
-                return lifted(plan.input_arrow.empty_table())
-            return by_tag[data_tags[p]].drop_columns([_SP])
-
-        if len(parts) == num_partitions:
-            # Every state partition's rows (and placeholder) in this one task.
-            yield from every(pipe, [rows_of(p) for p in parts], None)
-            return
-        for p in parts:
-            yield from one(pipe, p, rows_of(p))
-
-    return run
-
-
-def _settle(
-    ops: list[Operator],
-    results: list[Output],
-    scope: ScopeWatermark,
-    start: int | None,
-    close: int | None,
-    shards: list[pa.Table],
-    pool: Any,
-) -> tuple[list[Output], tuple[int, bool]]:
-    """A quiet micro-batch's calls without rows after its first (``results``, which
-    closed on ``close``; the batch began with ``start``), over every state partition:
-    each call begins with the watermark the one before reached, until one emits no
-    window and moves no watermark, at most ``SETTLE_CALLS``. Returns each partition's
-    outputs of all calls together, the calls made, and whether the last changed
-    nothing (a next one would not either: no row, no new event time)."""
-    calls, before = 1, start
-    per_call = [results]
-    while True:
-        emitted = sum(o.windows.num_rows for o in per_call[-1])
-        if emitted == 0 and close == before:
-            settled = True
-            break
-        if calls >= SETTLE_CALLS:
-            settled = False
-            break
-        before = close
-        pool_map(pool, functools.partial(_call_again, ops, shards, before), range(len(ops)))
-        close = scope.advance([op.progress() for op in ops])
-        per_call.append(pool_map(pool, functools.partial(_complete, ops, close), range(len(ops))))
-        calls += 1
-    joined = [
-        Output(*(pa.concat_tables([c[p][i] for c in per_call]) for i in range(3)))
-        for p in range(len(ops))
-    ]
-    return joined, (calls, settled)
-
-
-def _call_again(ops: list[Operator], shards: list[pa.Table], start: int | None, p: int) -> None:
-    """State partition ``p``'s next call, beginning with the watermark ``start``."""
-    ops[p].set_external_watermark(_NO_WATERMARK if start is None else start)
-    ops[p].ingest(shards[p])
-
-
-def _complete(ops: list[Operator], close: int | None, p: int) -> Output:
-    """State partition ``p``'s call, completed at ``close``."""
-    return ops[p].complete(close)
-
-
-def _weight(table: pa.Table) -> int:
-    """The input rows ``table``'s rows stand for: one each, or (Spark's folds, see
-    ``preaggregate``) their :data:`~tidemark.spark._preagg.WEIGHT`."""
-    if WEIGHT not in table.column_names:
-        return int(table.num_rows)
-    import pyarrow.compute as pc
-
-    return int(pc.sum(table.column(WEIGHT)).as_py() or 0)
-
-
-def _rows_by_tag(table: pa.Table, column: str) -> dict[int, pa.Table]:
-    """The rows of ``table`` grouped by the int value of ``column``, each group in input
-    order: one stable sort and one ``take`` for the whole table (a filter per value
-    would read every row once per state partition)."""
-    import pyarrow.compute as pc
-
-    tags = table.column(column)
-    order = pc.sort_indices(tags)  # stable: equal tags keep their input order
-    ordered = table.take(order)
-    counts = pc.value_counts(ordered.column(column))
-    out: dict[int, pa.Table] = {}
-    start = 0
-    for value, n in zip(
-        counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True
-    ):
-        out[value] = ordered.slice(start, n)
-        start += n
-    return out
-
-
-def pool_map(pool: Any, f: Callable[[int], Any], items: range) -> list[Any]:
-    """``f`` over ``items`` in order: on ``pool``'s threads, or here (``None``)."""
-    return list(map(f, items) if pool is None else pool.map(f, items))
-
-
-def _route(
-    table: pa.Table, n: int, keys: list[str], threads: int = 1, pool: Any = None
-) -> list[pa.Table]:
-    """``table``'s rows per state partition, routed by Spark's hash of ``keys``; with
-    ``threads`` and a ``pool``, a large table in that many slices at once (a router
-    each: routing releases the GIL), each partition's rows kept in table order."""
-
-    def route(rows: pa.Table) -> list[pa.RecordBatch]:
-        return HashRouter(n, keys, hash="spark").route(rows)
-
-    if pool is None or threads < 2 or table.num_rows < _PARALLEL_ROUTE_ROWS:
-        return [pa.Table.from_batches([b]) for b in route(table)]
-    step = -(-table.num_rows // threads)
-    slices = [table.slice(i, step) for i in range(0, table.num_rows, step)]
-    routed = list(pool.map(route, slices))
-    return [pa.Table.from_batches([r[p] for r in routed]) for p in range(n)]
-
-
-# Rows at least which the driver routes a micro-batch in slices on several threads.
-_PARALLEL_ROUTE_ROWS = 200_000
-
-
-def _run_on_driver(
-    df: Any,
-    task: Any,
-    plan: OutputCodec,
-    columns: list[str] | None,
-    windows_only: bool,
-    flush: bool,
-    kinds: list[int],
-    as_arrow: bool = False,
-    table: pa.Table | None = None,
-) -> tuple[Any, Any, Any, str]:
-    """Runs ``task`` (see :func:`_task`, built ``untagged``) in this process over
-    ``df``'s rows (``columns`` of them, or all), fetched as Arrow (a flush reads none);
-    returns the windows, late and error rows as local DataFrames in the schemas
-    :meth:`OutputCodec.split` gives them (``as_arrow``: as Arrow tables in the schemas of
-    :meth:`OutputCodec.sink_arrow_schema`), for the outputs ``kinds`` (``None`` for the
-    others), and how the rows were read: ``"files"``, ``"spark"`` or ``"none"``.
-    ``windows_only``: the task emits the windows alone (see :func:`_task`), else the
-    combined result, split here in Arrow (no Spark plan per output).
-
-    ``table``: the micro-batch's rows, read from its files (see :func:`_read_files`);
-    ``None``: fetched from Spark."""
-    batches: list[pa.RecordBatch] = []
-    read = "none"
-    if not flush:
-        read = "spark" if table is None else "files"
-        if table is None:
-            src = df if columns is None else df.selectExpr(*[quoted(c) for c in columns])
-            table = src.toArrow()
-        batches = table.to_batches()
-    out = list(task(iter(batches)))
-    if windows_only:
-        tables = {KIND_WINDOW: pa.Table.from_batches(out, schema=plan.single_arrow[KIND_WINDOW])}
-    else:
-        tables = plan.split_arrow(pa.Table.from_batches(out, schema=plan.combined_arrow), kinds)
-    if as_arrow:
-        got = [tables[k].cast(plan.sink_arrow_schema(k)) if k in tables else None for k in _KINDS]
-        return got[0], got[1], got[2], read
-    spark = df.sparkSession
-    local = [
-        spark.createDataFrame(tables[k], schema=plan.split_spark(k)) if k in kinds else None
-        for k in _KINDS
-    ]
-    return local[0], local[1], local[2], read
-
-
-def _driver_threads() -> int:
-    """The cores this process may run on: the state partitions a micro-batch run in
-    the driver processes at once (no Spark task of the batch holds a core then)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def _read_files(df: Any, plan: OutputCodec, batch_plan: Any = None) -> pa.Table | str:
-    """``df``'s rows (the columns of ``plan``'s input) read from its Parquet files, in
-    the schema ``toArrow()`` gives them, or why they must come from Spark (see
-    :mod:`tidemark.spark._files`; ``batch_plan``: the micro-batch's plan, if read)."""
-    files = batch_files(df, batch_plan)
-    if isinstance(files, str):
-        return files
-    return read_batch_files(files, to_arrow_schema(plan.input_arrow))
-
-
-def _counts(
-    batch_id: int,
-    rec: dict[str, Any],
-    progress: list[tuple[int, Any, Any, Any]],
-    layout: str,
-    read: str,
-) -> dict[str, Any]:
-    """A batch's row counts, summed over the progress rows of its state partitions,
-    where it ran (``layout``) and how its rows were read (``read``)."""
-    c = {"input_rows": 0, "window_rows": 0, "late_rows": 0, "error_rows": 0}
-    for _, kind, a, b in progress:
-        if kind == _P_OUTPUT:
-            c["window_rows"] += a
-            c["late_rows"] += b
-        elif kind == _P_INPUT:
-            c["error_rows"] += a
-            c["input_rows"] += b
-    return {
-        "batch_id": batch_id,
-        **c,
-        "watermark": rec["watermark"],
-        "next_watermark": rec["next_watermark"],
-        "layout": layout,
-        "read": read,
-    }
 
 
 @dataclass(kw_only=True)
@@ -1067,8 +542,8 @@ class StreamProcessor(MicroBatchDriver):
         """Next batch's watermark from this batch's progress rows, by the rule every
         operator kind shares (:class:`~tidemark.ScopeWatermark`). Starts from the state
         recorded before the batch, so a replayed batch computes the same result."""
-        scope = _scope(self.pipe, rec["state"]["scope"], rec["clock_ms"])
-        nxt = scope.advance(_progress_dicts(progress))
+        scope = scope_of(self.pipe, rec["state"]["scope"], rec["clock_ms"])
+        nxt = scope.advance(progress_dicts(progress))
         rec["state_after"] = {"scope": base64.b64encode(scope.to_bytes()).decode()}
         # A flush reads no rows: the watermark stays where it was (nothing follows it).
         rec["next_watermark"] = rec["watermark"] if rec.get("flush") else nxt
@@ -1175,7 +650,7 @@ class StreamProcessor(MicroBatchDriver):
 
     def _nothing_to_do(self, plan: Any) -> bool:
         # A quiet micro-batch (no rows: Spark ran it for a heartbeat) after one that
-        # left nothing for a call without rows to do (see _settle).
+        # left nothing for a call without rows to do (see settle).
         return has_no_rows(plan) and self._settled()
 
     def _settled(self) -> bool:
@@ -1196,7 +671,7 @@ class StreamProcessor(MicroBatchDriver):
         self, df: Any, batch_id: int, flush: bool, schema: Any, plan: Any = None
     ) -> _StreamRun:
         # A quiet micro-batch reads no rows (as a flush) and closes what the watermark
-        # passed, in calls without rows until one changes nothing (see _settle).
+        # passed, in calls without rows until one changes nothing (see settle).
         quiet = not flush and has_no_rows(plan)
         rowless = flush or quiet
         kind = "flush" if flush else "quiet" if quiet else "rows"
@@ -1243,24 +718,24 @@ class StreamProcessor(MicroBatchDriver):
         size = stats.size
         if columns is not None and untagged and unused_columns_are_cheap(df.schema, columns, size):
             columns = None  # cheaper to send than to project away
-        task = _task(
-            self._shipped,
-            codec,
-            self.store,
-            batch_id,
-            rec["prev_batch"],
-            rec["watermark"],
-            rec["time"],
-            rec["clock_ms"],
-            self.retention,
-            flush,
-            token,
-            windows_only,
-            self.num_partitions,
-            untagged,
-            _driver_threads() if driver else 1,
-            rec["state"]["scope"],
-            lift,
+        task = StreamTask(
+            shipped=self._shipped,
+            codec=codec,
+            store=self.store,
+            batch_id=batch_id,
+            prev_batch=rec["prev_batch"],
+            watermark=rec["watermark"],
+            scope_time=rec["time"],
+            clock_ms=rec["clock_ms"],
+            retention=self.retention,
+            token=token,
+            num_partitions=self.num_partitions,
+            flush=flush,
+            windows_only=windows_only,
+            untagged=untagged,
+            threads=driver_threads() if driver else 1,
+            scope_state=rec["state"]["scope"],
+            lift=lift,
             settle=quiet,
         )
         return _StreamRun(
@@ -1295,7 +770,7 @@ class StreamProcessor(MicroBatchDriver):
             kinds = [KIND_WINDOW]
             kinds += [KIND_LATE] if self.late_sink is not None else []
             kinds += [KIND_ERROR] if self.error_sink is not None else []
-            windows, late, errors, read = _run_on_driver(
+            windows, late, errors, read = run_on_driver(
                 df,
                 run.task,
                 plan,
@@ -1309,7 +784,7 @@ class StreamProcessor(MicroBatchDriver):
             run.read = run.read if run.read == "folds" else read
             return windows, late, errors  # nothing persisted, no job left to run
         shuffled = run.layout == "shuffled"
-        parted = _tagged(
+        parted = tagged(
             df,
             self.pipe.key,
             self.num_partitions,
@@ -1353,17 +828,17 @@ class StreamProcessor(MicroBatchDriver):
             )
         self._combine(rec, progress)
         # A quiet batch whose last call changed nothing leaves nothing for the next
-        # quiet one (see _settle); a batch with rows leaves what its watermark passed.
-        calls = [(a, b) for _, kind, a, b in progress if kind == _P_SETTLED]
+        # quiet one (see settle); a batch with rows leaves what its watermark passed.
+        calls = [(a, b) for _, kind, a, b in progress if kind == P_SETTLED]
         rec["settled"] = run.flush or (bool(calls) and all(b == 1 for _, b in calls))
         self._quiet_settled = rec["settled"]
-        counts = _counts(batch_id, rec, progress, run.layout, run.read)
+        counts = batch_counts(batch_id, rec, progress, run.layout, run.read)
         if run.quiet:
             counts["quiet_calls"] = max((a for a, _ in calls), default=0)
         elif not run.flush:
             self._history = replace(self._history, last_rows=counts["input_rows"])
         if run.read == "folds":
-            read = sum(a for _, kind, a, _ in progress if kind == _P_READ)
+            read = sum(a for _, kind, a, _ in progress if kind == P_READ)
             share = read / max(1, counts["input_rows"])
             self._history = replace(self._history, fold_share=share)
         if run.read == "spark" and run.read_why is not None:
@@ -1413,7 +888,7 @@ class StreamProcessor(MicroBatchDriver):
         """The micro-batch's rows, read from its files in the driver (where the layout
         says to try: see ``read_files``), or ``None`` and why not (they come from
         Spark)."""
-        got = _read_files(df, codec, batch_plan)
+        got = read_files_of(df, codec, batch_plan)
         return (None, got) if isinstance(got, str) else (got, None)
 
     def start(
