@@ -495,13 +495,13 @@ def run_on_driver(
     as_arrow: bool = False,
     table: pa.Table | None = None,
 ) -> tuple[Any, Any, Any, str]:
-    """Runs ``task`` (see :func:`_task`, built ``untagged``) in this process over
+    """Runs ``task`` (see :class:`StreamTask`, built ``untagged``) in this process over
     ``df``'s rows (``columns`` of them, or all), fetched as Arrow (a flush reads none);
     returns the windows, late and error rows as local DataFrames in the schemas
     :meth:`OutputCodec.split` gives them (``as_arrow``: as Arrow tables in the schemas of
     :meth:`OutputCodec.sink_arrow_schema`), for the outputs ``kinds`` (``None`` for the
     others), and how the rows were read: ``"files"``, ``"spark"`` or ``"none"``.
-    ``windows_only``: the task emits the windows alone (see :func:`_task`), else the
+    ``windows_only``: the task emits the windows alone (see :class:`StreamTask`), else the
     combined result, split here in Arrow (no Spark plan per output).
 
     ``table``: the micro-batch's rows, read from its files (see :func:`read_files_of`);

@@ -158,7 +158,7 @@ def heartbeat(stream_df: Any) -> Any:
 
 @dataclass(kw_only=True)
 class _StreamRun(BatchRun):
-    """A pipeline batch's run: its task (see :func:`_task`), the token of its progress
+    """A pipeline batch's run: its task (see :class:`StreamTask`), the token of its progress
     files, what the task emits and reads, and how the rows are read."""
 
     codec: OutputCodec
@@ -650,7 +650,7 @@ class StreamProcessor(MicroBatchDriver):
 
     def _nothing_to_do(self, plan: Any) -> bool:
         # A quiet micro-batch (no rows: Spark ran it for a heartbeat) after one that
-        # left nothing for a call without rows to do (see settle).
+        # left nothing for a call without rows to do (see settle_calls).
         return has_no_rows(plan) and self._settled()
 
     def _settled(self) -> bool:
@@ -671,7 +671,7 @@ class StreamProcessor(MicroBatchDriver):
         self, df: Any, batch_id: int, flush: bool, schema: Any, plan: Any = None
     ) -> _StreamRun:
         # A quiet micro-batch reads no rows (as a flush) and closes what the watermark
-        # passed, in calls without rows until one changes nothing (see settle).
+        # passed, in calls without rows until one changes nothing (see settle_calls).
         quiet = not flush and has_no_rows(plan)
         rowless = flush or quiet
         kind = "flush" if flush else "quiet" if quiet else "rows"
@@ -828,7 +828,7 @@ class StreamProcessor(MicroBatchDriver):
             )
         self._combine(rec, progress)
         # A quiet batch whose last call changed nothing leaves nothing for the next
-        # quiet one (see settle); a batch with rows leaves what its watermark passed.
+        # quiet one (see settle_calls); a batch with rows leaves what its watermark passed.
         calls = [(a, b) for _, kind, a, b in progress if kind == P_SETTLED]
         rec["settled"] = run.flush or (bool(calls) and all(b == 1 for _, b in calls))
         self._quiet_settled = rec["settled"]
