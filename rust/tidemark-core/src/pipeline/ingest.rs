@@ -53,6 +53,16 @@ impl Operator {
         batch: &RecordBatch,
         parsed_times: Option<&Int64Array>,
     ) -> Result<Pending> {
+        if self.flushed {
+            // Refused before anything is counted or bound.
+            return Err(TidemarkError::config(
+                "flush",
+                "the operator was flushed (end of input: every window closed and was \
+                 emitted); a flushed operator takes no more rows, so that no window \
+                 comes out twice: build a new operator, or restore a snapshot taken \
+                 before the flush",
+            ));
+        }
         self.ensure_bound(batch.schema_ref())?;
         let bound = self.bound.clone().expect("bound");
         let n = batch.num_rows();
@@ -134,15 +144,6 @@ impl Operator {
         let parts = parts.as_ref().map(|p| p.as_primitive::<Int64Type>());
 
         // 3. The watermark as it stood when the call began.
-        if self.flushed {
-            return Err(TidemarkError::config(
-                "flush",
-                "the operator was flushed (end of input: every window closed and was \
-                 emitted); a flushed operator takes no more rows, so that no window \
-                 comes out twice: build a new operator, or restore a snapshot taken \
-                 before the flush",
-            ));
-        }
         let lateness = self.cfg.allowed_lateness;
         let key_scope = self.cfg.scope == Scope::Key;
         let rule = self.rule();

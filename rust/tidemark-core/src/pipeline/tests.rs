@@ -1811,3 +1811,19 @@ fn a_full_state_evicts_no_key_of_the_call_whatever_the_order_of_its_rows() {
         );
     }
 }
+
+#[test]
+fn a_call_refused_after_a_flush_counts_nothing() {
+    let (mut o, _) = op(cfg(
+        WindowSpec::Tumbling {
+            size: 10,
+            offset: 0,
+        },
+        Scope::Global,
+    ));
+    o.process(&batch(&[("a", 1, 1)]), None).unwrap();
+    o.flush().unwrap();
+    let before = o.metrics();
+    assert!(o.process(&batch(&[("a", 2, 1)]), None).is_err());
+    assert_eq!(o.metrics(), before);
+}
