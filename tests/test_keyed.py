@@ -550,3 +550,12 @@ def test_compact_tracker_config_errors() -> None:
         tm.CompactKeyedWatermarkTracker(bounded_delay=1, exact_keys=0)
     with pytest.raises(tm.ConfigError, match="sketch_depth"):
         tm.CompactKeyedWatermarkTracker(bounded_delay=1, sketch_depth=9)
+
+
+def test_eviction_names_are_the_cores_everywhere() -> None:
+    """``"lru"`` was accepted by ``Pipeline`` and refused by the tracker: both take the
+    core's names now, and an unknown one is the core's error, which lists them."""
+    t = tm.KeyedWatermarkTracker(bounded_delay=5, max_keys=2, eviction="lru")
+    assert t.eviction == "least_recently_active"
+    with pytest.raises(tm.ConfigError, match='"least_recently_active", "lowest_watermark"'):
+        tm.KeyedWatermarkTracker(bounded_delay=5, eviction="oldest")

@@ -386,9 +386,6 @@ class KeyedWatermarkMetrics(TypedDict):
     key_advances: int
 
 
-_EVICTION_POLICIES = ("least_recently_active", "lowest_watermark", "reject_new")
-
-
 def _delay(value: Duration, setting: str) -> int:
     """Event-time durations: ints are ticks as given; strings/timedeltas are microseconds."""
     if isinstance(value, int) and not isinstance(value, bool):
@@ -604,10 +601,6 @@ class KeyedWatermarkTracker(_Restorable):
         eviction: str = "least_recently_active",
         clock: Clock | None = None,
     ) -> None:
-        if eviction not in _EVICTION_POLICIES:
-            raise ConfigError(
-                f"eviction: unknown policy {eviction!r}; use one of {', '.join(_EVICTION_POLICIES)}"
-            )
         if max_keys is not None and max_keys < 1:
             raise ConfigError(f"max_keys must be >= 1 (or None for unlimited), got {max_keys}")
         timeout = None if idle_timeout is None else to_millis(idle_timeout, "idle_timeout")
