@@ -35,7 +35,6 @@ pub mod pipeline;
 pub mod reorder;
 pub mod route;
 pub mod runtime;
-mod slot_index;
 pub mod state;
 pub mod time;
 pub mod timer;

@@ -50,6 +50,7 @@ pub const VARIABLE_VALUE_OVERHEAD: usize = 1 + 4;
 mod arrow;
 mod encoding;
 mod hash;
+mod slot_index;
 mod table;
 
 pub use arrow::{decode_key_columns, is_key_type, same_values, EncodedRows, KeyColumns, KeyRows};

@@ -1,9 +1,9 @@
 //! The interning table: encoded keys to dense slot ids, with inline short keys and
 //! a dense index for integer keys.
 
+use super::slot_index::SlotIndex;
 use super::{hash_key, key_eq, tag, BytesKey, RowKey, WordKey, MAX_KEY_BYTES};
 use crate::error::{Result, TidemarkError};
-use crate::slot_index::SlotIndex;
 
 /// A slot's key as the table stores it (16 bytes): keys of up to [`INLINE_KEY`]
 /// encoded bytes (every integer key, strings of up to 10 bytes) are held inline, so
