@@ -1,14 +1,13 @@
 //! Event-time progress: watermarks per partition, per core, and event-time parsing.
 
 mod compact;
-mod core;
 mod keyed;
 mod mintree;
 mod parse;
 mod partitioned;
+mod per_core;
 mod watermark;
 
-pub use self::core::{CoreWatermarkState, WatermarkCoordinator};
 pub use compact::{CompactKeyedConfig, CompactKeyedMetrics, CompactKeyedWatermarkTracker};
 pub use keyed::{
     same_len, Eviction, KeyEvictionPolicy, KeyWatermarkState, KeyedTicks, KeyedWatermarkConfig,
@@ -22,4 +21,5 @@ pub use partitioned::{
     max_event_time_per_partition, PartitionId, PartitionWatermarkState,
     PartitionedWatermarkMetrics, PartitionedWatermarkTracker,
 };
+pub use per_core::{CoreWatermarkState, WatermarkCoordinator};
 pub use watermark::{advance, combine, Watermark};
