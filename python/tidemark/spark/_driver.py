@@ -26,11 +26,6 @@ from tidemark.errors import ConfigError, StateCorruptedError
 from tidemark.spark._layout import History, Layout, Stats, after
 from tidemark.spark.state import StateStore, state_errors_surface
 
-#: Snapshot, driver-record and progress file suffixes in the state store.
-SNAP = ".snap"
-JSON = ".json"
-PROGRESS = ".progress"
-
 #: ``f(output, batch_id)``: a DataFrame, or a ``pyarrow.Table`` with ``arrow_sinks``.
 Sink = Callable[[Any, int], None]
 
@@ -47,12 +42,12 @@ def _changed(old: Any, new: dict[str, Any] | None) -> str:
 def next_flush_batch(store: StateStore, finished_key: str) -> int:
     """The batch id a flush runs as: the last batch again if it was a flush or never
     finished (its driver record lacks ``finished_key``), else the one after it."""
-    done = store.versions("driver", JSON)
-    if not done:
+    got = store.last_record()
+    if got is None:
         return 0
-    last = store.read_json(f"driver/{done[-1]}{JSON}") or {}
+    b, last = got
     replay = last.get("flush") or finished_key not in last
-    return done[-1] if replay else done[-1] + 1
+    return b if replay else b + 1
 
 
 @contextlib.contextmanager
@@ -217,8 +212,7 @@ class MicroBatchDriver:
         """Writes the finished batch's record, prunes records older than the
         retention, and keeps ``persisted`` (the batch's cached result, or ``None``)
         until the next batch is called."""
-        self.store.write_json(f"driver/{batch_id}{JSON}", record)
-        self.store.prune("driver", JSON, batch_id - self.retention + 1)
+        self.store.write_record(batch_id, record, self.retention)
         self._last = persisted
 
     # --- one batch: the life cycle, and the steps a subclass supplies ------------
@@ -298,7 +292,7 @@ class MicroBatchDriver:
         if batch_id is not None:
             return batch_id
         b = next_flush_batch(self.store, self.FINISHED_KEY)
-        done = self.store.versions("driver", JSON)
+        done = self.store.record_ids()
         if self._skipped_to is not None and (not done or b > done[-1]):
             b = max(b, self._skipped_to + 1)
         return b

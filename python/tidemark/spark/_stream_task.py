@@ -17,7 +17,6 @@ from typing import Any
 import pyarrow as pa
 
 from tidemark.clock import ManualClock
-from tidemark.errors import StateCorruptedError
 from tidemark.pipeline import Operator, Output, Pipeline, Rows, ScopeWatermark
 from tidemark.route import HashRouter
 from tidemark.spark._args import ShippedPipeline, quoted, spark_context
@@ -29,7 +28,6 @@ from tidemark.spark._codec import (
     concat_input,
     to_arrow_schema,
 )
-from tidemark.spark._driver import PROGRESS, SNAP
 from tidemark.spark._files import batch_files, read_batch_files
 from tidemark.spark._preagg import WEIGHT
 from tidemark.spark.state import StateStore
@@ -309,16 +307,14 @@ class StreamTask:
         else:
             yield from self.codec.encode(out)
         store, b = self.store, self.batch_id
-        store.write(f"partitions/{p}/{b}{SNAP}", op.snapshot())
-        store.prune(f"partitions/{p}", SNAP, b - self.retention + 1)
+        store.write_snapshot(p, b, op.snapshot(), self.retention)
         rows = progress_rows(p, op.progress())
         rows.append((p, P_OUTPUT, out.windows.num_rows, weight(out.late)))
         rows.append((p, P_INPUT, weight(out.errors), weight(table)))
         rows.append((p, P_READ, table.num_rows, 0))
         if settled is not None:
             rows.append((p, P_SETTLED, settled[0], int(settled[1])))
-        store.write_json(f"partitions/{p}/{b}{PROGRESS}", {"token": self.token, "rows": rows})
-        store.prune(f"partitions/{p}", PROGRESS, b - self.retention + 1)
+        store.write_progress(p, b, {"token": self.token, "rows": rows}, self.retention)
 
     def _one(self, pipe: Pipeline, p: int, table: pa.Table) -> Iterator[pa.RecordBatch]:
         """State partition ``p`` alone (closed on the batch's starting watermark)."""
@@ -362,21 +358,10 @@ def restore(
     """State partition ``p``'s operator restored from its snapshot ``version`` (``None``:
     a new one), on the batch's clock reading; a missing or damaged snapshot is a
     :class:`StateCorruptedError` naming the file."""
-    state = None
-    rel = f"partitions/{p}/{version}{SNAP}"
-    if version is not None:
-        state = store.read(rel)
-        if state is None:
-            raise StateCorruptedError(
-                f"{store.path(rel)}: missing; state partition {p} has no version "
-                f"{version} to restore (restore the file, or start over in a new "
-                "state_location)"
-            )
-    try:
+    state = store.snapshot_to_restore(p, version)
+    with store.restoring(p, version):
         # A DataFrame has no row order: the windows need no sort.
         return pipe.operator(state=state, clock=ManualClock(clock_ms), ordered=False)
-    except StateCorruptedError as e:
-        raise StateCorruptedError(f"{store.path(rel)}: {e}") from None
 
 
 def settle_calls(

@@ -53,8 +53,6 @@ from tidemark.spark._codec import (
     to_arrow_schema,
 )
 from tidemark.spark._driver import (
-    JSON,
-    SNAP,
     BatchRun,
     MicroBatchDriver,
     Sink,
@@ -451,8 +449,8 @@ class ReorderStream(MicroBatchDriver):
         else:
             done = [
                 v
-                for v in self.store.versions("driver", JSON)
-                if v < batch_id and "watermark" in (self.store.read_json(f"driver/{v}{JSON}") or {})
+                for v in self.store.record_ids()
+                if v < batch_id and "watermark" in (self.store.read_record(v) or {})
             ]
             if not done:
                 self.store.start(batch_id, self.start_fresh)
@@ -461,7 +459,7 @@ class ReorderStream(MicroBatchDriver):
         if flush:
             started["flush"] = True
         if rec is None:
-            self.store.write_json(f"driver/{batch_id}{JSON}", started)
+            self.store.write_record(batch_id, started)
         return prev, layout, started
 
     @property
@@ -523,23 +521,12 @@ class ReorderStream(MicroBatchDriver):
             """State partition ``p``'s work on its rows: restore version ``prev``,
             process (or flush), write version ``batch_id``. Returns the output, the
             partition's watermark after the batch and its counts."""
-            state = None
-            if prev is not None:
-                rel = f"partitions/{p}/{prev}{SNAP}"
-                state = store.read(rel)
-                if state is None:
-                    raise StateCorruptedError(
-                        f"{store.path(rel)}: missing; state partition {p} has no version {prev}"
-                    )
-            try:
+            state = store.snapshot_to_restore(p, prev)
+            with store.restoring(p, prev):
                 op = template.restore(state)
-            except StateCorruptedError as e:
-                rel = f"partitions/{p}/{prev}{SNAP}"
-                raise StateCorruptedError(f"{store.path(rel)}: {e}") from None
             before = op.metrics()
             out = op.flush() if flush else op.process(table)
-            store.write(f"partitions/{p}/{batch_id}{SNAP}", op.snapshot())
-            store.prune(f"partitions/{p}", SNAP, batch_id - retention + 1)
+            store.write_snapshot(p, batch_id, op.snapshot(), retention)
             return out, op.watermark, batch_counts(before, op.metrics())
 
         if run.driver:
@@ -670,8 +657,8 @@ class ReorderStream(MicroBatchDriver):
     def watermark(self) -> int | None:
         """The stream's watermark after the last finished batch (minimum over
         partitions): a batch that did not finish has none yet."""
-        for v in reversed(self.store.versions("driver", JSON)):
-            rec = self.store.read_json(f"driver/{v}{JSON}") or {}
+        for v in reversed(self.store.record_ids()):
+            rec = self.store.read_record(v) or {}
             if "watermark" in rec:
                 wm: int | None = rec["watermark"]
                 return wm

@@ -32,6 +32,11 @@ from tidemark.errors import StateCorruptedError
 
 __all__ = ["StateStore"]
 
+#: Snapshot, driver-record and progress file suffixes in the store.
+SNAP = ".snap"
+JSON = ".json"
+PROGRESS = ".progress"
+
 
 class StateStore:
     """Versioned snapshots under one location (a local path or a pyarrow URI)."""
@@ -123,6 +128,91 @@ class StateStore:
             if v > keep_until:
                 self.fs.delete_file(self.path(rel_dir, f"{v}{suffix}"))
 
+    # --- the layout: every path of the store is built here ------------------------
+
+    @staticmethod
+    def snapshot_file(p: int, batch_id: int | None) -> str:
+        """State partition ``p``'s snapshot after batch ``batch_id`` (relative path)."""
+        return f"partitions/{p}/{batch_id}{SNAP}"
+
+    def read_snapshot(self, p: int, batch_id: int) -> bytes | None:
+        """State partition ``p``'s snapshot after batch ``batch_id`` (``None``: none)."""
+        return self.read(self.snapshot_file(p, batch_id))
+
+    def snapshot_to_restore(self, p: int, version: int | None) -> bytes | None:
+        """State partition ``p``'s snapshot of batch ``version``, the one a batch
+        restores (``None`` for a batch with no version before it); a missing one is a
+        :class:`StateCorruptedError` naming the file."""
+        if version is None:
+            return None
+        data = self.read_snapshot(p, version)
+        if data is None:
+            raise StateCorruptedError(
+                f"{self.path(self.snapshot_file(p, version))}: missing; state partition {p} "
+                f"has no version {version} to restore (restore the file, or start over in a "
+                "new state_location)"
+            )
+        return data
+
+    @contextlib.contextmanager
+    def restoring(self, p: int, version: int | None) -> Iterator[None]:
+        """Names the snapshot file in a :class:`StateCorruptedError` its restore raises
+        (damaged bytes, another format or pipeline)."""
+        try:
+            yield
+        except StateCorruptedError as e:
+            raise StateCorruptedError(f"{self.path(self.snapshot_file(p, version))}: {e}") from None
+
+    def write_snapshot(self, p: int, batch_id: int, data: bytes, retention: int | None) -> None:
+        """Writes state partition ``p``'s snapshot after batch ``batch_id``; with a
+        ``retention``, prunes its versions older than the last ``retention``."""
+        self.write(self.snapshot_file(p, batch_id), data)
+        if retention is not None:
+            self.prune(f"partitions/{p}", SNAP, batch_id - retention + 1)
+
+    def prune_snapshots_after(self, p: int, keep_until: int) -> None:
+        """Deletes state partition ``p``'s snapshots after batch ``keep_until``."""
+        self.prune_after(f"partitions/{p}", SNAP, keep_until)
+
+    def prune_snapshots_before(self, p: int, keep_from: int) -> None:
+        """Deletes state partition ``p``'s snapshots before batch ``keep_from``."""
+        self.prune(f"partitions/{p}", SNAP, keep_from)
+
+    def read_progress(self, p: int, batch_id: int) -> Any:
+        """State partition ``p``'s progress document of batch ``batch_id`` (``None``)."""
+        return self.read_json(f"partitions/{p}/{batch_id}{PROGRESS}")
+
+    def write_progress(self, p: int, batch_id: int, doc: Any, retention: int) -> None:
+        """Writes state partition ``p``'s progress of batch ``batch_id``, pruning its
+        versions older than the last ``retention``."""
+        self.write_json(f"partitions/{p}/{batch_id}{PROGRESS}", doc)
+        self.prune(f"partitions/{p}", PROGRESS, batch_id - retention + 1)
+
+    @staticmethod
+    def record_file(batch_id: int) -> str:
+        """Batch ``batch_id``'s driver record (relative path)."""
+        return f"driver/{batch_id}{JSON}"
+
+    def record_ids(self) -> list[int]:
+        """The batch ids with a driver record, sorted."""
+        return self.versions("driver", JSON)
+
+    def read_record(self, batch_id: int) -> Any:
+        """Batch ``batch_id``'s driver record (``None``: none)."""
+        return self.read_json(self.record_file(batch_id))
+
+    def write_record(self, batch_id: int, record: Any, retention: int | None = None) -> None:
+        """Writes batch ``batch_id``'s driver record; with a ``retention``, prunes the
+        records older than the last ``retention``."""
+        self.write_json(self.record_file(batch_id), record)
+        if retention is not None:
+            self.prune("driver", JSON, batch_id - retention + 1)
+
+    def last_record(self) -> tuple[int, Any] | None:
+        """The last batch's id and driver record (``None``: no batch yet)."""
+        done = self.record_ids()
+        return (done[-1], self.read_record(done[-1]) or {}) if done else None
+
     def replayed(self, batch_id: int, flush: bool, start_fresh: bool) -> dict[str, Any] | None:
         """Batch ``batch_id``'s driver record when this run is Spark's replay of it,
         else ``None`` (a new batch). Spark replays only its last batch, so a record
@@ -130,10 +220,10 @@ class StateStore:
         checkpoint location starts from batch 0 again): a :class:`StateCorruptedError`
         rather than the new query's rows judged against the other query's recorded
         watermarks, or with ``start_fresh`` that query's state is discarded."""
-        rec = self.read_json(f"driver/{batch_id}.json")
+        rec = self.read_record(batch_id)
         if rec is None or stream_goes_on_after_flush(rec, flush):
             return None
-        later = [v for v in self.versions("driver", ".json") if v > batch_id]
+        later = [v for v in self.record_ids() if v > batch_id]
         if later and start_fresh:
             self.discard_batches()
             return None
@@ -151,8 +241,8 @@ class StateStore:
         """Called for a new batch with no finished batch before it: state another query
         left here (batches after this one, or any state version but this batch's own)
         is a :class:`StateCorruptedError`, or with ``start_fresh`` discarded."""
-        later = [v for v in self.versions("driver", ".json") if v > batch_id]
-        stale = later or [v for v in self.versions("partitions/0", ".snap") if v != batch_id]
+        later = [v for v in self.record_ids() if v > batch_id]
+        stale = later or [v for v in self.versions("partitions/0", SNAP) if v != batch_id]
         if not stale:
             return
         if not start_fresh:
@@ -175,11 +265,11 @@ class StateStore:
         """The ``progress`` of a finished batch's driver record (``driver/<id>.json``):
         batch ``batch_id``, or the last finished one; ``None`` if it did not finish
         or was pruned."""
-        done = self.versions("driver", ".json")
+        done = self.record_ids()
         if batch_id is not None:
             done = [v for v in done if v == batch_id]
         for v in reversed(done):
-            rec = self.read_json(f"driver/{v}.json") or {}
+            rec = self.read_record(v) or {}
             if "progress" in rec:
                 return dict(rec["progress"])
         return None

@@ -79,9 +79,6 @@ from tidemark.spark._codec import (
     session_arrow_settings,
 )
 from tidemark.spark._driver import (
-    JSON,
-    PROGRESS,
-    SNAP,
     BatchRun,
     MicroBatchDriver,
     Sink,
@@ -459,14 +456,12 @@ class StreamProcessor(MicroBatchDriver):
         one the batch started from, and the batch's own output is dropped with the
         rest of the old layout: it runs again from that base, as any replay does."""
         committed = [
-            v
-            for v in self.store.versions("driver", JSON)
-            if "state_after" in (self.store.read_json(f"driver/{v}{JSON}") or {})
+            v for v in self.store.record_ids() if "state_after" in (self.store.read_record(v) or {})
         ]
         if not committed:
             return
         b = committed[-1]
-        rec = self.store.read_json(f"driver/{batch_id}{JSON}")
+        rec = self.store.read_record(batch_id)
         if rec is not None and b >= batch_id:
             # A batch with rows after a flush starts, as a replay does, from the batch
             # before. Otherwise another query's state is refused before anything moves
@@ -478,36 +473,36 @@ class StreamProcessor(MicroBatchDriver):
             base: int | None = rec.get("prev_batch")
             if base is None:  # the replayed batch started from nothing
                 for p in range(max(old, self.num_partitions)):
-                    self.store.prune_after(f"partitions/{p}", SNAP, batch_id - 1)
+                    self.store.prune_snapshots_after(p, batch_id - 1)
                 return
             b = base
         for p in range(max(old, self.num_partitions)):
-            self.store.prune_after(f"partitions/{p}", SNAP, b)
+            self.store.prune_snapshots_after(p, b)
         snaps = []
         for p in range(old):
-            data = self.store.read(f"partitions/{p}/{b}{SNAP}")
+            data = self.store.read_snapshot(p, b)
             if data is None:
                 raise StateCorruptedError(
-                    f"{self.store.path(f'partitions/{p}/{b}{SNAP}')}: missing; cannot "
+                    f"{self.store.path(self.store.snapshot_file(p, b))}: missing; cannot "
                     f"rescale from {old} to {self.num_partitions} state partitions"
                 )
             snaps.append(data)
         new = _native.reshard_snapshots(self.pipe._config, snaps, self.num_partitions, "spark")
         for p, data in enumerate(new):
-            self.store.write(f"partitions/{p}/{b}{SNAP}", data)
+            self.store.write_snapshot(p, b, data, None)
         for p in range(self.num_partitions, old):
-            self.store.prune(f"partitions/{p}", SNAP, b + 1)
+            self.store.prune_snapshots_before(p, b + 1)
 
     def _prepare(self, batch_id: int, flush: bool = False) -> dict[str, Any]:
         """The batch's recorded inputs (reused when the batch is replayed)."""
         replay = self.store.replayed(batch_id, flush, self.start_fresh)
         if replay is not None:
             return replay
-        earlier = [v for v in self.store.versions("driver", JSON) if v < batch_id]
-        prev = self.store.read_json(f"driver/{earlier[-1]}{JSON}") if earlier else None
+        earlier = [v for v in self.store.record_ids() if v < batch_id]
+        prev = self.store.read_record(earlier[-1]) if earlier else None
         if prev is not None and "state_after" not in prev:
             raise StateCorruptedError(
-                f"{self.store.path(f'driver/{earlier[-1]}{JSON}')}: batch {earlier[-1]} "
+                f"{self.store.path(self.store.record_file(earlier[-1]))}: batch {earlier[-1]} "
                 "never finished and a later batch started; the state store is inconsistent"
             )
         if prev is not None and prev.get("flush") and not flush:
@@ -535,7 +530,7 @@ class StreamProcessor(MicroBatchDriver):
         }
         if flush:
             rec["flush"] = True
-        self.store.write_json(f"driver/{batch_id}{JSON}", rec)
+        self.store.write_record(batch_id, rec)
         return rec
 
     def _combine(self, rec: dict[str, Any], progress: list[tuple[int, Any, Any, Any]]) -> None:
@@ -556,7 +551,7 @@ class StreamProcessor(MicroBatchDriver):
         pool would cost more than the reads)."""
 
         def read(p: int) -> Any:
-            return self.store.read_json(f"partitions/{p}/{batch_id}{PROGRESS}")
+            return self.store.read_progress(p, batch_id)
 
         n = self.num_partitions
         if n == 1 or self.store.is_local:
@@ -660,8 +655,8 @@ class StreamProcessor(MicroBatchDriver):
         if self._clock_timeouts:
             return False
         if self._quiet_settled is None:
-            done = self.store.versions("driver", JSON)
-            last = self.store.read_json(f"driver/{done[-1]}{JSON}") if done else None
+            got = self.store.last_record()
+            last = None if got is None else got[1]
             self._quiet_settled = last is None or (
                 self.FINISHED_KEY in last and bool(last.get("flush") or last.get("settled"))
             )
@@ -954,11 +949,9 @@ class StreamProcessor(MicroBatchDriver):
     def watermark(self) -> int | None:
         """The watermark the next batch will use (epoch microseconds): after a batch
         that did not finish, the one its replay will use."""
-        done = self.store.versions("driver", JSON)
-        if not done:
+        got = self.store.last_record()
+        if got is None:
             return None
-        rec = self.store.read_json(f"driver/{done[-1]}{JSON}")
-        if rec is None:
-            return None
+        rec = got[1]
         wm: int | None = rec.get("next_watermark", rec.get("watermark"))
         return wm
