@@ -15,6 +15,23 @@ Arrow data, callable from PySpark ``mapInArrow``, pyarrow and polars.
 from __future__ import annotations
 
 from tidemark import _native
+from tidemark.aggs import (
+    Agg,
+    approx_count_distinct,
+    count,
+    count_distinct,
+    first,
+    last,
+    max,
+    max_by,
+    mean,
+    min,
+    min_by,
+    percentile_approx,
+    stddev,
+    sum,
+    variance,
+)
 from tidemark.clock import Clock, ManualClock, SystemClock
 from tidemark.errors import (
     ArrowDataError,
@@ -37,41 +54,18 @@ from tidemark.event_time import (
     parse_event_time,
     register_event_time_type,
 )
-from tidemark.pipeline import (
-    Agg,
-    BoundedOutOfOrderness,
-    Operator,
-    Output,
-    Pipeline,
-    Rows,
-    ScopeWatermark,
-    Session,
-    Sliding,
-    TimerService,
-    Tumbling,
-    approx_count_distinct,
-    count,
-    count_distinct,
-    first,
-    last,
-    max,
-    max_by,
-    mean,
-    min,
-    min_by,
-    percentile_approx,
-    stddev,
-    sum,
-    variance,
-)
+from tidemark.operator import Operator, Output, ScopeWatermark
+from tidemark.pipeline import Pipeline
 from tidemark.reorder import ProcessingTimeWatermark, Reorder, ReorderOutput
 from tidemark.route import HashRouter, Router
 from tidemark.stream import EventTimeColumn, EventTimeOptions, StreamDefinition, plan
+from tidemark.timers import TimerService
 from tidemark.watermarks import (
     CompactKeyedWatermarkTracker,
     KeyedWatermarkTracker,
     PartitionedWatermarkTracker,
 )
+from tidemark.windows import BoundedOutOfOrderness, Rows, Session, Sliding, Tumbling
 
 __version__: str = _native.__version__
 

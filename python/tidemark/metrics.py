@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from tidemark.pipeline import Operator
+from tidemark.operator import Operator
 
 # (metric, help, type, key in the per-core dict, scale)
 _CORE: list[tuple[str, str, str, str, float]] = [

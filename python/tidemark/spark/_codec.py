@@ -22,7 +22,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from tidemark.pipeline import Output, Pipeline
+from tidemark.operator import Output
+from tidemark.pipeline import Pipeline
 from tidemark.spark._args import collated_columns
 
 KIND_WINDOW, KIND_LATE, KIND_ERROR = 0, 1, 2

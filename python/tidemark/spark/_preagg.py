@@ -39,7 +39,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from tidemark.pipeline import Agg, Pipeline
+from tidemark.aggs import Agg
+from tidemark.pipeline import Pipeline
 from tidemark.spark._args import quoted
 from tidemark.spark._codec import arrow_schema_of
 

@@ -17,7 +17,8 @@ from typing import Any
 import pyarrow as pa
 
 from tidemark.clock import ManualClock
-from tidemark.pipeline import Operator, Output, Pipeline, Rows, ScopeWatermark
+from tidemark.operator import Operator, Output, ScopeWatermark
+from tidemark.pipeline import Pipeline
 from tidemark.route import HashRouter
 from tidemark.spark._args import ShippedPipeline, quoted, spark_context
 from tidemark.spark._codec import (
@@ -31,6 +32,7 @@ from tidemark.spark._codec import (
 from tidemark.spark._files import batch_files, read_batch_files
 from tidemark.spark._preagg import WEIGHT
 from tidemark.spark.state import StateStore
+from tidemark.windows import Rows
 
 # The outputs, in the order the sinks and run_on_driver give them.
 KINDS = (KIND_WINDOW, KIND_LATE, KIND_ERROR)

@@ -7,7 +7,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from tidemark.pipeline import Output, Pipeline
+from tidemark.operator import Output
+from tidemark.pipeline import Pipeline
 from tidemark.spark._args import (
     ShippedPipeline,
     column,
