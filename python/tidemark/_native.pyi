@@ -248,6 +248,10 @@ class ScopeWatermark:
         clock: SystemClock | ManualClock | None = None,
         state: bytes | None = None,
     ) -> ScopeWatermark: ...
+    @staticmethod
+    def processing(clock: SystemClock | ManualClock | None = None) -> ScopeWatermark:
+        """The processing-time rule alone: the watermark follows `clock` (see
+        `tidemark.ProcessingTimeWatermark`)."""
     def advance(self, progress: list[dict[str, Any]]) -> int | None:
         """Combines the progress dicts of one call of every operator; returns the
         watermark that closes windows after it (`None`: none yet)."""

@@ -234,13 +234,10 @@ class ProcessingTimeWatermark:
     __slots__ = ("_clock", "_metrics", "_scope")
 
     def __init__(self, clock: Clock | None = None) -> None:
-        from tidemark.pipeline import Pipeline, Tumbling, count
-
         self._clock = clock if clock is not None else SystemClock()
         # The processing-time rule (the clock's milliseconds as microseconds, never
         # falling back) is the core's: a processing-time pipeline's scope watermark.
-        pipe = Pipeline(None, "", window=Tumbling("1s"), aggs={"n": count()}, time="processing")
-        self._scope = _native.ScopeWatermark(pipe._config, native_clock(self._clock), None)
+        self._scope = _native.ScopeWatermark.processing(native_clock(self._clock))
         self._metrics = {
             "batches": 0,
             "rows_in": 0,

@@ -33,7 +33,7 @@ pub enum WindowSpec {
         gap: i64,
     },
     /// The last `n` rows of each key (a moving aggregate; see
-    /// [`crate::pipeline::rows::RowsOperator`]).
+    /// `pipeline::rows::RowsOperator`).
     Rows {
         /// Rows per window.
         n: i64,

@@ -7,6 +7,7 @@ use pyo3_arrow::PySchema;
 use tidemark_core::pipeline::{Operator, Pending, ScopeWatermark};
 use tidemark_core::TidemarkError;
 
+use crate::clock::clock_ref;
 use crate::convert::arrow::{one_batch, parsed_times as parsed_times_of, read_batches};
 use crate::convert::config::{config_and_clock, config_from_dict, lookup_from};
 use crate::convert::dicts::{metrics_dict, output, progress_dict, progress_from_dict, Tables};
@@ -225,6 +226,16 @@ impl PyScopeWatermark {
             Some(b) => ScopeWatermark::from_bytes(&cfg, clock, b)?,
         };
         Ok(Self { inner })
+    }
+
+    /// The processing-time rule alone: the watermark follows `clock` (see
+    /// `tidemark.ProcessingTimeWatermark`).
+    #[staticmethod]
+    #[pyo3(signature = (clock = None))]
+    fn processing(clock: Option<&Bound<'_, PyAny>>) -> Result<Self> {
+        Ok(Self {
+            inner: ScopeWatermark::processing(clock_ref(clock)?),
+        })
     }
 
     /// Combines the progress dicts of one call of every operator; returns the

@@ -85,6 +85,22 @@ impl ScopeWatermark {
         }
     }
 
+    /// A processing-time watermark alone: one global scope that follows `clock` (its
+    /// milliseconds as microseconds, never falling back), as a processing-time
+    /// pipeline's scope does; what a pass-through ticker emits.
+    pub fn processing(clock: ClockRef) -> Self {
+        let cfg = PipelineConfig {
+            time: TimeMode::Processing,
+            ..PipelineConfig::new(
+                &[],
+                "",
+                crate::window::WindowSpec::Tumbling { size: 1, offset: 0 },
+                Vec::new(),
+            )
+        };
+        Self::new(&cfg, clock)
+    }
+
     /// The current watermark (`i64::MIN`: none yet): global, combined over source
     /// partitions, or (key scope) the highest reported.
     pub fn current(&self) -> i64 {
