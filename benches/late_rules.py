@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import tidemark as tm
-from tidemark.demo_streaming import demo_stream, micro_batches, spark_rule_share
+from tidemark.tools.demo_streaming import demo_stream, micro_batches, spark_rule_share
 
 
 def tidemark_share(batches: list[pa.Table], per: str, lateness: str, rule: str) -> float:

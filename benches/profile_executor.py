@@ -45,7 +45,8 @@ from typing import Any
 import pyarrow as pa
 
 import tidemark as tm
-from tidemark.spark import StreamProcessor, local_session
+from tidemark.spark import StreamProcessor
+from tidemark.tools.session import local_session
 
 
 def events(ids: Any, id_column: str, keys: int) -> Any:

@@ -69,7 +69,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import tidemark as tm
-from tidemark.spark import aggregate, local_session
+from tidemark.spark import aggregate
+from tidemark.tools.session import local_session
 
 
 def _interleaved(fns: dict[str, Callable[[], None]], repeat: int) -> dict[str, list[float]]:
@@ -262,7 +263,7 @@ def _run_floor(spark: Any, source: Path, schema: Any, chk: Path) -> Any:
     ``mapInArrow`` job counting the batch's rows and collects the count (no state, no
     windows). It reads the columns tidemark's pipeline reads (the key and the event
     time)."""
-    from tidemark.demo_streaming import SystemResult, _intervals, _run_file_stream
+    from tidemark.tools.demo_streaming import SystemResult, _intervals, _run_file_stream
 
     marks: list[float] = []
     seen = [0]
@@ -290,8 +291,8 @@ def streaming_part(
     work: Path,
     on_driver: bool | None = None,
 ) -> None:
-    from tidemark.datagen import StreamSpec, multi_tenant_stream
-    from tidemark.demo_streaming import (
+    from tidemark.tools.datagen import StreamSpec, multi_tenant_stream
+    from tidemark.tools.demo_streaming import (
         _run_spark_native,
         _run_tidemark,
         _score,
@@ -409,9 +410,9 @@ def reorder_part(spark: Any, batch_rows: int, batches: int, repeat: int, work: P
     the streaming part's data: micro-batches run in the driver (the default at these
     sizes) against the same stream with ``on_driver=False`` (a shuffle to one task per
     state partition), runs alternating; the sink counts the released rows."""
-    from tidemark.datagen import StreamSpec, multi_tenant_stream
-    from tidemark.demo_streaming import _intervals, _run_file_stream, _write_files
     from tidemark.spark import ReorderStream
+    from tidemark.tools.datagen import StreamSpec, multi_tenant_stream
+    from tidemark.tools.demo_streaming import _intervals, _run_file_stream, _write_files
 
     stream = multi_tenant_stream(
         StreamSpec(

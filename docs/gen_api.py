@@ -14,6 +14,7 @@ from pathlib import Path
 import tidemark as tm
 import tidemark.metrics as tmm
 import tidemark.spark as tms
+import tidemark.tools.session as tts
 
 OUT = Path(__file__).parent / "api.md"
 
@@ -85,7 +86,6 @@ SECTIONS: list[tuple[str, object, list[str]]] = [
             "ReorderResult",
             "ReorderStream",
             "observe_partitions",
-            "local_session",
         ],
     ),
     (
@@ -107,6 +107,7 @@ SECTIONS: list[tuple[str, object, list[str]]] = [
             "InternalError",
         ],
     ),
+    ("Tools (tidemark.tools: tests, demos and benches; not the library)", tts, ["local_session"]),
 ]
 
 
@@ -157,7 +158,7 @@ def render() -> str:
     ]
     for title, module, names in SECTIONS:
         out += [f"## {title}", ""]
-        prefix = "tidemark.spark." if module is tms else "tidemark."
+        prefix = module.__name__ + "."  # type: ignore[attr-defined]
         for name in names:
             obj = getattr(module, name)
             kind = "class" if inspect.isclass(obj) else "function"

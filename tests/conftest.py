@@ -18,7 +18,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """The one local SparkSession of the test run."""
-    from tidemark.spark import local_session
+    from tidemark.tools.session import local_session
 
     session = local_session("local[2]", app_name="tidemark-tests", shuffle_partitions=2)
     yield session

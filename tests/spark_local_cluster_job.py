@@ -10,7 +10,8 @@ from pathlib import Path
 import pyarrow as pa
 
 import tidemark as tm
-from tidemark.spark import StreamProcessor, local_session
+from tidemark.spark import StreamProcessor
+from tidemark.tools.session import local_session
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tidemark.cli import build_parser, main
-from tidemark.demo_streaming import (
+from tidemark.tools.cli import build_parser, main
+from tidemark.tools.demo_streaming import (
     demo_stream,
     micro_batches,
     run_demo,
@@ -83,7 +83,7 @@ def test_every_count_flag_refuses_zero_before_anything_runs(
     # Events, keys, batches, partitions, rows, kills: 0 is a usage error naming the
     # flag (exit 2), not a traceback from deep inside a run (a division by zero, a
     # Spark error about an empty Parquet directory).
-    from tidemark.cli import _count
+    from tidemark.tools.cli import _count
 
     parser = build_parser()
     subparsers = next(a for a in parser._actions if a.dest == "command").choices

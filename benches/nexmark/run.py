@@ -60,7 +60,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import generator as gen
 import queries as qs
 
-from tidemark.spark import StreamProcessor, local_session
+from tidemark.spark import StreamProcessor
+from tidemark.tools.session import local_session
 
 DELAY = "0 seconds"  # the generator's events arrive in event-time order
 

@@ -10,7 +10,6 @@ between tasks; the native module starts no threads at import.
 
 from __future__ import annotations
 
-from tidemark.spark._session import local_session
 from tidemark.spark.aggregate import AggregateResult, aggregate
 from tidemark.spark.reorder import ReorderResult, ReorderStream, reorder
 from tidemark.spark.streaming import StreamProcessor, heartbeat
@@ -24,7 +23,6 @@ __all__ = [
     "StreamProcessor",
     "aggregate",
     "heartbeat",
-    "local_session",
     "observe_partitions",
     "reorder",
 ]

@@ -1,7 +1,7 @@
 """Crash and restart: a Structured Streaming query killed with SIGKILL, restarted from
 its checkpoints, must produce exactly the output of an uninterrupted run.
 
-The job (``python -m tidemark.crashtest job WORKDIR``) is a real driver process: a
+The job (``python -m tidemark.tools.crashtest job WORKDIR``) is a real driver process: a
 local Spark session reading one Parquet file per micro-batch, a :class:`StreamProcessor`
 with per-key watermarks over two state partitions, and sinks that write each batch's
 windows and late rows to ``out/<kind>/batch=<id>`` (overwrite: idempotent, as an
@@ -92,7 +92,8 @@ def write_input(inp: Path, batches: int, rows: int, seed: int = 7) -> None:
 
 def run_job(work: Path, spark: Any = None) -> None:
     """The streaming job over ``work/in``; resumes from ``work/chk`` and ``work/state``."""
-    from tidemark.spark import StreamProcessor, local_session
+    from tidemark.spark import StreamProcessor
+    from tidemark.tools.session import local_session
 
     own = spark is None
     if spark is None:
@@ -209,7 +210,7 @@ _JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 def _start(work: Path, log: Any) -> subprocess.Popen[str]:
     jvm = " ".join(filter(None, (os.environ.get("JAVA_TOOL_OPTIONS"), _JVM_OPTIONS)))
     return subprocess.Popen(
-        [sys.executable, "-m", "tidemark.crashtest", "job", str(work)],
+        [sys.executable, "-m", "tidemark.tools.crashtest", "job", str(work)],
         stdout=subprocess.PIPE,
         stderr=log,
         text=True,
@@ -296,7 +297,7 @@ def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "job":
         run_job(Path(argv[1]))
         return 0
-    print("usage: python -m tidemark.crashtest job WORKDIR", file=sys.stderr)
+    print("usage: python -m tidemark.tools.crashtest job WORKDIR", file=sys.stderr)
     return 2
 
 

@@ -32,8 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tidemark.datagen import StreamSpec, multi_tenant_stream
-from tidemark.datagen import batches as split_rows
+from tidemark.tools.datagen import StreamSpec, multi_tenant_stream
+from tidemark.tools.datagen import batches as split_rows
 
 __all__ = [
     "DemoResult",

@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tidemark._duration import Duration, to_micros
-from tidemark.datagen import StreamSpec, batches, multi_tenant_stream
 from tidemark.errors import ConfigError
+from tidemark.tools.datagen import StreamSpec, batches, multi_tenant_stream
 from tidemark.watermarks import CompactKeyedWatermarkTracker, KeyedWatermarkTracker
 
 __all__ = [

@@ -71,7 +71,7 @@ def tenant_names(keys: int) -> pa.Array:
 
     Examples
     --------
-    >>> from tidemark.datagen import tenant_names
+    >>> from tidemark.tools.datagen import tenant_names
     >>> tenant_names(3).to_pylist()
     ['tenant-0000000', 'tenant-0000001', 'tenant-0000002']
     """
@@ -103,7 +103,7 @@ def spec_problem(spec: StreamSpec) -> tuple[str, str] | None:
 
     Examples
     --------
-    >>> from tidemark.datagen import StreamSpec, spec_problem
+    >>> from tidemark.tools.datagen import StreamSpec, spec_problem
     >>> spec_problem(StreamSpec(delay_min_s=60, delay_max_s=30))
     ('delay_max_s', 'delay_max_s must be >= delay_min_s, got 30')
     """
@@ -119,7 +119,7 @@ def check_spec(spec: StreamSpec) -> None:
 
     Examples
     --------
-    >>> from tidemark.datagen import StreamSpec, check_spec
+    >>> from tidemark.tools.datagen import StreamSpec, check_spec
     >>> check_spec(StreamSpec(burst_on_fraction=0.0))
     Traceback (most recent call last):
     ...
@@ -141,7 +141,7 @@ def multi_tenant_stream(spec: StreamSpec) -> pa.Table:
 
     Examples
     --------
-    >>> from tidemark.datagen import StreamSpec, multi_tenant_stream
+    >>> from tidemark.tools.datagen import StreamSpec, multi_tenant_stream
     >>> t = multi_tenant_stream(StreamSpec(keys=10, events=1_000, seed=1))
     >>> t.num_rows, t.column_names
     (1000, ['tenant', 'event_time', 'arrival_time', 'value', 'delayed'])
@@ -226,7 +226,7 @@ def iot_stream(
 
     Examples
     --------
-    >>> from tidemark.datagen import iot_stream
+    >>> from tidemark.tools.datagen import iot_stream
     >>> t = iot_stream(partitions=3, devices_per_partition=2, minutes=1, silent=(2,),
     ...                silent_after_min=0.5, lagging=())
     >>> t.num_rows, t.column_names
@@ -281,7 +281,7 @@ def mobile_sessions(
 
     Examples
     --------
-    >>> from tidemark.datagen import mobile_sessions
+    >>> from tidemark.tools.datagen import mobile_sessions
     >>> t = mobile_sessions(users=10, hours=4, sessions_per_user=2)
     >>> t.column_names
     ['user', 'ts', 'arrival', 'offline']

@@ -159,7 +159,7 @@ def describe(r: SoakReport) -> list[str]:
 
 
 def main_args(args: Any) -> int:
-    """``tidemark soak`` (see :mod:`tidemark.cli`)."""
+    """``tidemark soak`` (see :mod:`tidemark.tools.cli`)."""
     from tidemark.errors import ConfigError
 
     churn = {
