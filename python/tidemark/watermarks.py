@@ -15,8 +15,6 @@ in epoch microseconds. Idle timeouts are in clock ticks (milliseconds for
 from __future__ import annotations
 
 import datetime as _dt
-import numbers as _numbers
-from collections.abc import Callable
 from typing import Any, ClassVar, TypedDict, TypeVar
 
 import pyarrow as pa
@@ -24,6 +22,7 @@ import pyarrow as pa
 from tidemark import _native
 from tidemark._arrow import ArrowData, as_tabular, column
 from tidemark._duration import Duration, to_micros, to_millis
+from tidemark._inputs import delay, keyed_call, time_value
 from tidemark.clock import Clock, native_clock
 from tidemark.errors import ConfigError
 from tidemark.event_time import apply_user_parser, resolve_event_time_type
@@ -195,7 +194,7 @@ class PartitionedWatermarkTracker(_Restorable):
         Returns the new combined watermark if it advanced, else ``None``. Raises
         :class:`UnknownPartitionError` / :class:`SourceNotFoundError`.
         """
-        return self._inner.update_partition(source_id, partition, _time_value(watermark))
+        return self._inner.update_partition(source_id, partition, time_value(watermark))
 
     def update_partition_from_event(
         self,
@@ -211,7 +210,7 @@ class PartitionedWatermarkTracker(_Restorable):
         ``datetime64``) event time and a string or ``timedelta`` lateness are
         microseconds, the unit of Arrow timestamps (``"1s"``: 1,000,000)."""
         return self._inner.update_partition_from_event(
-            source_id, partition, _time_value(event_time), _delay(max_lateness, "max_lateness")
+            source_id, partition, time_value(event_time), delay(max_lateness, "max_lateness")
         )
 
     def mark_partition_idle(self, source_id: int, partition: int) -> int | None:
@@ -386,154 +385,6 @@ class KeyedWatermarkMetrics(TypedDict):
     key_advances: int
 
 
-def _delay(value: Duration, setting: str) -> int:
-    """Event-time durations: ints are ticks as given; strings/timedeltas are microseconds."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value < 0:
-            raise ConfigError(f"{setting}: must not be negative, got {value}")
-        return value
-    return to_micros(value, setting)
-
-
-def key_columns(keys: Any) -> list[Any] | None:
-    """Arrow key columns for ``keys``, or ``None`` if ``keys`` is a sequence of Python keys.
-
-    Accepted: one Arrow array / chunked array / polars Series / numpy array / pandas
-    Series (one key column); a RecordBatch / Table / polars or pandas DataFrame or a
-    2-D numpy array (every column is a key column); a list or tuple of Arrow arrays (several key
-    columns).
-    """
-    if isinstance(keys, (pa.Array, pa.ChunkedArray)):
-        return [keys]
-    if isinstance(keys, (pa.RecordBatch, pa.Table)):
-        return list(keys.columns)
-    if hasattr(keys, "__arrow_c_stream__") or hasattr(keys, "__arrow_c_array__"):
-        # A polars or pandas DataFrame (or other tabular exporter) has columns; a
-        # Series / array does not.
-        if hasattr(keys, "columns"):
-            return list(as_tabular(keys, "keys").columns)
-        return [keys]
-    if _is_ndarray_like(keys):
-        # A numpy array or pandas Series: one key column (a 2-D array: one per column).
-        if getattr(keys, "ndim", 1) == 2:
-            return [pa.array(keys[:, j]) for j in range(keys.shape[1])]
-        return [pa.array(keys)]
-    if (
-        isinstance(keys, (list, tuple))
-        and keys
-        and all(isinstance(k, (pa.Array, pa.ChunkedArray)) for k in keys)
-    ):
-        return list(keys)
-    return None
-
-
-def _is_ndarray_like(data: Any) -> bool:
-    """A numpy array or pandas Series (not an Arrow object): typed values Arrow reads
-    as they are (a sequence of numpy scalars would be read one Python object each)."""
-    return hasattr(data, "__array__") and hasattr(data, "dtype") and hasattr(data, "shape")
-
-
-def _event_times(times: Any) -> Any:
-    if isinstance(times, (pa.Array, pa.ChunkedArray)) or hasattr(times, "__arrow_c_array__"):
-        return times
-    if hasattr(times, "__arrow_c_stream__"):
-        return times
-    if _is_ndarray_like(times):
-        # int ticks stay int64; datetime64 values become Arrow timestamps.
-        return pa.array(times)
-    times = list(times)
-    try:
-        arr = pa.array(times)  # inferred: a float is not truncated into ticks
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
-        arr = None  # mixed ints and datetimes, or what is no time
-    if arr is not None and (pa.types.is_integer(arr.type) or pa.types.is_timestamp(arr.type)):
-        return arr
-    if arr is not None and pa.types.is_null(arr.type):
-        return arr.cast(pa.int64())
-    return pa.array(_python_times(times), pa.int64())
-
-
-def _python_times(times: list[Any]) -> list[Any]:
-    """A sequence of Python event times as ints (see :func:`_time_value`); a missing one
-    (``None``, NaT) is ``None``: a row the batch skips. What is no time raises naming
-    its position."""
-    out = []
-    for i, t in enumerate(times):
-        try:
-            out.append(None if _missing(t) else _time_value(t))
-        except TypeError as e:
-            raise TypeError(f"event_times[{i}]: {e}") from None
-    return out
-
-
-def _missing(t: Any) -> bool:
-    """Whether a Python event time is missing: ``None``, pandas ``NaT`` or numpy NaT."""
-    return (
-        t is None
-        or type(t).__name__ == "NaTType"
-        or (type(t).__name__ == "datetime64" and str(t) == "NaT")
-    )
-
-
-def _time_value(t: Any) -> Any:
-    """One event time: an int as it is (ticks), a datetime, date, pandas Timestamp,
-    numpy datetime64 or Arrow timestamp scalar as epoch microseconds (naive ones taken
-    as UTC), as the batch methods read timestamp arrays. A missing time (``None``, NaT)
-    is a ``TypeError``: one event needs a time (the batch methods skip rows without
-    one); so is anything else (a float, a string), named in the message."""
-    if isinstance(t, pa.Scalar):
-        t = t.as_py()
-    if _missing(t):
-        raise TypeError(
-            f"event_time is {t!r}: an event needs a time (update_batch skips rows whose "
-            "time is null)"
-        )
-    if isinstance(t, _dt.date) or type(t).__name__ == "datetime64":
-        # Arrow reads the value as a timestamp or date; the core turns it into epoch
-        # microseconds exactly as it does a column of them.
-        micros, _, _ = _native.parse_event_time(pa.array([t]))
-        return micros[0].as_py()
-    if not isinstance(t, _numbers.Integral):
-        raise TypeError(
-            f"event_time is {t!r} ({type(t).__name__}): an event time is an int (ticks, "
-            "e.g. epoch milliseconds) or a datetime"
-        )
-    return t
-
-
-def _pykey_times(times: Any) -> Any:
-    """Event times paired with a sequence of Python keys: a list of ints as given, or
-    (anything array-like) an Arrow array, whose timestamps the native side reads as
-    epoch microseconds."""
-    if isinstance(times, (list, tuple)):
-        return list(times)
-    if isinstance(times, (pa.Array, pa.ChunkedArray)) or _is_ndarray_like(times):
-        return _event_times(times)
-    if hasattr(times, "__arrow_c_array__") or hasattr(times, "__arrow_c_stream__"):
-        return times
-    return list(times)
-
-
-_R = TypeVar("_R")
-
-
-def _with_pykeys(call: Callable[[list[Any], Any], _R], keys: Any, event_times: Any) -> _R:
-    """``call(keys, times)`` for Python keys and event times (see :func:`_pykey_times`).
-    A list of times other than ints (datetimes, as :meth:`update` takes them) is
-    converted one time at a time, only when the native call refuses it: the times are
-    read before any key is updated, so the call is then made again from the start.
-    A time that is no time (a float, a string) raises naming its position."""
-    keys, times = list(keys), _pykey_times(event_times)
-    try:
-        return call(keys, times)
-    except TypeError:
-        if not isinstance(times, list) or all(
-            t is None or isinstance(t, _numbers.Integral) for t in times
-        ):
-            raise  # not the times (a key): as it was
-    return call(keys, _python_times(times))
-
-
 class KeyedWatermarkTracker(_Restorable):
     """Watermarks per key: a slow tenant is judged by its own progress.
 
@@ -606,7 +457,7 @@ class KeyedWatermarkTracker(_Restorable):
         timeout = None if idle_timeout is None else to_millis(idle_timeout, "idle_timeout")
         self._clock = clock
         self._inner = _native.KeyedWatermarkTracker(
-            _delay(bounded_delay, "bounded_delay"), timeout, max_keys, eviction, native_clock(clock)
+            delay(bounded_delay, "bounded_delay"), timeout, max_keys, eviction, native_clock(clock)
         )
 
     @property
@@ -637,7 +488,7 @@ class KeyedWatermarkTracker(_Restorable):
         Returns the global watermark if it rose above every value returned before.
         Raises :class:`MaxKeysReachedError` for a new key when full under ``reject_new``.
         """
-        return self._inner.update(key, _time_value(event_time))
+        return self._inner.update(key, time_value(event_time))
 
     def update_batch(self, keys: Any, event_times: Any) -> int | None:
         """Records many events at once (vectorised when given Arrow data).
@@ -662,10 +513,8 @@ class KeyedWatermarkTracker(_Restorable):
         int or None
             The global watermark if it rose above every value returned before.
         """
-        cols = key_columns(keys)
-        if cols is None:
-            return _with_pykeys(self._inner.update_pykeys, keys, event_times)
-        return self._inner.update_columns(cols, _event_times(event_times))
+        watermark: int | None = keyed_call(self._inner, "update", keys, event_times)
+        return watermark
 
     def watermark_for_key(self, key: Any) -> int | None:
         """The watermark of ``key`` (``None`` if unknown)."""
@@ -687,15 +536,12 @@ class KeyedWatermarkTracker(_Restorable):
         """Whether an event is late for its key: ``event_time < watermark(key)``
         (``event_time`` as for :meth:`update`). Events of unknown keys are never
         late."""
-        return self._inner.is_late(key, _time_value(event_time))
+        return self._inner.is_late(key, time_value(event_time))
 
     def is_late_batch(self, keys: Any, event_times: Any) -> pa.BooleanArray:
         """Vectorised :meth:`is_late` (same inputs as :meth:`update_batch`); null where
         the event time is null."""
-        cols = key_columns(keys)
-        if cols is None:
-            return _with_pykeys(self._inner.is_late_pykeys, keys, event_times)
-        return self._inner.is_late_columns(cols, _event_times(event_times))
+        return keyed_call(self._inner, "is_late", keys, event_times)
 
     def mark_idle(self, key: Any) -> int | None:
         """Excludes ``key`` from the global minimum. Returns the global watermark if
@@ -802,7 +648,7 @@ class CompactKeyedWatermarkTracker(_Restorable):
         timeout = None if idle_timeout is None else to_millis(idle_timeout, "idle_timeout")
         self._clock = clock
         self._inner = _native.CompactKeyedWatermarkTracker(
-            _delay(bounded_delay, "bounded_delay"),
+            delay(bounded_delay, "bounded_delay"),
             exact_keys,
             sketch_width,
             sketch_depth,
@@ -813,7 +659,7 @@ class CompactKeyedWatermarkTracker(_Restorable):
     def update(self, key: Any, event_time: int | _dt.date) -> int | None:
         """Records an event (``event_time`` as for :meth:`KeyedWatermarkTracker.update`);
         returns the global watermark if it rose to a new high."""
-        return self._inner.update(key, _time_value(event_time))
+        return self._inner.update(key, time_value(event_time))
 
     def update_batch(self, keys: Any, event_times: Any) -> int | None:
         """Records many events (same inputs as :meth:`KeyedWatermarkTracker.update_batch`).
@@ -821,10 +667,8 @@ class CompactKeyedWatermarkTracker(_Restorable):
         Returns the global watermark the batch leaves if it rose above every value
         returned before (``None`` otherwise), as the exact tracker's batches do.
         """
-        cols = key_columns(keys)
-        if cols is None:
-            return _with_pykeys(self._inner.update_pykeys, keys, event_times)
-        return self._inner.update_columns(cols, _event_times(event_times))
+        watermark: int | None = keyed_call(self._inner, "update", keys, event_times)
+        return watermark
 
     def watermark_for_key(self, key: Any) -> int | None:
         """Exact watermark if the key is tracked exactly, else the sketch estimate."""
@@ -837,14 +681,11 @@ class CompactKeyedWatermarkTracker(_Restorable):
     def is_late(self, key: Any, event_time: int | _dt.date) -> bool:
         """``event_time < watermark_for_key(key)`` (``event_time`` as for
         :meth:`update`)."""
-        return self._inner.is_late(key, _time_value(event_time))
+        return self._inner.is_late(key, time_value(event_time))
 
     def is_late_batch(self, keys: Any, event_times: Any) -> pa.BooleanArray:
         """Vectorised :meth:`is_late`."""
-        cols = key_columns(keys)
-        if cols is None:
-            return _with_pykeys(self._inner.is_late_pykeys, keys, event_times)
-        return self._inner.is_late_columns(cols, _event_times(event_times))
+        return keyed_call(self._inner, "is_late", keys, event_times)
 
     def global_watermark(self) -> int | None:
         """The exact part's global watermark."""
