@@ -24,6 +24,7 @@ from typing import Any
 
 from tidemark.errors import ConfigError, StateCorruptedError
 from tidemark.spark._layout import History, Layout, Stats, after
+from tidemark.spark._records import BatchRecord
 from tidemark.spark.state import StateStore, state_errors_surface
 
 #: ``f(output, batch_id)``: a DataFrame, or a ``pyarrow.Table`` with ``arrow_sinks``.
@@ -39,15 +40,14 @@ def _changed(old: Any, new: dict[str, Any] | None) -> str:
     return "; ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys)
 
 
-def next_flush_batch(store: StateStore, finished_key: str) -> int:
+def next_flush_batch(store: StateStore) -> int:
     """The batch id a flush runs as: the last batch again if it was a flush or never
-    finished (its driver record lacks ``finished_key``), else the one after it."""
-    got = store.last_record()
-    if got is None:
+    finished, else the one after it."""
+    last = store.last_record()
+    if last is None:
         return 0
-    b, last = got
-    replay = last.get("flush") or finished_key not in last
-    return b if replay else b + 1
+    replay = last.flush or not last.finished
+    return int(last.batch_id if replay else last.batch_id + 1)
 
 
 @contextlib.contextmanager
@@ -86,7 +86,7 @@ class BatchRun:
     codec: Any
     #: The batch's driver record as started (what it restores); :meth:`_finish`
     #: completes it.
-    record: dict[str, Any]
+    record: BatchRecord
     #: The batch's cached result, or ``None`` (nothing persisted).
     persisted: Any = field(default=None)
     #: A quiet micro-batch: Spark ran it without rows (see
@@ -109,11 +109,11 @@ class MicroBatchDriver:
     """The micro-batch life cycle around a subclass's ``_run(df, batch_id, flush)``.
 
     Subclasses set ``store``, ``num_partitions``, ``retention``, ``start_fresh`` and
-    the sinks in ``__init__``, and say what a finished record holds
-    (``FINISHED_KEY``) and what their configuration is (:meth:`_fingerprint`)."""
+    the sinks in ``__init__``, and say what their driver records are (``RECORD``) and
+    what their configuration is (:meth:`_fingerprint`)."""
 
-    #: The key a finished batch's driver record holds (a started one lacks it).
-    FINISHED_KEY = ""
+    #: The type of this driver's records (see :mod:`tidemark.spark._records`).
+    RECORD: type[BatchRecord] = BatchRecord
 
     store: StateStore
     num_partitions: int
@@ -140,7 +140,7 @@ class MicroBatchDriver:
         state: nothing checked, run or persisted yet."""
         if retention < 2:
             raise ConfigError("retention must be at least 2 (the last batch must be replayable)")
-        self.store = StateStore(state_location)
+        self.store = StateStore(state_location, self.RECORD)
         self.num_partitions = num_partitions
         self.sink, self.late_sink, self.error_sink = sinks
         self.retention = retention
@@ -208,11 +208,11 @@ class MicroBatchDriver:
             if sink is not None:
                 sink(out, batch_id)
 
-    def _commit(self, batch_id: int, record: dict[str, Any], persisted: Any) -> None:
+    def _commit(self, record: BatchRecord, persisted: Any) -> None:
         """Writes the finished batch's record, prunes records older than the
         retention, and keeps ``persisted`` (the batch's cached result, or ``None``)
         until the next batch is called."""
-        self.store.write_record(batch_id, record, self.retention)
+        self.store.write_record(record, self.retention)
         self._last = persisted
 
     # --- one batch: the life cycle, and the steps a subclass supplies ------------
@@ -232,12 +232,12 @@ class MicroBatchDriver:
                 if self.arrow_sinks and not run.driver:
                     outs = self._fetch_arrow(outs, run)
                 self._send(outs, batch_id)
-                self.last_progress = run.record["progress"] = self._finish(run)
+                self.last_progress = run.record.progress = self._finish(run)
         except BaseException:
             if run.persisted is not None:
                 run.persisted.unpersist()
             raise
-        self._commit(batch_id, run.record, run.persisted)
+        self._commit(run.record, run.persisted)
         self.last_batch_id = batch_id
         return outs
 
@@ -291,7 +291,7 @@ class MicroBatchDriver:
         do, nothing recorded), the one after the last of them, the id Spark gives next."""
         if batch_id is not None:
             return batch_id
-        b = next_flush_batch(self.store, self.FINISHED_KEY)
+        b = next_flush_batch(self.store)
         done = self.store.record_ids()
         if self._skipped_to is not None and (not done or b > done[-1]):
             b = max(b, self._skipped_to + 1)

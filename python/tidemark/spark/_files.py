@@ -1,4 +1,5 @@
-"""A Parquet file stream's micro-batch, read from its files by the driver.
+"""A micro-batch's plan: read from its files by the driver (a Parquet file stream),
+or one without rows (a quiet stream's, see :func:`heartbeat`).
 
 ``foreachBatch`` hands ``StreamProcessor`` a micro-batch as a DataFrame. Fetching its
 rows with ``toArrow()`` runs a Spark job in which one task decodes the Parquet file
@@ -31,6 +32,9 @@ itself only where those rules and pyarrow's give the same table, and answers
 
 A replayed micro-batch is the same DataFrame over the same files, so both runs read
 the same rows, whichever way each is read.
+
+A stream that falls silent gets micro-batches without rows from :func:`heartbeat`;
+:func:`has_no_rows` knows them from their plan.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+
+from tidemark.errors import ConfigError
 
 #: The Spark releases (major.minor) whose physical plans :func:`batch_files` was
 #: checked against: it reads a micro-batch itself only on these.
@@ -275,3 +281,46 @@ def read_batch_files(files: list[str], schema: pa.Schema) -> pa.Table | str:
     except Exception as e:  # unreadable here (a file system pyarrow lacks, a bad file):
         # Spark reads it, by its own rules (ignoreCorruptFiles, ...)
         return f"pyarrow cannot read the files ({type(e).__name__})"
+
+
+def heartbeat(stream_df: Any) -> Any:
+    """``stream_df`` with a heartbeat: Spark runs a micro-batch at every trigger, with
+    no rows when the stream is quiet, so that :class:`StreamProcessor` emits the windows
+    its watermark closed without new data and without a flush.
+
+    Spark runs a micro-batch only when a source has new data (or, for a query with a
+    stateful operator of its own, when its watermark moved); a ``foreachBatch`` query
+    whose stream falls silent is not called again. The heartbeat is a second source,
+    Spark's ``rate-micro-batch``, with new offsets at every trigger and every one of
+    its rows filtered out: it adds no row to any micro-batch, and Spark records its
+    offsets in the query's checkpoint like any source's, so a replay after a crash
+    sees the same micro-batches. Give the query a processing-time trigger (its
+    interval is then the longest a closed window waits): without one, Spark would
+    start micro-batches back to back. :meth:`StreamProcessor.start` does both.
+
+    A micro-batch without rows costs the processor a look at the micro-batch's plan
+    (a few milliseconds) once nothing is left to close; until then it runs calls
+    without rows (one after the last rows, more where inputs went idle).
+
+    Examples
+    --------
+    >>> q = (tidemark.spark.heartbeat(stream_df)                     # doctest: +SKIP
+    ...      .writeStream.foreachBatch(proc).trigger(processingTime="10 seconds")
+    ...      .option("checkpointLocation", "/chk/q").start())
+    """
+    from pyspark.sql import functions as F
+
+    if not getattr(stream_df, "isStreaming", False):
+        raise ConfigError(
+            "heartbeat() takes a streaming DataFrame (spark.readStream...): a batch "
+            "DataFrame has no micro-batches to add"
+        )
+    spark = stream_df.sparkSession
+    beat = (
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", 1)
+        .load()
+        .where("false")
+        .select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in stream_df.schema.fields])
+    )
+    return stream_df.unionByName(beat)

@@ -31,6 +31,7 @@ from tidemark.spark._codec import (
 )
 from tidemark.spark._files import batch_files, read_batch_files
 from tidemark.spark._preagg import WEIGHT
+from tidemark.spark._records import StreamRecord
 from tidemark.spark.state import StateStore
 from tidemark.windows import Rows
 
@@ -538,7 +539,7 @@ def read_files_of(df: Any, plan: OutputCodec, batch_plan: Any = None) -> pa.Tabl
 
 def batch_counts(
     batch_id: int,
-    rec: dict[str, Any],
+    rec: StreamRecord,
     progress: list[tuple[int, Any, Any, Any]],
     layout: str,
     read: str,
@@ -556,8 +557,8 @@ def batch_counts(
     return {
         "batch_id": batch_id,
         **c,
-        "watermark": rec["watermark"],
-        "next_watermark": rec["next_watermark"],
+        "watermark": rec.watermark,
+        "next_watermark": rec.next_watermark,
         "layout": layout,
         "read": read,
     }

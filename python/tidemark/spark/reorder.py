@@ -59,6 +59,7 @@ from tidemark.spark._driver import (
     exact_partitions,
 )
 from tidemark.spark._layout import Layout, Options, Stats, place
+from tidemark.spark._records import ReorderRecord
 from tidemark.spark._sizing import estimated_bytes
 from tidemark.spark.state import state_errors_surface
 
@@ -323,6 +324,7 @@ class _ReorderRun(BatchRun):
     """A reorder batch's run: the version it restores, its input schema, and each
     state partition's watermark and :data:`COUNTS` once run."""
 
+    record: ReorderRecord
     codec: ReorderPlan
     prev: int | None
     input_arrow: pa.Schema
@@ -423,7 +425,7 @@ class ReorderStream(MicroBatchDriver):
             state_location, num_partitions, sinks, retention, start_fresh, on_driver, arrow_sinks
         )
 
-    FINISHED_KEY = "watermark"
+    RECORD = ReorderRecord
 
     def _fingerprint(self) -> int | str:
         return self.template.fingerprint
@@ -436,30 +438,24 @@ class ReorderStream(MicroBatchDriver):
 
     def _prev_batch(
         self, batch_id: int, flush: bool, layout: str
-    ) -> tuple[int | None, str, dict[str, Any]]:
+    ) -> tuple[int | None, str, ReorderRecord]:
         """The batch to restore, where the batch runs, and its started record:
         ``layout``, except for a replayed batch with round-robin routing, which runs
         where its first run did (the driver and Spark deal rows out differently)."""
-        rec = self.store.replayed(batch_id, flush, self.start_fresh)
+        rec: ReorderRecord | None = self.store.replayed(batch_id, flush, self.start_fresh)
         prev: int | None
         if rec is not None:
-            prev = rec["prev_batch"]  # same inputs as the first run
-            if self._round_robin and not flush and rec.get("layout") in ("driver", "shuffled"):
-                layout = rec["layout"]
+            prev = rec.prev_batch  # same inputs as the first run
+            if self._round_robin and not flush and rec.layout in ("driver", "shuffled"):
+                layout = rec.layout
         else:
-            done = [
-                v
-                for v in self.store.record_ids()
-                if v < batch_id and "watermark" in (self.store.read_record(v) or {})
-            ]
+            done = self.store.finished_ids(before=batch_id)
             if not done:
                 self.store.start(batch_id, self.start_fresh)
             prev = done[-1] if done else None
-        started: dict[str, Any] = {"batch_id": batch_id, "prev_batch": prev, "layout": layout}
-        if flush:
-            started["flush"] = True
+        started = ReorderRecord(batch_id=batch_id, prev_batch=prev, flush=flush, layout=layout)
         if rec is None:
-            self.store.write_record(batch_id, started)
+            self.store.write_record(started)
         return prev, layout, started
 
     @property
@@ -570,7 +566,7 @@ class ReorderStream(MicroBatchDriver):
         # keys' rows, when they come, are judged by its own watermark).
         watermark = min(marks) if marks else None
         totals = [sum(c[i] for _, c in run.progress.values()) for i in range(len(COUNTS))]
-        run.record["watermark"] = watermark
+        run.record.done, run.record.released = True, watermark
         return {
             "batch_id": run.batch_id,
             **dict(zip(COUNTS, totals, strict=True)),
@@ -657,9 +653,6 @@ class ReorderStream(MicroBatchDriver):
     def watermark(self) -> int | None:
         """The stream's watermark after the last finished batch (minimum over
         partitions): a batch that did not finish has none yet."""
-        for v in reversed(self.store.record_ids()):
-            rec = self.store.read_record(v) or {}
-            if "watermark" in rec:
-                wm: int | None = rec["watermark"]
-                return wm
-        return None
+        done = self.store.finished_ids()
+        rec: ReorderRecord | None = self.store.read_record(done[-1]) if done else None
+        return None if rec is None else rec.released

@@ -3,9 +3,10 @@
 Layout under the state location::
 
     meta.json                       pipeline fingerprint, number of state partitions
-    driver/<batch_id>.json          per micro-batch: clock reading, watermark in/out,
-                                    driver-side tracker state (written before the job,
-                                    completed after it; reused when a batch is replayed)
+    driver/<batch_id>.json          per micro-batch: its driver record (see
+                                    :mod:`tidemark.spark._records`: written before the
+                                    job, completed after it; reused when a batch is
+                                    replayed)
     partitions/<p>/<batch_id>.snap  operator snapshot of state partition p after a batch
     partitions/<p>/<batch_id>.progress
                                     its progress rows (event times, counts), tagged
@@ -29,6 +30,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from tidemark.errors import StateCorruptedError
+from tidemark.spark._records import BatchRecord
 
 __all__ = ["StateStore"]
 
@@ -39,9 +41,12 @@ PROGRESS = ".progress"
 
 
 class StateStore:
-    """Versioned snapshots under one location (a local path or a pyarrow URI)."""
+    """Versioned snapshots under one location (a local path or a pyarrow URI).
+    ``record``: the type of the driver records this store keeps (its processor's)."""
 
-    def __init__(self, location: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, location: str | os.PathLike[str], record: type[BatchRecord] = BatchRecord
+    ) -> None:
         if not isinstance(location, (str, os.PathLike)):
             raise TypeError(
                 "state_location must be a path or a filesystem URI (str or os.PathLike), "
@@ -59,12 +64,13 @@ class StateStore:
         self.root = root.rstrip("/")
         # A local store answers each read in microseconds (no request to overlap).
         self.is_local = isinstance(fs, pafs.LocalFileSystem)
+        self.record = record
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"location": self.location}
+        return {"location": self.location, "record": self.record}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["location"])  # type: ignore[misc]
+        self.__init__(state["location"], state["record"])  # type: ignore[misc]
 
     def path(self, *parts: str) -> str:
         """The full path of a file in the store."""
@@ -199,21 +205,29 @@ class StateStore:
 
     def read_record(self, batch_id: int) -> Any:
         """Batch ``batch_id``'s driver record (``None``: none)."""
-        return self.read_json(self.record_file(batch_id))
+        doc = self.read_json(self.record_file(batch_id))
+        return None if doc is None else self.record.from_json(doc)
 
-    def write_record(self, batch_id: int, record: Any, retention: int | None = None) -> None:
-        """Writes batch ``batch_id``'s driver record; with a ``retention``, prunes the
-        records older than the last ``retention``."""
-        self.write_json(self.record_file(batch_id), record)
+    def write_record(self, record: BatchRecord, retention: int | None = None) -> None:
+        """Writes a batch's driver record; with a ``retention``, prunes the records
+        older than the last ``retention``."""
+        self.write_json(self.record_file(record.batch_id), record.to_json())
         if retention is not None:
-            self.prune("driver", JSON, batch_id - retention + 1)
+            self.prune("driver", JSON, record.batch_id - retention + 1)
 
-    def last_record(self) -> tuple[int, Any] | None:
-        """The last batch's id and driver record (``None``: no batch yet)."""
+    def last_record(self) -> Any:
+        """The last batch's driver record (``None``: no batch yet)."""
         done = self.record_ids()
-        return (done[-1], self.read_record(done[-1]) or {}) if done else None
+        return self.read_record(done[-1]) if done else None
 
-    def replayed(self, batch_id: int, flush: bool, start_fresh: bool) -> dict[str, Any] | None:
+    def finished_ids(self, before: int | None = None) -> list[int]:
+        """The batch ids whose record says they finished (those before ``before``)."""
+        ids = self.record_ids()
+        if before is not None:
+            ids = [v for v in ids if v < before]
+        return [v for v in ids if (rec := self.read_record(v)) is not None and rec.finished]
+
+    def replayed(self, batch_id: int, flush: bool, start_fresh: bool) -> Any:
         """Batch ``batch_id``'s driver record when this run is Spark's replay of it,
         else ``None`` (a new batch). Spark replays only its last batch, so a record
         with later batches recorded after it belongs to another query (a new
@@ -235,7 +249,7 @@ class StateStore:
                 "batch 0): give each query its own state_location, delete this one, or "
                 "pass start_fresh=True to discard its state"
             )
-        return dict(rec)
+        return rec
 
     def start(self, batch_id: int, start_fresh: bool) -> None:
         """Called for a new batch with no finished batch before it: state another query
@@ -269,9 +283,9 @@ class StateStore:
         if batch_id is not None:
             done = [v for v in done if v == batch_id]
         for v in reversed(done):
-            rec = self.read_record(v) or {}
-            if "progress" in rec:
-                return dict(rec["progress"])
+            rec = self.read_record(v)
+            if rec is not None and rec.progress is not None:
+                return dict(rec.progress)
         return None
 
     def clean_temp(self) -> None:
@@ -283,7 +297,7 @@ class StateStore:
                 self.fs.delete_file(info.path)
 
 
-def stream_goes_on_after_flush(rec: dict[str, Any], flush: bool) -> bool:
+def stream_goes_on_after_flush(rec: BatchRecord, flush: bool) -> bool:
     """Whether a batch with rows runs under the id of a recorded end-of-input flush
     (``rec``): the query ran again, with new input, after ``flush()``. Such a batch is
     not the flush's replay: it follows the batch before the flush, whose state it
@@ -292,7 +306,7 @@ def stream_goes_on_after_flush(rec: dict[str, Any], flush: bool) -> bool:
     with their full counts; nothing is lost, whereas restoring the flushed state would
     drop open windows' rows and a later flush replaying this id would drop the batch's
     own."""
-    return bool(rec.get("flush")) and not flush
+    return rec.flush and not flush
 
 
 @contextlib.contextmanager

@@ -46,7 +46,6 @@ overwrite by batch id).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
@@ -54,13 +53,11 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
 
-from tidemark import _native
 from tidemark.errors import ConfigError, StateCorruptedError, TidemarkWarning
 from tidemark.pipeline import Pipeline
 from tidemark.spark import _layout
@@ -84,73 +81,30 @@ from tidemark.spark._driver import (
     Sink,
     exact_partitions,
 )
-from tidemark.spark._files import has_no_rows, micro_batch_plan
+from tidemark.spark._files import has_no_rows, heartbeat, micro_batch_plan
 from tidemark.spark._layout import Layout, Options, Stats
 from tidemark.spark._preagg import WEIGHT, Preaggregation, preaggregation
+from tidemark.spark._records import StreamRecord
 from tidemark.spark._sizing import (
     cores_of,
     estimated_bytes,
     row_bytes,
     unused_columns_are_cheap,
 )
+from tidemark.spark._stream_store import combine, prepare, read_progress, rescale
 from tidemark.spark._stream_task import (
     P_READ,
     P_SETTLED,
     StreamTask,
     batch_counts,
     driver_threads,
-    progress_dicts,
     read_files_of,
     run_on_driver,
-    scope_of,
     tagged,
 )
-from tidemark.spark.state import state_errors_surface, stream_goes_on_after_flush
+from tidemark.spark.state import state_errors_surface
 
 __all__ = ["StreamProcessor", "heartbeat"]
-
-
-def heartbeat(stream_df: Any) -> Any:
-    """``stream_df`` with a heartbeat: Spark runs a micro-batch at every trigger, with
-    no rows when the stream is quiet, so that :class:`StreamProcessor` emits the windows
-    its watermark closed without new data and without a flush.
-
-    Spark runs a micro-batch only when a source has new data (or, for a query with a
-    stateful operator of its own, when its watermark moved); a ``foreachBatch`` query
-    whose stream falls silent is not called again. The heartbeat is a second source,
-    Spark's ``rate-micro-batch``, with new offsets at every trigger and every one of
-    its rows filtered out: it adds no row to any micro-batch, and Spark records its
-    offsets in the query's checkpoint like any source's, so a replay after a crash
-    sees the same micro-batches. Give the query a processing-time trigger (its
-    interval is then the longest a closed window waits): without one, Spark would
-    start micro-batches back to back. :meth:`StreamProcessor.start` does both.
-
-    A micro-batch without rows costs the processor a look at the micro-batch's plan
-    (a few milliseconds) once nothing is left to close; until then it runs calls
-    without rows (one after the last rows, more where inputs went idle).
-
-    Examples
-    --------
-    >>> q = (tidemark.spark.heartbeat(stream_df)                     # doctest: +SKIP
-    ...      .writeStream.foreachBatch(proc).trigger(processingTime="10 seconds")
-    ...      .option("checkpointLocation", "/chk/q").start())
-    """
-    from pyspark.sql import functions as F
-
-    if not getattr(stream_df, "isStreaming", False):
-        raise ConfigError(
-            "heartbeat() takes a streaming DataFrame (spark.readStream...): a batch "
-            "DataFrame has no micro-batches to add"
-        )
-    spark = stream_df.sparkSession
-    beat = (
-        spark.readStream.format("rate-micro-batch")
-        .option("rowsPerBatch", 1)
-        .load()
-        .where("false")
-        .select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in stream_df.schema.fields])
-    )
-    return stream_df.unionByName(beat)
 
 
 @dataclass(kw_only=True)
@@ -158,6 +112,7 @@ class _StreamRun(BatchRun):
     """A pipeline batch's run: its task (see :class:`StreamTask`), the token of its progress
     files, what the task emits and reads, and how the rows are read."""
 
+    record: StreamRecord
     codec: OutputCodec
     spark: Any
     task: Any
@@ -408,7 +363,7 @@ class StreamProcessor(MicroBatchDriver):
 
     # --- driver-side state ---------------------------------------------------------
 
-    FINISHED_KEY = "state_after"
+    RECORD = StreamRecord
 
     def _fingerprint(self) -> int | str:
         return self.pipe.fingerprint
@@ -426,145 +381,19 @@ class StreamProcessor(MicroBatchDriver):
 
     def _check_state(self, fields: Any, batch_id: int, flush: bool) -> None:
         """Checks ``meta.json`` against this processor once; rescales the state batch
-        ``batch_id`` starts from to ``num_partitions`` where only that changed.
-        ``fields``: the batch's schema (its key columns' types decide whether a rescale
-        can route keys as Spark's shuffle routes their rows)."""
+        ``batch_id`` starts from to ``num_partitions`` where only that changed
+        (see :func:`~tidemark.spark._stream_store.rescale`; ``fields``: the batch's
+        schema)."""
 
-        def rescale(old: int) -> None:
-            if self.num_partitions > 1 and not spark_hash_matches(fields, self.pipe.key):
-                # Routed by the wrong hash, a key's state would sit in one state
-                # partition while Spark's shuffle sends its rows to another.
-                raise ConfigError(
-                    f"{self.store.path('meta.json')}: the state has {old} state "
-                    f"partitions, and moving it to {self.num_partitions} routes each "
-                    "key by Spark's hash(), which tidemark reproduces for numbers, "
-                    "booleans, dates, timestamps, decimals, binary and strings without "
-                    f"a collation, not for key columns {', '.join(self.pipe.key)} as "
-                    f"typed here: keep num_partitions={old}, use num_partitions=1, or "
-                    "start over in a new state_location"
-                )
-            self._rescale(old, batch_id, flush)
+        def moved(old: int) -> None:
+            n = self.num_partitions
+            rescale(self.store, self.pipe, fields, old, n, batch_id, flush, self.start_fresh)
 
-        self._check_meta(rescale)
+        self._check_meta(moved)
 
-    def _rescale(self, old: int, batch_id: int, flush: bool) -> None:
-        """Redistributes the last committed state version from ``old`` state partitions
-        to ``num_partitions`` (keys routed by Spark's hash, as the next batch's
-        ``repartition`` routes their rows). Later versions belong to the old layout and
-        are dropped. When Spark replays batch ``batch_id`` and it had committed here
-        (the driver died before Spark recorded it), the version redistributed is the
-        one the batch started from, and the batch's own output is dropped with the
-        rest of the old layout: it runs again from that base, as any replay does."""
-        committed = [
-            v for v in self.store.record_ids() if "state_after" in (self.store.read_record(v) or {})
-        ]
-        if not committed:
-            return
-        b = committed[-1]
-        rec = self.store.read_record(batch_id)
-        if rec is not None and b >= batch_id:
-            # A batch with rows after a flush starts, as a replay does, from the batch
-            # before. Otherwise another query's state is refused before anything moves
-            # (with start_fresh it is discarded: nothing left to move).
-            if not stream_goes_on_after_flush(rec, flush) and (
-                self.store.replayed(batch_id, flush, self.start_fresh) is None
-            ):
-                return
-            base: int | None = rec.get("prev_batch")
-            if base is None:  # the replayed batch started from nothing
-                for p in range(max(old, self.num_partitions)):
-                    self.store.prune_snapshots_after(p, batch_id - 1)
-                return
-            b = base
-        for p in range(max(old, self.num_partitions)):
-            self.store.prune_snapshots_after(p, b)
-        snaps = []
-        for p in range(old):
-            data = self.store.read_snapshot(p, b)
-            if data is None:
-                raise StateCorruptedError(
-                    f"{self.store.path(self.store.snapshot_file(p, b))}: missing; cannot "
-                    f"rescale from {old} to {self.num_partitions} state partitions"
-                )
-            snaps.append(data)
-        new = _native.reshard_snapshots(self.pipe._config, snaps, self.num_partitions, "spark")
-        for p, data in enumerate(new):
-            self.store.write_snapshot(p, b, data, None)
-        for p in range(self.num_partitions, old):
-            self.store.prune_snapshots_before(p, b + 1)
-
-    def _prepare(self, batch_id: int, flush: bool = False) -> dict[str, Any]:
+    def _prepare(self, batch_id: int, flush: bool = False) -> StreamRecord:
         """The batch's recorded inputs (reused when the batch is replayed)."""
-        replay = self.store.replayed(batch_id, flush, self.start_fresh)
-        if replay is not None:
-            return replay
-        earlier = [v for v in self.store.record_ids() if v < batch_id]
-        prev = self.store.read_record(earlier[-1]) if earlier else None
-        if prev is not None and "state_after" not in prev:
-            raise StateCorruptedError(
-                f"{self.store.path(self.store.record_file(earlier[-1]))}: batch {earlier[-1]} "
-                "never finished and a later batch started; the state store is inconsistent"
-            )
-        if prev is not None and prev.get("flush") and not flush:
-            # The flush emitted every open window: going on from its state could emit
-            # a window twice. Rows after it belong to the flush's own batch id (a
-            # restarted query reuses it, and goes on from the batch before the flush).
-            raise ConfigError(
-                f"batch {batch_id} comes after batch {prev['batch_id']}, an end-of-input "
-                "flush that emitted every open window: a flushed stream takes no more "
-                f"batches. A query that runs again after a flush goes on as batch "
-                f"{prev['batch_id']} (the next batch id Spark gives it), or start over "
-                "in a new state_location"
-            )
-        if prev is None:
-            self.store.start(batch_id, self.start_fresh)
-        rec = {
-            "batch_id": batch_id,
-            "prev_batch": prev["batch_id"] if prev else None,
-            "clock_ms": max(self._clock(), prev["clock_ms"] if prev else 0),
-            "watermark": prev["next_watermark"] if prev else None,
-            # The stream's event time as the batch begins (idleness in event time).
-            "time": prev["next_time"] if prev else None,
-            # Driver-side tracker state before this batch (after: "state_after").
-            "state": prev["state_after"] if prev else {"scope": None},
-        }
-        if flush:
-            rec["flush"] = True
-        self.store.write_record(batch_id, rec)
-        return rec
-
-    def _combine(self, rec: dict[str, Any], progress: list[tuple[int, Any, Any, Any]]) -> None:
-        """Next batch's watermark from this batch's progress rows, by the rule every
-        operator kind shares (:class:`~tidemark.ScopeWatermark`). Starts from the state
-        recorded before the batch, so a replayed batch computes the same result."""
-        scope = scope_of(self.pipe, rec["state"]["scope"], rec["clock_ms"])
-        nxt = scope.advance(progress_dicts(progress))
-        rec["state_after"] = {"scope": base64.b64encode(scope.to_bytes()).decode()}
-        # A flush reads no rows: the watermark stays where it was (nothing follows it).
-        rec["next_watermark"] = rec["watermark"] if rec.get("flush") else nxt
-        rec["next_time"] = scope.time
-
-    def _read_progress(self, batch_id: int, token: str) -> list[tuple[int, Any, Any, Any]] | None:
-        """Every state partition's progress rows of this run of the batch, or None if a
-        partition has not written them (its task did not run). On a remote store the
-        files are read concurrently (one request each); local files in turn (a thread
-        pool would cost more than the reads)."""
-
-        def read(p: int) -> Any:
-            return self.store.read_progress(p, batch_id)
-
-        n = self.num_partitions
-        if n == 1 or self.store.is_local:
-            docs = [read(p) for p in range(n)]
-        else:
-            with ThreadPoolExecutor(max_workers=min(n, 16)) as pool:
-                docs = list(pool.map(read, range(n)))
-        rows: list[tuple[int, Any, Any, Any]] = []
-        for doc in docs:
-            if doc is None or doc.get("token") != token:
-                return None
-            rows += [(r[0], r[1], r[2], r[3]) for r in doc["rows"]]
-        return rows
+        return prepare(self.store, batch_id, flush, self.start_fresh, self._clock())
 
     # --- the foreachBatch function -------------------------------------------------
 
@@ -655,11 +484,8 @@ class StreamProcessor(MicroBatchDriver):
         if self._clock_timeouts:
             return False
         if self._quiet_settled is None:
-            got = self.store.last_record()
-            last = None if got is None else got[1]
-            self._quiet_settled = last is None or (
-                self.FINISHED_KEY in last and bool(last.get("flush") or last.get("settled"))
-            )
+            last: StreamRecord | None = self.store.last_record()
+            self._quiet_settled = last is None or (last.finished and (last.flush or last.settled))
         return self._quiet_settled
 
     def _begin(
@@ -718,10 +544,10 @@ class StreamProcessor(MicroBatchDriver):
             codec=codec,
             store=self.store,
             batch_id=batch_id,
-            prev_batch=rec["prev_batch"],
-            watermark=rec["watermark"],
-            scope_time=rec["time"],
-            clock_ms=rec["clock_ms"],
+            prev_batch=rec.prev_batch,
+            watermark=rec.watermark,
+            scope_time=rec.time,
+            clock_ms=rec.clock_ms,
             retention=self.retention,
             token=token,
             num_partitions=self.num_partitions,
@@ -729,7 +555,7 @@ class StreamProcessor(MicroBatchDriver):
             windows_only=windows_only,
             untagged=untagged,
             threads=driver_threads() if driver else 1,
-            scope_state=rec["state"]["scope"],
+            scope_state=rec.scope,
             lift=lift,
             settle=quiet,
         )
@@ -808,25 +634,25 @@ class StreamProcessor(MicroBatchDriver):
     def _finish(self, run: BatchRun) -> dict[str, Any]:
         assert isinstance(run, _StreamRun)
         batch_id, rec = run.batch_id, run.record
-        progress = self._read_progress(batch_id, run.token)
+        progress = read_progress(self.store, self.num_partitions, batch_id, run.token)
         if progress is None:
             # The sinks did not run every task (no sink, or one that read part of
             # its output): run them. Replaying a task gives the same output and
             # state, so tasks that already ran may run again.
             if run.job is not None:
                 run.job.count()
-            progress = self._read_progress(batch_id, run.token)
+            progress = read_progress(self.store, self.num_partitions, batch_id, run.token)
         if progress is None:
             raise StateCorruptedError(
                 f"batch {batch_id}: a state partition wrote no progress under "
                 f"{self.store.path('partitions')}"
             )
-        self._combine(rec, progress)
+        combine(self.pipe, rec, progress)
         # A quiet batch whose last call changed nothing leaves nothing for the next
         # quiet one (see settle_calls); a batch with rows leaves what its watermark passed.
         calls = [(a, b) for _, kind, a, b in progress if kind == P_SETTLED]
-        rec["settled"] = run.flush or (bool(calls) and all(b == 1 for _, b in calls))
-        self._quiet_settled = rec["settled"]
+        rec.settled = run.flush or (bool(calls) and all(b == 1 for _, b in calls))
+        self._quiet_settled = rec.settled
         counts = batch_counts(batch_id, rec, progress, run.layout, run.read)
         if run.quiet:
             counts["quiet_calls"] = max((a for a, _ in calls), default=0)
@@ -949,9 +775,7 @@ class StreamProcessor(MicroBatchDriver):
     def watermark(self) -> int | None:
         """The watermark the next batch will use (epoch microseconds): after a batch
         that did not finish, the one its replay will use."""
-        got = self.store.last_record()
-        if got is None:
+        rec: StreamRecord | None = self.store.last_record()
+        if rec is None:
             return None
-        rec = got[1]
-        wm: int | None = rec.get("next_watermark", rec.get("watermark"))
-        return wm
+        return rec.next_watermark if rec.finished else rec.watermark
