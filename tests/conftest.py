@@ -16,11 +16,23 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """The one local SparkSession of the test run."""
+def spark_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Spark JVM's working directory: where Spark resolves a relative path."""
+    return tmp_path_factory.mktemp("spark-cwd")
+
+
+@pytest.fixture(scope="session")
+def spark(spark_workdir: Path) -> Iterator[Any]:
+    """The one local SparkSession of the test run (its JVM started in
+    ``spark_workdir``, so no relative path of a test lands in the checkout)."""
     from tidemark.tools.session import local_session
 
-    session = local_session("local[2]", app_name="tidemark-tests", shuffle_partitions=2)
+    before = os.getcwd()
+    os.chdir(spark_workdir)
+    try:
+        session = local_session("local[2]", app_name="tidemark-tests", shuffle_partitions=2)
+    finally:
+        os.chdir(before)
     yield session
     session.stop()
 
