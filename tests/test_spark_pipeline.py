@@ -271,7 +271,7 @@ def test_packed_outputs_unpack_to_each_output_exactly(large: bool) -> None:
     of at most ``rows`` rows, which unpack to the very batches Spark expects."""
     from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
 
-    from tidemark.pipeline import Output
+    from tidemark.operator import Output
     from tidemark.spark._codec import KIND_ERROR, KIND_LATE, KIND_WINDOW, OutputCodec, unpack
 
     schema = StructType(

@@ -44,28 +44,11 @@ import pyarrow as pa
 from tidemark import _native
 from tidemark._arrow import ArrowData, as_tabular
 from tidemark._duration import Duration, to_micros, to_millis
-from tidemark.aggs import (
-    Agg,
-    approx_count_distinct,
-    count,
-    count_distinct,
-    first,
-    last,
-    max,
-    max_by,
-    mean,
-    min,
-    min_by,
-    percentile_approx,
-    stddev,
-    sum,
-    variance,
-)
+from tidemark.aggs import Agg
 from tidemark.clock import Clock
 from tidemark.errors import ConfigError
 from tidemark.event_time import resolve_event_time_type
-from tidemark.operator import Operator, Output, ScopeWatermark
-from tidemark.timers import TimerService
+from tidemark.operator import Operator
 from tidemark.windows import (
     BoundedOutOfOrderness,
     Rows,
@@ -75,36 +58,7 @@ from tidemark.windows import (
     window_config,
 )
 
-# The pipeline's parts live in their own modules; they are named here too, where a
-# pipeline's users have always found them.
-__all__ = [
-    "Agg",
-    "BoundedOutOfOrderness",
-    "Lookup",
-    "Operator",
-    "Output",
-    "Pipeline",
-    "Rows",
-    "ScopeWatermark",
-    "Session",
-    "Sliding",
-    "TimerService",
-    "Tumbling",
-    "approx_count_distinct",
-    "count",
-    "count_distinct",
-    "first",
-    "last",
-    "max",
-    "max_by",
-    "mean",
-    "min",
-    "min_by",
-    "percentile_approx",
-    "stddev",
-    "sum",
-    "variance",
-]
+__all__ = ["Lookup", "Pipeline"]
 
 
 class Pipeline:
