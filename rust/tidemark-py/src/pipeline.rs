@@ -4,7 +4,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
 use pyo3_arrow::PySchema;
-use tidemark_core::pipeline::{Operator, Pending, ScopeWatermark};
+use tidemark_core::pipeline::{External, Operator, Pending, ScopeWatermark};
 use tidemark_core::TidemarkError;
 
 use crate::clock::clock_ref;
@@ -114,12 +114,7 @@ impl PyOperator {
             TidemarkError::config("complete", "complete() needs an ingest() first")
         })?;
         let op = &mut self.inner;
-        let out = detach(py, move || {
-            op.set_close_watermark(close_watermark);
-            let out = op.complete(pending);
-            op.set_close_watermark(None);
-            out
-        })?;
+        let out = detach(py, move || op.complete(pending, close_watermark))?;
         output(py, out)
     }
 
@@ -171,12 +166,14 @@ impl PyOperator {
 
     /// Uses an externally combined watermark (see the Rust docs); None to stop.
     fn set_external_watermark(&mut self, watermark: Option<i64>) {
-        self.inner.set_external_watermark(watermark)
+        let time = self.inner.external().time;
+        self.inner.set_external(External { watermark, time });
     }
 
     /// The scope's event time combined elsewhere (`None`: this operator's own).
     fn set_external_time(&mut self, time: Option<i64>) {
-        self.inner.set_external_time(time)
+        let watermark = self.inner.external().watermark;
+        self.inner.set_external(External { watermark, time });
     }
 
     /// Off: each call's windows in the order they closed instead of sorted.

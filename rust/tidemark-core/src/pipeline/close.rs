@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use arrow_array::RecordBatch;
 
 use super::floors::FloorSketch;
+use super::marks::NOT_PENDING;
 use super::{
     Emit, EmitMode, KeyRef, LateRule, Operator, Output, PipelineMetrics, Scope, TimeMode, DIRTY,
-    EMITTED, NOT_PENDING, NO_CALL, RETIME, UNRESOLVED,
+    EMITTED, RETIME, UNRESOLVED,
 };
 use crate::error::Result;
 use crate::window::{OpenWindow, WindowSpec};
@@ -98,30 +99,14 @@ impl Operator {
         }
     }
 
-    /// The watermark a call begins with: the scope's (per key: the global watermark
-    /// over keys, which closes idle keys' windows), or the combined one given from
-    /// outside ([`Self::set_external_watermark`]; global scope: the higher of the two).
+    /// The watermark a call begins with (see [`Marks::start`]).
     pub(super) fn start_watermark(&self) -> i64 {
-        let own = self.scope.current();
-        match self.external {
-            Some(e) if self.cfg.scope == Scope::Global => e.max(own),
-            Some(e) => e,
-            None => own,
-        }
-    }
-
-    /// Spark's rule per key: the watermark the key's windows were closed at (the one
-    /// its previous call began with, if its watermark moved then; else its own).
-    pub(super) fn key_closed(&self, slot: u32, wm: i64) -> i64 {
-        match self.key_mark.get(slot as usize) {
-            Some(&(m, call)) if call == self.calls => m,
-            _ => wm,
-        }
+        self.marks.start(&self.cfg.scope, self.scope.current())
     }
 
     /// The key's closing mark to keep in a snapshot (`NOT_PENDING`: its watermark).
     pub(super) fn snapshot_mark(&self, slot: u32) -> i64 {
-        self.key_closed(slot, NOT_PENDING)
+        self.marks.key_closed(slot, NOT_PENDING)
     }
 
     /// The earliest event time whose windows are not all closed, when every window
@@ -190,9 +175,7 @@ impl Operator {
             if let Some(f) = self.slot_floor.get_mut(slot) {
                 *f = UNRESOLVED;
             }
-            if let Some(m) = self.key_mark.get_mut(slot) {
-                m.1 = NO_CALL;
-            }
+            self.marks.drop_key(e.slot);
             let list = self
                 .wins
                 .get_mut(slot)
@@ -274,7 +257,7 @@ impl Operator {
         self.session_end[s] = self.session_end[s].max(end);
     }
 
-    pub(super) fn close_windows(&mut self) {
+    pub(super) fn close_windows(&mut self, combined: Option<i64>) {
         let key_scope = self.cfg.scope == Scope::Key;
         for i in 0..self.touched.len() {
             let slot = self.touched[i];
@@ -313,45 +296,36 @@ impl Operator {
             // with, so the keys whose watermark moved in the previous call close now
             // (at their current watermark, unless they have rows in this call), and
             // this call's keys close at their starting one and stay pending.
-            let mut deferred = std::mem::take(&mut self.deferred);
+            let mut deferred = std::mem::take(&mut self.marks.deferred);
             for &slot in &deferred {
-                let s = slot as usize;
-                let live = self.key_mark.get(s).is_some_and(|m| m.1 == self.calls);
+                let live = self.marks.key_live(slot);
                 // A key with rows in this call closes below, at its starting
                 // watermark (the same value).
-                if live && self.touch_epoch.get(s) != Some(&self.epoch) {
+                if live && self.touch_epoch.get(slot as usize) != Some(&self.epoch) {
                     let wk = self.keys.slot_watermark(slot);
                     self.close_key_prefix(slot, wk);
                 }
             }
             deferred.clear();
-            let starts = std::mem::take(&mut self.key_starts);
-            let call = self.calls + 1;
-            if self.key_mark.len() < self.wins.len() {
-                self.key_mark
-                    .resize(self.wins.len(), (NOT_PENDING, NO_CALL));
-            }
+            let starts = std::mem::take(&mut self.marks.key_starts);
+            self.marks.reserve_keys(self.wins.len());
             for &(slot, wk) in &starts {
                 self.close_key_prefix(slot, wk);
                 let now = self.keys.slot_watermark(slot);
                 if now == wk {
                     continue; // not moved: its windows are closed at its watermark
                 }
-                let s = slot as usize;
-                if self.key_mark.len() <= s {
-                    self.key_mark.resize(s + 1, (NOT_PENDING, NO_CALL));
-                }
-                self.key_mark[s] = (wk, call);
+                self.marks.set_key(slot, wk);
                 // What the key's watermark passed in this call closes in the next.
-                if self.wins[s]
+                if self.wins[slot as usize]
                     .first()
                     .is_some_and(|w| self.close_at(w.end) <= now)
                 {
                     deferred.push(slot);
                 }
             }
-            self.deferred = deferred;
-            self.key_starts = starts;
+            self.marks.deferred = deferred;
+            self.marks.key_starts = starts;
         } else if key_scope {
             // Each touched key's windows close on the key's own watermark.
             for i in 0..self.touched.len() {
@@ -374,7 +348,7 @@ impl Operator {
                 }
             }
         }
-        let w = self.close_watermark();
+        let w = self.marks.close(self.rule(), &self.cfg.scope, combined);
         for (at, slot, start) in self.timers.pop_until(w) {
             // Per key, the global watermark closes the windows of idle keys only: a key
             // that sent rows again closes its windows on its own watermark (its timers
@@ -387,12 +361,7 @@ impl Operator {
                 // An idle key's window closed on the global watermark: the key's rows
                 // in it are late when it comes back, not a reopened window.
                 self.keys.raise_idle_watermark(slot, at);
-                let call = self.calls + 1;
-                if let Some(m) = self.key_mark.get_mut(slot as usize) {
-                    if m.1 == call {
-                        m.0 = m.0.max(at);
-                    }
-                }
+                self.marks.raise_key(slot, at);
             }
         }
     }
@@ -434,30 +403,6 @@ impl Operator {
         }
     }
 
-    /// The watermark that closes windows now (per key: idle keys' windows; the
-    /// current global watermark, the minimum over active keys, is at or below every
-    /// active key's own, so it closes nothing early):
-    ///
-    /// * the combined watermark a coordinator set ([`Self::set_close_watermark`]);
-    /// * else, with an external watermark (this operator holds part of the scope and
-    ///   no combined close is known), the highest value known not to exceed the
-    ///   combined one: its own global watermark or the external one (global scope),
-    ///   the external one (partition and key scope: this operator's view of the
-    ///   partitions or keys it saw would run ahead of the combined minimum);
-    /// * else its own.
-    fn close_watermark(&self) -> i64 {
-        if self.rule() == LateRule::Spark {
-            // Spark's rule closes what the call's starting watermark passed.
-            return self.call_start;
-        }
-        match (self.close_override, self.external) {
-            (Some(c), _) => c,
-            (None, Some(e)) if self.cfg.scope == Scope::Global => e.max(self.own_close),
-            (None, Some(e)) => e,
-            (None, None) => self.own_close,
-        }
-    }
-
     /// The floor of the key in `slot` (looked up once per key: see [`floors`]).
     pub(super) fn floor_of(&mut self, slot: u32) -> i64 {
         let s = slot as usize;
@@ -483,7 +428,7 @@ impl Operator {
         let empty = RecordBatch::new_empty(b.input.clone());
         let parsed = self.cfg.no_parsed_times();
         let pending = self.ingest_rows(&empty, parsed.as_ref())?;
-        self.complete(pending)
+        self.complete(pending, None)
     }
 
     /// Closes every open window (end of input). In `on_window_close` mode their final
@@ -493,8 +438,7 @@ impl Operator {
         self.owned_keys.clear();
         self.release.clear();
         self.flushed = true;
-        self.deferred.clear();
-        self.key_mark.clear();
+        self.marks.clear_keys();
         let Some(bound) = self.bound.clone() else {
             return Ok(Output::nothing());
         };

@@ -27,13 +27,13 @@ impl Operator {
         parsed_times: Option<&Int64Array>,
     ) -> Result<Output> {
         let pending = self.ingest(batch, parsed_times)?;
-        self.complete(pending)
+        self.complete(pending, None)
     }
 
     /// The first half of [`Self::process`]: judges and adds the rows, advances the
     /// operator's watermarks and records [`Self::progress`], but closes nothing.
-    /// [`Self::complete`] finishes the call; between the two a coordinator may set the
-    /// combined watermark ([`Self::set_close_watermark`]).
+    /// [`Self::complete`] finishes the call; between the two a coordinator combines the
+    /// operators' progress into the watermark that closes their windows.
     pub fn ingest(
         &mut self,
         batch: &RecordBatch,
@@ -151,13 +151,13 @@ impl Operator {
         // The watermark the call began with, and the one rows are judged against
         // (Spark's rule: the previous call's, whose windows are the closed ones).
         let start = self.start_watermark();
-        let judged = if spark { self.late_mark } else { start };
+        let judged = self.marks.judged(rule, start);
         // Global and partition scope: every window with `end` at or before this is
         // closed (per key: each key's own, below).
         let scope_closed = judged.saturating_sub(lateness);
         let session = self.cfg.window.is_session();
         let flink_sessions = rule == LateRule::Flink && session;
-        self.key_starts.clear();
+        self.marks.key_starts.clear();
 
         let mut bad_row = vec![false; n];
         for &(r, _) in &errors {
@@ -311,8 +311,8 @@ impl Operator {
             };
             let closed = if key_scope {
                 if spark {
-                    self.key_starts.push((slot, wm));
-                    self.key_closed(slot, wm).saturating_sub(lateness)
+                    self.marks.key_starts.push((slot, wm));
+                    self.marks.key_closed(slot, wm).saturating_sub(lateness)
                 } else {
                     wm.saturating_sub(lateness)
                 }
@@ -445,9 +445,8 @@ impl Operator {
             on_time_max: batch_max,
             key_parts: self.keys.global_parts(),
         };
-        self.own_close = self.scope.advance([&self.progress])?;
-        self.call_start = start;
-        self.late_mark = start;
+        let own_close = self.scope.advance([&self.progress])?;
+        self.marks.ingested(start, own_close);
         Ok(Pending {
             batch: batch.clone(),
             late_rows,
@@ -456,8 +455,11 @@ impl Operator {
     }
 
     /// The second half of [`Self::process`]: closes what the watermark passed and
-    /// builds the output.
-    pub fn complete(&mut self, pending: Pending) -> Result<Output> {
+    /// builds the output. `close`: the watermark that closes windows, combined by a
+    /// coordinator over every operator of the scope (global and partition scope; idle
+    /// keys' windows in key scope); `None`: this operator's own (see
+    /// `pipeline/marks.rs`).
+    pub fn complete(&mut self, pending: Pending, close: Option<i64>) -> Result<Output> {
         let Pending {
             batch,
             late_rows,
@@ -466,8 +468,8 @@ impl Operator {
         let batch = &batch;
         let bound = self.bound.clone().expect("bound by ingest");
         // 5. Close what the watermark passed; emit.
-        self.close_windows();
-        self.calls += 1;
+        self.close_windows(close);
+        self.marks.completed();
         self.metrics.late_dropped_count += late_rows.len() as u64;
         errors.sort_by_key(|e| e.0);
         self.metrics.rows_error += errors.len() as u64;

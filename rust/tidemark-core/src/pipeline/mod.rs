@@ -32,6 +32,7 @@ mod config;
 mod emit;
 mod floors;
 mod ingest;
+mod marks;
 mod order;
 mod scope;
 pub(crate) mod snapshot;
@@ -43,6 +44,7 @@ use arrow_array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, Record
 use arrow_schema::Schema;
 
 pub use config::{EmitMode, Idleness, LatePolicy, LateRule, PipelineConfig, Scope, TimeMode};
+pub use marks::External;
 pub(crate) use scope::merged_partition_max;
 pub use scope::{idle_reading, ScopeWatermark};
 
@@ -53,6 +55,7 @@ use crate::state::Reader;
 use crate::time::{KeyedTicks, KeyedWatermarkTracker};
 use crate::window::{OpenWindow, WindowSpec};
 use floors::FloorSketch;
+use marks::Marks;
 
 /// What every operator kind (one core, sharded, ROWS) does with arrival units: the
 /// surface the bindings drive.
@@ -284,38 +287,12 @@ pub struct Operator {
     /// The scope's watermark, advanced by this operator's own rows (the rule every
     /// operator kind shares: see [`ScopeWatermark`]).
     scope: ScopeWatermark,
-    /// What [`ScopeWatermark::advance`] gave for the last call: the watermark that
-    /// closes windows (per key: idle keys' windows).
-    own_close: i64,
-    /// A watermark given from outside (the Spark driver combines all tasks' progress):
-    /// the watermark the call began with, combined over every operator of the scope.
-    /// It judges rows (global, partition) and bounds what closes when no combined
-    /// close watermark is set (see [`Self::close_watermark`]).
-    external: Option<i64>,
-    /// The scope's event time given from outside with the watermark (see
-    /// [`Self::set_external_time`]): what idleness in event time and `max_ahead`
-    /// measure from, when higher than this operator's own.
-    external_time: Option<i64>,
+    /// Which watermark judges the call's rows and which closes its windows, and the
+    /// values given from outside (see [`marks`]).
+    marks: Marks,
     /// The time idleness and `state_ttl` are measured at in this call (see
     /// [`scope::idle_reading`]), read once when it begins.
     call_now: i64,
-    /// Spark's rule (global and partition scope): the watermark the previous call
-    /// began with. Every window with `end + allowed_lateness` at or before it is
-    /// closed; rows of those windows are late.
-    late_mark: i64,
-    /// The watermark this call began with (Spark's rule closes at it).
-    call_start: i64,
-    /// Spark's rule per key: per key slot the watermark its windows were closed at by
-    /// the call that set it, and that call's number (valid in the call after it only:
-    /// the key's windows are closed at its own watermark otherwise).
-    key_mark: Vec<(i64, u64)>,
-    /// Calls completed (numbers the marks above).
-    calls: u64,
-    /// Keys with windows that the last call's watermark passed: they close in the next
-    /// call (at the key's watermark, unless the key has rows in it).
-    deferred: Vec<u32>,
-    /// This call's keys (per key, Spark's rule): slot and watermark at the start.
-    key_starts: Vec<(u32, i64)>,
     /// The closed-through mark of the key whose rows are being added (sliding
     /// windows skip the closed ones).
     row_closed: i64,
@@ -330,9 +307,6 @@ pub struct Operator {
     session_end: Vec<i64>,
     /// `flush` closed every window: the operator takes no more rows.
     flushed: bool,
-    /// The watermark that closes windows (global and partition scope; idle keys'
-    /// windows in key scope), set by a coordinator combining several operators.
-    close_override: Option<i64>,
     /// Emit mergeable partial aggregates instead of final values (two-phase
     /// aggregation across cores; see [`Self::set_partial_output`]).
     partials: bool,
@@ -358,12 +332,6 @@ pub struct Operator {
 
 /// A key slot whose floor is not looked up yet (see [`Operator::floor_of`]).
 const UNRESOLVED: i64 = i64::MAX;
-
-/// A key with no closing mark in a snapshot (see `Operator::key_mark`).
-const NOT_PENDING: i64 = i64::MAX;
-
-/// The call number of a key mark that is never valid (a dropped key's).
-const NO_CALL: u64 = u64::MAX;
 
 /// Source partition ids a pipeline takes: `0..SOURCE_PARTITIONS` (other rows are
 /// error rows).
@@ -422,22 +390,13 @@ impl Operator {
             free_states: Vec::new(),
             timers: CloseIndex::default(),
             scope,
-            own_close: i64::MIN,
-            external: None,
-            external_time: None,
+            marks: Marks::default(),
             call_now: i64::MIN,
-            late_mark: i64::MIN,
-            call_start: i64::MIN,
-            key_mark: Vec::new(),
-            calls: 0,
-            deferred: Vec::new(),
-            key_starts: Vec::new(),
             row_closed: i64::MIN,
             floors: FloorSketch::default(),
             slot_floor: Vec::new(),
             session_end: Vec::new(),
             flushed: false,
-            close_override: None,
             partials: false,
             sorted: true,
             lookup: None,
@@ -478,7 +437,8 @@ impl Operator {
     /// The operator's watermark: global, combined over partitions, or (key scope) the
     /// highest global watermark reached. `None` until there is one.
     pub fn watermark(&self) -> Option<i64> {
-        if let (Some(w), Scope::Global | Scope::Partition { .. }) = (self.external, &self.cfg.scope)
+        if let (Some(w), Scope::Global | Scope::Partition { .. }) =
+            (self.marks.external.watermark, &self.cfg.scope)
         {
             return Some(w);
         }
@@ -492,34 +452,25 @@ impl Operator {
         (w != i64::MIN).then_some(w)
     }
 
-    /// Uses `w` as the scope watermark from now on (see [`Progress`]); `None` returns
-    /// to the operator's own watermark.
-    pub fn set_external_watermark(&mut self, w: Option<i64>) {
-        self.external = w;
+    /// Uses the values of `e` from the next call on (see [`External`]): the scope's
+    /// watermark and event time combined over every operator of the scope (the Spark
+    /// driver's, the runtime's coordinator's), so that this operator judges rows,
+    /// idleness in event time and `max_ahead` as every part of the scope does. `None`
+    /// values return to the operator's own. (The watermark that closes windows is
+    /// [`Self::complete`]'s argument.)
+    pub fn set_external(&mut self, e: External) {
+        self.marks.external = e;
     }
 
-    /// Uses `t` as the scope's event time when a call begins (when higher than this
-    /// operator's own): the largest event time every operator of the scope reported
-    /// (the Spark driver's, or the runtime's coordinator's [`ScopeWatermark::time`]),
-    /// so that idleness in event time and `max_ahead` are judged alike wherever the
-    /// scope's rows went. `None` returns to the operator's own.
-    pub fn set_external_time(&mut self, t: Option<i64>) {
-        self.external_time = t;
+    /// The values given from outside (see [`Self::set_external`]).
+    pub fn external(&self) -> External {
+        self.marks.external
     }
 
     /// The scope's event time as the next call begins: this operator's own, or the
     /// one given from outside if higher.
     pub fn scope_time(&self) -> i64 {
-        self.scope
-            .time()
-            .max(self.external_time.unwrap_or(i64::MIN))
-    }
-
-    /// Closes windows at `w` instead of the operator's own watermark from the next
-    /// close on (the runtime's coordinator sets the watermark combined over shards);
-    /// `None` returns to the operator's own.
-    pub fn set_close_watermark(&mut self, w: Option<i64>) {
-        self.close_override = w;
+        self.marks.scope_time(self.scope.time())
     }
 
     /// Joins every input row with `lookup` before it is aggregated (the aggregates may

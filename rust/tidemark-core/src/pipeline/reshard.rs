@@ -93,7 +93,7 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
             last_activity: r.i64()?,
             idle: r.bool()?,
             windows: Vec::new(),
-            pending: super::NOT_PENDING,
+            pending: super::marks::NOT_PENDING,
             session_end: i64::MIN,
         });
     }
@@ -294,7 +294,7 @@ fn merge_key(into: &mut KeyState, k: KeyState) {
     into.idle = into.idle && k.idle;
     into.session_end = into.session_end.max(k.session_end);
     into.pending = match (into.pending, k.pending) {
-        (super::NOT_PENDING, p) | (p, super::NOT_PENDING) => p,
+        (super::marks::NOT_PENDING, p) | (p, super::marks::NOT_PENDING) => p,
         (a, b) => a.max(b),
     };
     for (start, end, flags, accs) in k.windows {

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
 use super::floors::FloorSketch;
-use super::{n_aggs, Operator, PipelineConfig, PipelineMetrics, Scope, NOT_PENDING, NO_CALL};
+use super::marks::NOT_PENDING;
+use super::{n_aggs, Operator, PipelineConfig, PipelineMetrics, Scope};
 use crate::agg::codec::{read_acc, write_acc};
 use crate::clock::ClockRef;
 use crate::error::Result;
@@ -125,7 +126,7 @@ impl Operator {
         }
         w.bool(self.flushed);
         self.floors.write(&mut w);
-        w.i64(self.late_mark);
+        w.i64(self.marks.late_mark());
         w.seal(SnapshotKind::Pipeline, self.fingerprint)
     }
 
@@ -150,7 +151,7 @@ impl Operator {
         let slots = order.iter().max().map_or(0, |&s| s as usize + 1);
         op.wins.reserve(slots);
         if op.cfg.keeps_key_marks() {
-            op.key_mark.resize(slots, (NOT_PENDING, NO_CALL));
+            op.marks.reserve_keys(slots);
         }
         op.accs.reserve(room * n);
         op.flags.reserve(room);
@@ -184,18 +185,14 @@ impl Operator {
             if op.cfg.keeps_key_marks() {
                 let m = r.i64()?;
                 if m != NOT_PENDING {
-                    if op.key_mark.len() <= slot as usize {
-                        op.key_mark
-                            .resize(slot as usize + 1, (NOT_PENDING, NO_CALL));
-                    }
-                    op.key_mark[slot as usize] = (m, 0);
+                    op.marks.restore_key(slot, m);
                     // Windows its watermark passed close in the next call.
                     let wk = op.keys.slot_watermark(slot);
                     if op.wins[slot as usize]
                         .first()
                         .is_some_and(|w| op.close_at(w.end) <= wk)
                     {
-                        op.deferred.push(slot);
+                        op.marks.deferred.push(slot);
                     }
                 }
             }
@@ -235,7 +232,7 @@ impl Operator {
         op.metrics = m;
         op.flushed = r.bool()?;
         op.floors = FloorSketch::read(&mut r)?;
-        op.late_mark = r.i64()?;
+        op.marks.restore_late_mark(r.i64()?);
         r.finish()?;
         Ok(op)
     }

@@ -11,7 +11,7 @@ use super::merge::{with_merge_keys, MergeKeys};
 use super::metrics::LatencyHistogram;
 use super::{shard_rows, stopwatch};
 use crate::error::{Result, TidemarkError};
-use crate::pipeline::{Operator, Output, PipelineMetrics, Progress};
+use crate::pipeline::{External, Operator, Output, PipelineMetrics, Progress};
 use crate::route::{group_rows, Router, RowGroups};
 use crate::time::KeyedWatermarkMetrics;
 
@@ -178,8 +178,10 @@ impl Worker {
                             time,
                         } => {
                             started = Some(t0);
-                            op.set_external_watermark(threshold);
-                            op.set_external_time(Some(time));
+                            op.set_external(External {
+                                watermark: threshold,
+                                time: Some(time),
+                            });
                             let r =
                                 shard_rows(batch, parsed, rows, index).and_then(|(b, p, rows)| {
                                     sh.records.fetch_add(b.num_rows() as u64, Ordering::Relaxed);
@@ -197,9 +199,8 @@ impl Worker {
                             }))
                         }
                         Job::Complete { close } => {
-                            op.set_close_watermark(close);
                             let out = match pending.take() {
-                                Some(p) => op.complete(p),
+                                Some(p) => op.complete(p, close),
                                 None => Err(TidemarkError::config(
                                     "runtime",
                                     "complete without ingest (internal error)",
