@@ -20,6 +20,7 @@ import datetime as dt
 import re
 import shutil
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -103,7 +104,8 @@ def _stream_df(ns: dict[str, Any]) -> Any:
 
 
 def _write(df: Any, batch_id: int) -> None:
-    df.write.mode("overwrite").parquet(f"out/written/batch_id={batch_id}")
+    # A user's sink; two queries of one block may both use it at once.
+    df.write.parquet(f"out/written/batch_id={batch_id}/{uuid.uuid4().hex}")
 
 
 #: What a block may ask for (``needs``), built in the block's namespace.
