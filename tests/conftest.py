@@ -15,6 +15,15 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
+# Every JVM the tests start (the test sessions', the clusters', Spark Connect's, the
+# demo's) runs small jobs, many of them once: with the quick JIT alone and one GC thread
+# it spends less of the machine on compiling and collecting than on the tests.
+_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+os.environ["JAVA_TOOL_OPTIONS"] = " ".join(
+    filter(None, (os.environ.get("JAVA_TOOL_OPTIONS"), _JVM))
+)
+
+
 @pytest.fixture(scope="session")
 def spark_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The Spark JVM's working directory: where Spark resolves a relative path."""
