@@ -43,22 +43,7 @@ from tidemark.aggs import Agg
 from tidemark.pipeline import Pipeline
 from tidemark.spark._args import quoted
 from tidemark.spark._codec import arrow_schema_of
-
-#: Spark types whose sum per group fits a long (the pipeline's sum of them is int64).
-_SMALL_INTS = {"ByteType", "ShortType", "IntegerType"}
-#: Spark types whose min and max Spark and tidemark order alike.
-_ORDERED = {*_SMALL_INTS, "LongType", "DateType", "TimestampType", "TimestampNTZType"}
-#: Key types Spark's groupBy and tidemark's keys tell apart alike.
-_KEYS = {
-    *_SMALL_INTS,
-    "LongType",
-    "BooleanType",
-    "DateType",
-    "TimestampType",
-    "TimestampNTZType",
-    "StringType",
-    "BinaryType",
-}
+from tidemark.spark._types import spark_type, type_name
 
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
@@ -165,7 +150,7 @@ def preaggregation(pipe: Pipeline, schema: Any, tz: str, large: bool) -> Preaggr
         or pipe.lookup is not None
         or pipe.max_keys is not None
         or pipe.state_ttl is not None
-        or type(schema[pipe.event_time].dataType).__name__ != "TimestampType"
+        or type_name(schema[pipe.event_time].dataType) != "TimestampType"
     ):
         return None
     size = int(window["size"])
@@ -173,7 +158,7 @@ def preaggregation(pipe: Pipeline, schema: Any, tz: str, large: bool) -> Preaggr
     part = cfg["partition_column"] if cfg["scope"] == "partition" else None
     group_by = (*pipe.key, *([part] if part is not None else []))
     if any(
-        type(schema[c].dataType).__name__ not in _KEYS
+        not spark_type(schema[c].dataType).groups_alike
         # Spark groups a collated string by its collation key; tidemark by its bytes.
         or getattr(schema[c].dataType, "collation", "UTF8_BINARY") != "UTF8_BINARY"
         for c in group_by
@@ -189,14 +174,14 @@ def preaggregation(pipe: Pipeline, schema: Any, tz: str, large: bool) -> Preaggr
                 return None
             merged[name] = Agg("sum", WEIGHT)  # a group's rows: its weight
             continue
-        kind, c = type(schema[col].dataType).__name__, quoted(col)
+        kind, c = spark_type(schema[col].dataType), quoted(col)
         if agg.kind == "count":
             partials.append((p, f"count({c})", LongType(), "count", col))
             merged[name] = Agg("sum", p)
-        elif agg.kind == "sum" and kind in _SMALL_INTS:
+        elif agg.kind == "sum" and kind.small_int:
             partials.append((p, f"sum(CAST({c} AS BIGINT))", LongType(), "sum", col))
             merged[name] = Agg("sum", p)
-        elif agg.kind in ("min", "max") and kind in _ORDERED:
+        elif agg.kind in ("min", "max") and kind.ordered:
             partials.append((p, f"{agg.kind}({c})", schema[col].dataType, agg.kind, col))
             merged[name] = Agg(agg.kind, p)
         else:

@@ -14,29 +14,12 @@ from tidemark.pipeline import Pipeline
 from tidemark.spark import _layout
 from tidemark.spark._args import column, map_in_arrow, spark_context
 from tidemark.spark._codec import KIND_ERROR, OutputCodec
+from tidemark.spark._types import spark_type, type_name, value_bytes
 
 #: Spark's size estimate of a one-task input at most which its unused fixed-width
 #: columns travel to the task instead of being projected away (see
 #: :func:`unused_columns_are_cheap`).
 CHEAP_INPUT_BYTES = 1 << 20
-
-
-def _fixed_width_types() -> tuple[type, ...]:
-    from pyspark.sql import types as T
-
-    return (
-        T.ByteType,
-        T.ShortType,
-        T.IntegerType,
-        T.LongType,
-        T.FloatType,
-        T.DoubleType,
-        T.BooleanType,
-        T.DateType,
-        T.TimestampType,
-        T.TimestampNTZType,
-        T.DecimalType,
-    )
 
 
 def unused_columns_are_cheap(schema: Any, used: list[str], size: int | None) -> bool:
@@ -48,9 +31,8 @@ def unused_columns_are_cheap(schema: Any, used: list[str], size: int | None) -> 
     plan (about 15 ms for a streaming micro-batch here)."""
     if size is None or size > CHEAP_INPUT_BYTES:
         return False
-    fixed = _fixed_width_types()
     keep = set(used)
-    return all(type(f.dataType) in fixed for f in schema.fields if f.name not in keep)
+    return all(spark_type(f.dataType).fixed for f in schema.fields if f.name not in keep)
 
 
 #: Event times (epoch microseconds) within this bound always give a row its windows:
@@ -62,25 +44,7 @@ _SAFE_MICROS = 4 * 10**18
 _SAFE_WINDOW_MICROS = 10**18
 
 
-_INTEGERS = ("ByteType", "ShortType", "IntegerType", "LongType")
-
-
 _EPOCH_SCALE = {"unixtimestamp_s": 10**6, "unixtimestamp_ms": 10**3, "unixtimestamp_us": 1}
-
-
-_FIXED_KEYS = (
-    *_INTEGERS,
-    "FloatType",
-    "DoubleType",
-    "BooleanType",
-    "DecimalType",
-    "DateType",
-    "TimestampType",
-    "TimestampNTZType",
-)
-
-
-_VARIABLE_KEYS = ("StringType", "BinaryType", "CharType", "VarcharType")
 
 
 def _safe_event_time(pipe: Pipeline, schema: Any) -> Callable[[], Any] | None:
@@ -89,7 +53,8 @@ def _safe_event_time(pipe: Pipeline, schema: Any) -> Callable[[], Any] | None:
     ``None`` where only the core can tell (strings, floats, user parsers)."""
     from pyspark.sql import functions as F
 
-    kind = type(schema[pipe.event_time].dataType).__name__
+    dt = schema[pipe.event_time].dataType
+    kind, integer = type_name(dt), spark_type(dt).integer
     name = pipe.event_time_type
 
     def within(lo: Callable[[], Any], hi: Callable[[], Any]) -> Callable[[], Any]:
@@ -117,10 +82,10 @@ def _safe_event_time(pipe: Pipeline, schema: Any) -> Callable[[], Any] | None:
         return within(
             lambda: F.date_from_unix_date(F.lit(-days)), lambda: F.date_from_unix_date(F.lit(days))
         )
-    if name == "unixtimestamp_ns" and kind in _INTEGERS:
+    if name == "unixtimestamp_ns" and integer:
         # A long of nanoseconds always fits in microseconds.
         return lambda: column(pipe.event_time).isNotNull()
-    if name in _EPOCH_SCALE and kind in _INTEGERS:
+    if name in _EPOCH_SCALE and integer:
         bound = _SAFE_MICROS // _EPOCH_SCALE[name]
         return within(lambda: F.lit(-bound), lambda: F.lit(bound))
     return None
@@ -154,12 +119,12 @@ def safe_rows(df: Any, pipe: Pipeline) -> Callable[[], Any] | None:
     if safe_time is None:
         return None
     part = cfg["partition_column"] if cfg["scope"] == "partition" else None
-    if part is not None and type(schema[part].dataType).__name__ not in _INTEGERS:
+    if part is not None and not spark_type(schema[part].dataType).integer:
         return None
-    kinds = [type(schema[k].dataType).__name__ for k in pipe.key]
-    if any(k not in _FIXED_KEYS and k not in _VARIABLE_KEYS for k in kinds):
+    kinds = [spark_type(schema[k].dataType).key for k in pipe.key]
+    if None in kinds:
         return None  # not a key type the core takes: its run says so
-    var = [k for k, kind in zip(pipe.key, kinds, strict=True) if kind in _VARIABLE_KEYS]
+    var = [k for k, kind in zip(pipe.key, kinds, strict=True) if kind == "variable"]
 
     def build() -> Any:
         safe = safe_time()
@@ -262,36 +227,11 @@ def _live_union_branches(plan: Any) -> list[Any] | None:
         return None
 
 
-#: Spark's ``DataType.defaultSize`` of the types it sizes by their width (the rest: 20,
-#: as Spark sizes a string).
-_TYPE_BYTES = {
-    "BooleanType": 1,
-    "ByteType": 1,
-    "ShortType": 2,
-    "IntegerType": 4,
-    "FloatType": 4,
-    "DateType": 4,
-    "LongType": 8,
-    "DoubleType": 8,
-    "TimestampType": 8,
-    "TimestampNTZType": 8,
-    "DayTimeIntervalType": 8,
-    "YearMonthIntervalType": 4,
-}
-
-
 def row_bytes(schema: Any) -> int:
     """Bytes per row of ``schema`` (a Spark ``StructType``), as Spark estimates a row it
     has no statistics for: 8 plus each column's default size (strings and binary 20,
     decimals 8 or 16)."""
-    total = 8
-    for field in schema.fields:
-        name = type(field.dataType).__name__
-        if name == "DecimalType":
-            total += 8 if field.dataType.precision <= 18 else 16
-        else:
-            total += _TYPE_BYTES.get(name, 20)
-    return total
+    return 8 + sum(value_bytes(field.dataType) for field in schema.fields)
 
 
 _UNITS = {"B": 0, "KiB": 1, "MiB": 2, "GiB": 3, "TiB": 4, "PiB": 5, "EiB": 6}
