@@ -35,18 +35,6 @@ def unused_columns_are_cheap(schema: Any, used: list[str], size: int | None) -> 
     return all(spark_type(f.dataType).fixed for f in schema.fields if f.name not in keep)
 
 
-#: Event times (epoch microseconds) within this bound always give a row its windows:
-#: with window sizes, slides, offsets and gaps up to ``_SAFE_WINDOW_MICROS``, no window
-#: bound can leave the core's 64-bit range.
-_SAFE_MICROS = 4 * 10**18
-
-
-_SAFE_WINDOW_MICROS = 10**18
-
-
-_EPOCH_SCALE = {"unixtimestamp_s": 10**6, "unixtimestamp_ms": 10**3, "unixtimestamp_us": 1}
-
-
 def _safe_event_time(pipe: Pipeline, schema: Any) -> Callable[[], Any] | None:
     """A builder of a Spark predicate true for rows whose event time the core reads and
     windows without fail (not null, well inside the 64-bit microsecond range), or
@@ -69,24 +57,26 @@ def _safe_event_time(pipe: Pipeline, schema: Any) -> Callable[[], Any] | None:
         # a Parquet scan, which then reads three times slower.
         def micros() -> Any:
             ts = column(pipe.event_time)
-            return ts.isNotNull() & F.unix_micros(ts).between(-_SAFE_MICROS, _SAFE_MICROS)
+            return ts.isNotNull() & F.unix_micros(ts).between(
+                -_native.SAFE_EVENT_TIME, _native.SAFE_EVENT_TIME
+            )
 
         return micros
     if name is None and kind == "TimestampNTZType":
         return within(
-            lambda: F.timestamp_micros(F.lit(-_SAFE_MICROS)).cast("timestamp_ntz"),
-            lambda: F.timestamp_micros(F.lit(_SAFE_MICROS)).cast("timestamp_ntz"),
+            lambda: F.timestamp_micros(F.lit(-_native.SAFE_EVENT_TIME)).cast("timestamp_ntz"),
+            lambda: F.timestamp_micros(F.lit(_native.SAFE_EVENT_TIME)).cast("timestamp_ntz"),
         )
     if name is None and kind == "DateType":
-        days = _SAFE_MICROS // 86_400_000_000
+        days = _native.SAFE_EVENT_TIME // 86_400_000_000
         return within(
             lambda: F.date_from_unix_date(F.lit(-days)), lambda: F.date_from_unix_date(F.lit(days))
         )
     if name == "unixtimestamp_ns" and integer:
         # A long of nanoseconds always fits in microseconds.
         return lambda: column(pipe.event_time).isNotNull()
-    if name in _EPOCH_SCALE and integer:
-        bound = _SAFE_MICROS // _EPOCH_SCALE[name]
+    if name in _native.EPOCH_UNIT_MICROS and integer:
+        bound = _native.SAFE_EVENT_TIME // _native.EPOCH_UNIT_MICROS[name]
         return within(lambda: F.lit(-bound), lambda: F.lit(bound))
     return None
 
@@ -109,7 +99,7 @@ def safe_rows(df: Any, pipe: Pipeline) -> Callable[[], Any] | None:
         or cfg["time"] != "event"
         or cfg["parsed_externally"]
         or any(
-            abs(v) > _SAFE_WINDOW_MICROS
+            abs(v) > _native.SAFE_WINDOW
             for k, v in cfg["window"].items()
             if k in ("size", "slide", "offset", "gap")
         )

@@ -40,6 +40,16 @@ pub enum WindowSpec {
     },
 }
 
+/// Window sizes, slides, offsets and gaps up to this (in microseconds: about 31,700
+/// years) give every event time within [`SAFE_EVENT_TIME`] its windows: no window
+/// bound leaves the 64-bit range.
+pub const SAFE_WINDOW: i64 = 1_000_000_000_000_000_000;
+
+/// Event times (epoch microseconds) within `-SAFE_EVENT_TIME..=SAFE_EVENT_TIME` always
+/// get their windows, under any window within [`SAFE_WINDOW`] (see the test
+/// `safe_range_never_overflows`); further out, a row may be an error row.
+pub const SAFE_EVENT_TIME: i64 = 4 * SAFE_WINDOW;
+
 impl WindowSpec {
     /// Checks the sizes.
     pub fn validate(&self) -> Result<()> {
@@ -237,6 +247,31 @@ pub fn add_to_sessions(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn safe_range_never_overflows() {
+        let (t, w) = (SAFE_EVENT_TIME, SAFE_WINDOW);
+        let mut specs = vec![WindowSpec::Session { gap: w }];
+        for offset in [-w, 0, w] {
+            specs.push(WindowSpec::Tumbling { size: w, offset });
+            // Up to a thousand windows per row (each one is a call).
+            for slide in [w / 1000, w] {
+                specs.push(WindowSpec::Sliding {
+                    size: w,
+                    slide,
+                    offset,
+                });
+            }
+        }
+        for spec in specs {
+            for ts in [-t, -1, 0, t] {
+                let mut n = 0u64;
+                spec.assign(ts, |_, _| n += 1)
+                    .unwrap_or_else(|e| panic!("{spec:?} at {ts}: {e}"));
+                assert!(n >= 1, "{spec:?} at {ts}");
+            }
+        }
+    }
 
     #[test]
     fn tumbling_alignment_and_negatives() {

@@ -51,6 +51,17 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "SOURCE_PARTITIONS",
         tidemark_core::pipeline::SOURCE_PARTITIONS,
     )?;
+    // Event times (epoch microseconds) within -SAFE_EVENT_TIME..=SAFE_EVENT_TIME get
+    // their windows under any window within SAFE_WINDOW (sizes, slides, offsets, gaps).
+    m.add("SAFE_EVENT_TIME", tidemark_core::window::SAFE_EVENT_TIME)?;
+    m.add("SAFE_WINDOW", tidemark_core::window::SAFE_WINDOW)?;
+    // Microseconds per unit of the epoch event-time types that multiply.
+    m.add(
+        "EPOCH_UNIT_MICROS",
+        tidemark_core::time::epoch_unit_micros()
+            .into_iter()
+            .collect::<std::collections::HashMap<_, _>>(),
+    )?;
     m.add_class::<clock::PySystemClock>()?;
     m.add_class::<clock::PyManualClock>()?;
     m.add_class::<partitioned::PyPartitionedWatermarkTracker>()?;

@@ -15,7 +15,8 @@ pub use keyed::{
 };
 pub use mintree::{MinTree, NodeMinTree};
 pub use parse::{
-    format_epoch_micros, parse_event_time, EventTimeType, ParsedEventTime, BUILTIN_EVENT_TIME_TYPES,
+    epoch_unit_micros, format_epoch_micros, parse_event_time, EventTimeType, ParsedEventTime,
+    BUILTIN_EVENT_TIME_TYPES,
 };
 pub use partitioned::{
     max_event_time_per_partition, PartitionId, PartitionWatermarkState,

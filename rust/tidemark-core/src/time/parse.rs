@@ -337,6 +337,27 @@ impl Scale {
     }
 }
 
+/// Microseconds per unit of the built-in epoch types that scale by multiplying
+/// (`unixtimestamp_s`, `_ms`, `_us`; `_ns` divides: any long of nanoseconds is in range).
+pub fn epoch_unit_micros() -> Vec<(&'static str, i64)> {
+    [
+        TimeUnit::Second,
+        TimeUnit::Millisecond,
+        TimeUnit::Microsecond,
+        TimeUnit::Nanosecond,
+    ]
+    .into_iter()
+    .filter_map(|u| {
+        let m = match unit_scale(u) {
+            Scale::Mul(m) => m as i64,
+            Scale::Identity => 1,
+            Scale::DivFloor(_) => return None,
+        };
+        Some((EventTimeType::Unix(u).name(), m))
+    })
+    .collect()
+}
+
 fn unit_scale(unit: TimeUnit) -> Scale {
     match unit {
         TimeUnit::Second => Scale::Mul(1_000_000),
