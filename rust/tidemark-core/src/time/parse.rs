@@ -349,7 +349,7 @@ pub fn epoch_unit_micros() -> Vec<(&'static str, i64)> {
     .into_iter()
     .filter_map(|u| {
         let m = match unit_scale(u) {
-            Scale::Mul(m) => m as i64,
+            Scale::Mul(m) => m,
             Scale::Identity => 1,
             Scale::DivFloor(_) => return None,
         };
