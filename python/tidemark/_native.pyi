@@ -232,7 +232,8 @@ class Operator:
     ) -> None:
         """Joins every input row with `table` on `on` first (`None`: no lookup)."""
     def set_external_watermark(self, watermark: int | None) -> None:
-        """Uses an externally combined watermark (see the Rust docs); None to stop."""
+        """Drives the operator with the scope's watermark combined elsewhere (`None`: the
+        scope has none yet; see `External`)."""
     def set_external_time(self, time: int | None) -> None:
         """The scope's event time combined elsewhere (`None`: this operator's own)."""
     def set_sorted_output(self, on: bool) -> None:

@@ -271,8 +271,9 @@ class Operator:
         task's :meth:`progress` with :class:`ScopeWatermark`): it judges the rows
         (global and partition scope) and, unless :meth:`complete` is given the
         combined watermark, closes windows (global scope: or this operator's own
-        watermark, if higher; per key: idle keys' windows). ``None`` returns to the
-        operator's own watermark."""
+        watermark, if higher; per key: idle keys' windows). ``None``: the scope has no
+        watermark yet (the operator stays driven: its own view of the rows it holds
+        would run ahead of the scope's)."""
         self._single("set_external_watermark").set_external_watermark(watermark)
 
     def set_external_time(self, time: int | None) -> None:

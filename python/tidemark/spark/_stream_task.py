@@ -93,9 +93,6 @@ def scope_of(pipe: Pipeline, state: str | None, clock_ms: int) -> ScopeWatermark
     return ScopeWatermark(pipe, raw, clock=ManualClock(clock_ms))
 
 
-# The watermark of a stream that has none yet (epoch microseconds: i64::MIN).
-NO_WATERMARK = -(2**63)
-
 # The column that carries each row's state partition into the task (see tags).
 SP = "__tm_state_partition"
 
@@ -292,7 +289,7 @@ class StreamTask:
         if not isinstance(pipe.window, Rows):  # ROWS windows have no watermark
             # Before the stream has a watermark the combined one is the lowest: a
             # state partition must not close on its own view of the scope.
-            op.set_external_watermark(NO_WATERMARK if self.watermark is None else self.watermark)
+            op.set_external_watermark(self.watermark)
             op.set_external_time(self.scope_time)
         return op
 
@@ -406,7 +403,7 @@ def settle_calls(
 
 def _call_again(ops: list[Operator], shards: list[pa.Table], start: int | None, p: int) -> None:
     """State partition ``p``'s next call, beginning with the watermark ``start``."""
-    ops[p].set_external_watermark(NO_WATERMARK if start is None else start)
+    ops[p].set_external_watermark(start)
     ops[p].ingest(shards[p])
 
 

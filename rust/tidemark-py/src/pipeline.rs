@@ -164,9 +164,11 @@ impl PyOperator {
         Ok(())
     }
 
-    /// Uses an externally combined watermark (see the Rust docs); None to stop.
+    /// Drives the operator with the scope's watermark combined elsewhere (`None`: the
+    /// scope has none yet; see `External`).
     fn set_external_watermark(&mut self, watermark: Option<i64>) {
         let time = self.inner.external().time;
+        let watermark = Some(watermark.unwrap_or(i64::MIN));
         self.inner.set_external(External { watermark, time });
     }
 
