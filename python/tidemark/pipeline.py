@@ -174,6 +174,9 @@ class Pipeline:
         schema: pa.Schema | None = None,
         state_ttl: Duration | None = None,
     ) -> None:
+        # The arguments as given: a changed copy is built from them (see with_aggs).
+        # The clock is the attribute's (a pipeline shipped to executors has none).
+        self._args = {k: v for k, v in locals().items() if k not in ("self", "clock")}
         keys = [] if key is None else [key] if isinstance(key, str) else list(key)
         if not all(isinstance(k, str) for k in keys):
             raise ConfigError(f"key must be a column name, a list of names, or None, got {key!r}")
@@ -285,6 +288,21 @@ class Pipeline:
         out = _copy.copy(self)
         out.clock = None
         return out
+
+    def with_aggs(self, aggs: Mapping[str, Agg]) -> Pipeline:
+        """This pipeline's settings with other aggregates, over another input (no
+        input ``schema``, no lookup): every other argument it was built with carries
+        over. Validated as a new pipeline is.
+
+        >>> import tidemark as tm
+        >>> pipe = tm.Pipeline("k", "ts", window=tm.Tumbling("1m"),
+        ...                    watermark=tm.BoundedOutOfOrderness("5s", per="key"),
+        ...                    aggs={"n": tm.count()})
+        >>> p2 = pipe.with_aggs({"total": tm.sum("n")})
+        >>> list(p2.aggs), p2.watermark.per, p2.config["delay"]
+        (['total'], 'key', 5000000)
+        """
+        return Pipeline(**{**self._args, "aggs": aggs, "schema": None, "clock": self.clock})
 
     def without_lookup(self) -> Pipeline:
         """This pipeline without its lookup (:meth:`enrich`)."""

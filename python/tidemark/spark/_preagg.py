@@ -186,18 +186,9 @@ def preaggregation(pipe: Pipeline, schema: Any, tz: str, large: bool) -> Preaggr
             merged[name] = Agg(agg.kind, p)
         else:
             return None
-    rewritten = Pipeline(
-        pipe.key,
-        pipe.event_time,
-        aggs=merged,
-        window=pipe.window,
-        watermark=pipe.watermark,
-        emit=pipe.emit,
-        allowed_lateness=pipe.allowed_lateness,
-        late=pipe.late,
-        late_rule=pipe.late_rule,
-        eviction=pipe.eviction,
-    )
+    # Every other setting carries over; the clock stays with the processor (the
+    # pipeline that merges folds is shipped to executors).
+    rewritten = pipe.with_aggs(merged).without_clock()
     offset = int(window.get("offset", 0))
     out = Preaggregation(rewritten, pane, offset % pane, offset, tuple(partials), group_by)
     # The same windows schema as the raw path's (else it is not the same answer).
