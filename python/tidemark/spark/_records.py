@@ -11,7 +11,7 @@ One record type per processor, its fields named; the JSON layout of each is its
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 _R = TypeVar("_R", bound="BatchRecord")
 
@@ -28,9 +28,6 @@ class BatchRecord:
     flush: bool = False
     #: A finished batch's counts (``last_progress``; ``None`` while it runs).
     progress: dict[str, Any] | None = None
-
-    #: The processor this record type belongs to, for messages.
-    KIND: ClassVar[str] = ""
 
     @property
     def finished(self) -> bool:
@@ -82,8 +79,6 @@ class StreamRecord(BatchRecord):
     next_time: int | None = None
     #: A call without rows after this batch would change nothing (see settle_calls).
     settled: bool = False
-
-    KIND: ClassVar[str] = "StreamProcessor"
 
     @property
     def finished(self) -> bool:
@@ -148,8 +143,6 @@ class ReorderRecord(BatchRecord):
     done: bool = False
     #: The stream's watermark after the batch: the minimum over partitions.
     released: int | None = None
-
-    KIND: ClassVar[str] = "ReorderStream"
 
     @property
     def finished(self) -> bool:

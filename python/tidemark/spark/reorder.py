@@ -653,6 +653,8 @@ class ReorderStream(MicroBatchDriver):
     def watermark(self) -> int | None:
         """The stream's watermark after the last finished batch (minimum over
         partitions): a batch that did not finish has none yet."""
-        done = self.store.finished_ids()
-        rec: ReorderRecord | None = self.store.read_record(done[-1]) if done else None
-        return None if rec is None else rec.released
+        for v in reversed(self.store.record_ids()):
+            rec: ReorderRecord | None = self.store.read_record(v)
+            if rec is not None and rec.finished:
+                return rec.released
+        return None
