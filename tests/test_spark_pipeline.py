@@ -1786,31 +1786,6 @@ def test_standalone_cluster_uses_both_executors(
     assert "STANDALONE OK" in run_job("spark_standalone_job.py", tmp_path)
 
 
-def test_the_driver_routes_a_large_micro_batch_in_slices_to_the_same_partitions(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Routed in slices on several threads, each state partition gets the rows one
-    router gives it, in the same order."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from tidemark.spark import _stream_task
-
-    n = 10_001
-    table = pa.table(
-        {
-            "device": [f"d{(i * 7919) % 613}" for i in range(n)],
-            "ts": pa.array(range(n), pa.timestamp("us", tz="UTC")),
-        }
-    )
-    want = _stream_task.route(table, 4, ["device"])
-    assert sum(t.num_rows for t in want) == n and all(t.num_rows for t in want)
-    monkeypatch.setattr(_stream_task, "PARALLEL_ROUTE_ROWS", 1)
-    for threads in (2, 3, 7):
-        with ThreadPoolExecutor(threads) as pool:
-            got = _stream_task.route(table, 4, ["device"], threads, pool)
-        assert [t.combine_chunks() for t in got] == [t.combine_chunks() for t in want]
-
-
 @pytest.mark.parametrize("kind", ["pipeline", "reorder"])
 @pytest.mark.parametrize("on_driver", [True, False])
 def test_both_drivers_restart_after_a_failed_sink_to_the_uninterrupted_output(

@@ -13,6 +13,7 @@ VARIABLE_VALUE_OVERHEAD: int
 SOURCE_PARTITIONS: int
 SAFE_EVENT_TIME: int
 SAFE_WINDOW: int
+SETTLE_CALLS: int
 EPOCH_UNIT_MICROS: dict[str, int]
 __all__ = [
     "EPOCH_UNIT_MICROS",
@@ -20,11 +21,13 @@ __all__ = [
     "MAX_KEY_BYTES",
     "SAFE_EVENT_TIME",
     "SAFE_WINDOW",
+    "SETTLE_CALLS",
     "SOURCE_PARTITIONS",
     "VARIABLE_VALUE_OVERHEAD",
     "CompactKeyedWatermarkTracker",
     "KeyedWatermarkTracker",
     "ManualClock",
+    "MicroBatch",
     "Operator",
     "PartitionedWatermarkTracker",
     "ReorderOperator",
@@ -44,6 +47,8 @@ __all__ = [
     "pipeline_output_schema",
     "reshard_snapshots",
     "spark_hashable",
+    "spark_tags",
+    "summarize_batch",
     "validate_pipeline",
 ]
 
@@ -366,6 +371,47 @@ def reshard_snapshots(
     config: dict[str, Any], snapshots: list[bytes], n: int, hash: str = "spark"
 ) -> list[bytes]:
     """Operator snapshots redistributed over `n` state partitions by key."""
+
+@final
+class MicroBatch:
+    """One micro-batch of a pipeline over its state partitions (see the core's
+    `MicroBatch`): built with the batch's driver record, run once per task."""
+
+    def __new__(
+        cls,
+        config: dict[str, Any],
+        partitions: int,
+        *,
+        tag_column: str | None = None,
+        watermark: int | None = None,
+        time: int | None = None,
+        clock_ms: int = 0,
+        scope: bytes | None = None,
+        flush: bool = False,
+        settle: bool = False,
+        threads: int = 1,
+        weight: str | None = None,
+        lookup: tuple[Any, list[str], str, str | None] | None = None,
+        run: str = ...,
+    ) -> MicroBatch: ...
+    def run(
+        self, data: Any, held: list[tuple[int, bytes | None, str]], parsed_times: Any = None
+    ) -> list[tuple[int, tuple[Any, Any, Any], bytes, bytes]]:
+        """Runs the batch over the state partitions `held` (`(partition, snapshot or
+        None, its name in errors)`) on `data`: `[(partition, (windows, late, errors),
+        snapshot, report)]` in `held`'s order."""
+
+def spark_tags(n: int) -> tuple[list[int], list[int]]:
+    """Per state partition of `n`: the int tag of its rows and of its placeholder row,
+    which Spark's `repartition(n, tag)` sends to that partition."""
+
+def summarize_batch(
+    config: dict[str, Any], reports: list[bytes], run: str, scope: bytes | None, clock_ms: int
+) -> dict[str, Any] | None:
+    """The driver's view of a micro-batch from every state partition's report bytes:
+    `None` when one is another run's; else a dict with the next `watermark`, the
+    `scope` state and `time` after the batch, the row counts summed, and `settled`
+    (a quiet batch: the most calls made, and whether the last changed nothing)."""
 
 def builtin_event_time_types() -> list[str]:
     """Names of the built-in event-time types."""

@@ -77,7 +77,7 @@ class StreamRecord(BatchRecord):
     #: The watermark and event time the next batch starts from.
     next_watermark: int | None = None
     next_time: int | None = None
-    #: A call without rows after this batch would change nothing (see settle_calls).
+    #: A call without rows after this batch would change nothing (see the core's ``MicroBatch``).
     settled: bool = False
 
     @property

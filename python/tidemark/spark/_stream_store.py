@@ -1,6 +1,6 @@
 """``StreamProcessor``'s steps on its state store, around a micro-batch: its started
-record (:func:`prepare`), the watermark its progress gives the next batch
-(:func:`combine`), every state partition's progress (:func:`read_progress`), and the
+record (:func:`prepare`), every state partition's report combined (:func:`summarize`)
+into the watermark the next batch begins with (:func:`combine`), and the
 state moved to another number of state partitions (:func:`rescale`). The records are
 :class:`~tidemark.spark._records.StreamRecord`; the paths are the store's."""
 
@@ -15,7 +15,6 @@ from tidemark.errors import ConfigError, StateCorruptedError
 from tidemark.pipeline import Pipeline
 from tidemark.spark._args import spark_hash_matches
 from tidemark.spark._records import StreamRecord
-from tidemark.spark._stream_task import progress_dicts, scope_of
 from tidemark.spark.state import StateStore, stream_goes_on_after_flush
 
 
@@ -54,41 +53,39 @@ def prepare(
     return rec
 
 
-def combine(pipe: Pipeline, rec: StreamRecord, progress: list[tuple[int, Any, Any, Any]]) -> None:
-    """Next batch's watermark from this batch's progress rows, by the rule every
-    operator kind shares (:class:`~tidemark.ScopeWatermark`). Starts from the state
-    recorded before the batch, so a replayed batch computes the same result."""
-    scope = scope_of(pipe, rec.scope, rec.clock_ms)
-    nxt = scope.advance(progress_dicts(progress))
-    rec.scope_after = base64.b64encode(scope.to_bytes()).decode()
-    # A flush reads no rows: the watermark stays where it was (nothing follows it).
-    rec.next_watermark = rec.watermark if rec.flush else nxt
-    rec.next_time = scope.time
+def summarize(
+    store: StateStore, pipe: Pipeline, rec: StreamRecord, num_partitions: int, token: str
+) -> dict[str, Any] | None:
+    """The batch as every state partition reported it (``_native.summarize_batch``: the
+    next watermark, the scope after it, the row counts), or ``None`` if a partition
+    has not reported in this run (its task did not run, or an earlier run's wrote it).
+    Starts from the scope recorded before the batch, so a replayed batch gives the
+    same result. On a remote store the reports are read concurrently (one request
+    each); local files in turn (a thread pool would cost more than the reads)."""
 
-
-def read_progress(
-    store: StateStore, num_partitions: int, batch_id: int, token: str
-) -> list[tuple[int, Any, Any, Any]] | None:
-    """Every state partition's progress rows of this run of the batch, or None if a
-    partition has not written them (its task did not run). On a remote store the
-    files are read concurrently (one request each); local files in turn (a thread
-    pool would cost more than the reads)."""
-
-    def read(p: int) -> Any:
-        return store.read_progress(p, batch_id)
+    def read(p: int) -> bytes | None:
+        return store.read_progress(p, rec.batch_id)
 
     n = num_partitions
     if n == 1 or store.is_local:
-        docs = [read(p) for p in range(n)]
+        reports = [read(p) for p in range(n)]
     else:
         with ThreadPoolExecutor(max_workers=min(n, 16)) as pool:
-            docs = list(pool.map(read, range(n)))
-    rows: list[tuple[int, Any, Any, Any]] = []
-    for doc in docs:
-        if doc is None or doc.get("token") != token:
-            return None
-        rows += [(r[0], r[1], r[2], r[3]) for r in doc["rows"]]
-    return rows
+            reports = list(pool.map(read, range(n)))
+    got = [r for r in reports if r is not None]
+    if len(got) < n:
+        return None
+    scope = None if rec.scope is None else base64.b64decode(rec.scope)
+    return _native.summarize_batch(pipe._config, got, token, scope, rec.clock_ms)
+
+
+def combine(rec: StreamRecord, summary: dict[str, Any]) -> None:
+    """Records the next batch's watermark, event time and scope from the batch's
+    ``summary`` (see :func:`summarize`)."""
+    rec.scope_after = base64.b64encode(summary["scope"]).decode()
+    # A flush reads no rows: the watermark stays where it was (nothing follows it).
+    rec.next_watermark = rec.watermark if rec.flush else summary["watermark"]
+    rec.next_time = summary["time"]
 
 
 def rescale(

@@ -184,14 +184,14 @@ class StateStore:
         """Deletes state partition ``p``'s snapshots before batch ``keep_from``."""
         self.prune(f"partitions/{p}", SNAP, keep_from)
 
-    def read_progress(self, p: int, batch_id: int) -> Any:
-        """State partition ``p``'s progress document of batch ``batch_id`` (``None``)."""
-        return self.read_json(f"partitions/{p}/{batch_id}{PROGRESS}")
+    def read_progress(self, p: int, batch_id: int) -> bytes | None:
+        """State partition ``p``'s report of batch ``batch_id`` (``None``: none)."""
+        return self.read(f"partitions/{p}/{batch_id}{PROGRESS}")
 
-    def write_progress(self, p: int, batch_id: int, doc: Any, retention: int) -> None:
-        """Writes state partition ``p``'s progress of batch ``batch_id``, pruning its
-        versions older than the last ``retention``."""
-        self.write_json(f"partitions/{p}/{batch_id}{PROGRESS}", doc)
+    def write_progress(self, p: int, batch_id: int, report: bytes, retention: int) -> None:
+        """Writes state partition ``p``'s report of batch ``batch_id`` (the core's bytes),
+        pruning its versions older than the last ``retention``."""
+        self.write(f"partitions/{p}/{batch_id}{PROGRESS}", report)
         self.prune(f"partitions/{p}", PROGRESS, batch_id - retention + 1)
 
     @staticmethod

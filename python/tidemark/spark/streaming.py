@@ -91,10 +91,8 @@ from tidemark.spark._sizing import (
     row_bytes,
     unused_columns_are_cheap,
 )
-from tidemark.spark._stream_store import combine, prepare, read_progress, rescale
+from tidemark.spark._stream_store import combine, prepare, rescale, summarize
 from tidemark.spark._stream_task import (
-    P_READ,
-    P_SETTLED,
     StreamTask,
     batch_counts,
     driver_threads,
@@ -474,7 +472,7 @@ class StreamProcessor(MicroBatchDriver):
 
     def _nothing_to_do(self, plan: Any) -> bool:
         # A quiet micro-batch (no rows: Spark ran it for a heartbeat) after one that
-        # left nothing for a call without rows to do (see settle_calls).
+        # left nothing for a call without rows to do (see the core's ``MicroBatch``).
         return has_no_rows(plan) and self._settled()
 
     def _settled(self) -> bool:
@@ -492,7 +490,7 @@ class StreamProcessor(MicroBatchDriver):
         self, df: Any, batch_id: int, flush: bool, schema: Any, plan: Any = None
     ) -> _StreamRun:
         # A quiet micro-batch reads no rows (as a flush) and closes what the watermark
-        # passed, in calls without rows until one changes nothing (see settle_calls).
+        # passed, in calls without rows until one changes nothing (see the core's ``MicroBatch``).
         quiet = not flush and has_no_rows(plan)
         rowless = flush or quiet
         kind = "flush" if flush else "quiet" if quiet else "rows"
@@ -634,33 +632,32 @@ class StreamProcessor(MicroBatchDriver):
     def _finish(self, run: BatchRun) -> dict[str, Any]:
         assert isinstance(run, _StreamRun)
         batch_id, rec = run.batch_id, run.record
-        progress = read_progress(self.store, self.num_partitions, batch_id, run.token)
-        if progress is None:
+        summary = summarize(self.store, self.pipe, rec, self.num_partitions, run.token)
+        if summary is None:
             # The sinks did not run every task (no sink, or one that read part of
             # its output): run them. Replaying a task gives the same output and
             # state, so tasks that already ran may run again.
             if run.job is not None:
                 run.job.count()
-            progress = read_progress(self.store, self.num_partitions, batch_id, run.token)
-        if progress is None:
+            summary = summarize(self.store, self.pipe, rec, self.num_partitions, run.token)
+        if summary is None:
             raise StateCorruptedError(
                 f"batch {batch_id}: a state partition wrote no progress under "
                 f"{self.store.path('partitions')}"
             )
-        combine(self.pipe, rec, progress)
+        combine(rec, summary)
         # A quiet batch whose last call changed nothing leaves nothing for the next
-        # quiet one (see settle_calls); a batch with rows leaves what its watermark passed.
-        calls = [(a, b) for _, kind, a, b in progress if kind == P_SETTLED]
-        rec.settled = run.flush or (bool(calls) and all(b == 1 for _, b in calls))
+        # quiet one; a batch with rows leaves what its watermark passed.
+        settled = summary["settled"]
+        rec.settled = run.flush or (settled is not None and settled[1])
         self._quiet_settled = rec.settled
-        counts = batch_counts(batch_id, rec, progress, run.layout, run.read)
+        counts = batch_counts(batch_id, rec, summary, run.layout, run.read)
         if run.quiet:
-            counts["quiet_calls"] = max((a for a, _ in calls), default=0)
+            counts["quiet_calls"] = 0 if settled is None else settled[0]
         elif not run.flush:
             self._history = replace(self._history, last_rows=counts["input_rows"])
         if run.read == "folds":
-            read = sum(a for _, kind, a, _ in progress if kind == P_READ)
-            share = read / max(1, counts["input_rows"])
+            share = summary["read_rows"] / max(1, counts["input_rows"])
             self._history = replace(self._history, fold_share=share)
         if run.read == "spark" and run.read_why is not None:
             counts["read_why"] = run.read_why

@@ -12,6 +12,7 @@ mod drive;
 mod error;
 // Classes and functions: each depends only on the leaves.
 mod keyed;
+mod micro_batch;
 mod parse;
 mod partitioned;
 mod pipeline;
@@ -55,6 +56,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // their windows under any window within SAFE_WINDOW (sizes, slides, offsets, gaps).
     m.add("SAFE_EVENT_TIME", tidemark_core::window::SAFE_EVENT_TIME)?;
     m.add("SAFE_WINDOW", tidemark_core::window::SAFE_WINDOW)?;
+    m.add(
+        "SETTLE_CALLS",
+        tidemark_core::runtime::micro_batch::SETTLE_CALLS,
+    )?;
     // Microseconds per unit of the epoch event-time types that multiply.
     m.add(
         "EPOCH_UNIT_MICROS",
@@ -74,6 +79,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<route::PyRouter>()?;
     m.add_class::<reorder::PyReorderOperator>()?;
     m.add_class::<runtime::PyShardedOperator>()?;
+    m.add_class::<micro_batch::PyMicroBatch>()?;
+    m.add_function(wrap_pyfunction!(micro_batch::spark_tags, m)?)?;
+    m.add_function(wrap_pyfunction!(micro_batch::summarize_batch, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::reshard_snapshots, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::validate_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::pipeline_output_schema, m)?)?;

@@ -372,7 +372,9 @@ pub fn hash_router(num_partitions: usize, keys: &[&str], algo: HashAlgo) -> Resu
 pub(crate) mod spark;
 mod xxh3;
 
-pub use spark::{spark_hash_bytes, spark_hash_int, spark_hash_long, spark_hashable, spark_pmod};
+pub use spark::{
+    spark_hash_bytes, spark_hash_int, spark_hash_long, spark_hashable, spark_pmod, spark_tags,
+};
 pub use xxh3::{reduce, xxh3_partition};
 
 #[cfg(test)]

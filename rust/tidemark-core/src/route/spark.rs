@@ -38,6 +38,42 @@ fn fmix(mut h1: u32, len: u32) -> u32 {
     h1 ^ (h1 >> 16)
 }
 
+/// Per state partition `p` of `n`: two int values that Spark's hash partitioning
+/// (`repartition(n, tag)`, `pmod(hash(tag), n)`) sends to partition `p`: the tag of its
+/// rows and the tag of its placeholder row (the first and the second such value from
+/// 0 up). A row that carries its partition's tag as data lands where its state is,
+/// whatever Spark does to the partitioning afterwards, and a placeholder makes a
+/// partition with no rows run.
+///
+/// ```
+/// use tidemark_core::route::{spark_hash_int, spark_pmod, spark_tags};
+/// let (data, placeholder) = spark_tags(8);
+/// for p in 0..8 {
+///     assert_eq!(spark_pmod(spark_hash_int(data[p], 42), 8), p as u32);
+///     assert_eq!(spark_pmod(spark_hash_int(placeholder[p], 42), 8), p as u32);
+///     assert!(data[p] < placeholder[p]);
+/// }
+/// ```
+pub fn spark_tags(n: u32) -> (Vec<i32>, Vec<i32>) {
+    let n_us = n as usize;
+    let mut data: Vec<Option<i32>> = vec![None; n_us];
+    let mut placeholder: Vec<Option<i32>> = vec![None; n_us];
+    let mut left = n_us;
+    let mut v: i32 = 0;
+    while left > 0 {
+        let p = spark_pmod(spark_hash_int(v, 42), n) as usize;
+        if data[p].is_none() {
+            data[p] = Some(v);
+        } else if placeholder[p].is_none() {
+            placeholder[p] = Some(v);
+            left -= 1;
+        }
+        v += 1;
+    }
+    let all = |t: Vec<Option<i32>>| t.into_iter().map(|t| t.unwrap_or_default()).collect();
+    (all(data), all(placeholder))
+}
+
 /// Spark's `Murmur3_x86_32.hashInt`.
 #[inline]
 pub fn spark_hash_int(v: i32, seed: i32) -> i32 {

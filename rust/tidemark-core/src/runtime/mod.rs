@@ -24,6 +24,7 @@
 
 mod merge;
 mod metrics;
+pub mod micro_batch;
 mod snapshot;
 mod worker;
 

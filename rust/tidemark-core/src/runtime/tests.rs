@@ -490,3 +490,209 @@ proptest! {
         }
     }
 }
+
+/// A micro-batch's rows tagged with their state partition (Spark's hash of `k`), and
+/// one placeholder row per state partition (data columns null), as the Spark layer's
+/// `repartition` input carries them.
+fn tagged_batch(b: &RecordBatch, n: u32) -> RecordBatch {
+    use crate::route::{hash_router, spark_tags, HashAlgo};
+    use arrow_array::{new_null_array, Int32Array};
+    use arrow_schema::{Field, Schema};
+    let (data, placeholder) = spark_tags(n);
+    let ids = hash_router(n as usize, &["k"], HashAlgo::Spark)
+        .unwrap()
+        .partition_ids(b)
+        .unwrap();
+    let mut fields: Vec<Field> = b
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone().with_nullable(true))
+        .collect();
+    fields.push(Field::new("__tag", arrow_schema::DataType::Int32, false));
+    let schema = Arc::new(Schema::new(fields));
+    let mut cols: Vec<ArrayRef> = b.columns().to_vec();
+    cols.push(Arc::new(Int32Array::from(
+        ids.iter().map(|&p| data[p as usize]).collect::<Vec<_>>(),
+    )));
+    let rows = RecordBatch::try_new(schema.clone(), cols).unwrap();
+    let mut ph: Vec<ArrayRef> = b
+        .columns()
+        .iter()
+        .map(|c| new_null_array(c.data_type(), n as usize))
+        .collect();
+    ph.push(Arc::new(Int32Array::from(placeholder)));
+    let ph = RecordBatch::try_new(schema.clone(), ph).unwrap();
+    arrow_select::concat::concat_batches(&schema, [&ph, &rows]).unwrap()
+}
+
+/// A Spark query's state partitions as the driver keeps them between micro-batches.
+struct Driven {
+    mb: micro_batch::MicroBatch,
+    snapshots: Vec<Option<Vec<u8>>>,
+    tagged: bool,
+}
+
+impl Driven {
+    fn new(c: &PipelineConfig, n: u32, threads: usize, tagged: bool) -> Self {
+        use micro_batch::{MicroBatch, Placement};
+        Driven {
+            mb: MicroBatch {
+                cfg: c.clone(),
+                partitions: n,
+                placement: if tagged {
+                    Placement::Tagged("__tag".into())
+                } else {
+                    Placement::Route
+                },
+                watermark: None,
+                time: None,
+                clock_ms: 0,
+                scope: None,
+                flush: false,
+                settle: false,
+                threads,
+                weight: None,
+                lookup: None,
+                run: format!("run-{n}-{threads}-{tagged}"),
+            },
+            snapshots: vec![None; n as usize],
+            tagged,
+        }
+    }
+
+    /// One micro-batch (`None`: a flush; empty rows with `settle`: a quiet batch):
+    /// its windows and late rows, as sorted rows; the watermark after it.
+    fn batch(
+        &mut self,
+        rows: Option<&RecordBatch>,
+        settle: bool,
+    ) -> (Vec<String>, Vec<String>, Option<i64>) {
+        use micro_batch::{summarize, Report, Restore};
+        let n = self.mb.partitions;
+        self.mb.flush = rows.is_none();
+        self.mb.settle = settle;
+        let empty = batch(&[]);
+        let rows = rows.unwrap_or(&empty);
+        let input = if self.tagged {
+            tagged_batch(rows, n)
+        } else {
+            rows.clone()
+        };
+        let held = (0..n)
+            .map(|p| Restore {
+                partition: p,
+                snapshot: self.snapshots[p as usize].clone(),
+                name: format!("p{p}"),
+            })
+            .collect();
+        let got = self.mb.run(&input, None, held).unwrap();
+        let mut reports = Vec::new();
+        let (mut windows, mut late) = (Vec::new(), Vec::new());
+        for r in got {
+            self.snapshots[r.partition as usize] = Some(r.snapshot);
+            let bytes = r.report.to_bytes(&self.mb.cfg);
+            reports.push(Report::from_bytes(&self.mb.cfg, &bytes).unwrap());
+            windows.push(r.output.windows);
+            late.push(r.output.late);
+        }
+        let s = summarize(
+            &self.mb.cfg,
+            self.mb.scope.as_deref(),
+            self.mb.clock_ms,
+            &self.mb.run,
+            &reports,
+        )
+        .unwrap()
+        .expect("this run's reports");
+        assert!(summarize(&self.mb.cfg, None, 0, "another run", &reports)
+            .unwrap()
+            .is_none());
+        assert_eq!(s.input_rows, rows.num_rows() as u64);
+        if !self.mb.flush {
+            self.mb.watermark = s.watermark;
+        }
+        self.mb.time = s.time;
+        self.mb.scope = Some(s.scope);
+        (window_rows(&windows), window_rows(&late), self.mb.watermark)
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    /// A micro-batch over N state partitions (rows routed by Spark's hash, or tagged
+    /// as Spark's shuffle delivers them; on one thread or several) gives one state
+    /// partition's windows, late rows and watermarks, batch by batch, then in a quiet
+    /// batch and a flush.
+    #[test]
+    fn micro_batch_partitions_equal_one(
+        s in stream(),
+        n in 2u32..5,
+        threads in 1usize..4,
+        rule in prop_oneof![Just(LateRule::Spark), Just(LateRule::Flink), Just(LateRule::Row)],
+        window in 0usize..3,
+    ) {
+        for scope in scopes() {
+            let c = PipelineConfig { late_rule: rule, idleness: Idleness::EventTime, ..cfg(windows()[window], scope.clone(), EmitMode::OnWindowClose, Some(5)) };
+            let mut one = Driven::new(&c, 1, 1, false);
+            let mut routed = Driven::new(&c, n, threads, false);
+            let mut tagged = Driven::new(&c, n, 1, true);
+            for (i, (rows, _)) in s.iter().enumerate() {
+                let b = batch(rows);
+                let a = one.batch(Some(&b), false);
+                prop_assert_eq!(&a, &routed.batch(Some(&b), false), "routed, batch {} {:?}", i, scope);
+                prop_assert_eq!(&a, &tagged.batch(Some(&b), false), "tagged, batch {} {:?}", i, scope);
+            }
+            let empty = batch(&[]);
+            let a = one.batch(Some(&empty), true);
+            prop_assert_eq!(&a, &routed.batch(Some(&empty), true), "quiet batch");
+            let a = one.batch(None, false);
+            prop_assert_eq!(&a, &routed.batch(None, false), "flush");
+        }
+    }
+}
+
+#[test]
+fn micro_batch_names_a_damaged_snapshot_and_refuses_another_pipelines_report() {
+    use micro_batch::{Report, Restore};
+    let c = cfg(windows()[0], Scope::Global, EmitMode::OnWindowClose, None);
+    let mut d = Driven::new(&c, 2, 1, false);
+    d.batch(
+        Some(&batch(&[
+            (1, 0, Some(1_000), 1.0),
+            (2, 0, Some(9_000), 2.0),
+        ])),
+        false,
+    );
+    let mut damaged = d.snapshots[1].clone().unwrap();
+    let last = damaged.len() - 1;
+    damaged[last] ^= 0xff;
+    let held = vec![
+        Restore {
+            partition: 0,
+            snapshot: d.snapshots[0].clone(),
+            name: "p0.snap".into(),
+        },
+        Restore {
+            partition: 1,
+            snapshot: Some(damaged),
+            name: "partitions/1/0.snap".into(),
+        },
+    ];
+    let e = d.mb.run(&batch(&[]), None, held).unwrap_err();
+    assert!(matches!(e, TidemarkError::StateCorrupted(_)), "{e}");
+    assert!(e.to_string().contains("partitions/1/0.snap"), "{e}");
+    let report = Report {
+        partition: 3,
+        run: "r".into(),
+        input_rows: 7,
+        settled: Some((2, true)),
+        ..Default::default()
+    };
+    let bytes = report.to_bytes(&c);
+    assert_eq!(Report::from_bytes(&c, &bytes).unwrap(), report);
+    let mut other = c.clone();
+    other.delay += 1;
+    assert!(Report::from_bytes(&other, &bytes).is_err());
+}

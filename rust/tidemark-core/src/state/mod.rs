@@ -43,6 +43,9 @@ pub enum SnapshotKind {
     Keyed = 6,
     /// A memory-bounded per-key watermark tracker (exact keys and a sketch).
     CompactKeyed = 7,
+    /// A state partition's report of a micro-batch (see
+    /// [`crate::runtime::micro_batch::Report`]).
+    Report = 8,
 }
 
 impl SnapshotKind {
@@ -55,6 +58,7 @@ impl SnapshotKind {
             SnapshotKind::Sharded => "sharded pipeline operator",
             SnapshotKind::Keyed => "keyed watermark tracker",
             SnapshotKind::CompactKeyed => "compact keyed watermark tracker",
+            SnapshotKind::Report => "micro-batch report",
         }
     }
 
@@ -67,6 +71,7 @@ impl SnapshotKind {
             5 => SnapshotKind::Sharded,
             6 => SnapshotKind::Keyed,
             7 => SnapshotKind::CompactKeyed,
+            8 => SnapshotKind::Report,
             _ => return None,
         })
     }

@@ -1,0 +1,762 @@
+//! One micro-batch of a pipeline over `N` state partitions: what a Spark task, or the
+//! driver, runs for the state partitions it holds.
+//!
+//! A Spark query keeps its keyed state in `N` state partitions, placed by Spark's
+//! `hash()` of the keys (so `repartition(N, keys)` sends a key's rows where its state
+//! is). [`MicroBatch::run`] takes the batch's rows and each held partition's snapshot,
+//! and gives back every partition's output, its new snapshot and its [`Report`]: the
+//! progress the driver combines into the next micro-batch's watermark
+//! ([`summarize`]). The partitions run on up to [`MicroBatch::threads`] threads,
+//! started for the call and joined before it returns (none at import, none kept).
+//!
+//! Windows close on the watermark combined over every state partition, as one operator
+//! would close them. A run that holds every state partition does each call in two
+//! halves: every partition ingests its rows, the scope watermark (restored from the
+//! driver's record before the batch) combines their progress, then every partition
+//! closes what that passed. A run of some state partitions among several (a shuffled
+//! batch: one Spark task each) cannot see the others: each processes its rows alone,
+//! driven by the watermark the batch began with, so a window may come one micro-batch
+//! later than from one operator, never twice; late and error rows are the same.
+//!
+//! A quiet micro-batch ([`MicroBatch::settle`]: every partition, no rows) runs calls
+//! without rows until one changes nothing, at most [`SETTLE_CALLS`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type};
+use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, UInt32Array};
+use arrow_schema::DataType;
+
+use crate::clock::ManualClock;
+use crate::error::{Result, TidemarkError};
+use crate::pipeline::lookup::Lookup;
+use crate::pipeline::rows::RowsOperator;
+use crate::pipeline::{
+    ArrivalOperator, External, Operator, Output, Pending, PipelineConfig, Progress, ScopeWatermark,
+};
+use crate::route::{group_rows, hash_router, spark_tags, HashAlgo, RowGroups};
+use crate::state::{self, Reader, SnapshotKind, Writer};
+use crate::window::WindowSpec;
+
+/// A quiet micro-batch runs calls without rows until one emits no window and moves no
+/// watermark (the windows its watermark closed are out, and the ones inputs gone idle
+/// released), at most this many.
+pub const SETTLE_CALLS: u32 = 8;
+
+/// How the micro-batch's rows reach its state partitions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// The run holds every row of the batch and every state partition: rows are routed
+    /// by Spark's `hash()` of the pipeline's keys (all rows to partition 0 without
+    /// keys), as `repartition(N, keys)` routes them.
+    Route,
+    /// Each row carries its state partition's tag in this int column ([`spark_tags`]:
+    /// a data tag, or a placeholder's, whose row holds no data): the run holds the
+    /// partitions whose tags appear.
+    Tagged(String),
+}
+
+/// One micro-batch over state partitions (see the module documentation).
+#[derive(Clone, Debug)]
+pub struct MicroBatch {
+    /// The pipeline.
+    pub cfg: PipelineConfig,
+    /// The number of state partitions (`N`).
+    pub partitions: u32,
+    /// How rows reach the state partitions.
+    pub placement: Placement,
+    /// The watermark the batch began with, combined over every state partition by the
+    /// driver (`None`: the stream has none yet).
+    pub watermark: Option<i64>,
+    /// The stream's event time as the batch began (`None`: none yet).
+    pub time: Option<i64>,
+    /// The batch's clock reading (idleness on the clock), in milliseconds.
+    pub clock_ms: i64,
+    /// The scope watermark's state before the batch ([`ScopeWatermark::to_bytes`];
+    /// `None`: a new stream).
+    pub scope: Option<Vec<u8>>,
+    /// End of input: every partition flushes (reads no rows).
+    pub flush: bool,
+    /// A quiet micro-batch: calls without rows follow the first until one changes
+    /// nothing (see [`SETTLE_CALLS`]).
+    pub settle: bool,
+    /// Up to this many state partitions at once.
+    pub threads: usize,
+    /// An int column whose values are the input rows a row stands for (Spark's folds
+    /// of raw rows); `None` or absent: one each.
+    pub weight: Option<String>,
+    /// The pipeline's lookup table, joined with every input row first.
+    pub lookup: Option<Arc<Lookup>>,
+    /// The run that writes the reports (the driver's token: reports of another run
+    /// are not this one's).
+    pub run: String,
+}
+
+/// A state partition held by a run, as the batch begins.
+#[derive(Clone, Debug)]
+pub struct Restore {
+    /// The state partition.
+    pub partition: u32,
+    /// Its snapshot (`None`: it starts empty).
+    pub snapshot: Option<Vec<u8>>,
+    /// What to call the snapshot in an error (its file).
+    pub name: String,
+}
+
+/// One state partition's result of a run.
+#[derive(Debug)]
+pub struct PartitionResult {
+    /// The state partition.
+    pub partition: u32,
+    /// The windows, late rows and error rows it emitted.
+    pub output: Output,
+    /// Its state after the batch.
+    pub snapshot: Vec<u8>,
+    /// Its progress, for the driver.
+    pub report: Report,
+}
+
+/// What a state partition reports of a micro-batch: the progress the driver combines
+/// into the next watermark, and its row counts. Serialised by [`Report::to_bytes`].
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Report {
+    /// The state partition.
+    pub partition: u32,
+    /// The run that wrote it (see [`MicroBatch::run`]).
+    pub run: String,
+    /// What its operator's last call saw.
+    pub progress: Progress,
+    /// Input rows (folds count as the rows they stand for).
+    pub input_rows: u64,
+    /// Rows the partition read (folds count once).
+    pub read_rows: u64,
+    /// Window rows emitted.
+    pub window_rows: u64,
+    /// Late rows (as input rows).
+    pub late_rows: u64,
+    /// Error rows (as input rows).
+    pub error_rows: u64,
+    /// A quiet batch: the calls made, and whether the last changed nothing.
+    pub settled: Option<(u32, bool)>,
+}
+
+impl Report {
+    /// The report as bytes (versioned, checksummed, tied to the pipeline `cfg`).
+    pub fn to_bytes(&self, cfg: &PipelineConfig) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.u32(self.partition);
+        w.str(&self.run);
+        let p = &self.progress;
+        w.i64(p.max_event_time);
+        w.i64(p.on_time_max);
+        w.len(p.partition_max.len());
+        for &(part, t) in &p.partition_max {
+            w.u32(part);
+            w.i64(t);
+        }
+        write_opt(&mut w, p.key_global);
+        write_opt(&mut w, p.key_parts.0);
+        w.i64(p.key_parts.1);
+        for v in [
+            self.input_rows,
+            self.read_rows,
+            self.window_rows,
+            self.late_rows,
+            self.error_rows,
+        ] {
+            w.u64(v);
+        }
+        w.bool(self.settled.is_some());
+        let (calls, last) = self.settled.unwrap_or_default();
+        w.u32(calls);
+        w.bool(last);
+        state::seal(SnapshotKind::Report, cfg.fingerprint(), &w.finish())
+    }
+
+    /// A report read back from [`Report::to_bytes`] (of the same pipeline).
+    pub fn from_bytes(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Self> {
+        let payload = state::open(bytes, SnapshotKind::Report, Some(cfg.fingerprint()))?;
+        let mut r = Reader::new(payload);
+        let partition = r.u32()?;
+        let run = r.str()?.to_string();
+        let max_event_time = r.i64()?;
+        let on_time_max = r.i64()?;
+        let n = r.len(12)?;
+        let partition_max = (0..n)
+            .map(|_| Ok((r.u32()?, r.i64()?)))
+            .collect::<Result<Vec<_>>>()?;
+        let key_global = read_opt(&mut r)?;
+        let key_parts = (read_opt(&mut r)?, r.i64()?);
+        let mut counts = [0u64; 5];
+        for c in &mut counts {
+            *c = r.u64()?;
+        }
+        let has_settled = r.bool()?;
+        let settled = (r.u32()?, r.bool()?);
+        r.finish()?;
+        let [input_rows, read_rows, window_rows, late_rows, error_rows] = counts;
+        Ok(Self {
+            partition,
+            run,
+            progress: Progress {
+                max_event_time,
+                partition_max,
+                key_global,
+                on_time_max,
+                key_parts,
+            },
+            input_rows,
+            read_rows,
+            window_rows,
+            late_rows,
+            error_rows,
+            settled: has_settled.then_some(settled),
+        })
+    }
+}
+
+fn write_opt(w: &mut Writer, v: Option<i64>) {
+    w.bool(v.is_some());
+    w.i64(v.unwrap_or(0));
+}
+
+fn read_opt(r: &mut Reader<'_>) -> Result<Option<i64>> {
+    let some = r.bool()?;
+    let v = r.i64()?;
+    Ok(some.then_some(v))
+}
+
+/// A micro-batch as the driver sees it after every state partition reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchSummary {
+    /// The watermark the next micro-batch begins with (`None`: none yet).
+    pub watermark: Option<i64>,
+    /// The scope watermark's state after the batch.
+    pub scope: Vec<u8>,
+    /// The stream's event time after the batch (`None`: none yet).
+    pub time: Option<i64>,
+    /// Input rows, summed over the partitions.
+    pub input_rows: u64,
+    /// Rows read, summed over the partitions.
+    pub read_rows: u64,
+    /// Window rows, summed over the partitions.
+    pub window_rows: u64,
+    /// Late rows, summed over the partitions.
+    pub late_rows: u64,
+    /// Error rows, summed over the partitions.
+    pub error_rows: u64,
+    /// A quiet batch: the most calls any partition made, and whether the last call
+    /// changed nothing in every partition (`None`: not a quiet batch).
+    pub settled: Option<(u32, bool)>,
+}
+
+/// The next watermark and the batch's counts from every state partition's report,
+/// by the rule every operator kind shares ([`ScopeWatermark`]): starts from the
+/// scope's state recorded before the batch (`scope`, on the batch's clock reading), so
+/// a replayed batch gives the same result. `None` when a report is another run's than
+/// `run` (a task of an earlier, failed run wrote it).
+pub fn summarize(
+    cfg: &PipelineConfig,
+    scope: Option<&[u8]>,
+    clock_ms: i64,
+    run: &str,
+    reports: &[Report],
+) -> Result<Option<BatchSummary>> {
+    if reports.iter().any(|r| r.run != run) {
+        return Ok(None);
+    }
+    let mut scope = scope_of(cfg, scope, clock_ms)?;
+    let progress: Vec<Progress> = reports.iter().map(|r| r.progress.clone()).collect();
+    let next = scope.advance(&progress)?;
+    let sum = |f: fn(&Report) -> u64| reports.iter().map(f).sum();
+    let settled: Vec<(u32, bool)> = reports.iter().filter_map(|r| r.settled).collect();
+    let time = scope.time();
+    Ok(Some(BatchSummary {
+        watermark: (next != i64::MIN).then_some(next),
+        scope: scope.to_bytes(),
+        time: (time != i64::MIN).then_some(time),
+        input_rows: sum(|r| r.input_rows),
+        read_rows: sum(|r| r.read_rows),
+        window_rows: sum(|r| r.window_rows),
+        late_rows: sum(|r| r.late_rows),
+        error_rows: sum(|r| r.error_rows),
+        settled: (!settled.is_empty()).then(|| {
+            let calls = settled.iter().map(|s| s.0).max().unwrap_or(0);
+            (calls, settled.iter().all(|s| s.1))
+        }),
+    }))
+}
+
+fn scope_of(cfg: &PipelineConfig, bytes: Option<&[u8]>, clock_ms: i64) -> Result<ScopeWatermark> {
+    let clock = Arc::new(ManualClock::new(clock_ms));
+    match bytes {
+        None => Ok(ScopeWatermark::new(cfg, clock)),
+        Some(b) => ScopeWatermark::from_bytes(cfg, clock, b),
+    }
+}
+
+/// A state partition's operator: time windows, or ROWS windows (no watermark).
+enum Op {
+    Time(Box<Operator>),
+    Rows(Box<RowsOperator>),
+}
+
+/// A state partition during a run.
+struct Part {
+    partition: u32,
+    op: Op,
+    rows: RecordBatch,
+    parsed: Option<Int64Array>,
+    pending: Option<Pending>,
+    /// Each call's output, in call order.
+    outputs: Vec<Output>,
+}
+
+impl Part {
+    fn time(&mut self) -> &mut Operator {
+        match &mut self.op {
+            Op::Time(op) => op,
+            Op::Rows(_) => unreachable!("ROWS windows run each partition alone"),
+        }
+    }
+
+    fn progress(&self) -> Progress {
+        match &self.op {
+            Op::Time(op) => op.progress().clone(),
+            Op::Rows(_) => Progress::default(),
+        }
+    }
+
+    /// The partition's whole call alone: processes its rows (or flushes).
+    fn alone(&mut self, flush: bool) -> Result<()> {
+        let op: &mut dyn ArrivalOperator = match &mut self.op {
+            Op::Time(op) => op.as_mut(),
+            Op::Rows(op) => op.as_mut(),
+        };
+        let out = if flush {
+            op.flush()?
+        } else {
+            op.process(&self.rows, self.parsed.as_ref())?
+        };
+        self.outputs.push(out);
+        Ok(())
+    }
+
+    fn ingest(&mut self, start: Option<External>) -> Result<()> {
+        let (rows, parsed) = (self.rows.clone(), self.parsed.clone());
+        let op = self.time();
+        if let Some(e) = start {
+            op.set_external(e);
+        }
+        self.pending = Some(op.ingest(&rows, parsed.as_ref())?);
+        Ok(())
+    }
+
+    fn complete(&mut self, close: Option<i64>) -> Result<()> {
+        let pending = self.pending.take().expect("ingest before complete");
+        let out = self.time().complete(pending, close)?;
+        self.outputs.push(out);
+        Ok(())
+    }
+
+    fn finish(
+        mut self,
+        batch: &MicroBatch,
+        settled: Option<(u32, bool)>,
+    ) -> Result<PartitionResult> {
+        let output = concat_outputs(std::mem::take(&mut self.outputs))?;
+        let weight = |b: &RecordBatch| weight_of(b, batch.weight.as_deref());
+        let report = Report {
+            partition: self.partition,
+            run: batch.run.clone(),
+            progress: self.progress(),
+            input_rows: weight(&self.rows),
+            read_rows: self.rows.num_rows() as u64,
+            window_rows: output.windows.num_rows() as u64,
+            late_rows: weight(&output.late),
+            error_rows: weight(&output.errors),
+            settled,
+        };
+        let snapshot = match &self.op {
+            Op::Time(op) => op.snapshot(),
+            Op::Rows(op) => ArrivalOperator::snapshot(op.as_ref())?,
+        };
+        Ok(PartitionResult {
+            partition: self.partition,
+            output,
+            snapshot,
+            report,
+        })
+    }
+}
+
+/// The input rows `batch`'s rows stand for: one each, or the sum of `column`.
+fn weight_of(batch: &RecordBatch, column: Option<&str>) -> u64 {
+    let col = column.and_then(|c| batch.schema().index_of(c).ok());
+    let Some(i) = col else {
+        return batch.num_rows() as u64;
+    };
+    let c = batch.column(i);
+    match c.data_type() {
+        DataType::Int64 => c.as_primitive::<Int64Type>().iter().flatten().sum::<i64>() as u64,
+        DataType::Int32 => c
+            .as_primitive::<Int32Type>()
+            .iter()
+            .flatten()
+            .map(i64::from)
+            .sum::<i64>() as u64,
+        _ => batch.num_rows() as u64,
+    }
+}
+
+/// The outputs of a partition's calls as one (a quiet batch makes several).
+fn concat_outputs(mut outs: Vec<Output>) -> Result<Output> {
+    if outs.len() == 1 {
+        return Ok(outs.remove(0));
+    }
+    let cat = |f: fn(&Output) -> &RecordBatch| -> Result<RecordBatch> {
+        let batches: Vec<&RecordBatch> = outs.iter().map(f).collect();
+        Ok(arrow_select::concat::concat_batches(
+            &batches[0].schema(),
+            batches,
+        )?)
+    };
+    Ok(Output {
+        windows: cat(|o| &o.windows)?,
+        late: cat(|o| &o.late)?,
+        errors: cat(|o| &o.errors)?,
+    })
+}
+
+/// `f` over every item, on up to `threads` scoped threads (consecutive items per
+/// thread), results in item order.
+fn par_each<T: Send, R: Send>(
+    items: &mut [T],
+    threads: usize,
+    f: impl Fn(&mut T) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
+    let threads = threads.clamp(1, items.len().max(1));
+    if threads == 1 {
+        return items.iter_mut().map(f).collect();
+    }
+    let (len, chunk) = (items.len(), items.len().div_ceil(threads));
+    let f = &f;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = items
+            .chunks_mut(chunk)
+            .map(|part| s.spawn(move || part.iter_mut().map(f).collect::<Result<Vec<R>>>()))
+            .collect();
+        let mut out = Vec::with_capacity(len);
+        for h in handles {
+            let got = h.join().map_err(|_| {
+                TidemarkError::config("threads", "a state partition's thread panicked")
+            })?;
+            out.extend(got?);
+        }
+        Ok(out)
+    })
+}
+
+impl MicroBatch {
+    fn rows_windows(&self) -> bool {
+        matches!(self.cfg.window, WindowSpec::Rows { .. })
+    }
+
+    /// Runs the batch over the state partitions in `held` (their snapshots as the
+    /// batch begins) on `rows` (with `parsed`: event times a user parser read, one per
+    /// row); returns each held partition's result, in `held`'s order. With
+    /// [`Placement::Route`], `held` lists every state partition.
+    pub fn run(
+        &self,
+        rows: &RecordBatch,
+        parsed: Option<&Int64Array>,
+        held: Vec<Restore>,
+    ) -> Result<Vec<PartitionResult>> {
+        let (empty, mut shards) = self.shards(rows, parsed)?;
+        let whole = held.len() == self.partitions as usize;
+        let todo: Vec<_> = held
+            .into_iter()
+            .map(|h| {
+                let (rows, parsed) = shards.remove(&h.partition).unwrap_or((empty.clone(), None));
+                (h, rows, parsed)
+            })
+            .collect();
+        let mut parts = par_each_owned(todo, self.threads, |(h, rows, parsed)| {
+            self.restore(h, rows, parsed)
+        })?;
+        if self.flush || self.rows_windows() || !whole {
+            let flush = self.flush;
+            par_each(&mut parts, self.threads, |p| p.alone(flush))?;
+            return par_each_owned(parts, self.threads, |p| p.finish(self, None));
+        }
+        // Every state partition: ingest, combine, close.
+        par_each(&mut parts, self.threads, |p| p.ingest(None))?;
+        let mut scope = scope_of(&self.cfg, self.scope.as_deref(), self.clock_ms)?;
+        let mut close = self.advance(&mut scope, &parts)?;
+        par_each(&mut parts, self.threads, |p| p.complete(close))?;
+        let mut settled = None;
+        if self.settle {
+            let (mut calls, mut before) = (1u32, self.watermark);
+            let done = loop {
+                let emitted: usize = parts
+                    .iter()
+                    .map(|p| p.outputs.last().map_or(0, |o| o.windows.num_rows()))
+                    .sum();
+                if emitted == 0 && close == before {
+                    break true;
+                }
+                if calls >= SETTLE_CALLS {
+                    break false;
+                }
+                before = close;
+                let start = External {
+                    watermark: Some(before.unwrap_or(i64::MIN)),
+                    time: self.time,
+                };
+                par_each(&mut parts, self.threads, |p| p.ingest(Some(start)))?;
+                close = self.advance(&mut scope, &parts)?;
+                par_each(&mut parts, self.threads, |p| p.complete(close))?;
+                calls += 1;
+            };
+            settled = Some((calls, done));
+        }
+        par_each_owned(parts, self.threads, |p| p.finish(self, settled))
+    }
+
+    /// The combined watermark after a call's ingest (`None`: none yet).
+    fn advance(&self, scope: &mut ScopeWatermark, parts: &[Part]) -> Result<Option<i64>> {
+        let progress: Vec<Progress> = parts.iter().map(Part::progress).collect();
+        let w = scope.advance(&progress)?;
+        Ok((w != i64::MIN).then_some(w))
+    }
+
+    /// A held partition's operator as the batch begins, driven by the batch's
+    /// starting watermark and event time (its own view of the rows it holds would run
+    /// ahead of the scope's).
+    fn restore(&self, h: Restore, rows: RecordBatch, parsed: Option<Int64Array>) -> Result<Part> {
+        let named = |e: TidemarkError| match e {
+            TidemarkError::StateCorrupted(m) => {
+                TidemarkError::StateCorrupted(format!("{}: {m}", h.name))
+            }
+            e => e,
+        };
+        let cfg = self.cfg.clone();
+        let op = if self.rows_windows() {
+            let op = match &h.snapshot {
+                None => RowsOperator::new(cfg)?,
+                Some(b) => RowsOperator::restore(cfg, b).map_err(named)?,
+            };
+            Op::Rows(Box::new(op))
+        } else {
+            let clock = Arc::new(ManualClock::new(self.clock_ms));
+            let mut op = match &h.snapshot {
+                None => Operator::new(cfg, clock)?,
+                Some(b) => super::restore_operator(cfg, clock, b).map_err(named)?,
+            };
+            op.set_lookup(self.lookup.clone());
+            // A DataFrame has no row order: the windows need no sort.
+            op.set_sorted_output(false);
+            op.set_external(External {
+                watermark: Some(self.watermark.unwrap_or(i64::MIN)),
+                time: self.time,
+            });
+            Op::Time(Box::new(op))
+        };
+        Ok(Part {
+            partition: h.partition,
+            op,
+            rows,
+            parsed,
+            pending: None,
+            outputs: Vec::new(),
+        })
+    }
+
+    /// Each state partition's rows (and parsed times) among `rows`, and no rows in
+    /// their schema.
+    fn shards(
+        &self,
+        rows: &RecordBatch,
+        parsed: Option<&Int64Array>,
+    ) -> Result<(RecordBatch, Shards)> {
+        let n = self.partitions;
+        if n == 0 {
+            return Err(TidemarkError::config(
+                "num_partitions",
+                "at least 1 state partition",
+            ));
+        }
+        if let Some(p) = parsed {
+            if p.len() != rows.num_rows() {
+                return Err(TidemarkError::config(
+                    "parsed_times",
+                    format!("{} parsed times for {} rows", p.len(), rows.num_rows()),
+                ));
+            }
+        }
+        let (batch, ids, groups) = match &self.placement {
+            Placement::Route => {
+                if n == 1 || self.cfg.keys.is_empty() || rows.num_rows() == 0 {
+                    let one = HashMap::from([(0, (rows.clone(), parsed.cloned()))]);
+                    return Ok((rows.slice(0, 0), one));
+                }
+                let ids = self.route_ids(rows)?;
+                (rows.clone(), ids, n as usize)
+            }
+            Placement::Tagged(column) => {
+                let i = crate::error::column_index(rows.schema().as_ref(), column)?;
+                let tags = arrow_cast::cast(rows.column(i), &DataType::Int32)?;
+                let (data, placeholder) = spark_tags(n);
+                let mut of: HashMap<i32, u32> = HashMap::with_capacity(2 * n as usize);
+                for (p, (&d, &h)) in data.iter().zip(&placeholder).enumerate() {
+                    of.insert(d, p as u32);
+                    of.insert(h, n + p as u32); // a placeholder: no data
+                }
+                let tags = tags.as_primitive::<Int32Type>();
+                let ids = tags
+                    .iter()
+                    .map(|t| {
+                        t.and_then(|t| of.get(&t).copied()).ok_or_else(|| {
+                            TidemarkError::config(
+                                column.clone(),
+                                format!("a row's state partition tag {t:?} is not one of {n} state partitions'"),
+                            )
+                        })
+                    })
+                    .collect::<Result<Vec<u32>>>()?;
+                let mut batch = rows.clone();
+                batch.remove_column(i);
+                (batch, ids, 2 * n as usize)
+            }
+        };
+        let g = group_rows(&ids, groups);
+        let mut out: Shards = HashMap::new();
+        for id in 0..groups {
+            let (lo, hi) = (g.offsets[id], g.offsets[id + 1]);
+            if hi == lo {
+                continue;
+            }
+            let p = (id as u32) % n;
+            if id as u32 >= n {
+                out.entry(p).or_insert_with(|| (batch.slice(0, 0), None));
+                continue;
+            }
+            out.insert(p, take_rows(&batch, parsed, &g, lo, hi)?);
+        }
+        Ok((batch.slice(0, 0), out))
+    }
+
+    /// Each row's state partition by Spark's hash of the keys; a large batch in
+    /// slices on the run's threads (hashing reads every key once).
+    fn route_ids(&self, rows: &RecordBatch) -> Result<Vec<u32>> {
+        let keys: Vec<&str> = self.cfg.keys.iter().map(String::as_str).collect();
+        let router = hash_router(self.partitions as usize, &keys, HashAlgo::Spark)?;
+        let len = rows.num_rows();
+        if self.threads < 2 || len < PARALLEL_ROUTE_ROWS {
+            return router.slice_partition_ids(rows, 0, len);
+        }
+        let step = len.div_ceil(self.threads);
+        let mut slices: Vec<(usize, usize)> = (0..len)
+            .step_by(step)
+            .map(|o| (o, step.min(len - o)))
+            .collect();
+        let router = &router;
+        let parts = par_each(&mut slices, self.threads, |&mut (o, l)| {
+            router.slice_partition_ids(rows, o, l)
+        })?;
+        Ok(parts.concat())
+    }
+}
+
+/// Each state partition's rows, and their parsed event times.
+type Shards = HashMap<u32, (RecordBatch, Option<Int64Array>)>;
+
+/// Rows at least which a run routes a batch in slices on several threads.
+pub const PARALLEL_ROUTE_ROWS: usize = 200_000;
+
+/// Rows `groups.rows[lo..hi]` of `batch` (and of `parsed`), in input order.
+fn take_rows(
+    batch: &RecordBatch,
+    parsed: Option<&Int64Array>,
+    g: &RowGroups,
+    lo: usize,
+    hi: usize,
+) -> Result<(RecordBatch, Option<Int64Array>)> {
+    if hi - lo == batch.num_rows() {
+        return Ok((batch.clone(), parsed.cloned()));
+    }
+    let idx = UInt32Array::from(g.rows[lo..hi].to_vec());
+    let rows = arrow_select::take::take_record_batch(batch, &idx)?;
+    let parsed = parsed
+        .map(|p| -> Result<Int64Array> {
+            let t: ArrayRef = arrow_select::take::take(p, &idx, None)?;
+            Ok(t.as_primitive::<Int64Type>().clone())
+        })
+        .transpose()?;
+    Ok((rows, parsed))
+}
+
+/// `f` over every item, taking each (see [`par_each`]).
+fn par_each_owned<T: Send, R: Send>(
+    items: Vec<T>,
+    threads: usize,
+    f: impl Fn(T) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
+    let mut slots: Vec<Option<T>> = items.into_iter().map(Some).collect();
+    par_each(&mut slots, threads, |t| {
+        f(t.take().expect("each item once"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agg::{AggKind, AggSpec};
+    use arrow_array::StringArray;
+
+    /// Routed in slices on several threads, each state partition gets the rows one
+    /// router gives it, in the same order.
+    #[test]
+    fn a_large_batch_routed_in_slices_goes_to_the_same_partitions() {
+        let n = PARALLEL_ROUTE_ROWS + 10_001;
+        let keys: Vec<String> = (0..n).map(|i| format!("d{}", (i * 7919) % 613)).collect();
+        let rows = RecordBatch::try_from_iter(vec![(
+            "device",
+            Arc::new(StringArray::from(keys)) as ArrayRef,
+        )])
+        .unwrap();
+        let aggs = vec![AggSpec::new("n", AggKind::Count, None)];
+        let window = WindowSpec::Tumbling {
+            size: 10,
+            offset: 0,
+        };
+        let mb = |threads| MicroBatch {
+            cfg: PipelineConfig::new(&["device"], "ts", window, aggs.clone()),
+            partitions: 4,
+            placement: Placement::Route,
+            watermark: None,
+            time: None,
+            clock_ms: 0,
+            scope: None,
+            flush: false,
+            settle: false,
+            threads,
+            weight: None,
+            lookup: None,
+            run: String::new(),
+        };
+        let one = mb(1).route_ids(&rows).unwrap();
+        assert!((0..4).all(|p| one.contains(&p)));
+        let router = hash_router(4, &["device"], HashAlgo::Spark).unwrap();
+        assert_eq!(one, router.slice_partition_ids(&rows, 0, n).unwrap());
+        for threads in [2, 3, 7] {
+            assert_eq!(
+                mb(threads).route_ids(&rows).unwrap(),
+                one,
+                "{threads} threads"
+            );
+        }
+    }
+}

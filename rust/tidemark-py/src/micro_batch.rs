@@ -1,0 +1,165 @@
+//! A Spark micro-batch over state partitions (see
+//! `tidemark_core::runtime::micro_batch`): the task's and the driver's one call.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
+use tidemark_core::runtime::micro_batch::{summarize, MicroBatch, Placement, Report, Restore};
+
+use crate::convert::arrow::{one_batch, parsed_times as parsed_times_of, read_batches};
+use crate::convert::config::{config_from_dict, lookup_from};
+use crate::convert::dicts::{output, Tables};
+use crate::error::{detach, Result};
+
+/// A lookup table as `Pipeline.enrich` keeps it: the table, `on`, `how`, `prefix`.
+type LookupArgs = (AnyRecordBatch, Vec<String>, String, Option<String>);
+
+/// One state partition's result: its partition, outputs, snapshot and report bytes.
+type PartitionOut = (u32, Tables, Py<PyBytes>, Py<PyBytes>);
+
+/// One micro-batch of a pipeline over its state partitions (see the core's
+/// `MicroBatch`): built with the batch's driver record, run once per task.
+#[pyclass(name = "MicroBatch", module = "tidemark._native", frozen)]
+pub struct PyMicroBatch {
+    inner: MicroBatch,
+}
+
+#[pymethods]
+impl PyMicroBatch {
+    #[new]
+    #[pyo3(signature = (
+        config, partitions, *, tag_column = None, watermark = None, time = None,
+        clock_ms = 0, scope = None, flush = false, settle = false, threads = 1,
+        weight = None, lookup = None, run = String::new()
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        config: &Bound<'_, PyDict>,
+        partitions: u32,
+        tag_column: Option<String>,
+        watermark: Option<i64>,
+        time: Option<i64>,
+        clock_ms: i64,
+        scope: Option<Vec<u8>>,
+        flush: bool,
+        settle: bool,
+        threads: usize,
+        weight: Option<String>,
+        lookup: Option<LookupArgs>,
+        run: String,
+    ) -> Result<Self> {
+        let lookup = lookup
+            .map(|(table, on, how, prefix)| lookup_from(py, table, on, &how, prefix))
+            .transpose()?;
+        Ok(Self {
+            inner: MicroBatch {
+                cfg: config_from_dict(config)?,
+                partitions,
+                placement: tag_column.map_or(Placement::Route, Placement::Tagged),
+                watermark,
+                time,
+                clock_ms,
+                scope,
+                flush,
+                settle,
+                threads,
+                weight,
+                lookup,
+                run,
+            },
+        })
+    }
+
+    /// Runs the batch over the state partitions `held` (`(partition, snapshot or
+    /// None, its name in errors)`) on `data`: `[(partition, (windows, late, errors),
+    /// snapshot, report)]` in `held`'s order.
+    #[pyo3(signature = (data, held, parsed_times = None))]
+    fn run(
+        &self,
+        py: Python<'_>,
+        data: AnyRecordBatch,
+        held: Vec<(u32, Option<Vec<u8>>, String)>,
+        parsed_times: Option<AnyArray>,
+    ) -> Result<Vec<PartitionOut>> {
+        let (schema, batches) = read_batches(data)?;
+        let parsed = parsed_times_of(parsed_times)?;
+        let held = held
+            .into_iter()
+            .map(|(partition, snapshot, name)| Restore {
+                partition,
+                snapshot,
+                name,
+            })
+            .collect();
+        let mb = &self.inner;
+        let results = detach(py, move || {
+            let batch = one_batch(schema, batches)?;
+            let got = mb.run(&batch, parsed.as_ref(), held)?;
+            Ok(got
+                .into_iter()
+                .map(|r| {
+                    let report = r.report.to_bytes(&mb.cfg);
+                    (r.partition, r.output, r.snapshot, report)
+                })
+                .collect::<Vec<_>>())
+        })?;
+        results
+            .into_iter()
+            .map(|(p, out, snap, report)| {
+                Ok((
+                    p,
+                    output(py, out)?,
+                    PyBytes::new(py, &snap).unbind(),
+                    PyBytes::new(py, &report).unbind(),
+                ))
+            })
+            .collect()
+    }
+}
+
+/// Per state partition of `n`: the int tag of its rows and of its placeholder row,
+/// which Spark's `repartition(n, tag)` sends to that partition.
+#[pyfunction]
+pub fn spark_tags(n: u32) -> (Vec<i32>, Vec<i32>) {
+    tidemark_core::route::spark_tags(n)
+}
+
+/// The driver's view of a micro-batch from every state partition's report bytes:
+/// `None` when one is another run's; else a dict with the next `watermark`, the
+/// `scope` state and `time` after the batch, the row counts summed, and `settled`
+/// (a quiet batch: the most calls made, and whether the last changed nothing).
+#[pyfunction]
+#[pyo3(signature = (config, reports, run, scope, clock_ms))]
+pub fn summarize_batch<'py>(
+    py: Python<'py>,
+    config: &Bound<'_, PyDict>,
+    reports: Vec<Vec<u8>>,
+    run: &str,
+    scope: Option<Vec<u8>>,
+    clock_ms: i64,
+) -> Result<Option<Bound<'py, PyDict>>> {
+    let cfg = config_from_dict(config)?;
+    let reports = reports
+        .iter()
+        .map(|b| Report::from_bytes(&cfg, b))
+        .collect::<tidemark_core::Result<Vec<_>>>()?;
+    let Some(s) = summarize(&cfg, scope.as_deref(), clock_ms, run, &reports)? else {
+        return Ok(None);
+    };
+    let d = PyDict::new(py);
+    d.set_item("watermark", s.watermark)?;
+    d.set_item("scope", PyBytes::new(py, &s.scope))?;
+    d.set_item("time", s.time)?;
+    for (k, v) in [
+        ("input_rows", s.input_rows),
+        ("read_rows", s.read_rows),
+        ("window_rows", s.window_rows),
+        ("late_rows", s.late_rows),
+        ("error_rows", s.error_rows),
+    ] {
+        d.set_item(k, v)?;
+    }
+    d.set_item("settled", s.settled)?;
+    Ok(Some(d))
+}
