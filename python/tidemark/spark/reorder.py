@@ -28,9 +28,12 @@ partition in turn (``ReorderStream(on_driver=...)``): no shuffle, no Python work
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -61,18 +64,15 @@ from tidemark.spark._driver import (
 from tidemark.spark._layout import Layout, Options, Stats, place
 from tidemark.spark._records import ReorderRecord
 from tidemark.spark._sizing import estimated_bytes
-from tidemark.spark.state import state_errors_surface
+from tidemark.spark.state import StateStore, state_errors_surface
 
 __all__ = ["ReorderPlan", "ReorderResult", "ReorderStream", "reorder"]
 
-ROWS, LATE, ERROR, PROGRESS = 0, 1, 2, 3
+ROWS, LATE, ERROR = 0, 1, 2
 _KIND = "__tm_kind"
 _REASON = "__tm_reason"
-_PART = "__tm_partition"
-_WM = "__tm_watermark"
-_COUNTS = "__tm_counts"
-#: A batch's counts, in the order of a progress row's ``__tm_counts`` (per state
-#: partition; the buffer's figures are after the batch).
+#: A batch's counts, in the order of a state partition's progress (the buffer's
+#: figures are after the batch).
 COUNTS = (
     "input_rows",
     "released_rows",
@@ -85,8 +85,8 @@ COUNTS = (
 
 @dataclass(frozen=True)
 class ReorderPlan:
-    """Schemas of a reorder over one input schema: the input columns plus a kind code,
-    the error reason, and the partition, watermark and counts of progress rows."""
+    """Schemas of a reorder over one input schema: the input columns plus a kind code
+    and the error reason."""
 
     input_names: list[str]
     combined_arrow: pa.Schema
@@ -101,22 +101,12 @@ class ReorderPlan:
 
     @staticmethod
     def build(df_schema: Any, tz: str, large: bool) -> ReorderPlan:
-        from pyspark.sql.types import (
-            ArrayType,
-            IntegerType,
-            LongType,
-            StringType,
-            StructField,
-            StructType,
-        )
+        from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
         fields = [StructField(f.name, f.dataType, True) for f in df_schema.fields]
         fields += [
             StructField(_KIND, IntegerType(), False),
             StructField(_REASON, StringType(), True),
-            StructField(_PART, IntegerType(), True),
-            StructField(_WM, LongType(), True),
-            StructField(_COUNTS, ArrayType(LongType(), False), True),
         ]
         combined = StructType(fields)
         names = list(df_schema.fieldNames())
@@ -165,19 +155,6 @@ class ReorderPlan:
                 cols[_REASON] = table.column(table.num_columns - 1).combine_chunks()
             yield self._block(table.num_rows, kind, cols)
 
-    def progress(self, partition: int, watermark: int | None, counts: list[int]) -> pa.RecordBatch:
-        """One progress row: the partition's watermark after the task and its
-        :data:`COUNTS`."""
-        return self._block(
-            1,
-            PROGRESS,
-            {
-                _PART: pa.array([partition], pa.int32()),
-                _WM: pa.array([watermark], pa.int64()),
-                _COUNTS: pa.array([counts], pa.list_(pa.int64())),
-            },
-        )
-
     def split(self, combined: Any) -> tuple[Any, Any, Any]:
         """Released, late and error DataFrames of a (persisted) combined result."""
         from pyspark.sql import functions as F
@@ -190,14 +167,29 @@ class ReorderPlan:
             combined.filter(kind == ERROR).select(*cols, F.col(_REASON).alias(self.reason_name)),
         )
 
-    @staticmethod
-    def progress_of(combined: Any) -> dict[int, tuple[int | None, list[int]]]:
-        """Each state partition's watermark and :data:`COUNTS` (collected to the
-        driver)."""
-        from pyspark.sql import functions as F
 
-        rows = combined.filter(F.col(_KIND) == PROGRESS).select(_PART, _WM, _COUNTS).collect()
-        return {int(r[0]): (r[1], list(r[2])) for r in rows}
+def progress_bytes(token: str, watermark: int | None, counts: list[int]) -> bytes:
+    """A state partition's progress of a batch, as its task writes it to the store
+    (``StateStore.write_progress``, the channel ``StreamProcessor``'s tasks report
+    through): the driver's run ``token``, the partition's watermark after the batch
+    and its :data:`COUNTS`."""
+    doc = {"token": token, "watermark": watermark, "counts": dict(zip(COUNTS, counts, strict=True))}
+    return json.dumps(doc).encode()
+
+
+def read_progress(
+    store: StateStore, n: int, batch_id: int, token: str
+) -> dict[int, tuple[int | None, list[int]]] | None:
+    """Each state partition's watermark and :data:`COUNTS` of this run of the batch
+    (``token``), or ``None`` if one has not reported in this run."""
+    got: dict[int, tuple[int | None, list[int]]] = {}
+    for p in range(n):
+        raw = store.read_progress(p, batch_id)
+        doc = None if raw is None else json.loads(raw)
+        if doc is None or doc.get("token") != token:
+            return None
+        got[p] = (doc["watermark"], [doc["counts"][c] for c in COUNTS])
+    return got
 
 
 def batch_counts(before: dict[str, Any], after: dict[str, Any]) -> list[int]:
@@ -321,14 +313,15 @@ def reorder(
 
 @dataclass(kw_only=True)
 class _ReorderRun(BatchRun):
-    """A reorder batch's run: the version it restores, its input schema, and each
-    state partition's watermark and :data:`COUNTS` once run."""
+    """A reorder batch's run: the version it restores, its input schema, and the
+    token its state partitions report under (reports of an earlier, failed run of the
+    batch are not this one's)."""
 
     record: ReorderRecord
     codec: ReorderPlan
     prev: int | None
     input_arrow: pa.Schema
-    progress: dict[int, tuple[int | None, list[int]]] = field(default_factory=dict)
+    token: str
 
 
 class ReorderStream(MicroBatchDriver):
@@ -504,6 +497,7 @@ class ReorderStream(MicroBatchDriver):
             record=record,
             prev=prev,
             input_arrow=arrow_schema_of(df.schema, tz, large),
+            token=uuid.uuid4().hex,
         )
 
     def _execute(self, df: Any, run: BatchRun) -> tuple[Any, Any, Any]:
@@ -511,33 +505,33 @@ class ReorderStream(MicroBatchDriver):
 
         assert isinstance(run, _ReorderRun)
         plan, prev, batch_id, flush = run.codec, run.prev, run.batch_id, run.flush
-        template, store, retention = self.template, self.store, self.retention
+        template, store, retention, token = self.template, self.store, self.retention, run.token
 
-        def one(p: int, table: pa.Table) -> tuple[ReorderOutput, int | None, list[int]]:
+        def one(p: int, table: pa.Table) -> ReorderOutput:
             """State partition ``p``'s work on its rows: restore version ``prev``,
-            process (or flush), write version ``batch_id``. Returns the output, the
-            partition's watermark after the batch and its counts."""
+            process (or flush), write version ``batch_id`` and its progress."""
             state = store.snapshot_to_restore(p, prev)
             with store.restoring(p, prev):
                 op = template.restore(state)
             before = op.metrics()
             out = op.flush() if flush else op.process(table)
             store.write_snapshot(p, batch_id, op.snapshot(), retention)
-            return out, op.watermark, batch_counts(before, op.metrics())
+            counts = batch_counts(before, op.metrics())
+            report = progress_bytes(token, op.watermark, counts)
+            store.write_progress(p, batch_id, report, retention)
+            return out
 
         if run.driver:
-            outputs, run.progress = self._run_on_driver(df, one, plan, run.input_arrow, flush)
-            return outputs
+            return self._run_on_driver(df, one, plan, run.input_arrow, flush)
         input_arrow = run.input_arrow
 
         def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             from pyspark import TaskContext
 
+            # The state partition is the task's Spark partition (see _sending).
             ctx = TaskContext.get()
             p = ctx.partitionId() if ctx is not None else 0
-            out, watermark, counts = one(p, concat_input(batches, input_arrow))
-            yield from plan.encode(out)
-            yield plan.progress(p, watermark, counts)
+            yield from plan.encode(one(p, concat_input(batches, input_arrow)))
 
         # A flush reads no rows, but every state partition must run its task: one
         # row per partition (an empty input would run none under Spark Connect,
@@ -546,26 +540,37 @@ class ReorderStream(MicroBatchDriver):
         source = spark.range(0, n, 1, n) if flush else _partitioned(df, n, self.partition_by)
         combined = map_in_arrow(source, task, plan.combined_spark)
         run.persisted = combined.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            with exact_partitions(spark), state_errors_surface():
-                run.progress = ReorderPlan.progress_of(combined)  # the one job of this batch
-            if len(run.progress) != n:
-                raise StateCorruptedError(
-                    f"batch {batch_id}: expected {n} state partitions, got {len(run.progress)}"
-                )
-        except BaseException:
-            combined.unpersist()
-            raise
         return plan.split(combined)
+
+    @contextlib.contextmanager
+    def _sending(self, run: BatchRun) -> Iterator[None]:
+        # One task per state partition, the Spark partition being the state
+        # partition: adaptive execution must not merge them.
+        job = run.persisted
+        exact = contextlib.nullcontext() if job is None else exact_partitions(job.sparkSession)
+        with exact, state_errors_surface():
+            yield
 
     def _finish(self, run: BatchRun) -> dict[str, Any]:
         assert isinstance(run, _ReorderRun)
-        marks = [w for w, _ in run.progress.values() if w is not None]
+        n, store = self.num_partitions, self.store
+        progress = read_progress(store, n, run.batch_id, run.token)
+        if progress is None and run.persisted is not None:
+            # The sinks did not run every task (no sink, or one that read part of
+            # its output): run them (a task that ran already gives the same again).
+            run.persisted.count()
+            progress = read_progress(store, n, run.batch_id, run.token)
+        if progress is None:
+            raise StateCorruptedError(
+                f"batch {run.batch_id}: a state partition wrote no progress under "
+                f"{store.path('partitions')}"
+            )
+        marks = [w for w, _ in progress.values() if w is not None]
         # The stream's watermark: every partition has released up to it. A partition
         # that never had rows holds nothing and has released nothing to wait for (its
         # keys' rows, when they come, are judged by its own watermark).
         watermark = min(marks) if marks else None
-        totals = [sum(c[i] for _, c in run.progress.values()) for i in range(len(COUNTS))]
+        totals = [sum(c[i] for _, c in progress.values()) for i in range(len(COUNTS))]
         run.record.done, run.record.released = True, watermark
         return {
             "batch_id": run.batch_id,
@@ -577,19 +582,17 @@ class ReorderStream(MicroBatchDriver):
     def _run_on_driver(
         self,
         df: Any,
-        one: Callable[[int, pa.Table], tuple[ReorderOutput, int | None, list[int]]],
+        one: Callable[[int, pa.Table], ReorderOutput],
         plan: ReorderPlan,
         input_arrow: pa.Schema,
         flush: bool,
-    ) -> tuple[tuple[Any, Any, Any], dict[int, tuple[int | None, list[int]]]]:
+    ) -> tuple[Any, Any, Any]:
         """Runs every state partition in this process over ``df``'s rows, fetched as
         Arrow and routed by Spark's hash of ``partition_by``, or in turn without it (a
         flush reads none).
         Returns the released, late and error rows as local DataFrames (Arrow tables
         with ``arrow_sinks``), the state partitions one after the other (``None`` for
-        an output no sink reads; a
-        flush always returns its released rows), and each partition's watermark and
-        counts."""
+        an output no sink reads; a flush always returns its released rows)."""
         n = self.num_partitions
         shards = [input_arrow.empty_table()] * n
         if not flush:
@@ -607,12 +610,7 @@ class ReorderStream(MicroBatchDriver):
                 # sees the whole batch's spread of event times, as Spark's round
                 # robin gives it (not Spark's order: see _prev_batch).
                 shards = [pa.Table.from_batches([b]) for b in Router.round_robin(n).route(table)]
-        outs: list[ReorderOutput] = []
-        progress: dict[int, tuple[int | None, list[int]]] = {}
-        for p, rows in enumerate(shards):
-            out, watermark, counts = one(p, rows)
-            outs.append(out)
-            progress[p] = (watermark, counts)
+        outs = [one(p, rows) for p, rows in enumerate(shards)]
         spark = df.sparkSession
 
         def local(tables: list[pa.Table], arrow: pa.Schema, schema: Any, sink: pa.Schema) -> Any:
@@ -638,7 +636,7 @@ class ReorderStream(MicroBatchDriver):
         if self.error_sink is not None:
             errors_out = (plan.errors_arrow, plan.errors_spark, plan.sink_errors)
             errors = local([o.errors for o in outs], *errors_out)
-        return (rows, late, errors), progress
+        return rows, late, errors
 
     def flush(self, spark: Any, schema: Any, batch_id: int | None = None) -> Any:
         """End of input: releases every buffered row, as batch ``batch_id`` (default:

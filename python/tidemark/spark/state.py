@@ -9,8 +9,10 @@ Layout under the state location::
                                     replayed)
     partitions/<p>/<batch_id>.snap  operator snapshot of state partition p after a batch
     partitions/<p>/<batch_id>.progress
-                                    its progress rows (event times, counts), tagged
-                                    with the driver run that wrote them
+                                    its progress of the batch, tagged with the
+                                    driver run that wrote it: StreamProcessor's the
+                                    core's Report bytes (event times, counts),
+                                    ReorderStream's JSON (watermark, counts)
 
 Every file is written atomically: to a temporary name, then renamed over the final
 one (on object stores without rename the copy-then-delete is as close as it gets).
