@@ -151,12 +151,13 @@ pub fn summarize_batch<'py>(
     d.set_item("watermark", s.watermark)?;
     d.set_item("scope", PyBytes::new(py, &s.scope))?;
     d.set_item("time", s.time)?;
+    let c = s.counts;
     for (k, v) in [
-        ("input_rows", s.input_rows),
-        ("read_rows", s.read_rows),
-        ("window_rows", s.window_rows),
-        ("late_rows", s.late_rows),
-        ("error_rows", s.error_rows),
+        ("input_rows", c.input_rows),
+        ("read_rows", c.read_rows),
+        ("window_rows", c.window_rows),
+        ("late_rows", c.late_rows),
+        ("error_rows", c.error_rows),
     ] {
         d.set_item(k, v)?;
     }

@@ -128,9 +128,18 @@ pub struct Report {
     pub run: String,
     /// What its operator's last call saw.
     pub progress: Progress,
+    /// Its rows in and out.
+    pub counts: Counts,
+    /// A quiet batch: the calls made, and whether the last changed nothing.
+    pub settled: Option<(u32, bool)>,
+}
+
+/// A micro-batch's rows in and out (of a state partition, or summed over them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Counts {
     /// Input rows (folds count as the rows they stand for).
     pub input_rows: u64,
-    /// Rows the partition read (folds count once).
+    /// Rows read (folds count once).
     pub read_rows: u64,
     /// Window rows emitted.
     pub window_rows: u64,
@@ -138,8 +147,43 @@ pub struct Report {
     pub late_rows: u64,
     /// Error rows (as input rows).
     pub error_rows: u64,
-    /// A quiet batch: the calls made, and whether the last changed nothing.
-    pub settled: Option<(u32, bool)>,
+}
+
+impl Counts {
+    /// The counts in a fixed order (their serialised form).
+    pub fn to_array(self) -> [u64; 5] {
+        [
+            self.input_rows,
+            self.read_rows,
+            self.window_rows,
+            self.late_rows,
+            self.error_rows,
+        ]
+    }
+
+    /// Counts from [`Counts::to_array`].
+    pub fn from_array(a: [u64; 5]) -> Self {
+        let [input_rows, read_rows, window_rows, late_rows, error_rows] = a;
+        Self {
+            input_rows,
+            read_rows,
+            window_rows,
+            late_rows,
+            error_rows,
+        }
+    }
+}
+
+impl std::iter::Sum for Counts {
+    fn sum<I: Iterator<Item = Counts>>(iter: I) -> Self {
+        let mut total = [0u64; 5];
+        for c in iter {
+            for (t, v) in total.iter_mut().zip(c.to_array()) {
+                *t += v;
+            }
+        }
+        Self::from_array(total)
+    }
 }
 
 impl Report {
@@ -159,13 +203,7 @@ impl Report {
         write_opt(&mut w, p.key_global);
         write_opt(&mut w, p.key_parts.0);
         w.i64(p.key_parts.1);
-        for v in [
-            self.input_rows,
-            self.read_rows,
-            self.window_rows,
-            self.late_rows,
-            self.error_rows,
-        ] {
+        for v in self.counts.to_array() {
             w.u64(v);
         }
         w.bool(self.settled.is_some());
@@ -196,7 +234,6 @@ impl Report {
         let has_settled = r.bool()?;
         let settled = (r.u32()?, r.bool()?);
         r.finish()?;
-        let [input_rows, read_rows, window_rows, late_rows, error_rows] = counts;
         Ok(Self {
             partition,
             run,
@@ -207,11 +244,7 @@ impl Report {
                 on_time_max,
                 key_parts,
             },
-            input_rows,
-            read_rows,
-            window_rows,
-            late_rows,
-            error_rows,
+            counts: Counts::from_array(counts),
             settled: has_settled.then_some(settled),
         })
     }
@@ -237,16 +270,8 @@ pub struct BatchSummary {
     pub scope: Vec<u8>,
     /// The stream's event time after the batch (`None`: none yet).
     pub time: Option<i64>,
-    /// Input rows, summed over the partitions.
-    pub input_rows: u64,
-    /// Rows read, summed over the partitions.
-    pub read_rows: u64,
-    /// Window rows, summed over the partitions.
-    pub window_rows: u64,
-    /// Late rows, summed over the partitions.
-    pub late_rows: u64,
-    /// Error rows, summed over the partitions.
-    pub error_rows: u64,
+    /// The rows in and out, summed over the partitions.
+    pub counts: Counts,
     /// A quiet batch: the most calls any partition made, and whether the last call
     /// changed nothing in every partition (`None`: not a quiet batch).
     pub settled: Option<(u32, bool)>,
@@ -270,18 +295,13 @@ pub fn summarize(
     let mut scope = scope_of(cfg, scope, clock_ms)?;
     let progress: Vec<Progress> = reports.iter().map(|r| r.progress.clone()).collect();
     let next = scope.advance(&progress)?;
-    let sum = |f: fn(&Report) -> u64| reports.iter().map(f).sum();
     let settled: Vec<(u32, bool)> = reports.iter().filter_map(|r| r.settled).collect();
     let time = scope.time();
     Ok(Some(BatchSummary {
         watermark: (next != i64::MIN).then_some(next),
         scope: scope.to_bytes(),
         time: (time != i64::MIN).then_some(time),
-        input_rows: sum(|r| r.input_rows),
-        read_rows: sum(|r| r.read_rows),
-        window_rows: sum(|r| r.window_rows),
-        late_rows: sum(|r| r.late_rows),
-        error_rows: sum(|r| r.error_rows),
+        counts: reports.iter().map(|r| r.counts).sum(),
         settled: (!settled.is_empty()).then(|| {
             let calls = settled.iter().map(|s| s.0).max().unwrap_or(0);
             (calls, settled.iter().all(|s| s.1))
@@ -372,11 +392,13 @@ impl Part {
             partition: self.partition,
             run: batch.run.clone(),
             progress: self.progress(),
-            input_rows: weight(&self.rows),
-            read_rows: self.rows.num_rows() as u64,
-            window_rows: output.windows.num_rows() as u64,
-            late_rows: weight(&output.late),
-            error_rows: weight(&output.errors),
+            counts: Counts {
+                input_rows: weight(&self.rows),
+                read_rows: self.rows.num_rows() as u64,
+                window_rows: output.windows.num_rows() as u64,
+                late_rows: weight(&output.late),
+                error_rows: weight(&output.errors),
+            },
             settled,
         };
         let snapshot = match &self.op {

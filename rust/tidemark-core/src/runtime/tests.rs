@@ -608,7 +608,7 @@ impl Driven {
         assert!(summarize(&self.mb.cfg, None, 0, "another run", &reports)
             .unwrap()
             .is_none());
-        assert_eq!(s.input_rows, rows.num_rows() as u64);
+        assert_eq!(s.counts.input_rows, rows.num_rows() as u64);
         if !self.mb.flush {
             self.mb.watermark = s.watermark;
         }
@@ -686,7 +686,11 @@ fn micro_batch_names_a_damaged_snapshot_and_refuses_another_pipelines_report() {
     let report = Report {
         partition: 3,
         run: "r".into(),
-        input_rows: 7,
+        counts: micro_batch::Counts {
+            input_rows: 7,
+            late_rows: 2,
+            ..Default::default()
+        },
         settled: Some((2, true)),
         ..Default::default()
     };
