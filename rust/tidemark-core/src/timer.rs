@@ -128,9 +128,9 @@ impl<K: Ord + Clone> TimerService<K> {
         self.len() == 0
     }
 
-    /// The highest watermark seen.
-    pub fn current_watermark(&self) -> i64 {
-        self.watermark
+    /// The highest watermark seen (`None`: none yet).
+    pub fn current_watermark(&self) -> Option<i64> {
+        (self.watermark != i64::MIN).then_some(self.watermark)
     }
 
     /// The highest processing time seen.
@@ -239,12 +239,12 @@ mod tests {
                 let got = svc.advance_watermark(w);
                 prop_assert!(got.windows(2).all(|p| p[0] < p[1]));
                 for t in got {
-                    prop_assert!(t.timestamp <= svc.current_watermark());
+                    prop_assert!(Some(t.timestamp) <= svc.current_watermark());
                     fired.push((t.timestamp, t.key, t.namespace));
                 }
             }
             let w = svc.current_watermark();
-            let expect: Vec<_> = want.iter().copied().filter(|t| t.0 <= w).collect();
+            let expect: Vec<_> = want.iter().copied().filter(|t| Some(t.0) <= w).collect();
             let mut sorted = fired.clone();
             sorted.sort();
             prop_assert_eq!(sorted, expect, "each reached timer exactly once");
@@ -265,7 +265,7 @@ mod tests {
         s.register(TimeDomain::ProcessingTime, 7, key("b"), 2);
         s.set_times(3, 4);
         let back = TimerService::restore(&s.snapshot()).unwrap();
-        assert_eq!(back.current_watermark(), 3);
+        assert_eq!(back.current_watermark(), Some(3));
         assert_eq!(back.current_processing_time(), 4);
         for d in [TimeDomain::EventTime, TimeDomain::ProcessingTime] {
             assert!(back.timers(d).eq(s.timers(d)));

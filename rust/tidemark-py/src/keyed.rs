@@ -20,14 +20,8 @@ use crate::error::{detach, Result};
 
 pub fn state_dict<'py>(py: Python<'py>, s: &KeyWatermarkState) -> Result<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    d.set_item(
-        "max_event_time",
-        (s.max_event_time != i64::MIN).then_some(s.max_event_time),
-    )?;
-    d.set_item(
-        "watermark",
-        (s.watermark != i64::MIN).then_some(s.watermark),
-    )?;
+    d.set_item("max_event_time", s.max_event_time)?;
+    d.set_item("watermark", s.watermark)?;
     d.set_item("last_activity", s.last_activity)?;
     d.set_item("is_idle", s.is_idle)?;
     Ok(d)

@@ -24,14 +24,8 @@ fn pid(source_id: usize, partition: i64) -> Result<PartitionId> {
 
 fn state_dict<'py>(py: Python<'py>, s: &PartitionWatermarkState) -> Result<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    d.set_item(
-        "watermark",
-        (s.watermark != i64::MIN).then_some(s.watermark),
-    )?;
-    d.set_item(
-        "last_event_time",
-        (s.last_event_time != i64::MIN).then_some(s.last_event_time),
-    )?;
+    d.set_item("watermark", s.watermark)?;
+    d.set_item("last_event_time", s.last_event_time)?;
     d.set_item("last_activity", s.last_activity)?;
     d.set_item("is_idle", s.is_idle)?;
     d.set_item("assigned_core", s.assigned_core)?;

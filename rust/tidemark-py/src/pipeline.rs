@@ -4,7 +4,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
 use pyo3_arrow::PySchema;
-use tidemark_core::pipeline::{External, Operator, Pending, ScopeWatermark};
+use tidemark_core::pipeline::{External, Operator, Pending, ScopeWatermark, Start};
 use tidemark_core::TidemarkError;
 
 use crate::clock::clock_ref;
@@ -168,7 +168,7 @@ impl PyOperator {
     /// scope has none yet; see `External`).
     fn set_external_watermark(&mut self, watermark: Option<i64>) {
         let time = self.inner.external().time;
-        let watermark = Some(watermark.unwrap_or(i64::MIN));
+        let watermark = Start::Scope(watermark);
         self.inner.set_external(External { watermark, time });
     }
 
@@ -244,22 +244,19 @@ impl PyScopeWatermark {
             .iter()
             .map(progress_from_dict)
             .collect::<Result<Vec<_>>>()?;
-        let w = self.inner.advance(&progress)?;
-        Ok((w != i64::MIN).then_some(w))
+        Ok(self.inner.advance(&progress)?)
     }
 
     /// The current watermark (`None`: none yet).
     #[getter]
     fn current(&self) -> Option<i64> {
-        let w = self.inner.current();
-        (w != i64::MIN).then_some(w)
+        self.inner.current()
     }
 
     /// The scope's event time: the largest event time reported (`None`: none).
     #[getter]
     fn time(&self) -> Option<i64> {
-        let t = self.inner.time();
-        (t != i64::MIN).then_some(t)
+        self.inner.time()
     }
 
     fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
@@ -318,11 +315,7 @@ impl PyRowsOperator {
 
     fn progress<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
         // ROWS windows track no event-time progress.
-        let none = tidemark_core::pipeline::Progress {
-            max_event_time: i64::MIN,
-            ..Default::default()
-        };
-        progress_dict(py, &none)
+        progress_dict(py, &tidemark_core::pipeline::Progress::default())
     }
 
     fn metrics<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {

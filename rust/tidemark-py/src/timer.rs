@@ -76,8 +76,7 @@ impl PyTimerService {
 
     #[getter]
     fn watermark(&self) -> Option<i64> {
-        let w = self.inner.current_watermark();
-        (w != i64::MIN).then_some(w)
+        self.inner.current_watermark()
     }
 
     fn __len__(&self) -> usize {

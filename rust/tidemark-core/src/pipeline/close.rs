@@ -101,7 +101,8 @@ impl Operator {
 
     /// The watermark a call begins with (see [`Marks::start`]).
     pub(super) fn start_watermark(&self) -> i64 {
-        self.marks.start(&self.cfg.scope, self.scope.current())
+        let own = self.scope.current().unwrap_or(i64::MIN);
+        self.marks.start(&self.cfg.scope, own)
     }
 
     /// The key's closing mark to keep in a snapshot (`NOT_PENDING`: its watermark).

@@ -1,20 +1,23 @@
-//! Ingest: judging each row late or on time, and folding on-time rows into their
-//! windows' partial aggregates.
+//! Ingest, the first half of a call: its rows bound, their event times parsed and
+//! their keys resolved, each key's rows judged late or on time (`judge.rs`) and the
+//! on-time rows folded into their windows' partial aggregates; then `complete`, the
+//! second half, closes what the watermark passed.
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::{Array, Int64Array, RecordBatch};
 use arrow_schema::DataType;
 
-use super::order::by_window_cell;
+use super::judge::{CallRows, KeyCall, Seen};
+use super::order::{by_window_cell, rows_by_key, SKIP};
 use super::{
-    n_aggs, partition_error, Emit, EmitMode, KeyRef, LatePolicy, LateRule, Operator, Output,
-    Pending, Progress, Scope, TimeMode, DIRTY, EMITTED, NO_STATE, RETIME,
+    n_aggs, partition_error, Emit, EmitMode, KeyRef, LatePolicy, Operator, Output, Pending,
+    Progress, Scope, TimeMode, DIRTY, EMITTED, NO_STATE, RETIME,
 };
 use crate::agg::{BoundAgg, Input};
 use crate::batch::{error_batch, take_rows};
 use crate::error::{Result, TidemarkError};
-use crate::key::KeyRows;
+use crate::key::{KeyColumns, KeyRows};
 use crate::time::parse_event_time;
 use crate::window::{add_to_sessions, OpenWindow, SessionChange, WindowSpec};
 
@@ -53,16 +56,7 @@ impl Operator {
         batch: &RecordBatch,
         parsed_times: Option<&Int64Array>,
     ) -> Result<Pending> {
-        if self.flushed {
-            // Refused before anything is counted or bound.
-            return Err(TidemarkError::config(
-                "flush",
-                "the operator was flushed (end of input: every window closed and was \
-                 emitted); a flushed operator takes no more rows, so that no window \
-                 comes out twice: build a new operator, or restore a snapshot taken \
-                 before the flush",
-            ));
-        }
+        self.refuse_after_flush()?;
         self.ensure_bound(batch.schema_ref())?;
         let bound = self.bound.clone().expect("bound");
         let n = batch.num_rows();
@@ -78,7 +72,142 @@ impl Operator {
         let mut errors: Vec<(usize, String)> = Vec::new();
 
         // 1. Event times (epoch microseconds), or the clock in processing-time mode.
-        let times: Int64Array = match (self.cfg.time, parsed_times) {
+        let times = self.event_times(batch, parsed_times, &bound, &mut errors)?;
+        // The scope's event time as the call began: idleness (in event time) and the
+        // bound ahead are measured from it.
+        let scope_time = self.scope_time();
+        self.call_now = super::idle_reading(self.cfg.idleness, &self.clock, scope_time);
+        self.ahead_errors(&times, scope_time, &mut errors);
+
+        // 2. Inputs of the aggregates, keys, partitions.
+        let (inputs, keys) = bound.inputs_and_keys(batch)?;
+        let parts = match bound.part_idx {
+            Some(i) => Some(arrow_cast::cast(batch.column(i), &DataType::Int64)?),
+            None => None,
+        };
+        let parts = parts.as_ref().map(|p| p.as_primitive::<Int64Type>());
+
+        // 3. The watermark as it stood when the call began.
+        let start = self.start_watermark();
+        let judging = self.judging(start);
+        self.marks.key_starts.clear();
+
+        let mut bad_row = vec![false; n];
+        for &(r, _) in &errors {
+            bad_row[r] = true;
+        }
+        let time_vals = times.values().clone();
+        self.begin_call();
+        if let Some(p) = parts {
+            for (row, bad) in bad_row.iter_mut().enumerate() {
+                if !*bad {
+                    if let Some(reason) = partition_error(p, row) {
+                        errors.push((row, reason));
+                        *bad = true;
+                    }
+                }
+            }
+        }
+
+        // Phase 1, per row: resolve the key (one hash lookup) and note the row's key
+        // index in the batch.
+        let group = self.resolve_keys(&keys, &time_vals, &bad_row, &mut errors)?;
+
+        // Phase 2: order rows by key (counting sort on the batch key index), so each
+        // key's windows are updated together while they are in cache. Each key's rows
+        // in window order, unless the windows are sessions (whose merges are counted)
+        // or an aggregate depends on the order of the rows: a new window then goes at
+        // the end of the key's list instead of into the middle, and consecutive rows
+        // share a window more often.
+        let groups = self.keys.batch_len();
+        let by_cell = match self.cfg.window.grid() {
+            Some((step, origin)) if bound.aggs.iter().all(BoundAgg::order_free) => {
+                by_window_cell(&group, &time_vals, step, origin)
+            }
+            _ => None,
+        };
+        let (starts, rows_by_key) = rows_by_key(&group, &time_vals, groups, by_cell);
+
+        // Phase 3, per key: judge each row against the watermark as it stood when the
+        // call began, then add the on-time rows to their windows.
+        let mut seen = Seen {
+            late_rows: Vec::new(),
+            part_max: Vec::new(),
+            batch_max: i64::MIN,
+        };
+        for g in 0..groups {
+            let from = starts[g] as usize;
+            let rows = &rows_by_key[from..starts[g + 1] as usize];
+            let key = KeyCall {
+                g: g as u32,
+                rows,
+                ahead: &rows_by_key[from..],
+            };
+            let call = CallRows {
+                judging: &judging,
+                inputs: &inputs,
+                aggs: &bound.aggs,
+                parts,
+            };
+            self.judge_key(key, &call, &mut seen, &mut errors);
+        }
+        let mut late_rows = seen.late_rows;
+        late_rows.sort_unstable();
+        let mut seen_max = i64::MIN;
+        for (row, &g) in group.iter().enumerate() {
+            if g != SKIP {
+                seen_max = seen_max.max(time_vals[row]);
+            }
+        }
+        crate::keep_scratch(&mut self.group_scratch, group);
+        self.keys.end_batch();
+        if self.keys.has_evictions() {
+            self.evict_keys();
+        }
+        if let Some(ttl) = self.cfg.state_ttl {
+            self.expire_keys(ttl);
+        }
+
+        // 4. Advance the watermarks with this batch's rows.
+        self.advance_marks(
+            start,
+            seen_max.max(seen.batch_max),
+            seen.batch_max,
+            &seen.part_max,
+        )?;
+        Ok(Pending {
+            batch: batch.clone(),
+            late_rows,
+            errors,
+        })
+    }
+
+    /// A flushed operator takes no rows: refused before anything is counted or bound.
+    fn refuse_after_flush(&self) -> Result<()> {
+        if self.flushed {
+            return Err(TidemarkError::config(
+                "flush",
+                "the operator was flushed (end of input: every window closed and was \
+                 emitted); a flushed operator takes no more rows, so that no window \
+                 comes out twice: build a new operator, or restore a snapshot taken \
+                 before the flush",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The call's event times (epoch microseconds; the clock's in processing-time
+    /// mode): parsed here, or `parsed` by a user parser; a row without one is an error
+    /// row.
+    fn event_times(
+        &self,
+        batch: &RecordBatch,
+        parsed: Option<&Int64Array>,
+        bound: &super::bind::Binding,
+        errors: &mut Vec<(usize, String)>,
+    ) -> Result<Int64Array> {
+        let n = batch.num_rows();
+        Ok(match (self.cfg.time, parsed) {
             (TimeMode::Processing, _) => {
                 let now = self.clock.now().saturating_mul(1_000);
                 Int64Array::from_value(now, n)
@@ -112,62 +241,36 @@ impl Operator {
                 errors.extend(parsed.errors);
                 parsed.values
             }
-        };
+        })
+    }
 
-        // The scope's event time as the call began: idleness (in event time) and the
-        // bound ahead are measured from it.
-        let scope_time = self.scope_time();
-        self.call_now = super::idle_reading(self.cfg.idleness, &self.clock, scope_time);
-        if let (Some(ahead), true) = (self.cfg.max_ahead, scope_time != i64::MIN) {
-            let bound = scope_time.saturating_add(ahead);
-            for (i, t) in times.iter().enumerate() {
-                if t.is_some_and(|t| t > bound) {
-                    errors.push((
-                        i,
-                        format!(
-                            "event time is more than max_ahead ({}) ahead of the stream's \
-                             latest event time ({})",
-                            crate::duration::format_micros(ahead),
-                            crate::time::format_epoch_micros(scope_time)
-                        ),
-                    ));
-                }
+    /// Rows more than `max_ahead` ahead of the scope's event time as the call began
+    /// (`scope_time`) are error rows.
+    fn ahead_errors(&self, times: &Int64Array, scope_time: i64, errors: &mut Vec<(usize, String)>) {
+        let Some(ahead) = self.cfg.max_ahead else {
+            return;
+        };
+        if scope_time == i64::MIN {
+            return;
+        }
+        let bound = scope_time.saturating_add(ahead);
+        for (i, t) in times.iter().enumerate() {
+            if t.is_some_and(|t| t > bound) {
+                errors.push((
+                    i,
+                    format!(
+                        "event time is more than max_ahead ({}) ahead of the stream's \
+                         latest event time ({})",
+                        crate::duration::format_micros(ahead),
+                        crate::time::format_epoch_micros(scope_time)
+                    ),
+                ));
             }
         }
+    }
 
-        // 2. Inputs of the aggregates, keys, partitions.
-        let (inputs, keys) = bound.inputs_and_keys(batch)?;
-        let parts = match bound.part_idx {
-            Some(i) => Some(arrow_cast::cast(batch.column(i), &DataType::Int64)?),
-            None => None,
-        };
-        let parts = parts.as_ref().map(|p| p.as_primitive::<Int64Type>());
-
-        // 3. The watermark as it stood when the call began.
-        let lateness = self.cfg.allowed_lateness;
-        let key_scope = self.cfg.scope == Scope::Key;
-        let rule = self.rule();
-        let spark = rule == LateRule::Spark;
-        // The watermark the call began with, and the one rows are judged against
-        // (Spark's rule: the previous call's, whose windows are the closed ones).
-        let start = self.start_watermark();
-        let judged = self.marks.judged(rule, start);
-        // Global and partition scope: every window with `end` at or before this is
-        // closed (per key: each key's own, below).
-        let scope_closed = judged.saturating_sub(lateness);
-        let session = self.cfg.window.is_session();
-        let flink_sessions = rule == LateRule::Flink && session;
-        self.marks.key_starts.clear();
-
-        let mut bad_row = vec![false; n];
-        for &(r, _) in &errors {
-            bad_row[r] = true;
-        }
-        let mut late_rows: Vec<u32> = Vec::new();
-        // Largest on-time event time per source partition (dense: partitions are small).
-        let mut part_max: Vec<i64> = Vec::new();
-        let mut batch_max = i64::MIN;
-        let time_vals = times.values().clone();
+    /// The per-call scratch emptied, and the key table told a call begins.
+    fn begin_call(&mut self) {
         self.touched.clear();
         self.emits.clear();
         self.owned_keys.clear();
@@ -178,28 +281,27 @@ impl Operator {
             self.epoch = 1;
         }
         self.keys.begin_batch_at(self.call_now);
-        let mut fatal: Option<TidemarkError> = None;
+    }
 
-        // Phase 1, per row: resolve the key (one hash lookup) and note the row's key
-        // index in the batch.
-        const SKIP: u32 = u32::MAX;
+    /// Each row's key index in the batch (`SKIP`: an error row), its key resolved (one
+    /// hash lookup) and its event time folded into the key's watermark. A key that
+    /// `max_keys` refuses makes its rows error rows; another failure ends the call.
+    fn resolve_keys(
+        &mut self,
+        keys: &KeyColumns,
+        time_vals: &[i64],
+        bad_row: &[bool],
+        errors: &mut Vec<(usize, String)>,
+    ) -> Result<Vec<u32>> {
+        let n = bad_row.len();
+        let mut fatal: Option<TidemarkError> = None;
         let mut group = std::mem::take(&mut self.group_scratch);
-        if let Some(p) = parts {
-            for (row, bad) in bad_row.iter_mut().enumerate() {
-                if !*bad {
-                    if let Some(reason) = partition_error(p, row) {
-                        errors.push((row, reason));
-                        *bad = true;
-                    }
-                }
-            }
-        }
         if !self.keys.may_evict(n) {
             // No key can be evicted by this batch: all lookups, then all folds.
             let fatal_cell = std::cell::RefCell::new(None);
             self.keys.batch_fold_rows(
-                &keys,
-                &time_vals,
+                keys,
+                time_vals,
                 |row| bad_row[row] || fatal_cell.borrow().is_some(),
                 |row, e| match e {
                     TidemarkError::MaxKeysReached { .. } | TidemarkError::Config { .. } => {
@@ -253,185 +355,26 @@ impl Operator {
             self.keys.end_batch();
             return Err(e);
         }
+        Ok(group)
+    }
 
-        // Phase 2: order rows by key (counting sort on the batch key index), so each
-        // key's windows are updated together while they are in cache.
-        let groups = self.keys.batch_len();
-        let mut starts = vec![0u32; groups + 1];
-        for &g in &group {
-            if g != SKIP {
-                starts[g as usize + 1] += 1;
-            }
-        }
-        for i in 0..groups {
-            starts[i + 1] += starts[i];
-        }
-        // Each entry is (event time, row): phase 3 reads the times in sequence.
-        let mut fill = starts.clone();
-        let mut rows_by_key = vec![(0i64, 0u32); starts[groups] as usize];
-        // Each key's rows in window order, unless the windows are sessions (whose
-        // merges are counted) or an aggregate depends on the order of the rows: a new
-        // window then goes at the end of the key's list instead of into the middle, and
-        // consecutive rows share a window more often. The rows are listed by window
-        // first, then distributed stably over the keys.
-        let by_cell = match self.cfg.window.grid() {
-            Some((step, origin)) if bound.aggs.iter().all(BoundAgg::order_free) => {
-                by_window_cell(&group, &time_vals, step, origin)
-            }
-            _ => None,
-        };
-        match by_cell {
-            Some(cells) => {
-                for (ts, row, g) in cells {
-                    rows_by_key[fill[g as usize] as usize] = (ts, row);
-                    fill[g as usize] += 1;
-                }
-            }
-            None => {
-                for (row, &g) in group.iter().enumerate() {
-                    if g != SKIP {
-                        rows_by_key[fill[g as usize] as usize] = (time_vals[row], row as u32);
-                        fill[g as usize] += 1;
-                    }
-                }
-            }
-        }
-
-        let na = bound.aggs.len();
-        const AHEAD: usize = 16;
-        // Phase 3, per key: judge each row against the watermark as it stood when the
-        // call began, then add the on-time rows to their windows.
-        for g in 0..groups {
-            let rows = &rows_by_key[starts[g] as usize..starts[g + 1] as usize];
-            let Some((slot, wm)) = self.keys.batch_key(g as u32) else {
-                for &(_, row) in rows {
-                    errors.push((row as usize, "max_keys reached: the key was evicted while its batch was processed (max_keys is smaller than the keys of one batch)".into()));
-                }
-                continue;
-            };
-            let closed = if key_scope {
-                if spark {
-                    self.marks.key_starts.push((slot, wm));
-                    self.marks.key_closed(slot, wm).saturating_sub(lateness)
-                } else {
-                    wm.saturating_sub(lateness)
-                }
-            } else {
-                scope_closed
-            };
-            let floor = if self.floors.is_empty() {
-                i64::MIN
-            } else {
-                self.floor_of(slot)
-            };
-            // Sessions: a row at or before `session_floor`, the end of a session the
-            // key closed (per key or partition) or its floor (a forgotten key), would
-            // merge into a session already closed: it is late, whatever the rule.
-            let (closed, session_floor) = if session {
-                (closed, floor.max(self.closed_session_end(slot)))
-            } else {
-                (closed.max(floor), i64::MIN)
-            };
-            // Rows before `threshold` are late (Flink's sessions: unless they merge
-            // into an open session, checked after the key's other rows).
-            let threshold = self.late_before(rule, closed);
-            self.row_closed = closed;
-            let mut candidates: Vec<(i64, u32)> = Vec::new();
-            // Consecutive rows of a key mostly fall in the window of the previous row:
-            // rows with `lo <= ts < hi` update its state directly.
-            let (mut lo, mut hi, mut base) = (i64::MAX, i64::MIN, 0);
-            for (k, &(ts, row)) in rows.iter().enumerate() {
-                // Rows come grouped by key: fetch the inputs of a row some way ahead
-                // (the order is unrelated to memory).
-                if let Some(&(_, ahead)) = rows_by_key.get(starts[g] as usize + k + AHEAD) {
-                    for input in &inputs {
-                        input.prefetch(ahead as usize);
-                    }
-                }
-                let row = row as usize;
-                if let Some(p) = parts {
-                    // A source partition's rows all count towards its own watermark,
-                    // late or not: a partition that lags holds the combined watermark
-                    // back from its first row on.
-                    let pi = p.value(row) as usize;
-                    if part_max.len() <= pi {
-                        part_max.resize(pi + 1, i64::MIN);
-                    }
-                    part_max[pi] = part_max[pi].max(ts);
-                }
-                if session_floor != i64::MIN && ts <= session_floor {
-                    late_rows.push(row as u32);
-                    continue;
-                }
-                if ts < threshold {
-                    if flink_sessions {
-                        candidates.push((ts, row as u32));
-                    } else {
-                        late_rows.push(row as u32);
-                    }
-                    continue;
-                }
-                if lo <= ts && ts < hi {
-                    for (j, input) in inputs.iter().enumerate() {
-                        self.accs[base + j].update(input, row, ts);
-                    }
-                } else {
-                    match self.add_row(slot, ts, row, &inputs, &bound.aggs) {
-                        Ok((l, h, st)) => (lo, hi, base) = (l, h, st as usize * na),
-                        Err(reason) => {
-                            errors.push((row, reason.to_string()));
-                            continue;
-                        }
-                    }
-                }
-                batch_max = batch_max.max(ts);
-            }
-            if !candidates.is_empty() {
-                // Flink's sessions: a row whose own session is closed is late unless
-                // it merges into an open one. Latest first, so that a chain of such
-                // rows reaching an open session joins it whatever the row order.
-                candidates.sort_unstable_by(|a, b| b.cmp(a));
-                let WindowSpec::Session { gap } = self.cfg.window else {
-                    unreachable!("candidates are sessions' rows")
-                };
-                for (ts, row) in candidates {
-                    let cover_end = ts.saturating_add(gap);
-                    let joins = self.wins.get(slot as usize).is_some_and(|list| {
-                        list.iter().any(|w| w.start <= cover_end && w.end >= ts)
-                    });
-                    if !joins {
-                        late_rows.push(row);
-                        continue;
-                    }
-                    match self.add_row(slot, ts, row as usize, &inputs, &bound.aggs) {
-                        Ok(_) => batch_max = batch_max.max(ts),
-                        Err(reason) => errors.push((row as usize, reason.to_string())),
-                    }
-                }
-            }
-        }
-        late_rows.sort_unstable();
-        let mut seen_max = i64::MIN;
-        for (row, &g) in group.iter().enumerate() {
-            if g != SKIP {
-                seen_max = seen_max.max(time_vals[row]);
-            }
-        }
-        crate::keep_scratch(&mut self.group_scratch, group);
-        self.keys.end_batch();
-        if self.keys.has_evictions() {
-            self.evict_keys();
-        }
-        if let Some(ttl) = self.cfg.state_ttl {
-            self.expire_keys(ttl);
-        }
-
-        // 4. Advance the watermarks with this batch's rows.
+    /// The call's progress recorded (its largest event time, `max_event_time`; of its
+    /// on-time rows, `on_time_max`; per source partition, `part_max`, `i64::MIN` where
+    /// none) and this operator's watermarks advanced with it; the call began at `start`.
+    fn advance_marks(
+        &mut self,
+        start: i64,
+        max_event_time: i64,
+        on_time_max: i64,
+        part_max: &[i64],
+    ) -> Result<()> {
         if self.cfg.scope == Scope::Key {
             self.keys.check_idle_keys_at(self.call_now);
         }
+        let some = |t: i64| (t != i64::MIN).then_some(t);
+        let (lowest_active, highest) = self.keys.global_parts();
         self.progress = Progress {
-            max_event_time: seen_max.max(batch_max),
+            max_event_time: some(max_event_time),
             partition_max: part_max
                 .iter()
                 .enumerate()
@@ -442,16 +385,12 @@ impl Operator {
                 Scope::Key => self.keys.global_watermark().map(|w| w.timestamp()),
                 _ => None,
             },
-            on_time_max: batch_max,
-            key_parts: self.keys.global_parts(),
+            on_time_max: some(on_time_max),
+            key_parts: (lowest_active, some(highest)),
         };
         let own_close = self.scope.advance([&self.progress])?;
-        self.marks.ingested(start, own_close);
-        Ok(Pending {
-            batch: batch.clone(),
-            late_rows,
-            errors,
-        })
+        self.marks.ingested(start, own_close.unwrap_or(i64::MIN));
+        Ok(())
     }
 
     /// The second half of [`Self::process`]: closes what the watermark passed and
@@ -491,7 +430,7 @@ impl Operator {
     /// the key with `lo <= ts < hi` fall in the same single window, whose state is
     /// `state` (an empty range for sliding windows).
     #[inline]
-    fn add_row(
+    pub(super) fn add_row(
         &mut self,
         slot: u32,
         ts: i64,

@@ -21,13 +21,36 @@ const NO_CALL: u64 = u64::MAX;
 /// Values given from outside for the operator's next calls (`None`: its own).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct External {
-    /// The watermark the call begins with, combined over every operator of the scope
-    /// (the Spark driver's, the runtime coordinator's). It judges rows (global and
-    /// partition scope) and bounds what closes when `close` is not set.
-    pub watermark: Option<i64>,
+    /// The watermark the call begins with: the operator's own, or the one combined
+    /// over every operator of the scope (the Spark driver's, the runtime
+    /// coordinator's), which judges rows (global and partition scope) and bounds what
+    /// closes when `close` is not set.
+    pub watermark: Start,
     /// The scope's event time (when higher than the operator's own): what idleness in
     /// event time and `max_ahead` measure from.
     pub time: Option<i64>,
+}
+
+/// Where the watermark a call begins with comes from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Start {
+    /// The operator's own (it holds the whole scope).
+    #[default]
+    Own,
+    /// Combined elsewhere over every operator of the scope (`None`: the scope has no
+    /// watermark yet; the operator stays driven, as its own view of the rows it holds
+    /// would run ahead of the scope's).
+    Scope(Option<i64>),
+}
+
+impl Start {
+    /// The combined watermark (`i64::MIN`: none yet), or `None` for the operator's own.
+    fn given(self) -> Option<i64> {
+        match self {
+            Start::Own => None,
+            Start::Scope(w) => Some(w.unwrap_or(i64::MIN)),
+        }
+    }
 }
 
 /// The marks of one operator (see the module documentation).
@@ -77,7 +100,7 @@ impl Marks {
     /// watermark over keys, which closes idle keys' windows), or the combined one
     /// given from outside (global scope: the higher of the two).
     pub(super) fn start(&self, scope: &Scope, own: i64) -> i64 {
-        match self.external.watermark {
+        match self.external.watermark.given() {
             Some(e) if *scope == Scope::Global => e.max(own),
             Some(e) => e,
             None => own,
@@ -125,7 +148,7 @@ impl Marks {
         if rule == LateRule::Spark {
             return self.call_start;
         }
-        match (combined, self.external.watermark) {
+        match (combined, self.external.watermark.given()) {
             (Some(c), _) => c,
             (None, Some(e)) if *scope == Scope::Global => e.max(self.own_close),
             (None, Some(e)) => e,

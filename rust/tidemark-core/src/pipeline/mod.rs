@@ -32,6 +32,7 @@ mod config;
 mod emit;
 mod floors;
 mod ingest;
+mod judge;
 mod marks;
 mod order;
 mod scope;
@@ -44,7 +45,7 @@ use arrow_array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, Record
 use arrow_schema::Schema;
 
 pub use config::{EmitMode, Idleness, LatePolicy, LateRule, PipelineConfig, Scope, TimeMode};
-pub use marks::External;
+pub use marks::{External, Start};
 pub(crate) use scope::merged_partition_max;
 pub use scope::{idle_reading, ScopeWatermark};
 
@@ -183,32 +184,21 @@ impl PipelineMetrics {
 /// What the last `process` call saw, for combining watermarks across operators (the
 /// Spark driver combines the progress of every task). Before any call (and after a
 /// restore) it saw nothing: no event time, no key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Progress {
-    /// Largest valid event time of the call (`i64::MIN`: none).
-    pub max_event_time: i64,
+    /// Largest valid event time of the call (`None`: none).
+    pub max_event_time: Option<i64>,
     /// Largest valid event time per source partition (partition scope).
     pub partition_max: Vec<(u32, i64)>,
     /// Key scope: the minimum watermark over this operator's active keys.
     pub key_global: Option<i64>,
-    /// Largest event time of the call's on-time rows (`i64::MIN`: none); what the
-    /// global scope's watermark advances with.
-    pub on_time_max: i64,
+    /// Largest event time of the call's on-time rows (`None`: none); what the global
+    /// scope's watermark advances with.
+    pub on_time_max: Option<i64>,
     /// Key scope: the minimum watermark over active keys (`None`: no active key) and
-    /// the highest key watermark seen ([`KeyedWatermarkTracker::global_parts`]).
-    pub key_parts: (Option<i64>, i64),
-}
-
-impl Default for Progress {
-    fn default() -> Self {
-        Progress {
-            max_event_time: i64::MIN,
-            partition_max: Vec::new(),
-            key_global: None,
-            on_time_max: i64::MIN,
-            key_parts: (None, i64::MIN),
-        }
-    }
+    /// the highest key watermark seen (`None`: none;
+    /// [`KeyedWatermarkTracker::global_parts`]).
+    pub key_parts: (Option<i64>, Option<i64>),
 }
 
 /// The first half of a [`Operator::process`] call: rows ingested, windows not yet
@@ -437,19 +427,15 @@ impl Operator {
     /// The operator's watermark: global, combined over partitions, or (key scope) the
     /// highest global watermark reached. `None` until there is one.
     pub fn watermark(&self) -> Option<i64> {
-        if let (Some(w), Scope::Global | Scope::Partition { .. }) =
+        if let (Start::Scope(w), Scope::Global | Scope::Partition { .. }) =
             (self.marks.external.watermark, &self.cfg.scope)
         {
-            return Some(w);
+            return w;
         }
-        let w = match self.cfg.scope {
-            Scope::Key => self
-                .keys
-                .emitted_watermark()
-                .map_or(i64::MIN, |w| w.timestamp()),
+        match self.cfg.scope {
+            Scope::Key => self.keys.emitted_watermark().map(|w| w.timestamp()),
             _ => self.scope.current(),
-        };
-        (w != i64::MIN).then_some(w)
+        }
     }
 
     /// Uses the values of `e` from the next call on (see [`External`]): the scope's
@@ -470,7 +456,7 @@ impl Operator {
     /// The scope's event time as the next call begins: this operator's own, or the
     /// one given from outside if higher.
     pub fn scope_time(&self) -> i64 {
-        self.marks.scope_time(self.scope.time())
+        self.marks.scope_time(self.scope.time().unwrap_or(i64::MIN))
     }
 
     /// Joins every input row with `lookup` before it is aggregated (the aggregates may

@@ -270,3 +270,47 @@ pub(super) fn packed_order(
         Some(rows.iter().map(|&x| (x & index_mask) as usize).collect())
     }
 }
+
+/// A row with no key index in the batch (an error row).
+pub(super) const SKIP: u32 = u32::MAX;
+
+/// The rows of the batch's keys ordered by key (a counting sort on the batch key
+/// index `group[row]`, `SKIP` rows left out): key `g`'s `(event time, row)` pairs are
+/// `pairs[starts[g]..starts[g + 1]]`, in the order of `cells` (the rows listed by
+/// window first, see `by_window_cell`) where given, else in input order.
+pub(super) fn rows_by_key(
+    group: &[u32],
+    time_vals: &[i64],
+    groups: usize,
+    cells: Option<Vec<(i64, u32, u32)>>,
+) -> (Vec<u32>, Vec<(i64, u32)>) {
+    let mut starts = vec![0u32; groups + 1];
+    for &g in group {
+        if g != SKIP {
+            starts[g as usize + 1] += 1;
+        }
+    }
+    for i in 0..groups {
+        starts[i + 1] += starts[i];
+    }
+    // Each entry is (event time, row): phase 3 reads the times in sequence.
+    let mut fill = starts.clone();
+    let mut pairs = vec![(0i64, 0u32); starts[groups] as usize];
+    match cells {
+        Some(cells) => {
+            for (ts, row, g) in cells {
+                pairs[fill[g as usize] as usize] = (ts, row);
+                fill[g as usize] += 1;
+            }
+        }
+        None => {
+            for (row, &g) in group.iter().enumerate() {
+                if g != SKIP {
+                    pairs[fill[g as usize] as usize] = (time_vals[row], row as u32);
+                    fill[g as usize] += 1;
+                }
+            }
+        }
+    }
+    (starts, pairs)
+}

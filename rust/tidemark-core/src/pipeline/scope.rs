@@ -31,7 +31,7 @@ use super::{Idleness, LateRule, PipelineConfig, Progress, Scope, TimeMode};
 use crate::clock::ClockRef;
 use crate::error::Result;
 use crate::state::{Reader, Writer};
-use crate::time::{advance, combine, PartitionId, PartitionedWatermarkTracker};
+use crate::time::{advance, PartitionId, PartitionedWatermarkTracker};
 
 /// The combined watermark of a pipeline's scope (see the module docs).
 #[derive(Debug, Clone)]
@@ -101,23 +101,23 @@ impl ScopeWatermark {
         Self::new(&cfg, clock)
     }
 
-    /// The current watermark (`i64::MIN`: none yet): global, combined over source
+    /// The current watermark (`None`: none yet): global, combined over source
     /// partitions, or (key scope) the highest reported.
-    pub fn current(&self) -> i64 {
-        match self.scope {
+    pub fn current(&self) -> Option<i64> {
+        let w = match self.scope {
             Scope::Global => self.watermark,
-            Scope::Partition { .. } => self
-                .partitions
-                .current_watermark()
-                .map_or(i64::MIN, |w| w.timestamp()),
+            Scope::Partition { .. } => {
+                return self.partitions.current_watermark().map(|w| w.timestamp())
+            }
             Scope::Key => self.key_reported,
-        }
+        };
+        (w != i64::MIN).then_some(w)
     }
 
-    /// The scope's event time: the largest valid event time reported so far
-    /// (`i64::MIN`: none), late rows included.
-    pub fn time(&self) -> i64 {
-        self.event_time
+    /// The scope's event time: the largest valid event time reported so far (`None`:
+    /// none), late rows included.
+    pub fn time(&self) -> Option<i64> {
+        (self.event_time != i64::MIN).then_some(self.event_time)
     }
 
     /// The time idleness is measured at in the next call (see [`idle_reading`]).
@@ -125,27 +125,22 @@ impl ScopeWatermark {
         idle_reading(self.idleness, &self.clock, self.event_time)
     }
 
-    /// The watermark rows of the next call are judged against: global and partition
-    /// scope; `None` per key (each key has its own).
-    pub fn threshold(&self) -> Option<i64> {
-        match self.scope {
-            Scope::Key => None,
-            _ => Some(self.current()),
-        }
-    }
-
     /// Combines one call's progress of every operator into the watermark that closes
-    /// windows after it (per key: the global watermark closing idle keys' windows).
-    pub fn advance<'a>(&mut self, progress: impl IntoIterator<Item = &'a Progress>) -> Result<i64> {
+    /// windows after it (per key: the global watermark closing idle keys' windows;
+    /// `None`: none yet).
+    pub fn advance<'a>(
+        &mut self,
+        progress: impl IntoIterator<Item = &'a Progress>,
+    ) -> Result<Option<i64>> {
         let progress: Vec<&Progress> = progress.into_iter().collect();
         // Idleness is judged at the time the call began: this call's rows move the
         // scope's event time for the next one.
         let now = self.idle_now();
-        let time = progress.iter().map(|p| p.max_event_time).max();
+        let time = progress.iter().filter_map(|p| p.max_event_time).max();
         self.event_time = self.event_time.max(time.unwrap_or(i64::MIN));
-        Ok(match self.scope {
+        match self.scope {
             Scope::Global => {
-                let on_time = progress.iter().map(|p| p.on_time_max).max();
+                let on_time = progress.iter().filter_map(|p| p.on_time_max).max();
                 self.global_max = self.global_max.max(on_time.unwrap_or(i64::MIN));
                 let w = match self.time {
                     TimeMode::Processing => self.clock.now().saturating_mul(1_000),
@@ -157,7 +152,6 @@ impl ScopeWatermark {
                     TimeMode::Event => self.global_max.saturating_sub(self.delay),
                 };
                 advance(&mut self.watermark, w);
-                self.watermark
             }
             Scope::Partition { .. } => {
                 let last = PartitionId::new(0, self.declared.saturating_sub(1));
@@ -171,21 +165,20 @@ impl ScopeWatermark {
                 self.partitions
                     .observe_max_event_times_at(0, &maxima, self.delay, true, now)?;
                 self.partitions.check_idle_partitions_at(now);
-                self.current()
             }
             Scope::Key => {
+                // The minimum over active keys; none active: the highest key watermark.
                 let active_min = progress.iter().filter_map(|p| p.key_parts.0).min();
-                let g = combine(active_min, || {
-                    progress
-                        .iter()
-                        .map(|p| p.key_parts.1)
-                        .max()
-                        .unwrap_or(i64::MIN)
-                });
-                advance(&mut self.key_reported, g);
-                g
+                let g = active_min.or_else(|| progress.iter().filter_map(|p| p.key_parts.1).max());
+                if let Some(g) = g {
+                    advance(&mut self.key_reported, g);
+                }
+                // Per key the call's own value closes idle keys' windows (it may stand
+                // below the highest reported).
+                return Ok(g);
             }
-        })
+        }
+        Ok(self.current())
     }
 
     /// Writes the state (see [`Self::read_state`]).

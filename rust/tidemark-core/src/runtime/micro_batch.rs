@@ -35,6 +35,7 @@ use crate::pipeline::lookup::Lookup;
 use crate::pipeline::rows::RowsOperator;
 use crate::pipeline::{
     ArrivalOperator, External, Operator, Output, Pending, PipelineConfig, Progress, ScopeWatermark,
+    Start,
 };
 use crate::route::{group_rows, hash_router, spark_tags, HashAlgo, RowGroups};
 use crate::state::{self, Reader, SnapshotKind, Writer};
@@ -193,8 +194,8 @@ impl Report {
         w.u32(self.partition);
         w.str(&self.run);
         let p = &self.progress;
-        w.i64(p.max_event_time);
-        w.i64(p.on_time_max);
+        write_opt(&mut w, p.max_event_time);
+        write_opt(&mut w, p.on_time_max);
         w.len(p.partition_max.len());
         for &(part, t) in &p.partition_max {
             w.u32(part);
@@ -202,7 +203,7 @@ impl Report {
         }
         write_opt(&mut w, p.key_global);
         write_opt(&mut w, p.key_parts.0);
-        w.i64(p.key_parts.1);
+        write_opt(&mut w, p.key_parts.1);
         for v in self.counts.to_array() {
             w.u64(v);
         }
@@ -219,14 +220,14 @@ impl Report {
         let mut r = Reader::new(payload);
         let partition = r.u32()?;
         let run = r.str()?.to_string();
-        let max_event_time = r.i64()?;
-        let on_time_max = r.i64()?;
+        let max_event_time = read_opt(&mut r)?;
+        let on_time_max = read_opt(&mut r)?;
         let n = r.len(12)?;
         let partition_max = (0..n)
             .map(|_| Ok((r.u32()?, r.i64()?)))
             .collect::<Result<Vec<_>>>()?;
         let key_global = read_opt(&mut r)?;
-        let key_parts = (read_opt(&mut r)?, r.i64()?);
+        let key_parts = (read_opt(&mut r)?, read_opt(&mut r)?);
         let mut counts = [0u64; 5];
         for c in &mut counts {
             *c = r.u64()?;
@@ -294,13 +295,12 @@ pub fn summarize(
     }
     let mut scope = scope_of(cfg, scope, clock_ms)?;
     let progress: Vec<Progress> = reports.iter().map(|r| r.progress.clone()).collect();
-    let next = scope.advance(&progress)?;
+    let watermark = scope.advance(&progress)?;
     let settled: Vec<(u32, bool)> = reports.iter().filter_map(|r| r.settled).collect();
-    let time = scope.time();
     Ok(Some(BatchSummary {
-        watermark: (next != i64::MIN).then_some(next),
+        watermark,
         scope: scope.to_bytes(),
-        time: (time != i64::MIN).then_some(time),
+        time: scope.time(),
         counts: reports.iter().map(|r| r.counts).sum(),
         settled: (!settled.is_empty()).then(|| {
             let calls = settled.iter().map(|s| s.0).max().unwrap_or(0);
@@ -534,7 +534,7 @@ impl MicroBatch {
                 }
                 before = close;
                 let start = External {
-                    watermark: Some(before.unwrap_or(i64::MIN)),
+                    watermark: Start::Scope(before),
                     time: self.time,
                 };
                 par_each(&mut parts, self.threads, |p| p.ingest(Some(start)))?;
@@ -550,8 +550,7 @@ impl MicroBatch {
     /// The combined watermark after a call's ingest (`None`: none yet).
     fn advance(&self, scope: &mut ScopeWatermark, parts: &[Part]) -> Result<Option<i64>> {
         let progress: Vec<Progress> = parts.iter().map(Part::progress).collect();
-        let w = scope.advance(&progress)?;
-        Ok((w != i64::MIN).then_some(w))
+        scope.advance(&progress)
     }
 
     /// A held partition's operator as the batch begins, driven by the batch's
@@ -581,7 +580,7 @@ impl MicroBatch {
             // A DataFrame has no row order: the windows need no sort.
             op.set_sorted_output(false);
             op.set_external(External {
-                watermark: Some(self.watermark.unwrap_or(i64::MIN)),
+                watermark: Start::Scope(self.watermark),
                 time: self.time,
             });
             Op::Time(Box::new(op))

@@ -41,7 +41,7 @@ use arrow_array::{Int64Array, RecordBatch, UInt32Array};
 
 use crate::clock::ClockRef;
 use crate::error::{Result, TidemarkError};
-use crate::pipeline::{merged_partition_max, ScopeWatermark};
+use crate::pipeline::{merged_partition_max, ScopeWatermark, Start};
 use crate::pipeline::{Operator, Output, PipelineConfig, PipelineMetrics, Progress, Scope};
 use crate::route::{group_rows, HashAlgo, Router, Strategy};
 use crate::time::KeyedWatermarkMetrics;
@@ -245,8 +245,7 @@ impl ShardedOperator {
 
     /// The combined watermark (as [`Operator::watermark`]).
     pub fn watermark(&self) -> Option<i64> {
-        let w = self.scope.current();
-        (w != i64::MIN).then_some(w)
+        self.scope.current()
     }
 
     /// What the last `process` call saw, combined over shards.
@@ -257,8 +256,8 @@ impl ShardedOperator {
     /// The combined watermark the call begins with, for every shard: it judges rows
     /// (global and partition scope) and, under Spark's rule, closes windows (per key:
     /// idle keys' windows).
-    fn threshold(&self) -> Option<i64> {
-        Some(self.scope.current())
+    fn threshold(&self) -> Start {
+        Start::Scope(self.scope.current())
     }
 
     /// As [`Operator::set_lookup`]: every input row is joined with `lookup` (once,
@@ -358,7 +357,8 @@ impl ShardedOperator {
             }
         }
         let close = if first_err.is_none() {
-            Some(self.combine(progress.iter().flatten())?)
+            // No combined watermark yet closes nothing.
+            Some(self.combine(progress.iter().flatten())?.unwrap_or(i64::MIN))
         } else {
             None
         };
@@ -456,35 +456,23 @@ impl ShardedOperator {
     }
 
     /// Combines the shards' progress into the watermark that closes windows now.
-    fn combine<'a>(&mut self, progress: impl Iterator<Item = &'a Progress>) -> Result<i64> {
+    fn combine<'a>(&mut self, progress: impl Iterator<Item = &'a Progress>) -> Result<Option<i64>> {
         let progress: Vec<&Progress> = progress.collect();
-        let max_event_time = progress
-            .iter()
-            .map(|p| p.max_event_time)
-            .max()
-            .unwrap_or(i64::MIN);
-        let on_time_max = progress
-            .iter()
-            .map(|p| p.on_time_max)
-            .max()
-            .unwrap_or(i64::MIN);
+        let max_event_time = progress.iter().filter_map(|p| p.max_event_time).max();
+        let on_time_max = progress.iter().filter_map(|p| p.on_time_max).max();
         let partition_max = merged_partition_max(progress.iter().copied());
         let close = self.scope.advance(progress.iter().copied())?;
         self.progress = Progress {
             max_event_time,
             partition_max,
             key_global: match self.cfg.scope {
-                Scope::Key => (close != i64::MIN).then_some(close),
+                Scope::Key => close,
                 _ => None,
             },
             on_time_max,
             key_parts: (
                 progress.iter().filter_map(|p| p.key_parts.0).min(),
-                progress
-                    .iter()
-                    .map(|p| p.key_parts.1)
-                    .max()
-                    .unwrap_or(i64::MIN),
+                progress.iter().filter_map(|p| p.key_parts.1).max(),
             ),
         };
         Ok(close)

@@ -11,7 +11,7 @@ use super::merge::{with_merge_keys, MergeKeys};
 use super::metrics::LatencyHistogram;
 use super::{shard_rows, stopwatch};
 use crate::error::{Result, TidemarkError};
-use crate::pipeline::{External, Operator, Output, PipelineMetrics, Progress};
+use crate::pipeline::{External, Operator, Output, PipelineMetrics, Progress, Start};
 use crate::route::{group_rows, Router, RowGroups};
 use crate::time::KeyedWatermarkMetrics;
 
@@ -23,9 +23,9 @@ pub(super) enum Job {
         parsed: Option<Int64Array>,
         /// This shard's rows.
         rows: ShardRows,
-        threshold: Option<i64>,
-        /// The scope's event time as the call begins (the coordinator's).
-        time: i64,
+        threshold: Start,
+        /// The scope's event time as the call begins (the coordinator's; `None`: none).
+        time: Option<i64>,
     },
     Complete {
         close: Option<i64>,
@@ -180,7 +180,7 @@ impl Worker {
                             started = Some(t0);
                             op.set_external(External {
                                 watermark: threshold,
-                                time: Some(time),
+                                time,
                             });
                             let r =
                                 shard_rows(batch, parsed, rows, index).and_then(|(b, p, rows)| {

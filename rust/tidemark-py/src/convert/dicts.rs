@@ -36,36 +36,22 @@ pub fn progress_dict<'py>(
     p: &tidemark_core::pipeline::Progress,
 ) -> Result<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    d.set_item(
-        "max_event_time",
-        (p.max_event_time != i64::MIN).then_some(p.max_event_time),
-    )?;
+    d.set_item("max_event_time", p.max_event_time)?;
     d.set_item("partition_max", p.partition_max.clone())?;
     d.set_item("key_global", p.key_global)?;
-    d.set_item(
-        "on_time_max",
-        (p.on_time_max != i64::MIN).then_some(p.on_time_max),
-    )?;
-    d.set_item(
-        "key_parts",
-        (
-            p.key_parts.0,
-            (p.key_parts.1 != i64::MIN).then_some(p.key_parts.1),
-        ),
-    )?;
+    d.set_item("on_time_max", p.on_time_max)?;
+    d.set_item("key_parts", p.key_parts)?;
     Ok(d)
 }
 
 /// A progress dict (see [`progress_dict`]) read back.
 pub fn progress_from_dict(d: &Bound<'_, PyDict>) -> Result<Progress> {
-    let opt = |k: &str| -> Result<i64> { Ok(get::<Option<i64>>(d, k)?.unwrap_or(i64::MIN)) };
-    let (active, highest): (Option<i64>, Option<i64>) = get(d, "key_parts")?;
     Ok(Progress {
-        max_event_time: opt("max_event_time")?,
+        max_event_time: get(d, "max_event_time")?,
         partition_max: get(d, "partition_max")?,
         key_global: get(d, "key_global")?,
-        on_time_max: opt("on_time_max")?,
-        key_parts: (active, highest.unwrap_or(i64::MIN)),
+        on_time_max: get(d, "on_time_max")?,
+        key_parts: get(d, "key_parts")?,
     })
 }
 

@@ -134,10 +134,10 @@ impl KeyedWatermarkConfig {
 /// Per-key watermark state, as returned by `key_state` and `remove_key`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyWatermarkState {
-    /// Maximum event time seen for this key.
-    pub max_event_time: i64,
-    /// Current watermark (`max_event_time - bounded_delay`).
-    pub watermark: i64,
+    /// Maximum event time seen for this key (`None`: none yet).
+    pub max_event_time: Option<i64>,
+    /// Current watermark (`max_event_time - bounded_delay`; `None`: none yet).
+    pub watermark: Option<i64>,
     /// Clock reading of the last activity.
     pub last_activity: i64,
     /// Whether the key is idle.

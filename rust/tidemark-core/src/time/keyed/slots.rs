@@ -354,8 +354,8 @@ impl KeyedWatermarkTracker {
 
     pub(super) fn state_of(&self, s: usize) -> KeyWatermarkState {
         KeyWatermarkState {
-            max_event_time: self.keys[s].max_event,
-            watermark: self.wm_of(s),
+            max_event_time: some(self.keys[s].max_event),
+            watermark: some(self.wm_of(s)),
             last_activity: self.cold[s].last_activity,
             is_idle: self.keys[s].idle,
         }
@@ -459,4 +459,9 @@ impl KeyedWatermarkTracker {
     }
 
     // --- public API ------------------------------------------------------------
+}
+
+/// A time, or `None` for the "none yet" mark `i64::MIN`.
+fn some(t: i64) -> Option<i64> {
+    (t != i64::MIN).then_some(t)
 }

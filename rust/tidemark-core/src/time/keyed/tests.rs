@@ -298,7 +298,7 @@ fn test_keyed_tracker_remove_key_recalculates_global() {
     let (mut t, _) = simple();
     t.update_batch(&[("a", 10_000), ("b", 50_000)]).unwrap();
     let st = t.remove_key("a").unwrap();
-    assert_eq!(st.watermark, 5_000);
+    assert_eq!(st.watermark, Some(5_000));
     assert_eq!(t.global_watermark(), w(45_000));
     assert_eq!(t.remove_key("a"), None);
     // Removing the key with the highest watermark while all are idle keeps the value.
@@ -684,7 +684,10 @@ mod model {
                     let st = t.remove_key(&(k as i64));
                     let mk = m.keys.remove(&k);
                     m.order.retain(|&x| x != k);
-                    prop_assert_eq!(st.map(|s| s.max_event_time), mk.map(|k| k.max));
+                    prop_assert_eq!(
+                        st.map(|s| s.max_event_time.unwrap_or(i64::MIN)),
+                        mk.map(|k| k.max)
+                    );
                     m.recalc();
                     (None, None)
                 }

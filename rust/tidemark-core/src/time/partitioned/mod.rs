@@ -55,10 +55,10 @@ impl PartitionId {
 /// [`PartitionedWatermarkTracker::partition_state`] and `remove_partition`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionWatermarkState {
-    /// Current watermark of the partition (`i64::MIN`: none yet).
-    pub watermark: i64,
-    /// Largest event time seen through `update_partition_from_event` (`i64::MIN`: none).
-    pub last_event_time: i64,
+    /// Current watermark of the partition (`None`: none yet).
+    pub watermark: Option<i64>,
+    /// Largest event time seen through `update_partition_from_event` (`None`: none).
+    pub last_event_time: Option<i64>,
     /// Clock reading of the last update or registration.
     pub last_activity: i64,
     /// Whether the partition is idle (excluded from the minimum).
@@ -776,8 +776,8 @@ pub fn max_event_time_per_partition(
 
 fn state_of(s: &Slot) -> PartitionWatermarkState {
     PartitionWatermarkState {
-        watermark: s.watermark,
-        last_event_time: s.last_event_time,
+        watermark: (s.watermark != i64::MIN).then_some(s.watermark),
+        last_event_time: (s.last_event_time != i64::MIN).then_some(s.last_event_time),
         last_activity: s.last_activity,
         is_idle: s.idle,
         assigned_core: (s.core != NO_CORE).then_some(s.core as usize),
