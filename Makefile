@@ -52,7 +52,7 @@ rust-test:
 # Two pytest processes (pytest-xdist), each with its own local[2] SparkSession: much of
 # a Spark test is one core's work (the driver, a JVM starting), so two overlap well.
 py-test: build
-	$(BIN)/python -m pytest -q -n 2 --dist load --durations=15 --doctest-modules python/tidemark tests
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=15 --doctest-modules python/tidemark tests
 
 test: build lint rust-test py-test wheel-check
 
