@@ -1,4 +1,5 @@
-"""One Spark job computes a batch's three outputs (windows, late rows, error rows).
+"""One Spark job computes a batch's three outputs: the main output (a pipeline's
+windows, a reorder's released rows), late rows and error rows.
 
 ``mapInArrow`` has one output schema, so the task emits one of two forms:
 
@@ -24,6 +25,7 @@ import pyarrow as pa
 
 from tidemark.operator import Output
 from tidemark.pipeline import Pipeline
+from tidemark.reorder import ReorderOutput
 from tidemark.spark._args import collated_columns
 
 KIND_WINDOW, KIND_LATE, KIND_ERROR = 0, 1, 2
@@ -103,10 +105,12 @@ def spark_schema_of(arrow_schema: pa.Schema) -> Any:
 
 @dataclass(frozen=True)
 class OutputCodec:
-    """Schemas of one pipeline over one input schema."""
+    """Schemas of an operator's three outputs over one input schema: its main output
+    (``KIND_WINDOW``: a pipeline's windows, or a reorder's released rows, which are
+    input rows), late rows (input rows) and error rows (input rows and a reason), in
+    the combined form, alone, split by the driver and as Arrow sinks get them."""
 
     input_arrow: pa.Schema
-    windows_arrow: pa.Schema
     combined_arrow: pa.Schema
     combined_spark: Any
     window_names: list[str]
@@ -116,11 +120,12 @@ class OutputCodec:
     #: Arrow schema Spark expects of it, for jobs that compute one output alone.
     single_spark: dict[int, Any]
     single_arrow: dict[int, pa.Schema]
+    #: The main output is input rows (a reorder's): it travels in the input columns.
+    main_is_input: bool = False
 
     @staticmethod
     def build(pipe: Pipeline, df_schema: Any, tz: str, large: bool) -> OutputCodec:
-        from pyspark.sql.types import IntegerType, StringType, StructField, StructType
-
+        """The codec of pipeline ``pipe`` over input rows of ``df_schema``."""
         missing = [k for k in pipe.key if k not in df_schema.fieldNames()]
         if missing:
             from tidemark.errors import ConfigError
@@ -148,13 +153,26 @@ class OutputCodec:
                 f"column for case-insensitive keys, or F.collate({name!r}, 'UTF8_BINARY') "
                 "to compare bytes"
             )
-        input_arrow = arrow_schema_of(df_schema, tz, large)
-        windows_arrow = pipe.output_schema(input_arrow)
-        windows_spark = spark_schema_of(windows_arrow)
+        windows_arrow = pipe.output_schema(arrow_schema_of(df_schema, tz, large))
+        return OutputCodec._of(df_schema, spark_schema_of(windows_arrow), tz, large, False)
+
+    @staticmethod
+    def rows(df_schema: Any, tz: str, large: bool) -> OutputCodec:
+        """The codec of an operator whose main output is input rows of ``df_schema``
+        (a reorder's released rows)."""
+        return OutputCodec._of(df_schema, df_schema, tz, large, True)
+
+    @staticmethod
+    def _of(
+        df_schema: Any, main_spark: Any, tz: str, large: bool, main_is_input: bool
+    ) -> OutputCodec:
+        from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
         fields = [StructField(_KIND, IntegerType(), False)]
-        fields += [
-            StructField(f"__tm_w{i}", f.dataType, True) for i, f in enumerate(windows_spark.fields)
-        ]
+        if not main_is_input:
+            fields += [
+                StructField(f"__tm_w{i}", f.dataType, True) for i, f in enumerate(main_spark.fields)
+            ]
         fields += [
             StructField(f"__tm_i{i}", f.dataType, True) for i, f in enumerate(df_schema.fields)
         ]
@@ -164,21 +182,22 @@ class OutputCodec:
         single_spark = {
             # Nullable as in the combined result, so both ways give one schema.
             KIND_WINDOW: StructType(
-                [StructField(f.name, f.dataType, True) for f in windows_spark.fields]
+                [StructField(f.name, f.dataType, True) for f in main_spark.fields]
             ),
             KIND_LATE: df_schema,
             KIND_ERROR: StructType([*df_schema.fields, StructField(reason, StringType(), True)]),
         }
+        single_arrow = {k: arrow_schema_of(v, tz, large) for k, v in single_spark.items()}
         return OutputCodec(
             single_spark=single_spark,
-            single_arrow={k: arrow_schema_of(v, tz, large) for k, v in single_spark.items()},
-            input_arrow=input_arrow,
-            windows_arrow=windows_arrow,
+            single_arrow=single_arrow,
+            input_arrow=arrow_schema_of(df_schema, tz, large),
             combined_arrow=arrow_schema_of(combined_spark, tz, large),
             combined_spark=combined_spark,
-            window_names=windows_arrow.names,
+            window_names=list(main_spark.fieldNames()),
             input_names=list(df_schema.fieldNames()),
             reason_name=reason,
+            main_is_input=main_is_input,
         )
 
     # --- task side ---------------------------------------------------------------
@@ -189,7 +208,7 @@ class OutputCodec:
     def _columns(self, table: pa.Table, kind: int) -> list[pa.Array | None]:
         """The columns of an output in output order: the window columns, or the input
         columns (``None`` where the table lacks one) and, for errors, the reason."""
-        if kind == KIND_WINDOW:
+        if kind == KIND_WINDOW and not self.main_is_input:
             return [table.column(i).combine_chunks() for i in range(table.num_columns)]
         cols: list[pa.Array | None] = [
             table.column(n).combine_chunks() if n in table.column_names else None
@@ -201,16 +220,17 @@ class OutputCodec:
 
     def _combined_names(self, kind: int) -> list[str]:
         """The combined-result columns that hold :meth:`_columns` of an output."""
-        if kind == KIND_WINDOW:
+        if kind == KIND_WINDOW and not self.main_is_input:
             return [f"__tm_w{i}" for i in range(len(self.window_names))]
         names = [f"__tm_i{i}" for i in range(len(self.input_names))]
         return [*names, _REASON] if kind == KIND_ERROR else names
 
     @staticmethod
-    def _tables(out: Output) -> dict[int, pa.Table]:
-        return {KIND_WINDOW: out.windows, KIND_LATE: out.late, KIND_ERROR: out.errors}
+    def _tables(out: Output | ReorderOutput) -> dict[int, pa.Table]:
+        main = out.rows if isinstance(out, ReorderOutput) else out.windows
+        return {KIND_WINDOW: main, KIND_LATE: out.late, KIND_ERROR: out.errors}
 
-    def encode(self, out: Output) -> Iterator[pa.RecordBatch]:
+    def encode(self, out: Output | ReorderOutput) -> Iterator[pa.RecordBatch]:
         """The combined batches of one operator output."""
         for kind, table in self._tables(out).items():
             if table.num_rows == 0:
@@ -218,7 +238,7 @@ class OutputCodec:
             cols = zip(self._combined_names(kind), self._columns(table, kind), strict=True)
             yield self._block(table.num_rows, kind, {n: c for n, c in cols if c is not None})
 
-    def encode_one(self, out: Output, kind: int) -> Iterator[pa.RecordBatch]:
+    def encode_one(self, out: Output | ReorderOutput, kind: int) -> Iterator[pa.RecordBatch]:
         """The batches of output ``kind`` alone, in the exact schema of
         :attr:`single_arrow` (a job that computes that output only)."""
         table = self._tables(out)[kind]
@@ -285,10 +305,12 @@ class OutputCodec:
         from pyspark.sql import functions as F
 
         kind = F.col(_KIND)
-        windows = combined.filter(kind == KIND_WINDOW).select(
-            *[F.col(f"__tm_w{i}").alias(n) for i, n in enumerate(self.window_names)]
-        )
         inputs = [F.col(f"__tm_i{i}").alias(n) for i, n in enumerate(self.input_names)]
+        main = [
+            F.col(c).alias(n)
+            for c, n in zip(self._combined_names(KIND_WINDOW), self.window_names, strict=True)
+        ]
+        windows = combined.filter(kind == KIND_WINDOW).select(*main)
         late = combined.filter(kind == KIND_LATE).select(*inputs)
         errors = combined.filter(kind == KIND_ERROR).select(
             *inputs, F.col(_REASON).alias(self.reason_name)

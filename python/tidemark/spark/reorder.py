@@ -49,11 +49,13 @@ from tidemark.spark._args import (
     spark_hash_matches,
 )
 from tidemark.spark._codec import (
+    KIND_ERROR,
+    KIND_LATE,
+    KIND_WINDOW,
+    OutputCodec,
     arrow_schema_of,
-    combined_block,
     concat_input,
     session_arrow_settings,
-    to_arrow_schema,
 )
 from tidemark.spark._driver import (
     BatchRun,
@@ -66,11 +68,8 @@ from tidemark.spark._records import ReorderRecord
 from tidemark.spark._sizing import estimated_bytes
 from tidemark.spark.state import StateStore, state_errors_surface
 
-__all__ = ["ReorderPlan", "ReorderResult", "ReorderStream", "reorder"]
+__all__ = ["ReorderResult", "ReorderStream", "reorder"]
 
-ROWS, LATE, ERROR = 0, 1, 2
-_KIND = "__tm_kind"
-_REASON = "__tm_reason"
 #: A batch's counts, in the order of a state partition's progress (the buffer's
 #: figures are after the batch).
 COUNTS = (
@@ -81,91 +80,6 @@ COUNTS = (
     "buffered_rows",
     "buffer_bytes",
 )
-
-
-@dataclass(frozen=True)
-class ReorderPlan:
-    """Schemas of a reorder over one input schema: the input columns plus a kind code
-    and the error reason."""
-
-    input_names: list[str]
-    combined_arrow: pa.Schema
-    combined_spark: Any
-    reason_name: str
-    #: The released (and late) rows' schema, and the error rows' (a reason added):
-    #: the DataFrames :meth:`split` gives, built directly in the driver.
-    rows_spark: Any
-    rows_arrow: pa.Schema
-    errors_spark: Any
-    errors_arrow: pa.Schema
-
-    @staticmethod
-    def build(df_schema: Any, tz: str, large: bool) -> ReorderPlan:
-        from pyspark.sql.types import IntegerType, StringType, StructField, StructType
-
-        fields = [StructField(f.name, f.dataType, True) for f in df_schema.fields]
-        fields += [
-            StructField(_KIND, IntegerType(), False),
-            StructField(_REASON, StringType(), True),
-        ]
-        combined = StructType(fields)
-        names = list(df_schema.fieldNames())
-        reason = "reason" if "reason" not in names else "_tidemark_reason"
-        rows = StructType(fields[: len(names)])
-        errors = StructType([*fields[: len(names)], StructField(reason, StringType(), True)])
-        return ReorderPlan(
-            input_names=names,
-            combined_arrow=arrow_schema_of(combined, tz, large),
-            combined_spark=combined,
-            reason_name=reason,
-            rows_spark=rows,
-            rows_arrow=arrow_schema_of(rows, tz, large),
-            errors_spark=errors,
-            errors_arrow=arrow_schema_of(errors, tz, large),
-        )
-
-    def sink_arrow_schema(self, kind: int) -> pa.Schema:
-        """The schema Arrow sinks get output ``kind`` in (``toArrow()``'s)."""
-        return self.sink_errors if kind == ERROR else self.sink_rows
-
-    @property
-    def sink_rows(self) -> pa.Schema:
-        """The released (and late) rows' schema for Arrow sinks (``toArrow()``'s)."""
-        return to_arrow_schema(self.rows_arrow)
-
-    @property
-    def sink_errors(self) -> pa.Schema:
-        """The error rows' schema for Arrow sinks."""
-        return to_arrow_schema(self.errors_arrow)
-
-    def _block(self, n: int, kind: int, cols: dict[str, Any]) -> pa.RecordBatch:
-        return combined_block(self.combined_arrow, _KIND, n, kind, cols)
-
-    def encode(self, out: ReorderOutput) -> Iterator[pa.RecordBatch]:
-        """Combined batches of one reorder output."""
-        for table, kind in [(out.rows, ROWS), (out.late, LATE), (out.errors, ERROR)]:
-            if table.num_rows == 0:
-                continue
-            cols: dict[str, Any] = {
-                n: table.column(n).combine_chunks()
-                for n in self.input_names
-                if n in table.column_names
-            }
-            if kind == ERROR:
-                cols[_REASON] = table.column(table.num_columns - 1).combine_chunks()
-            yield self._block(table.num_rows, kind, cols)
-
-    def split(self, combined: Any) -> tuple[Any, Any, Any]:
-        """Released, late and error DataFrames of a (persisted) combined result."""
-        from pyspark.sql import functions as F
-
-        kind = F.col(_KIND)
-        cols = [column(n) for n in self.input_names]
-        return (
-            combined.filter(kind == ROWS).select(*cols),
-            combined.filter(kind == LATE).select(*cols),
-            combined.filter(kind == ERROR).select(*cols, F.col(_REASON).alias(self.reason_name)),
-        )
 
 
 def progress_bytes(token: str, watermark: int | None, counts: list[int]) -> bytes:
@@ -283,7 +197,7 @@ def reorder(
     _check_columns(r, df, partition_by)
     spark = df.sparkSession
     tz, large = session_arrow_settings(spark)
-    plan = ReorderPlan.build(df.schema, tz, large)
+    plan = OutputCodec.rows(df.schema, tz, large)
     input_arrow = arrow_schema_of(df.schema, tz, large)
     template = r.restore(None)
 
@@ -318,7 +232,7 @@ class _ReorderRun(BatchRun):
     batch are not this one's)."""
 
     record: ReorderRecord
-    codec: ReorderPlan
+    codec: OutputCodec
     prev: int | None
     input_arrow: pa.Schema
     token: str
@@ -493,7 +407,7 @@ class ReorderStream(MicroBatchDriver):
             stats=stats,
             placed=replace(placed, driver=layout == "driver", shuffled=layout != "driver"),
             layout=layout,
-            codec=ReorderPlan.build(df.schema, tz, large),
+            codec=OutputCodec.rows(df.schema, tz, large),
             record=record,
             prev=prev,
             input_arrow=arrow_schema_of(df.schema, tz, large),
@@ -583,7 +497,7 @@ class ReorderStream(MicroBatchDriver):
         self,
         df: Any,
         one: Callable[[int, pa.Table], ReorderOutput],
-        plan: ReorderPlan,
+        plan: OutputCodec,
         input_arrow: pa.Schema,
         flush: bool,
     ) -> tuple[Any, Any, Any]:
@@ -627,15 +541,17 @@ class ReorderStream(MicroBatchDriver):
                 return table.cast(sink)
             return spark.createDataFrame(table, schema=schema)
 
-        rows_out = (plan.rows_arrow, plan.rows_spark, plan.sink_rows)
+        schemas = {
+            k: (plan.split_arrow_schema(k), plan.split_spark(k), plan.sink_arrow_schema(k))
+            for k in (KIND_WINDOW, KIND_LATE, KIND_ERROR)
+        }
         rows = late = errors = None
         if self.sink is not None or flush:
-            rows = local([o.rows for o in outs], *rows_out)
+            rows = local([o.rows for o in outs], *schemas[KIND_WINDOW])
         if self.late_sink is not None:
-            late = local([o.late for o in outs], *rows_out)
+            late = local([o.late for o in outs], *schemas[KIND_LATE])
         if self.error_sink is not None:
-            errors_out = (plan.errors_arrow, plan.errors_spark, plan.sink_errors)
-            errors = local([o.errors for o in outs], *errors_out)
+            errors = local([o.errors for o in outs], *schemas[KIND_ERROR])
         return rows, late, errors
 
     def flush(self, spark: Any, schema: Any, batch_id: int | None = None) -> Any:
