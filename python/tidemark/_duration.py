@@ -10,7 +10,10 @@ from tidemark.errors import ConfigError
 
 Duration = str | _dt.timedelta | int
 """A duration: a string such as ``"5s"``, ``"1h30m"`` or Spark's ``"10 seconds"``, a
-:class:`datetime.timedelta`, or an int."""
+:class:`datetime.timedelta`, or an int, taken in the unit of what the duration is
+measured against: event-time units for event-time spans (:func:`to_micros`:
+microseconds for timestamp columns), clock ticks for clock spans (:func:`to_millis`:
+milliseconds)."""
 
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
@@ -30,16 +33,17 @@ def timedelta_micros(value: _dt.timedelta) -> int:
     return (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
 
 
-def to_micros(value: Duration, setting: str, *, int_unit: str = "us") -> int:
-    """Converts a duration to microseconds.
+def to_micros(value: Duration, setting: str) -> int:
+    """Converts an event-time span (a window size, a delay, a lateness) to microseconds.
 
-    Ints are taken in ``int_unit`` (``"us"`` or ``"ms"``). Raises :class:`ConfigError`
-    naming ``setting`` for anything else, or for a negative duration.
+    Ints are taken as event-time units (microseconds for timestamp columns). Raises
+    :class:`ConfigError` naming ``setting`` for anything else, or for a negative
+    duration.
     """
     if isinstance(value, bool):
         raise ConfigError(f"{setting}: expected a duration such as '5s', got {value!r}")
     if isinstance(value, int):
-        micros = value * (1000 if int_unit == "ms" else 1)
+        micros = value
     elif isinstance(value, _dt.timedelta):
         micros = timedelta_micros(value)
     elif isinstance(value, str):
@@ -58,7 +62,8 @@ def to_micros(value: Duration, setting: str, *, int_unit: str = "us") -> int:
 
 
 def to_millis(value: Duration, setting: str) -> int:
-    """Converts a duration to milliseconds (clock ticks); ints are taken as milliseconds."""
+    """Converts a clock span (``idle_timeout``, ``state_ttl``) to milliseconds, the
+    ticks of tidemark's clocks; ints are taken as milliseconds."""
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 0:
             raise ConfigError(f"{setting}: must not be negative, got {value!r}")
