@@ -61,6 +61,7 @@ test: build lint rust-test py-test wheel-check
 # is a manylinux2014 wheel (executors need glibc 2.17, not the build machine's). It
 # builds in its own target directory (another linker: every crate compiles again).
 wheel: setup
+	$(BIN)/python -m pip install --quiet -r requirements-wheel.txt
 	rm -rf dist
 	CARGO_TARGET_DIR=$(abspath target/zig) $(BIN)/maturin build --release --strip --zig \
 		--compatibility manylinux2014 -o dist

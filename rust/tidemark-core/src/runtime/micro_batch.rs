@@ -482,6 +482,27 @@ fn par_each<T: Send, R: Send>(
 }
 
 impl MicroBatch {
+    /// A micro-batch of `cfg` over `partitions` state partitions as a stream begins:
+    /// rows routed by Spark's hash, no watermark, event time or scope state yet, the
+    /// clock at 0, one thread, no lookup (set the fields for the batch at hand).
+    pub fn new(cfg: PipelineConfig, partitions: u32) -> Self {
+        Self {
+            cfg,
+            partitions,
+            placement: Placement::Route,
+            watermark: None,
+            time: None,
+            clock_ms: 0,
+            scope: None,
+            flush: false,
+            settle: false,
+            threads: 1,
+            weight: None,
+            lookup: None,
+            run: String::new(),
+        }
+    }
+
     fn rows_windows(&self) -> bool {
         matches!(self.cfg.window, WindowSpec::Rows { .. })
     }
@@ -753,20 +774,10 @@ mod tests {
             size: 10,
             offset: 0,
         };
+        let cfg = PipelineConfig::new(&["device"], "ts", window, aggs);
         let mb = |threads| MicroBatch {
-            cfg: PipelineConfig::new(&["device"], "ts", window, aggs.clone()),
-            partitions: 4,
-            placement: Placement::Route,
-            watermark: None,
-            time: None,
-            clock_ms: 0,
-            scope: None,
-            flush: false,
-            settle: false,
             threads,
-            weight: None,
-            lookup: None,
-            run: String::new(),
+            ..MicroBatch::new(cfg.clone(), 4)
         };
         let one = mb(1).route_ids(&rows).unwrap();
         assert!((0..4).all(|p| one.contains(&p)));

@@ -538,23 +538,14 @@ impl Driven {
         use micro_batch::{MicroBatch, Placement};
         Driven {
             mb: MicroBatch {
-                cfg: c.clone(),
-                partitions: n,
                 placement: if tagged {
                     Placement::Tagged("__tag".into())
                 } else {
                     Placement::Route
                 },
-                watermark: None,
-                time: None,
-                clock_ms: 0,
-                scope: None,
-                flush: false,
-                settle: false,
                 threads,
-                weight: None,
-                lookup: None,
                 run: format!("run-{n}-{threads}-{tagged}"),
+                ..MicroBatch::new(c.clone(), n)
             },
             snapshots: vec![None; n as usize],
             tagged,
