@@ -22,8 +22,8 @@ help:
 
 $(BIN)/.deps-stamp: requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet uv
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements-dev.txt
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
 setup: $(BIN)/.deps-stamp
@@ -51,19 +51,10 @@ rust-test:
 
 # Two pytest processes (pytest-xdist), each with its own local[2] SparkSession: much of
 # a Spark test is one core's work (the driver, a JVM starting), so two overlap well.
-PYTEST := $(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=15 --doctest-modules python/tidemark tests
-
 py-test: build
-	$(PYTEST)
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=15 --doctest-modules python/tidemark tests
 
-# The Rust tests compile and run beside the Python suite (much of a Spark test waits on
-# a JVM starting); their output follows the suite's.
-test: build lint
-	@mkdir -p target
-	cargo test --workspace --exclude tidemark-py $(CARGO_PROFILE) >target/rust-test.log 2>&1 & \
-	rust=$$!; $(PYTEST); py=$$?; wait $$rust; rs=$$?; cat target/rust-test.log; \
-	echo "rust-test exit $$rs, py-test exit $$py"; test $$py -eq 0 && test $$rs -eq 0
-	$(WHEEL_CHECK)
+test: build lint rust-test py-test wheel-check
 
 # The wheel a user ships: one abi3 wheel for every CPython >= 3.10, its native module
 # stripped, linked by zig (`ziglang` from PyPI) against glibc 2.17's symbols so that it
@@ -78,12 +69,10 @@ wheel: setup
 
 # make test's check of the packaging (abi3, stripped, installs into a fresh venv and
 # runs a pipeline there), from the build the tests already made: no second compile.
-WHEEL_CHECK = rm -rf target/wheel-check && \
-	$(BIN)/maturin build --release --strip --quiet -o target/wheel-check && \
-	$(BIN)/python scripts/check_wheel.py target/wheel-check
-
 wheel-check: build
-	$(WHEEL_CHECK)
+	rm -rf target/wheel-check
+	$(BIN)/maturin build --release --strip --quiet -o target/wheel-check
+	$(BIN)/python scripts/check_wheel.py target/wheel-check
 
 docs: build
 	$(BIN)/python docs/gen_api.py
