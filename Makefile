@@ -21,14 +21,17 @@ help:
 	@echo "make fmt    - format Rust and Python"
 
 # uv installs the Python packages (28 s against pip's 40 s from a cold cache here). While
-# it downloads, the Rust crates compile (a warm-up: maturin then finds them built; a
-# failure there is left for `make build` to report).
+# it downloads, cargo warms up (WARM_UP): it fetches the crates, and for `make test` it
+# compiles them and the Rust tests, whose dependencies are the Python module's (see
+# benches/Cargo.toml), so that maturin and `make rust-test` find them built. A failure
+# there is left for the build to report.
 UV := uv==0.13.8
+WARM_UP := cargo fetch --quiet
+test: WARM_UP := cargo test --workspace --exclude tidemark-py $(CARGO_PROFILE) --no-run --quiet
 
 $(BIN)/.deps-stamp: requirements-dev.txt
 	@mkdir -p target
-	cargo build $(CARGO_PROFILE) --workspace --exclude tidemark-py --lib --quiet \
-		>target/warm-up.log 2>&1 & warm=$$!; \
+	$(WARM_UP) >target/warm-up.log 2>&1 & warm=$$!; \
 	{ test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); } && \
 	$(BIN)/python -m pip install --quiet $(UV) && \
 	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements-dev.txt; \
