@@ -11,7 +11,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export CARGO_TARGET_DIR := $(abspath target)
 CARGO_PROFILE := --release
 
-.PHONY: help demo test setup build lint fmt docs rust-test py-test wheel wheel-check bench bench-rust bench-py clean
+.PHONY: help demo test setup jars kafka build lint fmt docs rust-test py-test wheel wheel-check bench bench-rust bench-py clean
 
 help:
 	@echo "make demo   - set up, build, run the main job (a local Spark pipeline)"
@@ -34,11 +34,21 @@ $(BIN)/.deps-stamp: requirements-dev.txt
 	$(WARM_UP) >target/warm-up.log 2>&1 & warm=$$!; \
 	{ test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); } && \
 	$(BIN)/python -m pip install --quiet $(UV) && \
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements-dev.txt; \
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements-dev.txt && \
+	$(BIN)/python python/tidemark/tools/jars.py; \
 	deps=$$?; wait $$warm; exit $$deps
 	touch $@
 
 setup: $(BIN)/.deps-stamp
+
+# The jars of Spark's Kafka connector, Delta Lake and Kafka's broker, resolved by Maven
+# into .cache/ (git-ignored) once; again only when a POM in scripts/maven/ changes.
+jars: setup
+	$(BIN)/python python/tidemark/tools/jars.py
+
+# A Kafka broker on 127.0.0.1 for the benchmarks and trying things out (Ctrl-C stops it).
+kafka: build jars
+	$(BIN)/python -m tidemark.tools.kafka serve --dir target/kafka
 
 # The module is abi3 (`_native.abi3.so`); a per-version build left by an older checkout
 # (`_native.cpython-*.so`) would shadow it on import.
@@ -63,7 +73,7 @@ rust-test:
 
 # Two pytest processes (pytest-xdist), each with its own local[2] SparkSession: much of
 # a Spark test is one core's work (the driver, a JVM starting), so two overlap well.
-py-test: build
+py-test: build jars
 	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=15 --doctest-modules python/tidemark tests
 
 test: build lint rust-test py-test wheel-check
@@ -99,7 +109,7 @@ bench: bench-rust bench-py
 bench-rust:
 	cargo bench -p tidemark-benches
 
-bench-py: build
+bench-py: build jars
 	$(BIN)/python -m pytest -q benches --benchmark-only
 
 clean:

@@ -24,6 +24,18 @@ os.environ["JAVA_TOOL_OPTIONS"] = " ".join(
 )
 
 
+def with_kafka_and_delta(jars: list[str]) -> dict[str, str]:
+    """Spark settings for Spark's Kafka source and Delta tables (``jars``: from
+    ``tidemark.tools.jars.spark_jars()``)."""
+    return {
+        "spark.jars": ",".join(jars),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        # A small table's snapshot in one task, not 50: a commit here took 6 s, now 1.
+        "spark.databricks.delta.snapshotPartitions": "1",
+    }
+
+
 @pytest.fixture(scope="session")
 def spark_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The Spark JVM's working directory: where Spark resolves a relative path."""
@@ -34,12 +46,18 @@ def spark_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def spark(spark_workdir: Path) -> Iterator[Any]:
     """The one local SparkSession of the test run (its JVM started in
     ``spark_workdir``, so no relative path of a test lands in the checkout)."""
+    from tidemark.tools.jars import spark_jars
     from tidemark.tools.session import local_session
 
     before = os.getcwd()
     os.chdir(spark_workdir)
     try:
-        session = local_session("local[2]", app_name="tidemark-tests", shuffle_partitions=2)
+        session = local_session(
+            "local[2]",
+            app_name="tidemark-tests",
+            shuffle_partitions=2,
+            extra_conf=with_kafka_and_delta(spark_jars()),
+        )
     finally:
         os.chdir(before)
     yield session
@@ -81,3 +99,46 @@ class SwitchableSink:
 def switchable_sink() -> SwitchableSink:
     """A sink to fail a micro-batch with (set ``.down``), as a dying sink would."""
     return SwitchableSink()
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One Apache Kafka broker for the whole test run (``tidemark.tools.kafka``), on
+    127.0.0.1: the first pytest process to ask starts it, the others connect, and it
+    stops when the run's main process ends. Tests create their own topics."""
+    import fcntl
+    import json
+    import time
+
+    from tidemark.tools.kafka import Broker
+
+    # pytest-xdist's workers share their base temp directory's parent and are children
+    # of the run's main process; without xdist this process is the run.
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    shared = tmp_path_factory.getbasetemp().parent if worker else tmp_path_factory.getbasetemp()
+    owner = os.getppid() if worker else os.getpid()
+    info = shared / "kafka.json"
+    with open(shared / "kafka.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not info.exists():
+            log = open(shared / "kafka-serve.log", "w")  # noqa: SIM115 (the server's)
+            server = subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "tidemark.tools.kafka", "serve"),
+                    *("--dir", str(shared / "kafka"), "--info", str(info), "--owner", str(owner)),
+                ],
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+            deadline = time.monotonic() + 120
+            while not info.exists():
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        "the Kafka broker did not start: "
+                        + (shared / "kafka-serve.log").read_text()[-3000:]
+                        + (shared / "kafka" / "broker.log").read_text(errors="replace")[-3000:]
+                    )
+                time.sleep(0.2)
+        bootstrap = json.loads(info.read_text())["bootstrap"]
+    yield Broker.connect(bootstrap)

@@ -47,7 +47,7 @@ from tidemark.errors import ConfigError
 
 #: The Spark releases (major.minor) whose physical plans :func:`batch_files` was
 #: checked against: it reads a micro-batch itself only on these.
-SPARK_VERSIONS = frozenset({"4.3"})
+SPARK_VERSIONS = frozenset({"4.2", "4.3"})
 
 # Options of the file stream source (lowercase, as Spark keeps them) that choose which
 # files a micro-batch reads, not how a file is read: the micro-batch's file list has

@@ -1,0 +1,119 @@
+"""The jars tidemark's Kafka and Delta Lake paths need, resolved from Maven Central.
+
+``python -m tidemark.tools.jars`` (``make jars``; ``make test`` runs it) resolves two
+sets with Maven into ``.cache/jars/`` (git-ignored; Maven's own cache is
+``.cache/m2``), each from its POM in ``scripts/maven/``:
+
+- ``spark``: what a Spark session adds with ``spark.jars`` to read Kafka and write
+  Delta tables: Spark's Kafka connector (``spark-sql-kafka-0-10_2.13``, the pinned
+  pyspark's version) and Delta Lake (``delta-spark_<spark>_2.13``), with their
+  dependencies, less every jar pyspark ships itself (an older copy of a jar Spark has
+  would shadow Spark's);
+- ``kafka``: Apache Kafka's broker, which :mod:`tidemark.tools.kafka` starts.
+
+``TIDEMARK_JARS`` names another directory holding the two sets.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+__all__ = ["jar_dir", "resolve", "spark_jars"]
+
+_REPO = Path(__file__).resolve().parents[3]
+_POMS = {"spark": "spark-jars.xml", "kafka": "kafka-broker.xml"}
+# A jar file's version: from the first "-<digits>.<digit>" on
+# (spark-sql-kafka-0-10_2.13-4.2.0 -> spark-sql-kafka-0-10_2.13, zstd-jni-1.5.7-3 -> zstd-jni).
+_VERSION = re.compile(r"-\d+\.\d.*")
+
+
+def _root() -> Path:
+    return Path(os.environ.get("TIDEMARK_JARS") or _REPO / ".cache" / "jars")
+
+
+def jar_dir(name: str) -> Path:
+    """The directory of one resolved set (``"spark"`` or ``"kafka"``); raises
+    ``FileNotFoundError`` saying how to resolve it where it is missing."""
+    d = _root() / name
+    if not (d / ".resolved").exists():
+        raise FileNotFoundError(
+            f"{d} holds no resolved jars: run `make jars` (or python -m tidemark.tools.jars) "
+            "from the repository, or set TIDEMARK_JARS to a directory that has them"
+        )
+    return d
+
+
+def spark_jars() -> list[str]:
+    """The paths to pass as ``spark.jars`` (comma-joined) for Kafka and Delta Lake."""
+    return sorted(str(p) for p in jar_dir("spark").glob("*.jar"))
+
+
+def artifact(jar_name: str) -> str:
+    """A jar file's artifact, its version taken off: ``kafka-clients-3.9.2.jar`` ->
+    ``kafka-clients``."""
+    stem = jar_name.removesuffix(".jar")
+    for m in re.finditer(r"-\d", stem):
+        if _VERSION.fullmatch(stem[m.start() :]):
+            return stem[: m.start()]
+    return stem
+
+
+def _spark_shipped() -> set[str]:
+    import pyspark
+
+    return {artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+
+
+def resolve(name: str, force: bool = False) -> Path:
+    """Resolves one set with Maven (``mvn`` on the PATH) unless already resolved from
+    the same POM; returns its directory."""
+    pom = _REPO / "scripts" / "maven" / _POMS[name]
+    out = _root() / name
+    stamp = out / ".resolved"
+    if not force and stamp.exists() and stamp.read_text() == pom.read_text():
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise FileNotFoundError("mvn (Apache Maven) is not on the PATH: it resolves the jars")
+    subprocess.run(
+        [
+            mvn,
+            "-q",
+            "-B",
+            f"-Dmaven.repo.local={_REPO / '.cache' / 'm2'}",
+            "-f",
+            str(pom),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={out}",
+            "-DincludeScope=runtime",
+        ],
+        check=True,
+    )
+    if name == "spark":
+        shipped = _spark_shipped()
+        for jar in out.glob("*.jar"):
+            if artifact(jar.name) in shipped:
+                jar.unlink()
+    stamp.write_text(pom.read_text())
+    return out
+
+
+def main(argv: list[str]) -> int:
+    for name in argv or list(_POMS):
+        d = resolve(name)
+        print(f"{name}: {len(list(d.glob('*.jar')))} jars in {d}")
+    return 0
+
+
+if __name__ == "__main__":
+    # Run as a file (make jars, before tidemark is built): this directory is not a
+    # package root, and its modules must not shadow others.
+    here = Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
+    sys.exit(main(sys.argv[1:]))
