@@ -82,6 +82,7 @@ SECTIONS: list[tuple[str, object, list[str]]] = [
             "AggregateResult",
             "StreamProcessor",
             "heartbeat",
+            "delta_sink",
             "reorder",
             "ReorderResult",
             "ReorderStream",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from tidemark.spark.aggregate import AggregateResult, aggregate
 from tidemark.spark.reorder import ReorderResult, ReorderStream, reorder
+from tidemark.spark.sinks import delta_sink
 from tidemark.spark.streaming import StreamProcessor, heartbeat
 from tidemark.spark.watermarks import PARTITION_PROGRESS_SCHEMA, observe_partitions
 
@@ -22,6 +23,7 @@ __all__ = [
     "ReorderStream",
     "StreamProcessor",
     "aggregate",
+    "delta_sink",
     "heartbeat",
     "observe_partitions",
     "reorder",

@@ -1,0 +1,369 @@
+"""A real Apache Kafka broker on 127.0.0.1, for the tests, the benchmarks and a local
+try-out: one node in KRaft mode (broker and controller in one JVM, no ZooKeeper, no
+Docker), from the jars ``make jars`` resolves (:mod:`tidemark.tools.jars`).
+
+In Python::
+
+    with Broker.start(workdir) as broker:
+        broker.create_topic("events", partitions=8)
+        ...  # broker.bootstrap: "127.0.0.1:<port>"
+
+From a shell (``make kafka``)::
+
+    python -m tidemark.tools.kafka serve --dir target/kafka
+
+serves until interrupted, printing the bootstrap address; ``--info FILE`` writes it
+as JSON once the broker answers, and ``--owner PID`` stops the broker when that
+process ends (how the test session shares one broker between its pytest workers).
+
+The admin calls and the producer use ``confluent-kafka`` (librdkafka).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from tidemark.tools.jars import jar_dir
+
+__all__ = ["Broker", "free_port", "murmur2", "partition_for"]
+
+# One node, every internal topic with one replica, no waiting for consumer groups to
+# settle; logs kept as long as the broker lives.
+_CONFIG = """\
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{controller}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs={logs}
+num.partitions=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+log.retention.hours=-1
+"""
+# A broker for tests: a small heap, one GC thread.
+_JVM = ["-Xms128m", "-Xmx768m", "-XX:+UseSerialGC", "-Djava.awt.headless=true"]
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2`` (the Java client's, and librdkafka's ``murmur2``
+    partitioner's, hash of a record key), as a signed 32-bit int."""
+    m, mask = 0x5BD1E995, 0xFFFFFFFF
+    length = len(data)
+    h = (0x9747B28C ^ length) & mask
+    for i in range(0, length - length % 4, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> 24
+        k = (k * m) & mask
+        h = ((h * m) & mask) ^ k
+    tail = length & ~3
+    rem = length % 4
+    if rem == 3:
+        h ^= data[tail + 2] << 16
+    if rem >= 2:
+        h ^= data[tail + 1] << 8
+    if rem >= 1:
+        h ^= data[tail]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner gives a record with this key."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    java = Path(home) / "bin" / "java" if home else shutil.which("java")
+    if java is None:
+        raise FileNotFoundError("java is not on the PATH (nor JAVA_HOME set): Kafka needs it")
+    return str(java)
+
+
+class Broker:
+    """One running broker; :meth:`start` starts it, :meth:`stop` (or leaving the
+    ``with`` block) stops it and removes nothing (its logs stay in ``workdir``).
+    :meth:`connect` reaches a broker another process started."""
+
+    def __init__(self, bootstrap: str, process: subprocess.Popen[bytes] | None = None):
+        self.bootstrap = bootstrap
+        self._process = process
+
+    # -- life cycle -------------------------------------------------------------------
+
+    @classmethod
+    def start(cls, workdir: str | os.PathLike[str], timeout: float = 90.0) -> Broker:
+        """Formats a fresh log directory in ``workdir`` and starts the broker; returns
+        once it answers (raises ``RuntimeError`` with its log's tail where it does not
+        within ``timeout`` seconds)."""
+        work = Path(workdir)
+        shutil.rmtree(work / "logs", ignore_errors=True)
+        work.mkdir(parents=True, exist_ok=True)
+        port, controller = free_port(), free_port()
+        config = work / "server.properties"
+        config.write_text(_CONFIG.format(port=port, controller=controller, logs=work / "logs"))
+        classpath = str(jar_dir("kafka") / "*")
+        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        log = open(work / "broker.log", "ab")  # noqa: SIM115 (the broker's, while it runs)
+        env = {**os.environ, "JAVA_TOOL_OPTIONS": ""}
+        storage = ["kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(config)]
+        subprocess.run(
+            [_java(), *_JVM, "-cp", classpath, *storage],
+            stdout=log,
+            stderr=log,
+            env=env,
+            check=True,
+        )
+        process = subprocess.Popen(
+            [_java(), *_JVM, "-cp", classpath, "kafka.Kafka", str(config)],
+            stdout=log,
+            stderr=log,
+            env=env,
+            start_new_session=True,
+        )
+        broker = cls(f"127.0.0.1:{port}", process)
+        try:
+            broker._wait_ready(timeout, work / "broker.log")
+        except BaseException:
+            broker.stop()
+            raise
+        return broker
+
+    @classmethod
+    def connect(cls, bootstrap: str) -> Broker:
+        """A handle on a broker already running at ``bootstrap``."""
+        return cls(bootstrap)
+
+    def _wait_ready(self, timeout: float, log: Path) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        deadline = time.monotonic() + timeout
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        while True:
+            if self._process is not None and self._process.poll() is not None:
+                raise RuntimeError(f"the Kafka broker exited: {_tail(log)}")
+            try:
+                admin.list_topics(timeout=2)
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the Kafka broker did not answer: {_tail(log)}") from None
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        """Stops a broker this handle started (SIGTERM, then SIGKILL after 20 s)."""
+        p, self._process = self._process, None
+        if p is None or p.poll() is not None:
+            return
+        os.killpg(p.pid, signal.SIGTERM)
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+    def __enter__(self) -> Broker:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- topics and records -----------------------------------------------------------
+
+    def admin(self) -> Any:
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient({"bootstrap.servers": self.bootstrap})
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        """Creates ``name`` with ``partitions`` partitions (one replica)."""
+        from confluent_kafka.cimpl import NewTopic
+
+        admin = self.admin()  # alive until the answer: a collected client cancels it
+        admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
+        self._wait_partitions(name, partitions)
+
+    def add_partitions(self, name: str, total: int) -> None:
+        """Grows ``name`` to ``total`` partitions."""
+        from confluent_kafka.cimpl import NewPartitions
+
+        admin = self.admin()
+        admin.create_partitions([NewPartitions(name, total)])[name].result(timeout=30)
+        self._wait_partitions(name, total)
+
+    def _wait_partitions(self, name: str, n: int) -> None:
+        admin = self.admin()
+        for _ in range(300):
+            topic = admin.list_topics(name, timeout=5).topics.get(name)
+            if (
+                topic is not None
+                and topic.error is None
+                and len(topic.partitions) == n
+                and all(p.leader >= 0 for p in topic.partitions.values())
+            ):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"topic {name} did not reach {n} partitions with leaders")
+
+    def producer(self, **config: Any) -> Any:
+        """A ``confluent_kafka.Producer``: keys hashed to partitions as Java's client
+        does (murmur2), every record acknowledged before ``flush`` returns."""
+        from confluent_kafka import Producer
+
+        return Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "partitioner": "murmur2_random",
+                "linger.ms": 5,
+                "acks": "all",
+                "enable.idempotence": True,
+                **config,
+            }
+        )
+
+    def produce(
+        self,
+        topic: str,
+        records: Iterable[tuple[bytes | None, bytes | None, int | None]],
+        partition: int | None = None,
+    ) -> int:
+        """Writes ``(key, value, timestamp_ms)`` records (``partition``: all to that
+        partition; else by key) and waits for every acknowledgement; returns how many."""
+        producer = self.producer()
+        n = 0
+        errors: list[str] = []
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        for key, value, ts in records:
+            kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": delivered}
+            if ts is not None:
+                kwargs["timestamp"] = ts
+            if partition is not None:
+                kwargs["partition"] = partition
+            while True:
+                try:
+                    producer.produce(topic, **kwargs)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            n += 1
+            if n % 10_000 == 0:
+                producer.poll(0)
+        left = producer.flush(60)
+        if left or errors:
+            raise RuntimeError(f"{left} records not delivered; errors: {errors[:3]}")
+        return n
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        """Each partition's end offset (the next record's offset)."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "tidemark-admin"})
+        try:
+            parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+            return {
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in sorted(parts)
+            }
+        finally:
+            consumer.close()
+
+
+def _tail(log: Path, n: int = 3000) -> str:
+    try:
+        return log.read_text(errors="replace")[-n:]
+    except OSError:
+        return f"(no log at {log})"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def serve(workdir: Path, info: Path | None, owner: int | None) -> int:
+    """Runs a broker until SIGTERM/SIGINT or until ``owner`` ends; ``info`` gets
+    ``{"bootstrap": ..., "pid": ...}`` once it answers."""
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    broker = Broker.start(workdir)
+    try:
+        if info is not None:
+            tmp = info.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"bootstrap": broker.bootstrap, "pid": os.getpid()}))
+            tmp.replace(info)
+        print(f"Kafka broker at {broker.bootstrap} (logs in {workdir})", flush=True)
+        while not stop and (owner is None or _alive(owner)):
+            p = broker._process
+            if p is None or p.poll() is not None:
+                print("the broker exited", file=sys.stderr)
+                return 1
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        broker.stop()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tidemark.tools.kafka")
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="run one broker on 127.0.0.1 until interrupted")
+    s.add_argument("--dir", type=Path, default=Path("target/kafka"))
+    s.add_argument("--info", type=Path, help="write the bootstrap address here (JSON)")
+    s.add_argument("--owner", type=int, help="stop when this process ends")
+    args = parser.parse_args(argv)
+    return serve(args.dir, args.info, args.owner)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
