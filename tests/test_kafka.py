@@ -89,8 +89,10 @@ def lagging_events(
     )
 
 
-def produce_rows(kafka: Any, topic: str, rows: pa.Table) -> int:
-    return int(
+def produce_rows(kafka: Any, topic: str, rows: pa.Table) -> list[tuple[int, int]]:
+    """``rows`` as JSON records keyed by device (their event time also the record's
+    timestamp); each record's ``(partition, offset)``."""
+    return list(
         kafka.produce(
             topic,
             (
@@ -210,3 +212,97 @@ def test_lagging_partitions_of_a_topic_lose_nothing_per_partition(
             expected.cast(pa.concat_tables(windows).schema).sort_by([(k, "ascending") for k in key])
         )
     )
+
+
+@pytest.mark.slow
+def test_hostile_records_go_to_errors_with_their_partition_and_offset(
+    spark: Any, kafka: Any, tmp_path: Path
+) -> None:
+    """Values that are not the expected JSON, event times that are not numbers or are
+    years ahead, records without a device (a null key), and a partition whose records
+    are all bad: every bad record comes out in the error output with its Kafka
+    partition and offset, the rest in windows (or late), none lost, and the windows of
+    the good partitions close (the bad partition goes idle)."""
+    topic, partitions = topic_name(), 8
+    kafka.create_topic(topic, partitions)
+    good = lagging_events(devices=21, seconds=120, partitions=7, lagging=())
+    pipe = tm.Pipeline(
+        key="device",
+        event_time="ts",
+        watermark=tm.BoundedOutOfOrderness(
+            "5s", per="partition", partitions=partitions, idle_timeout="30s", max_ahead="1h"
+        ),
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count()},
+    )
+    out: dict[str, list[pa.Table]] = {"windows": [], "late": [], "errors": []}
+    proc = StreamProcessor(
+        pipe,
+        str(tmp_path / "state"),
+        2,
+        sink=lambda t, _b: out["windows"].append(t),
+        late_sink=lambda t, _b: out["late"].append(t),
+        error_sink=lambda t, _b: out["errors"].append(t),
+        arrow_sinks=True,
+    )
+    query = (
+        kafka_stream(spark, kafka.bootstrap, topic)
+        .writeStream.foreachBatch(proc)
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .start()
+    )
+    start_ms = int(good["ts"][0].as_py())
+    bad: set[tuple[int, int]] = set()
+    nulls = 0
+    try:
+        arrival = good["arrival"].to_numpy()
+        for i, start in enumerate(range(0, 140, 35)):
+            rows = good.filter(pa.array((arrival >= start) & (arrival < start + 35)))
+            # Good records go to partitions 0-6 (the device's hash over 7), bad ones too.
+            for part in range(7):
+                mine = rows.filter(pa.compute.equal(rows["partition"], part))
+                kafka.produce(
+                    topic,
+                    (
+                        (r["device"].encode(), json.dumps(r).encode(), None)
+                        for r in mine.select(["device", "ts", "value"]).to_pylist()
+                    ),
+                    part,
+                )
+            t = start_ms + (start + 20) * 1000
+            hostile = [
+                b"not json {",
+                json.dumps({"device": "dev-x", "ts": "yesterday", "value": 1}).encode(),
+            ]
+            if i > 0:  # years ahead of what its partition saw (the first batch saw nothing)
+                ahead = t + 10 * 365 * 86_400_000
+                hostile.append(json.dumps({"device": "dev-x", "ts": ahead, "value": 1}).encode())
+            bad.update(kafka.produce(topic, ((None, v, None) for v in hostile), i % 7))
+            # No device: a null key, counted in its own windows.
+            kafka.produce(topic, [(None, json.dumps({"ts": t, "value": 1}).encode(), None)], 3)
+            nulls += 1
+            # Partition 7 sends garbage only.
+            bad.update(kafka.produce(topic, [(b"k", b"\x00\xff\xfe", None)] * 5, 7))
+            query.processAllAvailable()
+        end = {"device": "end", "ts": start_ms + 3_600_000, "value": 0}
+        for _ in range(2):
+            for p in range(7):
+                kafka.produce(topic, [(None, json.dumps(end).encode(), None)], p)
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    errors = pa.concat_tables(out["errors"])
+    got_bad = set(zip(errors["partition"].to_pylist(), errors["offset"].to_pylist(), strict=True))
+    assert got_bad == bad
+    assert all(r for r in errors["reason"].to_pylist())
+    windows = pa.concat_tables(out["windows"])
+    counted = pa.compute.sum(windows["n"]).as_py()
+    late = sum(t.num_rows for t in out["late"])
+    # Every record but the end markers (whose windows stay open) came out once.
+    assert counted + late + errors.num_rows == good.num_rows + nulls + len(bad)
+    no_key = windows.filter(pa.compute.is_null(windows["device"]))
+    assert pa.compute.sum(no_key["n"]).as_py() == nulls
+    good_counted = pa.compute.sum(
+        windows.filter(pa.compute.starts_with(windows["device"], "dev-0"))["n"]
+    ).as_py()
+    assert good_counted >= 0.999 * good.num_rows

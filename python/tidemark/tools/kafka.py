@@ -123,6 +123,7 @@ class Broker:
     def __init__(self, bootstrap: str, process: subprocess.Popen[bytes] | None = None):
         self.bootstrap = bootstrap
         self._process = process
+        self._producer: Any = None
 
     # -- life cycle -------------------------------------------------------------------
 
@@ -266,36 +267,45 @@ class Broker:
         topic: str,
         records: Iterable[tuple[bytes | None, bytes | None, int | None]],
         partition: int | None = None,
-    ) -> int:
+    ) -> list[tuple[int, int]]:
         """Writes ``(key, value, timestamp_ms)`` records (``partition``: all to that
-        partition; else by key) and waits for every acknowledgement; returns how many."""
-        producer = self.producer()
-        n = 0
+        partition; else by key) and waits for every acknowledgement; returns each
+        record's ``(partition, offset)``, in the order given."""
+        if self._producer is None:  # one per handle: a new one registers with the broker
+            self._producer = self.producer()
+        producer = self._producer
+        placed: list[tuple[int, int]] = []
         errors: list[str] = []
 
-        def delivered(err: Any, _msg: Any) -> None:
-            if err is not None:
-                errors.append(str(err))
+        def delivered(i: int) -> Any:
+            def report(err: Any, msg: Any) -> None:
+                if err is not None:
+                    errors.append(str(err))
+                else:
+                    placed[i] = (msg.partition(), msg.offset())
+
+            return report
 
         for key, value, ts in records:
-            kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": delivered}
+            kwargs: dict[str, Any] = {"key": key, "value": value}
             if ts is not None:
                 kwargs["timestamp"] = ts
             if partition is not None:
                 kwargs["partition"] = partition
+            kwargs["on_delivery"] = delivered(len(placed))
+            placed.append((-1, -1))
             while True:
                 try:
                     producer.produce(topic, **kwargs)
                     break
                 except BufferError:
                     producer.poll(0.05)
-            n += 1
-            if n % 10_000 == 0:
+            if len(placed) % 10_000 == 0:
                 producer.poll(0)
         left = producer.flush(60)
         if left or errors:
             raise RuntimeError(f"{left} records not delivered; errors: {errors[:3]}")
-        return n
+        return placed
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         """Each partition's end offset (the next record's offset)."""
