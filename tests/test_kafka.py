@@ -306,3 +306,55 @@ def test_hostile_records_go_to_errors_with_their_partition_and_offset(
         windows.filter(pa.compute.starts_with(windows["device"], "dev-0"))["n"]
     ).as_py()
     assert good_counted >= 0.999 * good.num_rows
+
+
+def test_a_micro_batch_knows_every_partition_and_what_it_left_unread(
+    spark: Any, kafka: Any, tmp_path: Path
+) -> None:
+    """A throttled read (``maxOffsetsPerTrigger``) of a topic whose partitions are
+    uneven, two of them empty: each micro-batch's plan gives every partition's start
+    and end offsets (the rows are exactly those ranges), and the latest offsets Spark
+    saw, so a partition with records left for later is told from a quiet one."""
+    from tidemark.spark._kafka import kafka_offsets
+
+    topic = topic_name()
+    kafka.create_topic(topic, 4)
+    kafka.produce(topic, [(b"a", b"{}", None)] * 40, 0)
+    kafka.produce(topic, [(b"b", b"{}", None)] * 5, 1)
+    seen: list[tuple[Any, dict[int, list[int]]]] = []
+
+    def batch(df: Any, _batch_id: int) -> None:
+        offsets = kafka_offsets(df)
+        rows: dict[int, list[int]] = {}
+        for r in df.select("partition", "offset").collect():
+            rows.setdefault(r["partition"], []).append(r["offset"])
+        seen.append((offsets, rows))
+
+    q = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", kafka.bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", 10)
+        .load()
+        .writeStream.foreachBatch(batch)
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination(300)
+    latest = {(topic, p): o for p, o in kafka.end_offsets(topic).items()}
+    assert latest == {(topic, 0): 40, (topic, 1): 5, (topic, 2): 0, (topic, 3): 0}
+    assert len(seen) >= 4  # 45 records, 10 a micro-batch
+    for offsets, rows in seen:
+        assert not isinstance(offsets, str), offsets
+        assert offsets.partitions() == [(topic, p) for p in range(4)]
+        assert offsets.latest == latest
+        for (_, p), end in offsets.end.items():
+            assert sorted(rows.get(p, [])) == list(range(offsets.start[(topic, p)], end))
+    first = seen[0][0]
+    assert not isinstance(first, str)
+    assert first.unread(topic, 0) == 40 - first.end[(topic, 0)] > 0  # waiting records
+    assert first.unread(topic, 2) == 0  # a quiet partition
+    # Outside a Kafka micro-batch: a reason, nothing assumed.
+    assert isinstance(kafka_offsets(spark.range(3)), str)

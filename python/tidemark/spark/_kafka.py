@@ -1,0 +1,97 @@
+"""A Kafka micro-batch's offsets, read from its plan: where each partition of the
+subscribed topics started and ended in this micro-batch, and the latest offsets Spark's
+Kafka source saw when it planned it.
+
+The micro-batch's DataFrame holds only the rows; a partition that sent none in it is
+absent from them. Spark's Kafka source (``KafkaMicroBatchStream``) knows every partition
+of the subscribed topics: the micro-batch's scan (``MicroBatchScanExec``) carries its
+start and end offsets (``{"topic": {"0": 120, ...}}``), and the stream reports the latest
+offsets it fetched from the brokers (``reportLatestOffset``), which is more than the end
+offset where ``maxOffsetsPerTrigger`` throttled the micro-batch. This is what the
+per-partition watermark needs to know the topic's partitions without the user typing
+them, and to tell a partition that is quiet from one whose records are still waiting.
+
+The plan is read as :func:`tidemark.spark._files.micro_batch_plan` reads it (through
+the JVM, on the Spark releases it was checked against); anywhere else the answer is a
+reason (a ``str``) and nothing is assumed. The latest offsets are known only where
+Spark planned the micro-batch in this run: a micro-batch replayed after a restart was
+planned by the run that died, and its latest offsets are ``None``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from tidemark.spark._files import micro_batch_plan, simple_name
+
+__all__ = ["KafkaOffsets", "kafka_offsets"]
+
+_SCAN = "MicroBatchScanExec"
+_KAFKA_STREAM = "KafkaMicroBatchStream"
+
+#: (topic, partition) -> offset
+Offsets = dict[tuple[str, int], int]
+
+
+@dataclass(frozen=True)
+class KafkaOffsets:
+    """One Kafka micro-batch's offsets per (topic, partition)."""
+
+    start: Offsets
+    end: Offsets
+    #: What Spark's source saw at the brokers when it planned the micro-batch; ``None``
+    #: for a micro-batch planned by an earlier run (a replay after a restart).
+    latest: Offsets | None
+
+    def partitions(self) -> list[tuple[str, int]]:
+        """Every partition of the subscribed topics, sorted."""
+        return sorted(self.end)
+
+    def unread(self, topic: str, partition: int) -> int | None:
+        """Records of the partition that Spark saw and this micro-batch left for later
+        (``maxOffsetsPerTrigger``); ``None`` where the latest offsets are unknown."""
+        if self.latest is None:
+            return None
+        key = (topic, partition)
+        return max(0, self.latest.get(key, 0) - self.end.get(key, 0))
+
+
+def _offsets(offset_json: str) -> Offsets:
+    return {
+        (topic, int(p)): int(o)
+        for topic, parts in json.loads(offset_json).items()
+        for p, o in parts.items()
+    }
+
+
+def kafka_offsets(df: Any) -> KafkaOffsets | str:
+    """The offsets of ``df``'s micro-batch (``foreachBatch``'s DataFrame) where it reads
+    one Kafka source; else why not (a ``str``)."""
+    plan = micro_batch_plan(df)
+    if isinstance(plan, str):
+        return plan
+    try:
+        scans = []
+        todo = [plan]
+        while todo:
+            node = todo.pop()
+            if simple_name(node) == _SCAN:
+                scans.append(node)
+            it = node.children().iterator()
+            while it.hasNext():
+                todo.append(it.next())
+        # One Kafka source; others (a heartbeat's) may sit beside it.
+        kafka = [s for s in scans if simple_name(s.stream()) == _KAFKA_STREAM]
+        if len(kafka) != 1:
+            return f"the micro-batch reads {len(kafka)} Kafka sources"
+        scan = kafka[0]
+        latest = scan.stream().reportLatestOffset()
+        return KafkaOffsets(
+            start=_offsets(scan.start().json()),
+            end=_offsets(scan.end().json()),
+            latest=None if latest is None else _offsets(latest.json()),
+        )
+    except Exception as e:  # Spark internals it does not promise
+        return f"Spark's Kafka offsets could not be read ({type(e).__name__})"
