@@ -174,6 +174,18 @@ class Broker:
         from confluent_kafka.admin import AdminClient
 
         deadline = time.monotonic() + timeout
+        host, port = self.bootstrap.rsplit(":", 1)
+        # The port first (a client would log every refused connection), then the broker.
+        while True:
+            if self._process is not None and self._process.poll() is not None:
+                raise RuntimeError(f"the Kafka broker exited: {_tail(log)}")
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the Kafka broker did not listen: {_tail(log)}") from None
+                time.sleep(0.2)
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         while True:
             if self._process is not None and self._process.poll() is not None:
