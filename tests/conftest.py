@@ -121,24 +121,23 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     with open(shared / "kafka.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not info.exists():
-            log = open(shared / "kafka-serve.log", "w")  # noqa: SIM115 (the server's)
-            server = subprocess.Popen(
-                [
-                    *(sys.executable, "-m", "tidemark.tools.kafka", "serve"),
-                    *("--dir", str(shared / "kafka"), "--info", str(info), "--owner", str(owner)),
-                ],
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-            )
+            logs = [shared / "kafka-serve.log", shared / "kafka" / "broker.log"]
+            with open(logs[0], "w") as log:  # the server keeps its own copy
+                server = subprocess.Popen(
+                    [
+                        *(sys.executable, "-m", "tidemark.tools.kafka", "serve"),
+                        *("--dir", str(shared / "kafka"), "--info", str(info)),
+                        *("--owner", str(owner)),
+                    ],
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                )
             deadline = time.monotonic() + 120
             while not info.exists():
                 if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        "the Kafka broker did not start: "
-                        + (shared / "kafka-serve.log").read_text()[-3000:]
-                        + (shared / "kafka" / "broker.log").read_text(errors="replace")[-3000:]
-                    )
+                    tails = [f.read_text(errors="replace")[-3000:] for f in logs if f.exists()]
+                    raise RuntimeError("the Kafka broker did not start: " + "\n".join(tails))
                 time.sleep(0.2)
         bootstrap = json.loads(info.read_text())["bootstrap"]
     yield Broker.connect(bootstrap)

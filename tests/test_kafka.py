@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,9 +90,11 @@ def lagging_events(
     )
 
 
-def produce_rows(kafka: Any, topic: str, rows: pa.Table) -> list[tuple[int, int]]:
+def produce_rows(
+    kafka: Any, topic: str, rows: pa.Table, partition: int | None = None
+) -> list[tuple[int, int]]:
     """``rows`` as JSON records keyed by device (their event time also the record's
-    timestamp); each record's ``(partition, offset)``."""
+    timestamp), to ``partition`` or by key; each record's ``(partition, offset)``."""
     return list(
         kafka.produce(
             topic,
@@ -99,8 +102,29 @@ def produce_rows(kafka: Any, topic: str, rows: pa.Table) -> list[tuple[int, int]
                 (r["device"].encode(), json.dumps(r).encode(), r["ts"])
                 for r in rows.select(["device", "ts", "value"]).to_pylist()
             ),
+            partition,
         )
     )
+
+
+def arrival_slices(events: pa.Table, width: int, until: int) -> Iterator[tuple[int, pa.Table]]:
+    """The rows arriving in each ``width`` seconds from 0 to ``until``: a live topic read
+    once per slice."""
+    arrival = events["arrival"].to_numpy()
+    for start in range(0, until, width):
+        yield start, events.filter(pa.array((arrival >= start) & (arrival < start + width)))
+
+
+def end_of_data(kafka: Any, topic: str, partitions: range, ts: int, queries: list[Any]) -> None:
+    """An end marker (device ``end`` at ``ts``, far past the data) on each of
+    ``partitions``, twice, each time read by every query: the first moves every
+    watermark past the data, the next micro-batch emits what it closed."""
+    end = json.dumps({"device": "end", "ts": ts, "value": 0}).encode()
+    for _ in range(2):
+        for p in partitions:
+            kafka.produce(topic, [(None, end, None)], p)
+        for q in queries:
+            q.processAllAvailable()
 
 
 @pytest.mark.slow
@@ -164,20 +188,12 @@ def test_lagging_partitions_of_a_topic_lose_nothing_per_partition(
         .start()
     )
     try:
-        arrival = events["arrival"].to_numpy()
-        for start in range(0, 320, 80):  # 80 s of arrival time, then what Spark has
-            chunk = pa.array((arrival >= start) & (arrival < start + 80))
-            produce_rows(kafka, topic, events.filter(chunk))
+        for _, rows in arrival_slices(events, 80, 320):  # read after each 80 s of arrival
+            produce_rows(kafka, topic, rows)
             ours.processAllAvailable()
             theirs.processAllAvailable()
-        # An hour on, on every partition, twice: the first moves every watermark past
-        # the data, the next micro-batch emits what it closed.
-        end = {"device": "end", "ts": int(pa.compute.max(events["ts"]).as_py()) + 3_600_000}
-        for _ in range(2):
-            for p in range(partitions):
-                kafka.produce(topic, [(None, json.dumps({**end, "value": 0}).encode(), None)], p)
-            ours.processAllAvailable()
-            theirs.processAllAvailable()
+        last = int(pa.compute.max(events["ts"]).as_py())
+        end_of_data(kafka, topic, range(partitions), last + 3_600_000, [ours, theirs])
     finally:
         ours.stop()
         theirs.stop()
@@ -255,19 +271,11 @@ def test_hostile_records_go_to_errors_with_their_partition_and_offset(
     bad: set[tuple[int, int]] = set()
     nulls = 0
     try:
-        arrival = good["arrival"].to_numpy()
-        for i, start in enumerate(range(0, 140, 35)):
-            rows = good.filter(pa.array((arrival >= start) & (arrival < start + 35)))
+        for i, (start, rows) in enumerate(arrival_slices(good, 35, 140)):
             # Good records go to partitions 0-6 (the device's hash over 7), bad ones too.
             for part in range(7):
-                mine = rows.filter(pa.compute.equal(rows["partition"], part))
-                kafka.produce(
-                    topic,
-                    (
-                        (r["device"].encode(), json.dumps(r).encode(), None)
-                        for r in mine.select(["device", "ts", "value"]).to_pylist()
-                    ),
-                    part,
+                produce_rows(
+                    kafka, topic, rows.filter(pa.compute.equal(rows["partition"], part)), part
                 )
             t = start_ms + (start + 20) * 1000
             hostile = [
@@ -284,11 +292,7 @@ def test_hostile_records_go_to_errors_with_their_partition_and_offset(
             # Partition 7 sends garbage only.
             bad.update(kafka.produce(topic, [(b"k", b"\x00\xff\xfe", None)] * 5, 7))
             query.processAllAvailable()
-        end = {"device": "end", "ts": start_ms + 3_600_000, "value": 0}
-        for _ in range(2):
-            for p in range(7):
-                kafka.produce(topic, [(None, json.dumps(end).encode(), None)], p)
-            query.processAllAvailable()
+        end_of_data(kafka, topic, range(7), start_ms + 3_600_000, [query])
     finally:
         query.stop()
     errors = pa.concat_tables(out["errors"])

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -140,23 +140,23 @@ class Broker:
         config.write_text(_CONFIG.format(port=port, controller=controller, logs=work / "logs"))
         classpath = str(jar_dir("kafka") / "*")
         cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        log = open(work / "broker.log", "ab")  # noqa: SIM115 (the broker's, while it runs)
         env = {**os.environ, "JAVA_TOOL_OPTIONS": ""}
         storage = ["kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(config)]
-        subprocess.run(
-            [_java(), *_JVM, "-cp", classpath, *storage],
-            stdout=log,
-            stderr=log,
-            env=env,
-            check=True,
-        )
-        process = subprocess.Popen(
-            [_java(), *_JVM, "-cp", classpath, "kafka.Kafka", str(config)],
-            stdout=log,
-            stderr=log,
-            env=env,
-            start_new_session=True,
-        )
+        with open(work / "broker.log", "ab") as log:  # the broker keeps its own copy
+            subprocess.run(
+                [_java(), *_JVM, "-cp", classpath, *storage],
+                stdout=log,
+                stderr=log,
+                env=env,
+                check=True,
+            )
+            process = subprocess.Popen(
+                [_java(), *_JVM, "-cp", classpath, "kafka.Kafka", str(config)],
+                stdout=log,
+                stderr=log,
+                env=env,
+                start_new_session=True,
+            )
         broker = cls(f"127.0.0.1:{port}", process)
         try:
             broker._wait_ready(timeout, work / "broker.log")
@@ -176,26 +176,27 @@ class Broker:
         deadline = time.monotonic() + timeout
         host, port = self.bootstrap.rsplit(":", 1)
         # The port first (a client would log every refused connection), then the broker.
-        while True:
-            if self._process is not None and self._process.poll() is not None:
-                raise RuntimeError(f"the Kafka broker exited: {_tail(log)}")
-            try:
-                socket.create_connection((host, int(port)), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the Kafka broker did not listen: {_tail(log)}") from None
-                time.sleep(0.2)
+        self._poll(
+            lambda: socket.create_connection((host, int(port)), timeout=1).close(),
+            "listen",
+            deadline,
+            log,
+        )
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        self._poll(lambda: admin.list_topics(timeout=2), "answer", deadline, log)
+
+    def _poll(self, attempt: Callable[[], object], what: str, deadline: float, log: Path) -> None:
+        """Calls ``attempt`` until it raises nothing; raises ``RuntimeError`` with the
+        broker's log where the broker exits or ``deadline`` passes first."""
         while True:
             if self._process is not None and self._process.poll() is not None:
                 raise RuntimeError(f"the Kafka broker exited: {_tail(log)}")
             try:
-                admin.list_topics(timeout=2)
+                attempt()
                 return
             except Exception:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"the Kafka broker did not answer: {_tail(log)}") from None
+                    raise RuntimeError(f"the Kafka broker did not {what}: {_tail(log)}") from None
                 time.sleep(0.2)
 
     def stop(self) -> None:
