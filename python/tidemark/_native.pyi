@@ -387,6 +387,7 @@ class MicroBatch:
         time: int | None = None,
         clock_ms: int = 0,
         scope: bytes | None = None,
+        source: tuple[list[int], list[int]] | None = None,
         flush: bool = False,
         settle: bool = False,
         threads: int = 1,
@@ -406,7 +407,12 @@ def spark_tags(n: int) -> tuple[list[int], list[int]]:
     which Spark's `repartition(n, tag)` sends to that partition."""
 
 def summarize_batch(
-    config: dict[str, Any], reports: list[bytes], run: str, scope: bytes | None, clock_ms: int
+    config: dict[str, Any],
+    reports: list[bytes],
+    run: str,
+    scope: bytes | None,
+    clock_ms: int,
+    source: tuple[list[int], list[int]] | None = None,
 ) -> dict[str, Any] | None:
     """The driver's view of a micro-batch from every state partition's report bytes:
     `None` when one is another run's; else a dict with the next `watermark`, the

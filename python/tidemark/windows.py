@@ -69,7 +69,10 @@ class BoundedOutOfOrderness:
         combined watermark back from the first batch until it reports rows or goes
         idle (``idle_timeout``), so a partition that starts late is not outrun by the
         others. Without it a partition counts from its first row on. Partitions
-        outside the range are still tracked from their first row.
+        outside the range are still tracked from their first row. A Kafka stream in
+        ``StreamProcessor`` needs none: each micro-batch's offsets name every
+        partition of the topic, and a partition whose records wait unread there is
+        not idle (see docs/guide/watermark-scopes.md).
 
     Examples
     --------

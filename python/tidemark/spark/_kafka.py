@@ -26,7 +26,7 @@ from typing import Any
 
 from tidemark.spark._files import micro_batch_plan, simple_name
 
-__all__ = ["KafkaOffsets", "kafka_offsets"]
+__all__ = ["KafkaOffsets", "kafka_offsets", "source_view"]
 
 _SCAN = "MicroBatchScanExec"
 _KAFKA_STREAM = "KafkaMicroBatchStream"
@@ -66,6 +66,42 @@ def _offsets(offset_json: str) -> Offsets:
     }
 
 
+def _kafka_scan(plan: Any) -> Any:
+    """The one Kafka scan of a micro-batch's physical plan, else why not (a ``str``)."""
+    scans = []
+    todo = [plan]
+    while todo:
+        node = todo.pop()
+        if simple_name(node) == _SCAN:
+            scans.append(node)
+        it = node.children().iterator()
+        while it.hasNext():
+            todo.append(it.next())
+    # One Kafka source; others (a heartbeat's) may sit beside it.
+    kafka = [s for s in scans if simple_name(s.stream()) == _KAFKA_STREAM]
+    if len(kafka) != 1:
+        return f"the micro-batch reads {len(kafka)} Kafka sources"
+    return kafka[0]
+
+
+def _offsets_of(scan: Any) -> KafkaOffsets:
+    latest = scan.stream().reportLatestOffset()
+    return KafkaOffsets(
+        start=_offsets(scan.start().json()),
+        end=_offsets(scan.end().json()),
+        latest=None if latest is None else _offsets(latest.json()),
+    )
+
+
+def _expr_id(attributes: Any, name: str) -> int | None:
+    it = attributes.iterator()
+    while it.hasNext():
+        a = it.next()
+        if a.name() == name:
+            return int(a.exprId().id())
+    return None
+
+
 def kafka_offsets(df: Any) -> KafkaOffsets | str:
     """The offsets of ``df``'s micro-batch (``foreachBatch``'s DataFrame) where it reads
     one Kafka source; else why not (a ``str``)."""
@@ -73,25 +109,34 @@ def kafka_offsets(df: Any) -> KafkaOffsets | str:
     if isinstance(plan, str):
         return plan
     try:
-        scans = []
-        todo = [plan]
-        while todo:
-            node = todo.pop()
-            if simple_name(node) == _SCAN:
-                scans.append(node)
-            it = node.children().iterator()
-            while it.hasNext():
-                todo.append(it.next())
-        # One Kafka source; others (a heartbeat's) may sit beside it.
-        kafka = [s for s in scans if simple_name(s.stream()) == _KAFKA_STREAM]
-        if len(kafka) != 1:
-            return f"the micro-batch reads {len(kafka)} Kafka sources"
-        scan = kafka[0]
-        latest = scan.stream().reportLatestOffset()
-        return KafkaOffsets(
-            start=_offsets(scan.start().json()),
-            end=_offsets(scan.end().json()),
-            latest=None if latest is None else _offsets(latest.json()),
-        )
+        scan = _kafka_scan(plan)
+        return scan if isinstance(scan, str) else _offsets_of(scan)
     except Exception as e:  # Spark internals it does not promise
         return f"Spark's Kafka offsets could not be read ({type(e).__name__})"
+
+
+def source_view(plan: Any, column: str) -> tuple[list[int], list[int]] | str:
+    """What a micro-batch's Kafka offsets tell the per-partition watermark (the core's
+    ``SourceView``): every partition of the subscribed topics, and those with records
+    this micro-batch left unread, where ``column`` of the micro-batch (its physical
+    ``plan``, see :func:`~tidemark.spark._files.micro_batch_plan`) is the Kafka source's
+    own ``partition`` column; else why not (a ``str``). Partitions are numbers: several
+    topics share them, as they share the column. Where Spark's latest offsets are
+    unknown (a micro-batch planned by a run that died), every partition counts as
+    waiting: none goes idle in it."""
+    if isinstance(plan, str):
+        return plan
+    try:
+        scan = _kafka_scan(plan)
+        if isinstance(scan, str):
+            return scan
+        theirs = _expr_id(scan.output(), "partition")
+        if theirs is None or _expr_id(plan.output(), column) != theirs:
+            return f"column {column!r} is not the Kafka source's partition column"
+        offsets = _offsets_of(scan)
+    except Exception as e:  # Spark internals it does not promise
+        return f"Spark's Kafka offsets could not be read ({type(e).__name__})"
+    every = sorted({p for _, p in offsets.end})
+    if offsets.latest is None:
+        return every, every
+    return every, sorted({p for t, p in offsets.end if (offsets.unread(t, p) or 0) > 0})

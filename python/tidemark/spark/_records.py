@@ -79,6 +79,10 @@ class StreamRecord(BatchRecord):
     next_time: int | None = None
     #: A call without rows after this batch would change nothing (see the core's ``MicroBatch``).
     settled: bool = False
+    #: What the batch's source offsets told of its partitions as it began (every
+    #: partition, and those with records left unread: the core's ``SourceView``);
+    #: ``None``: only what the rows show.
+    source: tuple[list[int], list[int]] | None = None
 
     @property
     def finished(self) -> bool:
@@ -97,12 +101,15 @@ class StreamRecord(BatchRecord):
         )
 
     def _started_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "clock_ms": self.clock_ms,
             "watermark": self.watermark,
             "time": self.time,
             "state": {"scope": self.scope},
         }
+        if self.source is not None:
+            doc["source"] = {"partitions": self.source[0], "waiting": self.source[1]}
+        return doc
 
     def _finished_json(self) -> dict[str, Any]:
         return {
@@ -115,6 +122,7 @@ class StreamRecord(BatchRecord):
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> StreamRecord:
         after = doc.get("state_after")
+        src = doc.get("source")
         return cls(
             batch_id=doc["batch_id"],
             prev_batch=doc.get("prev_batch"),
@@ -128,6 +136,7 @@ class StreamRecord(BatchRecord):
             next_watermark=doc.get("next_watermark"),
             next_time=doc.get("next_time"),
             settled=bool(doc.get("settled")),
+            source=None if src is None else (list(src["partitions"]), list(src["waiting"])),
         )
 
 

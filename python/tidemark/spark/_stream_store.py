@@ -19,10 +19,16 @@ from tidemark.spark.state import StateStore, stream_goes_on_after_flush
 
 
 def prepare(
-    store: StateStore, batch_id: int, flush: bool, start_fresh: bool, clock_ms: int
+    store: StateStore,
+    batch_id: int,
+    flush: bool,
+    start_fresh: bool,
+    clock_ms: int,
+    source: tuple[list[int], list[int]] | None = None,
 ) -> StreamRecord:
     """Batch ``batch_id``'s started record: written before its job, from the last
-    finished batch (reused as it is when the batch is Spark's replay)."""
+    finished batch (reused as it is when the batch is Spark's replay); ``source``: what
+    its source's offsets tell of its partitions (see ``StreamRecord.source``)."""
     replay: StreamRecord | None = store.replayed(batch_id, flush, start_fresh)
     if replay is not None:
         return replay
@@ -49,6 +55,7 @@ def prepare(
         rec = StreamRecord(batch_id=batch_id, flush=flush, clock_ms=max(clock_ms, 0))
     else:
         rec = prev.follows(batch_id, clock_ms, flush)
+    rec.source = source
     store.write_record(rec)
     return rec
 
@@ -76,7 +83,7 @@ def summarize(
     if len(got) < n:
         return None
     scope = None if rec.scope is None else base64.b64decode(rec.scope)
-    return _native.summarize_batch(pipe._config, got, token, scope, rec.clock_ms)
+    return _native.summarize_batch(pipe._config, got, token, scope, rec.clock_ms, rec.source)
 
 
 def combine(rec: StreamRecord, summary: dict[str, Any]) -> None:

@@ -173,6 +173,8 @@ class StreamTask:
     #: A quiet micro-batch (every state partition, no rows): calls without rows
     #: follow the first until one changes nothing (the core's ``SETTLE_CALLS``).
     settle: bool = False
+    #: The source's partitions as the driver's record has them (``StreamRecord.source``).
+    source: tuple[list[int], list[int]] | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         pipe = self.shipped.get()
@@ -227,6 +229,7 @@ class StreamTask:
             time=self.scope_time,
             clock_ms=self.clock_ms,
             scope=None if self.scope_state is None else base64.b64decode(self.scope_state),
+            source=self.source,
             flush=self.flush,
             settle=self.settle,
             threads=self.threads,

@@ -82,6 +82,7 @@ from tidemark.spark._driver import (
     exact_partitions,
 )
 from tidemark.spark._files import has_no_rows, heartbeat, micro_batch_plan
+from tidemark.spark._kafka import source_view
 from tidemark.spark._layout import Layout, Options, Stats
 from tidemark.spark._preagg import WEIGHT, Preaggregation, preaggregation
 from tidemark.spark._records import StreamRecord
@@ -389,9 +390,16 @@ class StreamProcessor(MicroBatchDriver):
 
         self._check_meta(moved)
 
-    def _prepare(self, batch_id: int, flush: bool = False) -> StreamRecord:
-        """The batch's recorded inputs (reused when the batch is replayed)."""
-        return prepare(self.store, batch_id, flush, self.start_fresh, self._clock())
+    def _prepare(self, batch_id: int, flush: bool = False, plan: Any = None) -> StreamRecord:
+        """The batch's recorded inputs (reused when the batch is replayed): with a
+        watermark per source partition, what the micro-batch's Kafka offsets (its
+        ``plan``) tell of the partitions."""
+        wm = self.pipe.watermark
+        view = None
+        if wm.per == "partition" and plan is not None and not flush:
+            got = source_view(plan, wm.partition_column)
+            view = None if isinstance(got, str) else got
+        return prepare(self.store, batch_id, flush, self.start_fresh, self._clock(), view)
 
     # --- the foreachBatch function -------------------------------------------------
 
@@ -510,7 +518,7 @@ class StreamProcessor(MicroBatchDriver):
         lift = self._fold.lift() if self._fold is not None and not folds and not rowless else None
         pipe = self._raw_pipe if lift is not None else self.pipe
         self._check_state(fields, batch_id, flush)
-        rec = self._prepare(batch_id, flush)
+        rec = self._prepare(batch_id, flush, plan)
         # With the windows as the only output, the sink's job is the batch's job: the
         # task emits the windows alone and nothing is cached. The task then reads only
         # the columns the windows need (late and error rows carry every column).
@@ -556,6 +564,7 @@ class StreamProcessor(MicroBatchDriver):
             scope_state=rec.scope,
             lift=lift,
             settle=quiet,
+            source=rec.source,
         )
         return _StreamRun(
             batch_id=batch_id,

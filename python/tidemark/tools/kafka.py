@@ -141,7 +141,9 @@ class Broker:
         classpath = str(jar_dir("kafka") / "*")
         cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         env = {**os.environ, "JAVA_TOOL_OPTIONS": ""}
-        storage = ["kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(config)]
+        # One token each: an id starting with "-" (1 in 32) would read as an option.
+        storage = ["kafka.tools.StorageTool", "format", f"--cluster-id={cluster}"]
+        storage.append(f"--config={config}")
         with open(work / "broker.log", "ab") as log:  # the broker keeps its own copy
             subprocess.run(
                 [_java(), *_JVM, "-cp", classpath, *storage],
@@ -244,6 +246,10 @@ class Broker:
         admin = self.admin()
         admin.create_partitions([NewPartitions(name, total)])[name].result(timeout=30)
         self._wait_partitions(name, total)
+        if self._producer is not None:
+            # Its metadata knows the old partitions only: the next produce makes another.
+            self._producer.flush(30)
+            self._producer = None
 
     def _wait_partitions(self, name: str, n: int) -> None:
         admin = self.admin()

@@ -4,6 +4,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
+use tidemark_core::pipeline::SourceView;
 use tidemark_core::runtime::micro_batch::{summarize, MicroBatch, Placement, Report, Restore};
 
 use crate::convert::arrow::{one_batch, parsed_times as parsed_times_of, read_batches};
@@ -13,6 +14,17 @@ use crate::error::{detach, Result};
 
 /// A lookup table as `Pipeline.enrich` keeps it: the table, `on`, `how`, `prefix`.
 type LookupArgs = (AnyRecordBatch, Vec<String>, String, Option<String>);
+
+/// What the driver knew of the source's partitions: every partition, and those with
+/// records waiting unread (see the core's `SourceView`).
+type SourceArgs = (Vec<u32>, Vec<u32>);
+
+fn source_view((partitions, waiting): SourceArgs) -> SourceView {
+    SourceView {
+        partitions,
+        waiting,
+    }
+}
 
 /// One state partition's result: its partition, outputs, snapshot and report bytes.
 type PartitionOut = (u32, Tables, Py<PyBytes>, Py<PyBytes>);
@@ -29,7 +41,7 @@ impl PyMicroBatch {
     #[new]
     #[pyo3(signature = (
         config, partitions, *, tag_column = None, watermark = None, time = None,
-        clock_ms = 0, scope = None, flush = false, settle = false, threads = 1,
+        clock_ms = 0, scope = None, source = None, flush = false, settle = false, threads = 1,
         weight = None, lookup = None, run = String::new()
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -42,6 +54,7 @@ impl PyMicroBatch {
         time: Option<i64>,
         clock_ms: i64,
         scope: Option<Vec<u8>>,
+        source: Option<SourceArgs>,
         flush: bool,
         settle: bool,
         threads: usize,
@@ -61,6 +74,7 @@ impl PyMicroBatch {
                 time,
                 clock_ms,
                 scope,
+                source: source.map(source_view),
                 flush,
                 settle,
                 threads,
@@ -130,7 +144,7 @@ pub fn spark_tags(n: u32) -> (Vec<i32>, Vec<i32>) {
 /// `scope` state and `time` after the batch, the row counts summed, and `settled`
 /// (a quiet batch: the most calls made, and whether the last changed nothing).
 #[pyfunction]
-#[pyo3(signature = (config, reports, run, scope, clock_ms))]
+#[pyo3(signature = (config, reports, run, scope, clock_ms, source = None))]
 pub fn summarize_batch<'py>(
     py: Python<'py>,
     config: &Bound<'_, PyDict>,
@@ -138,13 +152,22 @@ pub fn summarize_batch<'py>(
     run: &str,
     scope: Option<Vec<u8>>,
     clock_ms: i64,
+    source: Option<SourceArgs>,
 ) -> Result<Option<Bound<'py, PyDict>>> {
     let cfg = config_from_dict(config)?;
     let reports = reports
         .iter()
         .map(|b| Report::from_bytes(&cfg, b))
         .collect::<tidemark_core::Result<Vec<_>>>()?;
-    let Some(s) = summarize(&cfg, scope.as_deref(), clock_ms, run, &reports)? else {
+    let Some(s) = summarize(
+        &cfg,
+        scope.as_deref(),
+        clock_ms,
+        source.map(source_view).as_ref(),
+        run,
+        &reports,
+    )?
+    else {
         return Ok(None);
     };
     let d = PyDict::new(py);

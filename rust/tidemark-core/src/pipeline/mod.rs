@@ -47,7 +47,7 @@ use arrow_schema::Schema;
 pub use config::{EmitMode, Idleness, LatePolicy, LateRule, PipelineConfig, Scope, TimeMode};
 pub use marks::{External, Start};
 pub(crate) use scope::merged_partition_max;
-pub use scope::{idle_reading, ScopeWatermark};
+pub use scope::{idle_reading, ScopeWatermark, SourceView};
 
 use crate::agg::Acc;
 use crate::clock::ClockRef;

@@ -33,6 +33,22 @@ use crate::error::Result;
 use crate::state::{Reader, Writer};
 use crate::time::{advance, PartitionId, PartitionedWatermarkTracker};
 
+/// What is known of a source's partitions besides the rows of a call: a Kafka
+/// micro-batch's offsets name every partition of the subscribed topics, and those
+/// whose records the micro-batch left unread (`maxOffsetsPerTrigger`). Per source
+/// partition, the scope registers every partition named (one that has sent nothing
+/// yet holds the watermark back, as a declared one does) and keeps the waiting ones
+/// active: a partition is idle only when none of its records wait and it sent nothing
+/// for the idle timeout. Not kept in the scope's state: the driver records it with
+/// the micro-batch, so a replay decides the same.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SourceView {
+    /// Every partition of the source.
+    pub partitions: Vec<u32>,
+    /// Partitions with records waiting, unread by this micro-batch.
+    pub waiting: Vec<u32>,
+}
+
 /// The combined watermark of a pipeline's scope (see the module docs).
 #[derive(Debug, Clone)]
 pub struct ScopeWatermark {
@@ -60,6 +76,8 @@ pub struct ScopeWatermark {
     pub(crate) partitions: PartitionedWatermarkTracker,
     /// Key scope: the highest combined watermark reported.
     pub(crate) key_reported: i64,
+    /// What the call knows of the source's partitions besides its rows (not state).
+    source: Option<SourceView>,
 }
 
 impl ScopeWatermark {
@@ -82,7 +100,14 @@ impl ScopeWatermark {
             global_max: i64::MIN,
             partitions,
             key_reported: i64::MIN,
+            source: None,
         }
+    }
+
+    /// The source's partitions as known for the calls that follow (see
+    /// [`SourceView`]); `None`: only what the rows show.
+    pub fn set_source(&mut self, view: Option<SourceView>) {
+        self.source = view;
     }
 
     /// A processing-time watermark alone: one global scope that follows `clock` (its
@@ -160,10 +185,22 @@ impl ScopeWatermark {
                     self.partitions
                         .register_source_at(0, self.declared as usize, now);
                 }
+                let view = self.source.as_ref();
+                for &p in view.map_or(&[][..], |v| &v.partitions) {
+                    // Known before its first row: it holds the watermark from now on.
+                    self.partitions
+                        .ensure_partition_at(PartitionId::new(0, p), now)?;
+                }
                 let mut maxima = merged_partition_max(progress.iter().copied());
                 maxima.retain(|&(_, t)| t != i64::MIN);
                 self.partitions
                     .observe_max_event_times_at(0, &maxima, self.delay, true, now)?;
+                for &p in view.map_or(&[][..], |v| &v.waiting) {
+                    // Records wait for it: not idle, whatever its rows.
+                    let p = PartitionId::new(0, p);
+                    self.partitions.ensure_partition_at(p, now)?;
+                    self.partitions.keep_active_at(p, now)?;
+                }
                 self.partitions.check_idle_partitions_at(now);
             }
             Scope::Key => {

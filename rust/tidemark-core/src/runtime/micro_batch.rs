@@ -29,16 +29,16 @@ use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, UInt32Array};
 use arrow_schema::DataType;
 
+pub use super::report::{Counts, Report};
 use crate::clock::ManualClock;
 use crate::error::{Result, TidemarkError};
 use crate::pipeline::lookup::Lookup;
 use crate::pipeline::rows::RowsOperator;
 use crate::pipeline::{
     ArrivalOperator, External, Operator, Output, Pending, PipelineConfig, Progress, ScopeWatermark,
-    Start,
+    SourceView, Start,
 };
 use crate::route::{group_rows, hash_router, spark_tags, HashAlgo, RowGroups};
-use crate::state::{self, Reader, SnapshotKind, Writer};
 use crate::window::WindowSpec;
 
 /// A quiet micro-batch runs calls without rows until one emits no window and moves no
@@ -78,6 +78,9 @@ pub struct MicroBatch {
     /// The scope watermark's state before the batch ([`ScopeWatermark::to_bytes`];
     /// `None`: a new stream).
     pub scope: Option<Vec<u8>>,
+    /// What the driver knew of the source's partitions as the batch began (a Kafka
+    /// micro-batch's offsets; [`SourceView`]); `None`: only what the rows show.
+    pub source: Option<SourceView>,
     /// End of input: every partition flushes (reads no rows).
     pub flush: bool,
     /// A quiet micro-batch: calls without rows follow the first until one changes
@@ -119,149 +122,6 @@ pub struct PartitionResult {
     pub report: Report,
 }
 
-/// What a state partition reports of a micro-batch: the progress the driver combines
-/// into the next watermark, and its row counts. Serialised by [`Report::to_bytes`].
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct Report {
-    /// The state partition.
-    pub partition: u32,
-    /// The run that wrote it (see [`MicroBatch::run`]).
-    pub run: String,
-    /// What its operator's last call saw.
-    pub progress: Progress,
-    /// Its rows in and out.
-    pub counts: Counts,
-    /// A quiet batch: the calls made, and whether the last changed nothing.
-    pub settled: Option<(u32, bool)>,
-}
-
-/// A micro-batch's rows in and out (of a state partition, or summed over them).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct Counts {
-    /// Input rows (folds count as the rows they stand for).
-    pub input_rows: u64,
-    /// Rows read (folds count once).
-    pub read_rows: u64,
-    /// Window rows emitted.
-    pub window_rows: u64,
-    /// Late rows (as input rows).
-    pub late_rows: u64,
-    /// Error rows (as input rows).
-    pub error_rows: u64,
-}
-
-impl Counts {
-    /// The counts in a fixed order (their serialised form).
-    pub fn to_array(self) -> [u64; 5] {
-        [
-            self.input_rows,
-            self.read_rows,
-            self.window_rows,
-            self.late_rows,
-            self.error_rows,
-        ]
-    }
-
-    /// Counts from [`Counts::to_array`].
-    pub fn from_array(a: [u64; 5]) -> Self {
-        let [input_rows, read_rows, window_rows, late_rows, error_rows] = a;
-        Self {
-            input_rows,
-            read_rows,
-            window_rows,
-            late_rows,
-            error_rows,
-        }
-    }
-}
-
-impl std::iter::Sum for Counts {
-    fn sum<I: Iterator<Item = Counts>>(iter: I) -> Self {
-        let mut total = [0u64; 5];
-        for c in iter {
-            for (t, v) in total.iter_mut().zip(c.to_array()) {
-                *t += v;
-            }
-        }
-        Self::from_array(total)
-    }
-}
-
-impl Report {
-    /// The report as bytes (versioned, checksummed, tied to the pipeline `cfg`).
-    pub fn to_bytes(&self, cfg: &PipelineConfig) -> Vec<u8> {
-        let mut w = Writer::new();
-        w.u32(self.partition);
-        w.str(&self.run);
-        let p = &self.progress;
-        write_opt(&mut w, p.max_event_time);
-        write_opt(&mut w, p.on_time_max);
-        w.len(p.partition_max.len());
-        for &(part, t) in &p.partition_max {
-            w.u32(part);
-            w.i64(t);
-        }
-        write_opt(&mut w, p.key_global);
-        write_opt(&mut w, p.key_parts.0);
-        write_opt(&mut w, p.key_parts.1);
-        for v in self.counts.to_array() {
-            w.u64(v);
-        }
-        w.bool(self.settled.is_some());
-        let (calls, last) = self.settled.unwrap_or_default();
-        w.u32(calls);
-        w.bool(last);
-        state::seal(SnapshotKind::Report, cfg.fingerprint(), &w.finish())
-    }
-
-    /// A report read back from [`Report::to_bytes`] (of the same pipeline).
-    pub fn from_bytes(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Self> {
-        let payload = state::open(bytes, SnapshotKind::Report, Some(cfg.fingerprint()))?;
-        let mut r = Reader::new(payload);
-        let partition = r.u32()?;
-        let run = r.str()?.to_string();
-        let max_event_time = read_opt(&mut r)?;
-        let on_time_max = read_opt(&mut r)?;
-        let n = r.len(12)?;
-        let partition_max = (0..n)
-            .map(|_| Ok((r.u32()?, r.i64()?)))
-            .collect::<Result<Vec<_>>>()?;
-        let key_global = read_opt(&mut r)?;
-        let key_parts = (read_opt(&mut r)?, read_opt(&mut r)?);
-        let mut counts = [0u64; 5];
-        for c in &mut counts {
-            *c = r.u64()?;
-        }
-        let has_settled = r.bool()?;
-        let settled = (r.u32()?, r.bool()?);
-        r.finish()?;
-        Ok(Self {
-            partition,
-            run,
-            progress: Progress {
-                max_event_time,
-                partition_max,
-                key_global,
-                on_time_max,
-                key_parts,
-            },
-            counts: Counts::from_array(counts),
-            settled: has_settled.then_some(settled),
-        })
-    }
-}
-
-fn write_opt(w: &mut Writer, v: Option<i64>) {
-    w.bool(v.is_some());
-    w.i64(v.unwrap_or(0));
-}
-
-fn read_opt(r: &mut Reader<'_>) -> Result<Option<i64>> {
-    let some = r.bool()?;
-    let v = r.i64()?;
-    Ok(some.then_some(v))
-}
-
 /// A micro-batch as the driver sees it after every state partition reported.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BatchSummary {
@@ -287,13 +147,14 @@ pub fn summarize(
     cfg: &PipelineConfig,
     scope: Option<&[u8]>,
     clock_ms: i64,
+    source: Option<&SourceView>,
     run: &str,
     reports: &[Report],
 ) -> Result<Option<BatchSummary>> {
     if reports.iter().any(|r| r.run != run) {
         return Ok(None);
     }
-    let mut scope = scope_of(cfg, scope, clock_ms)?;
+    let mut scope = scope_of(cfg, scope, clock_ms, source)?;
     let progress: Vec<Progress> = reports.iter().map(|r| r.progress.clone()).collect();
     let watermark = scope.advance(&progress)?;
     let settled: Vec<(u32, bool)> = reports.iter().filter_map(|r| r.settled).collect();
@@ -309,12 +170,21 @@ pub fn summarize(
     }))
 }
 
-fn scope_of(cfg: &PipelineConfig, bytes: Option<&[u8]>, clock_ms: i64) -> Result<ScopeWatermark> {
+/// The scope as the batch began: its recorded state on the batch's clock reading, and
+/// what the driver knew of the source's partitions.
+fn scope_of(
+    cfg: &PipelineConfig,
+    bytes: Option<&[u8]>,
+    clock_ms: i64,
+    source: Option<&SourceView>,
+) -> Result<ScopeWatermark> {
     let clock = Arc::new(ManualClock::new(clock_ms));
-    match bytes {
-        None => Ok(ScopeWatermark::new(cfg, clock)),
-        Some(b) => ScopeWatermark::from_bytes(cfg, clock, b),
-    }
+    let mut scope = match bytes {
+        None => ScopeWatermark::new(cfg, clock),
+        Some(b) => ScopeWatermark::from_bytes(cfg, clock, b)?,
+    };
+    scope.set_source(source.cloned());
+    Ok(scope)
 }
 
 /// A state partition's operator: time windows, or ROWS windows (no watermark).
@@ -494,6 +364,7 @@ impl MicroBatch {
             time: None,
             clock_ms: 0,
             scope: None,
+            source: None,
             flush: false,
             settle: false,
             threads: 1,
@@ -536,7 +407,12 @@ impl MicroBatch {
         }
         // Every state partition: ingest, combine, close.
         par_each(&mut parts, self.threads, |p| p.ingest(None))?;
-        let mut scope = scope_of(&self.cfg, self.scope.as_deref(), self.clock_ms)?;
+        let mut scope = scope_of(
+            &self.cfg,
+            self.scope.as_deref(),
+            self.clock_ms,
+            self.source.as_ref(),
+        )?;
         let mut close = self.advance(&mut scope, &parts)?;
         par_each(&mut parts, self.threads, |p| p.complete(close))?;
         let mut settled = None;

@@ -25,6 +25,7 @@
 mod merge;
 mod metrics;
 pub mod micro_batch;
+mod report;
 mod snapshot;
 mod worker;
 

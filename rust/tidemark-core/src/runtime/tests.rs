@@ -1,7 +1,7 @@
 use super::*;
 use crate::agg::{AggKind, AggSpec};
 use crate::clock::ManualClock;
-use crate::pipeline::{EmitMode, Idleness, LateRule};
+use crate::pipeline::{EmitMode, Idleness, LateRule, SourceView};
 use crate::window::WindowSpec;
 use arrow_array::ArrayRef;
 use arrow_array::{Float64Array, Int32Array, StringArray, TimestampMicrosecondArray};
@@ -591,14 +591,17 @@ impl Driven {
             &self.mb.cfg,
             self.mb.scope.as_deref(),
             self.mb.clock_ms,
+            self.mb.source.as_ref(),
             &self.mb.run,
             &reports,
         )
         .unwrap()
         .expect("this run's reports");
-        assert!(summarize(&self.mb.cfg, None, 0, "another run", &reports)
-            .unwrap()
-            .is_none());
+        assert!(
+            summarize(&self.mb.cfg, None, 0, None, "another run", &reports)
+                .unwrap()
+                .is_none()
+        );
         assert_eq!(s.counts.input_rows, rows.num_rows() as u64);
         if !self.mb.flush {
             self.mb.watermark = s.watermark;
@@ -623,6 +626,7 @@ proptest! {
         threads in 1usize..4,
         rule in prop_oneof![Just(LateRule::Spark), Just(LateRule::Flink), Just(LateRule::Row)],
         window in 0usize..3,
+        waiting in 0u8..16,
     ) {
         for scope in scopes() {
             let c = PipelineConfig { late_rule: rule, idleness: Idleness::EventTime, ..cfg(windows()[window], scope.clone(), EmitMode::OnWindowClose, Some(5)) };
@@ -631,6 +635,15 @@ proptest! {
             let mut tagged = Driven::new(&c, n, 1, true);
             for (i, (rows, _)) in s.iter().enumerate() {
                 let b = batch(rows);
+                // The source's partitions as a Kafka micro-batch's offsets tell them: a
+                // fourth that sends nothing, some with records waiting.
+                let view = SourceView {
+                    partitions: vec![0, 1, 2, 3],
+                    waiting: (0..4).filter(|p| waiting >> ((p + i as u32) % 4) & 1 == 1).collect(),
+                };
+                for d in [&mut one, &mut routed, &mut tagged] {
+                    d.mb.source = (i % 3 != 2).then(|| view.clone());
+                }
                 let a = one.batch(Some(&b), false);
                 prop_assert_eq!(&a, &routed.batch(Some(&b), false), "routed, batch {} {:?}", i, scope);
                 prop_assert_eq!(&a, &tagged.batch(Some(&b), false), "tagged, batch {} {:?}", i, scope);
@@ -690,4 +703,71 @@ fn micro_batch_names_a_damaged_snapshot_and_refuses_another_pipelines_report() {
     let mut other = c.clone();
     other.delay += 1;
     assert!(Report::from_bytes(&other, &bytes).is_err());
+}
+
+/// One partition's row per batch (key `key-<p>`, value 1) at each event time given.
+fn partition_rows(rows: &[(i32, i64)]) -> RecordBatch {
+    let r: Vec<_> = rows
+        .iter()
+        .map(|&(p, t)| (p as u8, p, Some(t), 1.0))
+        .collect();
+    batch(&r)
+}
+
+#[test]
+fn a_sources_partitions_known_from_its_offsets_hold_the_watermark_and_waiting_ones_stay_active() {
+    let part = Scope::Partition { column: "p".into() };
+    let win = WindowSpec::Tumbling {
+        size: 5_000,
+        offset: 0,
+    };
+    let c = PipelineConfig {
+        idleness: Idleness::EventTime,
+        ..cfg(win, part, EmitMode::OnWindowClose, Some(10))
+    };
+    let view = |partitions: &[u32], waiting: &[u32]| SourceView {
+        partitions: partitions.to_vec(),
+        waiting: waiting.to_vec(),
+    };
+    // Partition 2 has sent nothing: known from the offsets, it holds the watermark.
+    let mut known = Driven::new(&c, 2, 1, false);
+    let mut blind = Driven::new(&c, 2, 1, false);
+    known.mb.source = Some(view(&[0, 1, 2], &[]));
+    let first = partition_rows(&[(0, 10_000), (1, 12_000)]);
+    assert_eq!(known.batch(Some(&first), false).2, None);
+    assert_eq!(blind.batch(Some(&first), false).2, Some(8_000));
+    // It reports: the minimum over the three.
+    let second = partition_rows(&[(0, 20_000), (1, 21_000), (2, 9_000)]);
+    assert_eq!(known.batch(Some(&second), false).2, Some(7_000));
+    // A partition added mid-stream holds the watermark where it is, never lower.
+    known.mb.source = Some(view(&[0, 1, 2, 3], &[]));
+    let third = partition_rows(&[(0, 30_000), (1, 31_000), (2, 30_000)]);
+    assert_eq!(known.batch(Some(&third), false).2, Some(7_000));
+    let fourth = partition_rows(&[(0, 40_000), (1, 41_000), (2, 40_000), (3, 35_000)]);
+    assert_eq!(known.batch(Some(&fourth), false).2, Some(33_000));
+
+    // Idleness: partition 1 sends nothing while the others move on (event time),
+    // once with its records waiting unread, once without.
+    let (mut waits, mut quiet) = (Driven::new(&c, 2, 1, false), Driven::new(&c, 2, 1, false));
+    let start = partition_rows(&[(0, 1_000), (1, 1_000)]);
+    for d in [&mut waits, &mut quiet] {
+        d.mb.source = Some(view(&[0, 1], &[]));
+        assert_eq!(d.batch(Some(&start), false).2, Some(-1_000));
+    }
+    waits.mb.source = Some(view(&[0, 1], &[1]));
+    for t in [20_000, 40_000, 60_000] {
+        let only0 = partition_rows(&[(0, t)]);
+        waits.batch(Some(&only0), false);
+        quiet.batch(Some(&only0), false);
+    }
+    // Idle after 10 ms of event time only where nothing waits for it.
+    assert_eq!(waits.mb.watermark, Some(-1_000));
+    assert_eq!(quiet.mb.watermark, Some(58_000));
+    // Its records come: nothing of them is late where they waited.
+    let late1 = partition_rows(&[(1, 1_500)]);
+    waits.mb.source = Some(view(&[0, 1], &[]));
+    let (_, late, _) = waits.batch(Some(&late1), false);
+    assert!(late.is_empty(), "{late:?}");
+    let (_, late, _) = quiet.batch(Some(&late1), false);
+    assert_eq!(late.len(), 1);
 }

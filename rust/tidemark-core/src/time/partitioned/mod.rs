@@ -19,13 +19,7 @@
 //! The minimum is kept incrementally in a [`MinTree`], so an update is O(log n) with
 //! an early exit, and reading the combined watermark is O(1).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
-
-use arrow_array::cast::AsArray;
-use arrow_array::types::Int64Type;
-use arrow_array::{Array, Int64Array};
-use arrow_schema::DataType;
 
 use crate::clock::{system_clock, ClockRef};
 use crate::error::{Result, TidemarkError};
@@ -341,6 +335,33 @@ impl PartitionedWatermarkTracker {
         Ok(())
     }
 
+    /// Registers `p` at the time `now` unless it is tracked already (a source's
+    /// partition known before its first row); returns whether it was added. A new
+    /// partition holds the combined watermark where it is (it never goes back) until
+    /// it reports or goes idle.
+    pub fn ensure_partition_at(&mut self, p: PartitionId, now: i64) -> Result<bool> {
+        match self.slot_of(p) {
+            Ok(_) => Ok(false),
+            Err(TidemarkError::UnknownPartition { .. }) => {
+                self.add_partition_at(p, now)?;
+                Ok(true)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Keeps a tracked partition active at the time `now` without a new watermark (its
+    /// records are known to be waiting, unread): its activity time becomes `now`, and
+    /// an idle partition counts again, at the watermark it had. The combined watermark
+    /// never goes back.
+    pub fn keep_active_at(&mut self, p: PartitionId, now: i64) -> Result<()> {
+        let idx = self.slot_of(p)?;
+        self.touch(idx, now);
+        let wm = self.slots[idx].watermark;
+        self.active.set(idx, wm);
+        Ok(())
+    }
+
     /// Removes a partition from tracking (Kafka rebalancing) and returns its state,
     /// or `None` if it was not tracked. The combined watermark is recalculated.
     pub fn remove_partition(&mut self, p: PartitionId) -> Option<PartitionWatermarkState> {
@@ -478,12 +499,8 @@ impl PartitionedWatermarkTracker {
     /// Marks a partition active again (its activity time is reset to now, so it is
     /// not idled again before the timeout). The combined watermark never goes back.
     pub fn mark_partition_active(&mut self, p: PartitionId) -> Result<()> {
-        let idx = self.slot_of(p)?;
         let now = self.clock.now();
-        self.touch(idx, now);
-        let wm = self.slots[idx].watermark;
-        self.active.set(idx, wm);
-        Ok(())
+        self.keep_active_at(p, now)
     }
 
     /// Marks every active partition whose last activity is more than the idle timeout
@@ -721,59 +738,6 @@ impl PartitionedWatermarkTracker {
     }
 }
 
-/// Largest valid event time per partition number in one batch, in partition order.
-///
-/// `partitions` is any integer column; rows whose partition or event time is null are
-/// skipped (they cannot advance a watermark). A negative partition number, or one
-/// beyond `u32`, is an error naming the value.
-pub fn max_event_time_per_partition(
-    source_id: usize,
-    partitions: &dyn Array,
-    event_times: &Int64Array,
-) -> Result<Vec<(u32, i64)>> {
-    if !partitions.data_type().is_integer() {
-        return Err(TidemarkError::config(
-            "partition_column",
-            format!("must be an integer column, got {}", partitions.data_type()),
-        ));
-    }
-    let parts = arrow_cast::cast(partitions, &DataType::Int64)?;
-    let parts = parts.as_primitive::<Int64Type>();
-    // Partition numbers are small and dense (Kafka, Spark): index a vector by them.
-    let mut dense: Vec<i64> = Vec::new();
-    let mut sparse: BTreeMap<u32, i64> = BTreeMap::new();
-    for i in 0..parts.len() {
-        if parts.is_null(i) || event_times.is_null(i) {
-            continue;
-        }
-        let raw = parts.value(i);
-        let p = u32::try_from(raw).map_err(|_| TidemarkError::InvalidPartition {
-            source_id,
-            partition: raw,
-            reason: "partition numbers must be between 0 and 4294967295".into(),
-        })?;
-        let t = event_times.value(i);
-        if (p as usize) < 65_536 {
-            if dense.len() <= p as usize {
-                dense.resize(p as usize + 1, i64::MIN);
-            }
-            let slot = &mut dense[p as usize];
-            *slot = (*slot).max(t);
-        } else {
-            let e = sparse.entry(p).or_insert(i64::MIN);
-            *e = (*e).max(t);
-        }
-    }
-    let mut out: Vec<(u32, i64)> = dense
-        .into_iter()
-        .enumerate()
-        .filter(|&(_, t)| t != i64::MIN)
-        .map(|(p, t)| (p as u32, t))
-        .collect();
-    out.extend(sparse);
-    Ok(out)
-}
-
 fn state_of(s: &Slot) -> PartitionWatermarkState {
     PartitionWatermarkState {
         watermark: (s.watermark != i64::MIN).then_some(s.watermark),
@@ -783,6 +747,9 @@ fn state_of(s: &Slot) -> PartitionWatermarkState {
         assigned_core: (s.core != NO_CORE).then_some(s.core as usize),
     }
 }
+
+mod maxima;
+pub use maxima::max_event_time_per_partition;
 
 #[cfg(test)]
 mod tests;
