@@ -24,18 +24,6 @@ os.environ["JAVA_TOOL_OPTIONS"] = " ".join(
 )
 
 
-def with_kafka_and_delta(jars: list[str]) -> dict[str, str]:
-    """Spark settings for Spark's Kafka source and Delta tables (``jars``: from
-    ``tidemark.tools.jars.spark_jars()``)."""
-    return {
-        "spark.jars": ",".join(jars),
-        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-        # A small table's snapshot in one task, not 50: a commit here took 6 s, now 1.
-        "spark.databricks.delta.snapshotPartitions": "1",
-    }
-
-
 @pytest.fixture(scope="session")
 def spark_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The Spark JVM's working directory: where Spark resolves a relative path."""
@@ -46,7 +34,7 @@ def spark_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def spark(spark_workdir: Path) -> Iterator[Any]:
     """The one local SparkSession of the test run (its JVM started in
     ``spark_workdir``, so no relative path of a test lands in the checkout)."""
-    from tidemark.tools.jars import spark_jars
+    from tidemark.tools.jars import kafka_delta_conf
     from tidemark.tools.session import local_session
 
     before = os.getcwd()
@@ -56,7 +44,7 @@ def spark(spark_workdir: Path) -> Iterator[Any]:
             "local[2]",
             app_name="tidemark-tests",
             shuffle_partitions=2,
-            extra_conf=with_kafka_and_delta(spark_jars()),
+            extra_conf=kafka_delta_conf(),
         )
     finally:
         os.chdir(before)

@@ -43,6 +43,12 @@ def delta_sink(
     Needs Delta Lake in the session (``delta-spark``; see the deployment guide). The
     sink takes Spark DataFrames: use it without ``arrow_sinks``.
 
+    A Delta commit takes most of a second however few its rows: after its first write
+    in a process (which creates the table, with its columns), the sink skips a
+    micro-batch with no rows for the table where that is known without a Spark job
+    (rows the driver computed, as ``StreamProcessor`` does for a small micro-batch).
+    A late-rows or error table then gets a commit only when it has rows.
+
     Examples
     --------
     >>> proc = StreamProcessor(pipe, "/state", sink=delta_sink("/tables/windows"),  # doctest: +SKIP
@@ -58,12 +64,17 @@ def delta_sink(
                 "idempotent): leave it out of options"
             )
 
+    wrote = False
+
     def write(df: Any, batch_id: int) -> None:
+        nonlocal wrote
         if not hasattr(df, "write"):
             raise ConfigError(
                 f"delta_sink writes Spark DataFrames, got {type(df).__name__}: build the "
                 "processor without arrow_sinks=True"
             )
+        if wrote and _known_empty(df):
+            return
         writer = (
             df.write.format("delta")
             .mode("append")
@@ -75,5 +86,15 @@ def delta_sink(
         if partition_by:
             writer = writer.partitionBy(*partition_by)
         writer.save(where)
+        wrote = True
 
     return write
+
+
+def _known_empty(df: Any) -> bool:
+    """Whether ``df`` holds no rows, where its rows are on the driver (a local relation:
+    asking runs no Spark job); ``False`` where that is not known so cheaply."""
+    try:
+        return bool(df._jdf.isLocal()) and bool(df.isEmpty())
+    except Exception:  # Spark Connect (no JVM handle), or a plan that cannot say
+        return False
