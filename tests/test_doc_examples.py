@@ -143,6 +143,10 @@ def _needs(marker: str) -> list[str]:
     return [] if m is None else [n.strip() for n in m.group(1).split(",")]
 
 
+#: What a block may ask for that is a test fixture's (a Kafka broker's address).
+FIXTURES = {"bootstrap": lambda request: request.getfixturevalue("kafka").bootstrap}
+
+
 def _uses_spark(code: str, needs: list[str]) -> bool:
     spark_names = {"df", "schema", "stream_df", "proc", "spark"}
     return "tidemark.spark" in code or "pyspark" in code or bool(spark_names & set(needs))
@@ -169,7 +173,9 @@ def test_every_block_is_run_or_named_here() -> None:
             unrun[name] = marker
             continue
         assert marker == "" or marker.startswith("needs "), (name, marker)
-        missing = [n for n in _needs(marker) if n not in SUPPLIED and n != "spark"]
+        missing = [
+            n for n in _needs(marker) if n not in SUPPLIED and n not in FIXTURES and n != "spark"
+        ]
         assert not missing, (name, missing)
     assert set(unrun) == set(NOT_RUN)
     for name, why in NOT_RUN.items():
@@ -207,12 +213,14 @@ def test_doc_block_runs(
     workdir = request.getfixturevalue("spark_workdir")
     for q in spark.streams.active:
         q.stop()
-    for d in ("chk", "out", "data", "landing"):
+    for d in ("chk", "out", "data", "landing", "tables"):
         shutil.rmtree(workdir / d, ignore_errors=True)
     monkeypatch.chdir(workdir)
     ns.update(spark=spark, F=F)
     for n in needs:
-        if n != "spark":
+        if n in FIXTURES:
+            ns[n] = FIXTURES[n](request)
+        elif n != "spark":
             ns[n] = SUPPLIED[n](ns)
     exec(compile(code, name, "exec"), ns)
     _await_and_stop(spark)

@@ -20,9 +20,11 @@ other on the same ``local[N]`` session:
   fold: it runs as ``executors``);
 * ``floor``: q0, ``foreachBatch`` counting the rows: the cost of reading a micro-batch.
 
-Sources: ``files``, one Parquet file per micro-batch (``maxFilesPerTrigger=1``), and
+Sources: ``files``, one Parquet file per micro-batch (``maxFilesPerTrigger=1``),
 ``rate``, Spark's ``rate-micro-batch`` source (``rowsPerBatch`` events) whose ids the
-generator turns into bids in a ``mapInArrow``: a source that is not a file.
+generator turns into bids in a ``mapInArrow``: a source that is not a file, and ``kafka``
+(``--sources kafka``): the bids as JSON records on a topic of a broker started here, read
+by Spark's Kafka source (``make jars`` first).
 
 Each cell is events per second per core: events in a micro-batch (persons, auctions and
 bids, as Nexmark counts them; the queries read the bids, 46 of every 50) over the median
@@ -53,6 +55,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -128,6 +131,57 @@ class RateSource:
             .load()
         )
         return src.select("value").mapInArrow(bids, bid_schema())
+
+    def start(self, writer: Any) -> Any:
+        return writer.trigger(processingTime="0 seconds").start()
+
+
+class KafkaSource:
+    """Bids as JSON records on a Kafka topic of 8 partitions (keyed by auction), read by
+    Spark's Kafka source, ``maxOffsetsPerTrigger`` the bids of a micro-batch: the path a
+    Kafka user runs, every row through Spark."""
+
+    name = "kafka"
+
+    def __init__(self, broker: Any, cfg: gen.Config, events: int, batches: int) -> None:
+        import json
+        import uuid
+
+        self.broker, self.batches = broker, batches
+        self.topic = f"nexmark-{events}-{uuid.uuid4().hex[:8]}"
+        broker.create_topic(self.topic, 8)
+        tables = list(gen.micro_batches(cfg, events, batches))
+        self.per_batch = max(t.num_rows for t in tables)
+
+        def records() -> Iterator[tuple[bytes, bytes, int]]:
+            for t in tables:
+                ms = pc.cast(t["date_time"], pa.int64()).to_numpy() // 1000
+                cols = [t[c].to_pylist() for c in ("auction", "bidder", "price")]
+                for a, b, p, d in zip(*cols, ms.tolist(), strict=True):
+                    value = json.dumps({"auction": a, "bidder": b, "price": p, "date_time": d})
+                    yield str(a).encode(), value.encode(), d
+
+        broker.produce(self.topic, records())
+
+    def stream(self, spark: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        schema = "auction LONG, bidder LONG, price LONG, date_time LONG"
+        bid = F.from_json(F.col("value").cast("string"), schema)
+        return (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", self.broker.bootstrap)
+            .option("subscribe", self.topic)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", self.per_batch)
+            .load()
+            .select(
+                bid["auction"].alias("auction"),
+                bid["bidder"].alias("bidder"),
+                bid["price"].alias("price"),
+                F.timestamp_micros(bid["date_time"] * 1000).alias("date_time"),
+            )
+        )
 
     def start(self, writer: Any) -> Any:
         return writer.trigger(processingTime="0 seconds").start()
@@ -216,11 +270,13 @@ def measure(args: argparse.Namespace, spark: Any, work: Path, cores: int) -> Non
     for events in args.events:
         for source_name in args.sources.split(","):
             for query in queries:
-                source: Any = (
-                    FileSource(work, cfg, events, args.batches)
-                    if source_name == "files"
-                    else RateSource(cfg, events, args.batches, cores)
-                )
+                source: Any
+                if source_name == "files":
+                    source = FileSource(work, cfg, events, args.batches)
+                elif source_name == "kafka":
+                    source = KafkaSource(args.broker, cfg, events, args.batches)
+                else:
+                    source = RateSource(cfg, events, args.batches, cores)
                 systems = (
                     ["floor"] if query == "q0" else ["spark", "tidemark", "executors", "folded"]
                 )
@@ -329,7 +385,11 @@ def main() -> None:
     ap.add_argument("--events", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--batches", type=int, default=4)
     ap.add_argument("--queries", default="q0,q5,q7,q11,q12")
-    ap.add_argument("--sources", default="files,rate")
+    ap.add_argument(
+        "--sources",
+        default="files,rate",
+        help="files, rate, kafka (a broker started here; needs `make jars`)",
+    )
     ap.add_argument("--rate", type=int, default=10_000, help="events per second of event time")
     ap.add_argument("--late-fraction", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=1)
@@ -352,8 +412,26 @@ def main() -> None:
 
 
 def run_all(args: argparse.Namespace) -> None:
+    extra = None
+    if "kafka" in args.sources.split(","):
+        from tidemark.tools.jars import kafka_delta_conf
+        from tidemark.tools.kafka import Broker
+
+        extra = kafka_delta_conf()
+        args.broker = Broker.start(Path(tempfile.mkdtemp(prefix="tidemark-nexmark-kafka-")))
+    try:
+        _run_all(args, extra)
+    finally:
+        if extra is not None:
+            args.broker.stop()
+
+
+def _run_all(args: argparse.Namespace, extra: dict[str, str] | None) -> None:
     spark = local_session(
-        args.master, app_name="tidemark-nexmark", shuffle_partitions=args.partitions
+        args.master,
+        app_name="tidemark-nexmark",
+        shuffle_partitions=args.partitions,
+        extra_conf=extra,
     )
     spark.sparkContext.setLogLevel("FATAL")  # a stopped rate query aborts its last write
     # Workers unpickle the generator by value (this folder is not on their path).
