@@ -736,7 +736,9 @@ class StreamProcessor(MicroBatchDriver):
         without new data and without a flush (as Spark's own stateful queries emit
         them in a no-data micro-batch), once, and the same after a restart while
         quiet. With idleness on the clock, the windows an idle input held back come
-        out within ``idle_timeout`` plus one trigger interval.
+        out within ``idle_timeout`` plus one trigger interval. The heartbeat's
+        micro-batches never run out of data: ``processAllAvailable()`` does not return
+        on such a query (wait with ``awaitTermination``, or start the query without it).
 
         Examples
         --------
