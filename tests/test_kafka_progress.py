@@ -45,6 +45,8 @@ class Run:
         self.batches: list[pa.Table] = []
         #: Each micro-batch's source partitions as its driver record has them.
         self.sources: list[Any] = []
+        #: What the offsets say for a column that is not the source's partition column.
+        self.not_partition: list[Any] = []
         self.proc = StreamProcessor(
             pipe,
             str(tmp_path / "state"),
@@ -55,6 +57,10 @@ class Run:
         )
 
     def __call__(self, df: Any, batch_id: int) -> None:
+        from tidemark.spark._files import micro_batch_plan
+        from tidemark.spark._kafka import source_view
+
+        self.not_partition.append(source_view(micro_batch_plan(df), "value"))
         df = df.persist()  # read from Kafka once: for the operator and the processor
         self.batches.append(df.toArrow())
         self.proc(df, batch_id)
@@ -155,6 +161,8 @@ def test_a_topics_partitions_hold_the_watermark_without_being_declared(
     finally:
         q.stop()
     events = pa.concat_tables(sent)
+    # Another column is never taken for the source's partitions.
+    assert all("not the Kafka source's partition column" in w for w in run.not_partition)
     assert run.late_rows() == 0
     assert as_counted(run) == expected(events)
     # The rows alone: the silent partition's and the new partitions' records came
