@@ -81,6 +81,14 @@ def test_a_replayed_micro_batch_is_written_to_delta_once(spark: Any, tmp_path: P
     # The late table: its first write, and the micro-batch with the late row.
     late_history = spark.sql(f"DESCRIBE HISTORY delta.`{tables['late']}`").collect()
     assert len(late_history) == 2
+    # A restarted query's sink (a new one) finds the table: an empty micro-batch the
+    # driver computed commits nothing; rows do.
+    none = spark.read.format("delta").load(tables["late"]).limit(0).toArrow()
+    again = delta_sink(tables["late"])
+    again(spark.createDataFrame(none), 4)  # rows on the driver, as StreamProcessor's
+    assert len(spark.sql(f"DESCRIBE HISTORY delta.`{tables['late']}`").collect()) == 2
+    again(spark.read.format("delta").load(tables["late"]), 5)
+    assert len(spark.sql(f"DESCRIBE HISTORY delta.`{tables['late']}`").collect()) == 3
 
 
 def test_delta_sink_refuses_what_it_cannot_write() -> None:

@@ -43,11 +43,12 @@ def delta_sink(
     Needs Delta Lake in the session (``delta-spark``; see the deployment guide). The
     sink takes Spark DataFrames: use it without ``arrow_sinks``.
 
-    A Delta commit takes most of a second however few its rows: after its first write
-    in a process (which creates the table, with its columns), the sink skips a
-    micro-batch with no rows for the table where that is known without a Spark job
-    (rows the driver computed, as ``StreamProcessor`` does for a small micro-batch).
-    A late-rows or error table then gets a commit only when it has rows.
+    A Delta commit takes most of a second however few its rows: once the table exists
+    (written by this sink in this process, or a local table with its ``_delta_log``),
+    the sink skips a micro-batch with no rows for the table where that is known without
+    a Spark job (rows the driver computed, as ``StreamProcessor`` does for a small
+    micro-batch). A late-rows or error table then gets a commit only when it has rows,
+    also after a restart.
 
     Examples
     --------
@@ -73,7 +74,7 @@ def delta_sink(
                 f"delta_sink writes Spark DataFrames, got {type(df).__name__}: build the "
                 "processor without arrow_sinks=True"
             )
-        if wrote and _known_empty(df):
+        if (wrote or _local_table(where)) and _known_empty(df):
             return
         writer = (
             df.write.format("delta")
@@ -89,6 +90,16 @@ def delta_sink(
         wrote = True
 
     return write
+
+
+def _local_table(where: str) -> bool:
+    """Whether ``where`` is a Delta table on the local file system (a plain path or a
+    ``file:`` URI holding ``_delta_log``); ``False`` for any other store."""
+    path = where.removeprefix("file://") if where.startswith("file://") else where
+    path = path.removeprefix("file:")
+    if "://" in path:
+        return False
+    return os.path.isdir(os.path.join(path, "_delta_log"))
 
 
 def _known_empty(df: Any) -> bool:
