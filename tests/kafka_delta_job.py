@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import tidemark as tm
+from test_kafka import kafka_stream
 from tidemark.spark import StreamProcessor, delta_sink
 
 TABLES = ("windows", "late", "errors")
-EVENT = "device STRING, ts LONG, value LONG"
 
 
 def pipeline() -> tm.Pipeline:
@@ -52,18 +52,17 @@ def _die(work: Path, batch_id: int, point: str) -> None:
 
 def _sink(work: Path, table: str, kill: tuple[int, str] | None) -> Callable[[Any, int], None]:
     write = delta_sink(work / "tables" / table, app_id=f"crash-{table}")
+    batch, point = kill if kill is not None else (-1, "")
     # The sinks run in order: windows, late, errors.
-    before = kill is not None and (
-        (kill[1] == "before" and table == "windows") or (kill[1] == "during" and table == "late")
-    )
-    after = kill is not None and kill[1] == "after" and table == "errors"
+    before = (point, table) in (("before", "windows"), ("during", "late"))
+    after = (point, table) == ("after", "errors")
 
     def sink(df: Any, batch_id: int) -> None:
-        if before and kill is not None and batch_id == kill[0]:
-            _die(work, batch_id, kill[1])
+        if before and batch_id == batch:
+            _die(work, batch_id, point)
         write(df, batch_id)
-        if after and kill is not None and batch_id == kill[0]:
-            _die(work, batch_id, kill[1])
+        if after and batch_id == batch:
+            _die(work, batch_id, point)
 
     return sink
 
@@ -78,7 +77,6 @@ def run(
 ) -> None:
     """Reads ``topic`` to its end into the Delta tables under ``work/tables`` (or,
     with ``collect``, into its lists of rows, one per table)."""
-    from pyspark.sql import functions as F
 
     def sink(table: str) -> Callable[[Any, int], None]:
         if collect is None:
@@ -93,22 +91,7 @@ def run(
         late_sink=sink("late"),
         error_sink=sink("errors"),
     )
-    ev = F.from_json(F.col("value").cast("string"), EVENT)
-    stream = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", 200)
-        .load()
-        .select(
-            ev["device"].alias("device"),
-            F.timestamp_millis(ev["ts"]).alias("ts"),
-            ev["value"].alias("value"),
-            F.col("partition"),
-            F.col("offset"),
-        )
-    )
+    stream = kafka_stream(spark, bootstrap, topic, maxOffsetsPerTrigger="200")
     q = (
         stream.writeStream.foreachBatch(proc)
         .option("checkpointLocation", str(work / "chk"))

@@ -27,9 +27,10 @@ def topic_name() -> str:
     return f"t-{uuid.uuid4().hex[:12]}"
 
 
-def kafka_stream(spark: Any, bootstrap: str, topic: str, **options: str) -> Any:
+def kafka_stream(spark: Any, bootstrap: str, topic: str, keep: Any = None, **options: str) -> Any:
     """The topic as Spark's Kafka source reads it, its JSON values parsed: ``device``,
-    ``ts`` (a timestamp), ``value``, and the source's ``partition`` and ``offset``."""
+    ``ts`` (a timestamp), ``value``, and the source's ``partition`` and ``offset``;
+    ``keep``: a condition on the records that keeps some (the query's filter)."""
     from pyspark.sql import functions as F
 
     reader = (
@@ -41,7 +42,8 @@ def kafka_stream(spark: Any, bootstrap: str, topic: str, **options: str) -> Any:
     for k, v in options.items():
         reader = reader.option(k, v)
     ev = F.from_json(F.col("value").cast("string"), EVENT)
-    return reader.load().select(
+    records = reader.load()
+    return (records if keep is None else records.where(keep)).select(
         ev["device"].alias("device"),
         F.timestamp_millis(ev["ts"]).alias("ts"),
         ev["value"].alias("value"),

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pytest
 
 import tidemark as tm
-from test_kafka import EVENT, end_of_data, kafka_stream, produce_rows, topic_name
+from test_kafka import end_of_data, kafka_stream, produce_rows, topic_name
 from tidemark.spark import StreamProcessor
 
 pytestmark = pytest.mark.spark
@@ -87,6 +87,19 @@ class Run:
         return sum(op.process(b).late.num_rows for b in self.batches)
 
 
+def pipeline(idle_timeout: str, **declared: Any) -> tm.Pipeline:
+    """Per device, 10 s windows counted, a watermark per source partition 5 s behind."""
+    return tm.Pipeline(
+        key="device",
+        event_time="ts",
+        watermark=tm.BoundedOutOfOrderness(
+            "5s", per="partition", idle_timeout=idle_timeout, **declared
+        ),
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count()},
+    )
+
+
 def expected(events: pa.Table) -> dict[tuple[str, int], int]:
     """(device, 10 s window start) -> count of ``events``."""
     out: dict[tuple[str, int], int] = {}
@@ -115,13 +128,7 @@ def test_a_topics_partitions_hold_the_watermark_without_being_declared(
     records late."""
     topic = topic_name()
     kafka.create_topic(topic, 4)
-    pipe = tm.Pipeline(
-        key="device",
-        event_time="ts",
-        watermark=tm.BoundedOutOfOrderness("5s", per="partition", idle_timeout="5m"),
-        window=tm.Tumbling("10s"),
-        aggs={"n": tm.count()},
-    )
+    pipe = pipeline("5m")
     run = Run(pipe, tmp_path)
     q = (
         kafka_stream(spark, kafka.bootstrap, topic)
@@ -199,35 +206,14 @@ def test_a_throttled_backfill_never_idles_a_partition_whose_records_wait(
     for p in range(4):
         kafka.produce(topic, [(None, end, None)], p)
 
-    def pipeline(**declared: Any) -> tm.Pipeline:
-        return tm.Pipeline(
-            key="device",
-            event_time="ts",
-            watermark=tm.BoundedOutOfOrderness(
-                "5s", per="partition", idle_timeout="30s", **declared
-            ),
-            window=tm.Tumbling("10s"),
-            aggs={"n": tm.count()},
-        )
-
-    run = Run(pipeline(), tmp_path)
+    run = Run(pipeline("30s"), tmp_path)
     kind = F.get_json_object(F.col("value").cast("string"), "$.kind")
-    stream = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", kafka.bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", 290)
-        .load()
-        .where(kind.isNull() | (kind != "diag"))
-    )
-    ev = F.from_json(F.col("value").cast("string"), EVENT)
-    stream = stream.select(
-        ev["device"].alias("device"),
-        F.timestamp_millis(ev["ts"]).alias("ts"),
-        ev["value"].alias("value"),
-        F.col("partition"),
-        F.col("offset"),
+    stream = kafka_stream(
+        spark,
+        kafka.bootstrap,
+        topic,
+        keep=kind.isNull() | (kind != "diag"),
+        maxOffsetsPerTrigger="290",
     )
     q = (
         stream.writeStream.foreachBatch(run)
@@ -246,9 +232,10 @@ def test_a_throttled_backfill_never_idles_a_partition_whose_records_wait(
     assert run.sources[-1] == ([0, 1, 2, 3], [])
     assert run.late_rows() == 0
     assert as_counted(run) == expected(events)
-    blind = run.operator_late_rows(pipeline(partitions=4))
+    blind = run.operator_late_rows(pipeline("30s", partitions=4))
     print(
-        f"\nthrottled backfill, {events.num_rows} readings in {len(run.batches)} micro-batches: "
+        f"\nthrottled backfill, {events.num_rows} readings in {len(run.batches)} micro-batches, "
+        f"{len(starved)} without a row of partition 1: "
         f"late with the offset rule 0, with the idle rule alone {blind}"
     )
     assert blind > 0
@@ -268,13 +255,7 @@ def test_a_quiet_topic_emits_its_closed_windows_and_a_backfill_closes_the_live_w
 
     topic = topic_name()
     kafka.create_topic(topic, 3)
-    pipe = tm.Pipeline(
-        key="device",
-        event_time="ts",
-        watermark=tm.BoundedOutOfOrderness("5s", per="partition", idle_timeout="30s"),
-        window=tm.Tumbling("10s"),
-        aggs={"n": tm.count()},
-    )
+    pipe = pipeline("30s")
     live = Run(pipe, tmp_path / "live")
     stream = kafka_stream(spark, kafka.bootstrap, topic)
     q = live.proc.start(stream, str(tmp_path / "live" / "chk"), trigger="1 second")

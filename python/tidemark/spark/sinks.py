@@ -95,8 +95,7 @@ def delta_sink(
 def _local_table(where: str) -> bool:
     """Whether ``where`` is a Delta table on the local file system (a plain path or a
     ``file:`` URI holding ``_delta_log``); ``False`` for any other store."""
-    path = where.removeprefix("file://") if where.startswith("file://") else where
-    path = path.removeprefix("file:")
+    path = where.removeprefix("file://").removeprefix("file:")
     if "://" in path:
         return False
     return os.path.isdir(os.path.join(path, "_delta_log"))
