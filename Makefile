@@ -28,6 +28,11 @@ help:
 UV := uv==0.13.8
 WARM_UP := cargo fetch --quiet
 test: WARM_UP := cargo test --workspace --exclude tidemark-py $(CARGO_PROFILE) --no-run --quiet
+# For the tests, also the archive of Spark's classes their JVMs map
+# (tidemark/tools/class_archive.py): made while cargo compiles, checked again before them.
+CLASS_ARCHIVE := $(BIN)/python python/tidemark/tools/class_archive.py target/jvm/spark.jsa
+ARCHIVE := true
+test: ARCHIVE := $(CLASS_ARCHIVE)
 
 $(BIN)/.deps-stamp: requirements-dev.txt
 	@mkdir -p target
@@ -35,7 +40,8 @@ $(BIN)/.deps-stamp: requirements-dev.txt
 	{ test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); } && \
 	$(BIN)/python -m pip install --quiet $(UV) && \
 	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements-dev.txt && \
-	$(BIN)/python python/tidemark/tools/jars.py; \
+	$(BIN)/python python/tidemark/tools/jars.py && \
+	$(ARCHIVE); \
 	deps=$$?; wait $$warm; exit $$deps
 	touch $@
 
@@ -74,6 +80,7 @@ rust-test:
 # Two pytest processes (pytest-xdist), each with its own local[2] SparkSession: much of
 # a Spark test is one core's work (the driver, a JVM starting), so two overlap well.
 py-test: build jars
+	$(CLASS_ARCHIVE)
 	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=15 --doctest-modules python/tidemark tests
 
 test: build lint rust-test py-test wheel-check

@@ -11,17 +11,21 @@ from typing import Any
 
 import pytest
 
+from tidemark.tools.class_archive import JVM_OPTIONS, jvm_options
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
-# Every JVM the tests start (the test sessions', the clusters', Spark Connect's, the
-# demo's) runs small jobs, many of them once: with the quick JIT alone and one GC thread
-# it spends less of the machine on compiling and collecting than on the tests.
-_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-os.environ["JAVA_TOOL_OPTIONS"] = " ".join(
-    filter(None, (os.environ.get("JAVA_TOOL_OPTIONS"), _JVM))
-)
+# Every JVM the tests start (the test sessions', the clusters', the crash tests', the
+# demo's) runs small jobs, many of them once: the quick JIT alone, one GC thread, and
+# Spark's classes mapped from the archive `make test` made (tidemark.tools.class_archive).
+_ARCHIVE = Path(__file__).resolve().parents[1] / "target" / "jvm" / "spark.jsa"
+_java_options = os.environ.get("JAVA_TOOL_OPTIONS", "")
+for _option in (JVM_OPTIONS, jvm_options(_ARCHIVE)):  # once (xdist's workers inherit them)
+    if _option not in _java_options:
+        _java_options = f"{_java_options} {_option}".strip()
+os.environ["JAVA_TOOL_OPTIONS"] = _java_options
 
 
 @pytest.fixture(scope="session")
