@@ -142,7 +142,13 @@ def _job(work: Path, archive: Path) -> None:
     query.awaitTermination()
     spark.read.format("delta").load(str(work / "delta")).groupBy("k").sum("v").collect()
     spark.sql(f"DESCRIBE HISTORY delta.`{work / 'delta'}`").collect()
+    gateway: Any = spark.sparkContext._gateway
+    jvm = gateway.proc  # the JVM (spark-submit execs into it)
     spark.stop()
+    # It dumps as it exits, which it does when its stdin closes: wait for that, or the
+    # archive may not be written yet when this process ends.
+    jvm.stdin.close()
+    jvm.wait(timeout=600)
 
 
 def main(argv: list[str]) -> int:
