@@ -87,10 +87,10 @@ def dump(archive: str | Path, force: bool = False) -> bool:
     return True
 
 
-def _jars() -> Any:
-    """:mod:`tidemark.tools.jars`, loaded from its file (tidemark is not built yet)."""
+def _tool(name: str) -> Any:
+    """A module of this directory, loaded from its file (tidemark is not built yet)."""
     spec = importlib.util.spec_from_file_location(
-        "_tidemark_jars", Path(__file__).with_name("jars.py")
+        f"_tidemark_tools_{name}", Path(__file__).with_name(f"{name}.py")
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -98,26 +98,22 @@ def _jars() -> Any:
     return module
 
 
+def _jars() -> Any:
+    """:mod:`tidemark.tools.jars`."""
+    return _tool("jars")
+
+
 def _job(work: Path, archive: Path) -> None:
     """What the tests' JVMs do, in short; the driver's JVM dumps its classes to
     ``archive`` at its exit."""
     import pyarrow as pa
-    from pyspark.sql import SparkSession
 
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .appName("tidemark-class-archive")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.python.unix.domain.socket.enabled", "true")
-        .config("spark.driver.extraJavaOptions", f"-XX:ArchiveClassesAtExit={archive}")
-    )
-    for k, v in _jars().kafka_delta_conf().items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
+    session = _tool("session")
+    conf = {
+        **_jars().kafka_delta_conf(),
+        "spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={archive}",
+    }
+    spark = session.local_session("local[2]", "tidemark-class-archive", 2, conf)
     data = pa.table({"k": ["a", "b"] * 50, "ts": list(range(100)), "v": list(range(100))})
     df = spark.createDataFrame(data.to_pandas())
     df.write.parquet(str(work / "in"))
@@ -142,13 +138,7 @@ def _job(work: Path, archive: Path) -> None:
     query.awaitTermination()
     spark.read.format("delta").load(str(work / "delta")).groupBy("k").sum("v").collect()
     spark.sql(f"DESCRIBE HISTORY delta.`{work / 'delta'}`").collect()
-    gateway: Any = spark.sparkContext._gateway
-    jvm = gateway.proc  # the JVM (spark-submit execs into it)
-    spark.stop()
-    # It dumps as it exits, which it does when its stdin closes: wait for that, or the
-    # archive may not be written yet when this process ends.
-    jvm.stdin.close()
-    jvm.wait(timeout=600)
+    session.stop_with_jvm(spark)  # the archive is written as the JVM exits
 
 
 def main(argv: list[str]) -> int:

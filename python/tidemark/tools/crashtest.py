@@ -41,6 +41,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tidemark.tools.class_archive import jvm_options
+
 __all__ = [
     "CrashReport",
     "micro_batches_read",
@@ -93,11 +95,14 @@ def write_input(inp: Path, batches: int, rows: int, seed: int = 7) -> None:
 def run_job(work: Path, spark: Any = None) -> None:
     """The streaming job over ``work/in``; resumes from ``work/chk`` and ``work/state``."""
     from tidemark.spark import StreamProcessor
-    from tidemark.tools.session import local_session
+    from tidemark.tools.session import local_session, stop_with_jvm
 
     own = spark is None
     if spark is None:
-        spark = local_session("local[1]", app_name="tidemark-crash", shuffle_partitions=2)
+        # The driver's own JVM options (the class archive's dump: not spark-submit's).
+        driver = os.environ.get(_DRIVER_OPTIONS)
+        conf = {"spark.driver.extraJavaOptions": driver} if driver else None
+        spark = local_session("local[1]", "tidemark-crash", 2, conf)
     out = work / "out"
 
     def sink(kind: str) -> Any:
@@ -128,7 +133,7 @@ def run_job(work: Path, spark: Any = None) -> None:
     proc.flush(spark, schema)
     (work / "done").write_text("ok")
     if own:
-        spark.stop()
+        stop_with_jvm(spark)  # the first run's JVM writes the class archive as it exits
 
 
 def outputs(work: Path) -> dict[str, dict[int, list[tuple[Any, ...]]]]:
@@ -207,15 +212,22 @@ class CrashReport:
 _JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
-def _start(work: Path, log: Any, jvm_extra: str | None = None) -> subprocess.Popen[str]:
+#: The environment variable that gives the job's driver JVM options of its own.
+_DRIVER_OPTIONS = "TIDEMARK_CRASH_DRIVER_JAVA_OPTIONS"
+
+
+def _start(
+    work: Path, log: Any, jvm_extra: str | None = None, driver: str | None = None
+) -> subprocess.Popen[str]:
     jvm = " ".join(filter(None, (os.environ.get("JAVA_TOOL_OPTIONS"), _JVM_OPTIONS, jvm_extra)))
+    extra = {_DRIVER_OPTIONS: driver} if driver else {}
     return subprocess.Popen(
         [sys.executable, "-m", "tidemark.tools.crashtest", "job", str(work)],
         stdout=subprocess.PIPE,
         stderr=log,
         text=True,
         start_new_session=True,  # its own process group: the JVM dies with it
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "JAVA_TOOL_OPTIONS": jvm},
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "JAVA_TOOL_OPTIONS": jvm, **extra},
     )
 
 
@@ -232,11 +244,11 @@ def _class_archive(work: Path, log: Any) -> str | None:
     shutil.rmtree(warm, ignore_errors=True)
     write_input(warm / "in", 1, 10)
     archive = warm / "classes.jsa"
-    p = _start(warm, log, f"-XX:ArchiveClassesAtExit={archive}")
+    p = _start(warm, log, driver=f"-XX:ArchiveClassesAtExit={archive}")
     _wait_started(p, 180)
     if p.wait() != 0 or not archive.exists():
         return None
-    return f"-XX:SharedArchiveFile={archive}"
+    return jvm_options(archive)
 
 
 def _wait_started(p: subprocess.Popen[str], timeout: float) -> bool:

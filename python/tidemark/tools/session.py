@@ -50,3 +50,16 @@ def local_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def stop_with_jvm(spark: Any) -> None:
+    """Stops ``spark`` and its JVM, and waits for the JVM to exit: a JVM writes some
+    things as it exits (a class archive, ``-XX:ArchiveClassesAtExit``), which a
+    process that ends first never sees. (PySpark keeps the JVM until the Python
+    process ends; it exits when its standard input closes.)"""
+    gateway: Any = spark.sparkContext._gateway
+    jvm = gateway.proc  # spark-submit, which execs into the JVM
+    spark.stop()
+    if jvm is not None and jvm.stdin is not None:
+        jvm.stdin.close()
+        jvm.wait(timeout=600)
