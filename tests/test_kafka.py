@@ -27,6 +27,13 @@ def topic_name() -> str:
     return f"t-{uuid.uuid4().hex[:12]}"
 
 
+#: A task of Spark's Kafka reader that reads a few records up to a partition's end
+#: waits about the consumer's ``fetch.max.wait.ms`` (500 ms by default) before it ends:
+#: measured here, 40 records of one partition 0.63 s, 0.13 s with 10 ms; 20,000 records
+#: per partition barely changed (0.85 s, 0.72 s). The tests' micro-batches are small.
+FETCH_WAIT = {"kafka.fetch.max.wait.ms": "10"}
+
+
 def kafka_stream(spark: Any, bootstrap: str, topic: str, keep: Any = None, **options: str) -> Any:
     """The topic as Spark's Kafka source reads it, its JSON values parsed: ``device``,
     ``ts`` (a timestamp), ``value``, and the source's ``partition`` and ``offset``;
@@ -38,6 +45,7 @@ def kafka_stream(spark: Any, bootstrap: str, topic: str, keep: Any = None, **opt
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
+        .options(**FETCH_WAIT)
     )
     for k, v in options.items():
         reader = reader.option(k, v)
@@ -341,6 +349,7 @@ def test_a_micro_batch_knows_every_partition_and_what_it_left_unread(
         .option("kafka.bootstrap.servers", kafka.bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
+        .options(**FETCH_WAIT)
         .option("maxOffsetsPerTrigger", 10)
         .load()
         .writeStream.foreachBatch(batch)
