@@ -65,14 +65,19 @@ build: setup
 demo: build
 	$(BIN)/tidemark demo
 
+# The Python checks (one core) run while clippy checks the crates (its last crates, the
+# workspace's own, compile one at a time); their output follows clippy's.
+PY_CHECKS := $(BIN)/mypy && $(BIN)/python -m mypy.stubtest tidemark._native && \
+	$(BIN)/python docs/gen_api.py --check
+
 lint: build
 	cargo fmt --all -- --check
-	cargo clippy --workspace --all-targets $(CARGO_PROFILE) -- -D warnings
 	$(BIN)/ruff check python tests benches docs scripts
 	$(BIN)/ruff format --check python tests benches docs scripts
-	$(BIN)/mypy
-	$(BIN)/python -m mypy.stubtest tidemark._native
-	$(BIN)/python docs/gen_api.py --check
+	{ $(PY_CHECKS); } >target/py-checks.log 2>&1 & checks=$$!; \
+	cargo clippy --workspace --all-targets $(CARGO_PROFILE) -- -D warnings; clippy=$$?; \
+	wait $$checks; py=$$?; cat target/py-checks.log; \
+	test $$clippy = 0 && test $$py = 0
 
 rust-test:
 	cargo test --workspace --exclude tidemark-py $(CARGO_PROFILE)
