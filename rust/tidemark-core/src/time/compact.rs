@@ -635,12 +635,25 @@ mod tests {
     /// its sketch is refused before anything is allocated for it.
     #[test]
     fn snapshots_restore_exact_keys_and_the_sketch() {
-        let mut t = tracker(50, 1 << 8);
+        // One manual clock for both: on the system clock a millisecond could pass
+        // between the two trackers' updates, and their keys' last activity (in the
+        // snapshots compared below) would differ.
+        let clock: ClockRef = std::sync::Arc::new(crate::clock::ManualClock::new(1_000));
+        let mut t = CompactKeyedWatermarkTracker::with_clock(
+            CompactKeyedConfig {
+                exact_keys: 50,
+                sketch_width: 1 << 8,
+                sketch_depth: 4,
+                bounded_delay: 10,
+                idle_timeout: None,
+            },
+            clock.clone(),
+        )
+        .unwrap();
         for k in 0..2_000i64 {
             t.update(k, (k * 7919) % 10_000).unwrap();
         }
         let bytes = t.snapshot();
-        let clock = crate::clock::system_clock();
         let mut back = CompactKeyedWatermarkTracker::restore(&bytes, clock.clone()).unwrap();
         assert_eq!(back.config(), t.config());
         assert_eq!(back.metrics(), t.metrics());
