@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tidemark.tools.class_archive import JVM_OPTIONS, jvm_options
+from tidemark.tools.class_archive import JVM_OPTIONS, jvm_options, with_options
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -21,11 +21,9 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # demo's) runs small jobs, many of them once: the quick JIT alone, one GC thread, and
 # Spark's classes mapped from the archive `make test` made (tidemark.tools.class_archive).
 _ARCHIVE = Path(__file__).resolve().parents[1] / "target" / "jvm" / "spark.jsa"
-_java_options = os.environ.get("JAVA_TOOL_OPTIONS", "")
-for _option in (JVM_OPTIONS, jvm_options(_ARCHIVE)):  # once (xdist's workers inherit them)
-    if _option not in _java_options:
-        _java_options = f"{_java_options} {_option}".strip()
-os.environ["JAVA_TOOL_OPTIONS"] = _java_options
+os.environ["JAVA_TOOL_OPTIONS"] = with_options(  # once: xdist's workers inherit them
+    os.environ.get("JAVA_TOOL_OPTIONS", ""), JVM_OPTIONS, jvm_options(_ARCHIVE)
+)
 
 
 @pytest.fixture(scope="session")

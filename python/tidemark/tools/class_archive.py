@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["JVM_OPTIONS", "dump", "jvm_options"]
+__all__ = ["JVM_OPTIONS", "dump", "jvm_options", "with_options"]
 
 #: The options of every JVM the tests start (and of the dump: an archive maps only
 #: into a JVM with the same heap layout). They run small jobs, many of them once: with
@@ -44,14 +44,30 @@ def jvm_options(archive: str | Path) -> str:
     return f"-XX:SharedArchiveFile={path.resolve()} -Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
+def with_options(java_options: str, *options: str | None) -> str:
+    """``java_options`` (a ``JAVA_TOOL_OPTIONS`` value) with each of ``options`` added
+    where it is not there yet (``None`` and empty ones skipped): a process that passes its options
+    on to its children adds them once, however often it is asked.
+
+    >>> with_options("-Xmx1g", "-XX:+UseSerialGC", None, "-Xmx1g")
+    '-Xmx1g -XX:+UseSerialGC'
+    """
+    for option in options:
+        if option and option not in java_options:
+            java_options = f"{java_options} {option}".strip()
+    return java_options
+
+
 def _stamp() -> str:
-    """What the archive was made from: Java, pyspark, the jars, this file."""
+    """What the archive was made from: Java, pyspark, the jars, this file and the
+    session it configures (its settings decide which classes the job loads)."""
     import pyspark
 
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
     jars = sorted(p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
     jars += sorted(_jars().spark_jars())
-    parts = [java, pyspark.__version__, *jars, Path(__file__).read_text()]
+    sources = [Path(__file__), Path(__file__).with_name("session.py")]
+    parts = [java, pyspark.__version__, *jars, *(p.read_text() for p in sources)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 

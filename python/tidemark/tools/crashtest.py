@@ -41,7 +41,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tidemark.tools.class_archive import jvm_options
+from tidemark.tools.class_archive import JVM_OPTIONS, jvm_options, with_options
 
 __all__ = [
     "CrashReport",
@@ -206,12 +206,6 @@ class CrashReport:
     seconds: float = 0.0
 
 
-#: The job's JVMs (Spark's launcher and the driver) compile with the quick JIT only: a
-#: job killed seconds after it starts is mostly start-up, which that makes about a fifth
-#: faster (17 s to 14 s to the query's start here, 50 s to 41 s for a whole 30-batch run).
-_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
-
-
 #: The environment variable that gives the job's driver JVM options of its own.
 _DRIVER_OPTIONS = "TIDEMARK_CRASH_DRIVER_JAVA_OPTIONS"
 
@@ -219,7 +213,11 @@ _DRIVER_OPTIONS = "TIDEMARK_CRASH_DRIVER_JAVA_OPTIONS"
 def _start(
     work: Path, log: Any, jvm_extra: str | None = None, driver: str | None = None
 ) -> subprocess.Popen[str]:
-    jvm = " ".join(filter(None, (os.environ.get("JAVA_TOOL_OPTIONS"), _JVM_OPTIONS, jvm_extra)))
+    # The job's JVMs (Spark's launcher and the driver) compile with the quick JIT only: a
+    # job killed seconds after it starts is mostly start-up, which that made about a fifth
+    # faster (17 s to 14 s to the query's start here, 50 s to 41 s for a whole 30-batch
+    # run); one GC thread, as every test JVM (class_archive.JVM_OPTIONS).
+    jvm = with_options(os.environ.get("JAVA_TOOL_OPTIONS", ""), JVM_OPTIONS, jvm_extra)
     extra = {_DRIVER_OPTIONS: driver} if driver else {}
     return subprocess.Popen(
         [sys.executable, "-m", "tidemark.tools.crashtest", "job", str(work)],

@@ -490,14 +490,18 @@ mod tests {
     use super::*;
 
     fn tracker(exact: usize, width: usize) -> CompactKeyedWatermarkTracker {
-        CompactKeyedWatermarkTracker::new(CompactKeyedConfig {
+        tracker_on(exact, width, crate::clock::system_clock())
+    }
+
+    fn tracker_on(exact: usize, width: usize, clock: ClockRef) -> CompactKeyedWatermarkTracker {
+        let cfg = CompactKeyedConfig {
             exact_keys: exact,
             sketch_width: width,
             sketch_depth: 4,
             bounded_delay: 10,
             idle_timeout: None,
-        })
-        .unwrap()
+        };
+        CompactKeyedWatermarkTracker::with_clock(cfg, clock).unwrap()
     }
 
     #[test]
@@ -639,17 +643,7 @@ mod tests {
         // between the two trackers' updates, and their keys' last activity (in the
         // snapshots compared below) would differ.
         let clock: ClockRef = std::sync::Arc::new(crate::clock::ManualClock::new(1_000));
-        let mut t = CompactKeyedWatermarkTracker::with_clock(
-            CompactKeyedConfig {
-                exact_keys: 50,
-                sketch_width: 1 << 8,
-                sketch_depth: 4,
-                bounded_delay: 10,
-                idle_timeout: None,
-            },
-            clock.clone(),
-        )
-        .unwrap();
+        let mut t = tracker_on(50, 1 << 8, clock.clone());
         for k in 0..2_000i64 {
             t.update(k, (k * 7919) % 10_000).unwrap();
         }
