@@ -2,7 +2,8 @@
 
 Run from the repository root (after ``make build``)::
 
-    python benches/spark_compare.py                      # both parts, local[2]
+    python benches/spark_compare.py                      # every part but reorder, local[2]
+    python benches/spark_compare.py --part sources --sizes 10000 100000 400000 1000000
     python benches/spark_compare.py --part batch --rows 2000000 --repeat 5
     python benches/spark_compare.py --part streaming --batch-rows 100000 --batches 10
     python benches/spark_compare.py --part reorder --batch-rows 10000 --batches 10
@@ -41,7 +42,14 @@ to 32 MiB in the driver. tidemark also runs with ``arrow_sinks=True`` and with
 Spark). ``--on-driver no`` measures the one-task path, ``--on-driver yes`` runs every
 micro-batch in the driver.
 
-Reorder (``--part reorder``, not part of ``both``): ``ReorderStream`` over the same kind
+Sources (``--part sources``): ``benches/stream_sources.py``'s table: Spark native,
+``StreamProcessor`` with its defaults, on the executors (``on_driver=False,
+read_files=False``), with ``preaggregate=True``, and the count floor (``foreachBatch`` +
+``count()``), from a Parquet file stream, Kafka (a broker started here) and Spark's
+``rate-micro-batch`` source, at ``--sizes`` rows per micro-batch; count and float sum
+per tenant in 10 s windows.
+
+Reorder (``--part reorder``, not part of ``all``): ``ReorderStream`` over the same kind
 of stream, 4 state partitions routed by tenant (then round robin), its micro-batches in
 the driver (the default for micro-batches up to 8 MiB) against ``on_driver=False`` (a
 shuffle to one task per state partition); steady micro-batch times, runs alternating.
@@ -69,7 +77,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import tidemark as tm
+
+# A script's own directory is on sys.path: benches/stream_sources.py.
+from stream_sources import SYSTEMS, compare
 from tidemark.spark import aggregate
+from tidemark.tools.jars import kafka_delta_conf
 from tidemark.tools.session import local_session
 
 
@@ -479,9 +491,18 @@ def main() -> None:
     )
     ap.add_argument(
         "--part",
-        choices=["batch", "streaming", "both", "reorder"],
-        default="both",
-        help="both: batch and streaming; reorder: ReorderStream in the driver vs in tasks",
+        choices=["batch", "streaming", "sources", "both", "all", "reorder"],
+        default="all",
+        help="all: batch, streaming and sources; both: batch and streaming; sources: "
+        "benches/stream_sources.py (file, Kafka and rate sources by micro-batch size); "
+        "reorder: ReorderStream in the driver vs in tasks",
+    )
+    ap.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=[10_000, 100_000, 400_000],
+        help="rows per micro-batch of the sources part",
     )
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--keys", type=int, default=10_000)
@@ -496,14 +517,19 @@ def main() -> None:
         help="StreamProcessor(on_driver=...): auto (None, the default), yes (True), no (False)",
     )
     args = ap.parse_args()
-    spark = local_session(args.master, app_name="tidemark-bench", shuffle_partitions=4)
+    sources = args.part in ("sources", "all")
+    conf = kafka_delta_conf() if sources else None
+    spark = local_session(args.master, "tidemark-bench", 4, conf)
     work = Path(tempfile.mkdtemp(prefix="tidemark-bench-"))
     try:
-        if args.part in ("batch", "both"):
+        if args.part in ("batch", "both", "all"):
             batch_part(spark, args.rows, args.keys, args.repeat, work)
-        if args.part in ("streaming", "both"):
+        if args.part in ("streaming", "both", "all"):
             on_driver = {"auto": None, "yes": True, "no": False}[args.on_driver]
             streaming_part(spark, args.batch_rows, args.batches, args.repeat, work, on_driver)
+        if sources:
+            # One batch-size in five micro-batches per (source, size, system).
+            compare(spark, args.sizes, 5, ["file", "kafka", "rate"], list(SYSTEMS), work)
         if args.part == "reorder":
             reorder_part(spark, args.batch_rows, args.batches, args.repeat, work)
     finally:

@@ -22,9 +22,9 @@ other on the same ``local[N]`` session:
 
 Sources: ``files``, one Parquet file per micro-batch (``maxFilesPerTrigger=1``),
 ``rate``, Spark's ``rate-micro-batch`` source (``rowsPerBatch`` events) whose ids the
-generator turns into bids in a ``mapInArrow``: a source that is not a file, and ``kafka``
-(``--sources kafka``): the bids as JSON records on a topic of a broker started here, read
-by Spark's Kafka source (``make jars`` first).
+generator turns into bids in a ``mapInArrow``: a source that is not a file, and ``kafka``:
+the bids as JSON records on a topic of a broker started here, read by Spark's Kafka
+source (``make jars`` first). All three by default (``--sources``).
 
 Each cell is events per second per core: events in a micro-batch (persons, auctions and
 bids, as Nexmark counts them; the queries read the bids, 46 of every 50) over the median
@@ -387,7 +387,7 @@ def main() -> None:
     ap.add_argument("--queries", default="q0,q5,q7,q11,q12")
     ap.add_argument(
         "--sources",
-        default="files,rate",
+        default="files,rate,kafka",
         help="files, rate, kafka (a broker started here; needs `make jars`)",
     )
     ap.add_argument("--rate", type=int, default=10_000, help="events per second of event time")
