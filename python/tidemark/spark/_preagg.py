@@ -13,8 +13,9 @@ of sums, ``min``/``max`` -> ``min``/``max``). Every row of a pane falls in the s
 windows, so each window's result is the raw path's, in the same output schema.
 
 Exact only for: ``count`` (of rows or of non-null values), ``sum`` of 8/16/32-bit
-integers (a group's partial sum cannot overflow a long), ``min``/``max`` of integers,
-dates and timestamps; tumbling or sliding windows on a Spark ``TIMESTAMP`` event time;
+integers (a group's partial sum cannot overflow a long), ``sum`` of floats and doubles
+(one column: see below), ``min``/``max`` of integers, dates and timestamps; tumbling
+or sliding windows on a Spark ``TIMESTAMP`` event time;
 keys of types Spark groups as tidemark does (not floats: Spark groups ``-0.0`` with
 ``0.0`` and every NaN together). A pane's rows share one fate in the core wherever it
 can read their event time (the window bounds fit 64 bits or not for all of them, a key
@@ -22,6 +23,22 @@ too long or a source partition out of range fails all of them, a late window tak
 of them), and the fold's weight counts each failed row; rows whose event time the core
 cannot read (null, a reserved value, ``ts - offset`` beyond 64 bits) fold only with rows
 of the same key and event time, so that each is an error row as in the raw path.
+
+A float sum folds exactly, which Spark's own double ``sum`` does not (its result
+depends on the order of the rows): each value ``x`` is ``m * 2^E`` with ``m`` an integer
+of at most 55 bits and ``E`` at most the exponent of its last mantissa bit (one below
+``floor(log2(|x|)) - 52``, which a rounded ``log2`` may put one too high); rows are also
+grouped by ``E``'s *bucket* (``floor(E / 14)``), and within a bucket each value is three
+integers of at most 33 bits (``m``'s 19 + 18 + 18 bits, shifted by ``E mod 14``), which
+Spark sums as longs with no overflow for fewer than 2^31 rows per group. A group's partial is then
+a list of six doubles, each a 32-bit half of such a long sum times a power of two, so
+exactly representable, whose exact sum is the group's; the pipeline's exact float
+``sum`` adds every element of the list (the core's ``sum`` of a list of floats).
+Non-finite values fold apart (their sum does not depend on the order), as do zeros
+(``[-0.0]`` where every zero is ``-0.0``, else ``[0.0]``). A sum of huge values of mixed
+signs whose partial sum leaves the double range becomes infinite, as the core's own
+exact sum does on the raw path. Values spread over many buckets (more than about 14
+binary orders of magnitude per key and pane) fold into more groups.
 
 Where a batch is one arrival unit (``aggregate`` without ``order_by``) no row is late, so
 a window's result depends on its own rows alone: a tumbling window's rows are one group,
@@ -55,6 +72,85 @@ _BY_PANE = "__tm_by_pane"
 WEIGHT = "__tm_rows"
 
 
+# The exact fold of a float sum (see the module docs): per row, the value as a double
+# (_FX), its kind (_FK: 0 finite and not zero, 1000 not finite, 1001 zero, NULL null),
+# the exponent of its last mantissa bit (_FLOW: at most the true one), its mantissa as a
+# long (_FM) and the bucket it groups by (_FBUCKET).
+_FX, _FK, _FLOW, _FM = (f"__tm_f{n}" for n in ("x", "k", "low", "m"))
+_FBUCKET = "__tm_fbucket"
+_BITS = 14  # binary orders of magnitude per bucket
+_INF = "CAST('Infinity' AS DOUBLE)"
+
+
+def _pow2(shift: str) -> str:
+    """``2^shift`` as two factors, each a finite double for shifts in [-1100, 1100]."""
+    return f"power(2, ({shift}) div 2) * power(2, ({shift}) - ({shift}) div 2)"
+
+
+def _float_stages(col: str) -> list[list[str]]:
+    """The per-row columns of the fold of ``col``'s sum, one projection per stage.
+
+    ``floor(log2(|x|))`` may be one off either way near a power of two: the exponent
+    taken is one below it, never above the true one, so the mantissa ``m`` is an exact
+    integer of at most 55 bits (two more than needed, which the limbs have room for)."""
+    x = _FX
+    return [
+        [f"CAST({quoted(col)} AS DOUBLE) AS {x}"],
+        [
+            f"CASE WHEN {x} IS NULL THEN NULL WHEN isnan({x}) OR abs({x}) = {_INF} THEN 1000 "
+            f"WHEN {x} = 0 THEN 1001 ELSE 0 END AS {_FK}",
+        ],
+        [
+            f"IF({_FK} = 0, greatest(CAST(floor(log2(abs({x}))) AS INT) - 53, -1074), NULL) "
+            f"AS {_FLOW}"
+        ],
+        [
+            # x * 2^-E: by a power of two made from a long where it fits one (Math.pow is
+            # most of a row's cost), else power() (one factor where 2^-E is a finite
+            # double, else two). Each is exact: x's bits only move.
+            f"CAST(CASE WHEN {_FLOW} BETWEEN -62 AND 0 "
+            f"THEN {x} * CAST(shiftleft(1L, -{_FLOW}) AS DOUBLE) "
+            f"WHEN {_FLOW} BETWEEN 1 AND 62 THEN {x} / CAST(shiftleft(1L, {_FLOW}) AS DOUBLE) "
+            f"WHEN {_FLOW} >= -1023 THEN {x} * power(2, -{_FLOW}) "
+            f"ELSE {x} * {_pow2(f'-{_FLOW}')} END AS BIGINT) AS {_FM}",
+            f"IF({_FK} = 0, ({_FLOW} - pmod({_FLOW}, {_BITS})) div {_BITS}, {_FK}) AS {_FBUCKET}",
+        ],
+    ]
+
+
+def _float_parts() -> str:
+    """A group's partial of the float sum (aggregates over :func:`_float_stages`'
+    columns): ``NULL`` without values, the non-finite values' sum, the zeros' sign, or
+    six exactly representable doubles whose exact sum is the group's."""
+    r = f"pmod({_FLOW}, {_BITS})"
+    limbs = [
+        (f"shiftleft(shiftright({_FM}, 36), {r})", 36),
+        (f"shiftleft(shiftright({_FM}, 18) & 262143, {r})", 18),
+        (f"shiftleft({_FM} & 262143, {r})", 0),
+    ]
+    scale = f"max({_FBUCKET}) * {_BITS}"
+    terms = []
+    for limb, at in limbs:
+        total = f"sum({limb})"
+        for half, extra in ((f"shiftright({total}, 32)", 32), (f"({total} & 4294967295)", 0)):
+            terms.append(f"CAST({half} AS DOUBLE) * {_pow2(f'{scale} + {at + extra}')}")
+    # 1 / -0.0 is -inf (power: Spark's atan2 adds 0.0 to its arguments; a division by
+    # zero fails under ANSI).
+    positive_zero = f"max(IF({_FK} = 1001 AND power({_FX}, -1.0D) > 0, 1, 0)) = 1"
+    return (
+        f"CASE WHEN count({_FX}) = 0 THEN NULL "
+        f"WHEN max({_FK}) = 1000 THEN array(sum({_FX})) "
+        # (Not IF(c, 0.0D, -0.0D): Spark's optimizer takes its branches as equal and
+        # keeps 0.0D; abs(min(x)) of zeros is 0.0 and cannot be folded.)
+        f"WHEN max({_FK}) = 1001 THEN array(IF({positive_zero}, abs(min({_FX})), "
+        f"-abs(min({_FX})))) "
+        f"ELSE array({', '.join(terms)}) END"
+    )
+
+
+_FLOAT_PARTS = _float_parts()
+
+
 @dataclass(frozen=True)
 class Preaggregation:
     """How a pipeline runs over Spark's partial aggregates (see the module docs)."""
@@ -72,13 +168,18 @@ class Preaggregation:
     partials: tuple[tuple[str, str, Any, str, str], ...]
     #: The columns a group is keyed by besides its pane: keys and source partition.
     group_by: tuple[str, ...]
+    #: The float column whose sum folds exactly (groups are split by its values'
+    #: exponent buckets), or ``None``.
+    split: str | None = None
 
     def in_place(self) -> bool:
         """Whether a batch run as one arrival unit can merge the groups where Spark's
         aggregation leaves them: each group is the whole of one window of one key (a
         tumbling window, grouped by the pipeline's keys alone)."""
-        return self.pipe.config["window"]["kind"] == "tumbling" and self.group_by == tuple(
-            self.pipe.key
+        return (
+            self.pipe.config["window"]["kind"] == "tumbling"
+            and self.group_by == tuple(self.pipe.key)
+            and self.split is None
         )
 
     def rows(self, df: Any) -> Any:
@@ -98,6 +199,10 @@ class Preaggregation:
             f"({us} div {p}) - IF({us} % {p} < 0, 1, 0) - IF(pmod({us}, {p}) < {self.offset}, 1, 0)"
         )
         by = [F.expr(quoted(c)) for c in self.group_by]
+        if self.split is not None:
+            for stage in _float_stages(self.split):
+                df = df.selectExpr("*", *stage)
+            by.append(F.expr(_FBUCKET))
         return (
             df.groupBy(
                 *by,
@@ -109,7 +214,7 @@ class Preaggregation:
                 *[F.expr(f"{sql} AS {n}") for n, sql, *_ in self.partials],
                 F.expr(f"count(1) AS {WEIGHT}"),
             )
-            .drop(_PANE, _BY_PANE)
+            .drop(_PANE, _BY_PANE, *([_FBUCKET] if self.split is not None else []))
         )
 
     def lift(self) -> Callable[[pa.Table], pa.Table]:
@@ -132,6 +237,11 @@ def _lift(partials: tuple[tuple[str, str, str], ...], table: pa.Table) -> pa.Tab
             values = pc.cast(pc.is_valid(values), pa.int64())
         elif kind == "sum":
             values = pc.cast(values, pa.int64())
+        elif kind == "fsum":
+            # Each row's exact sum is its value: a list of it alone (null for null).
+            x = pc.cast(values, pa.float64()).combine_chunks()
+            offsets = pa.array(range(len(x) + 1), pa.int64())
+            values = pa.LargeListArray.from_arrays(offsets, x, mask=pc.is_null(x))
         table = table.append_column(name, values)
     return table.append_column(WEIGHT, pa.repeat(pa.scalar(1, pa.int64()), table.num_rows))
 
@@ -139,7 +249,7 @@ def _lift(partials: tuple[tuple[str, str, str], ...], table: pa.Table) -> pa.Tab
 def preaggregation(pipe: Pipeline, schema: Any, tz: str, large: bool) -> Preaggregation | None:
     """The pre-aggregation of ``pipe`` over input ``schema`` (Spark's), or ``None`` where
     it would not be exact (see the module docs)."""
-    from pyspark.sql.types import LongType
+    from pyspark.sql.types import ArrayType, DoubleType, LongType
 
     cfg = pipe.config
     window = cfg["window"]
@@ -166,6 +276,7 @@ def preaggregation(pipe: Pipeline, schema: Any, tz: str, large: bool) -> Preaggr
         return None
     partials: list[tuple[str, str, Any, str, str]] = []
     merged: dict[str, Agg] = {}
+    split: str | None = None
     for i, (name, agg) in enumerate(pipe.aggs.items()):
         p = f"__tm_partial{i}"
         col = agg.column
@@ -181,6 +292,13 @@ def preaggregation(pipe: Pipeline, schema: Any, tz: str, large: bool) -> Preaggr
         elif agg.kind == "sum" and kind.small_int:
             partials.append((p, f"sum(CAST({c} AS BIGINT))", LongType(), "sum", col))
             merged[name] = Agg("sum", p)
+        elif agg.kind == "sum" and type_name(schema[col].dataType) in ("FloatType", "DoubleType"):
+            if split not in (None, col):
+                return None  # groups split by one column's exponents
+            split = col
+            parts_type = ArrayType(DoubleType(), containsNull=True)
+            partials.append((p, _FLOAT_PARTS, parts_type, "fsum", col))
+            merged[name] = Agg("sum", p)
         elif agg.kind in ("min", "max") and kind.ordered:
             partials.append((p, f"{agg.kind}({c})", schema[col].dataType, agg.kind, col))
             merged[name] = Agg(agg.kind, p)
@@ -190,7 +308,7 @@ def preaggregation(pipe: Pipeline, schema: Any, tz: str, large: bool) -> Preaggr
     # pipeline that merges folds is shipped to executors).
     rewritten = pipe.with_aggs(merged).without_clock()
     offset = int(window.get("offset", 0))
-    out = Preaggregation(rewritten, pane, offset % pane, offset, tuple(partials), group_by)
+    out = Preaggregation(rewritten, pane, offset % pane, offset, tuple(partials), group_by, split)
     # The same windows schema as the raw path's (else it is not the same answer).
     raw = pipe.output_schema(arrow_schema_of(schema, tz, large))
     if not _same_fields(raw, rewritten.output_schema(_partial_schema(out, schema, tz, large))):

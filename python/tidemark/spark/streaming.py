@@ -235,7 +235,7 @@ class StreamProcessor(MicroBatchDriver):
         ``True``: where it gives the same windows, Spark's own ``groupBy`` folds each
         micro-batch's rows per key and window pane before they reach Python (see
         ``tidemark.spark.aggregate``'s ``preaggregate``: ``count``, ``sum`` of 8-32-bit
-        integers, ``min`` / ``max`` of integers, dates and timestamps; tumbling or
+        integers, exact ``sum`` of floats, ``min`` / ``max`` of integers, dates and timestamps; tumbling or
         sliding windows of a Spark timestamp; a ``spark`` or ``flink`` late rule; no
         ``max_keys`` or ``state_ttl``), and the pipeline merges the folds. Every row of
         a pane shares its windows and its late or on-time fate, so windows, watermarks

@@ -2,8 +2,11 @@
 
 use std::cmp::Ordering;
 
+use arrow_array::cast::AsArray;
+use arrow_array::types::Float64Type;
 use arrow_array::{
-    Array, BinaryViewArray, BooleanArray, Decimal128Array, Float64Array, Int64Array, UInt64Array,
+    Array, BinaryViewArray, BooleanArray, Decimal128Array, Float64Array, Int64Array,
+    LargeListArray, UInt64Array,
 };
 use arrow_buffer::NullBuffer;
 
@@ -29,6 +32,8 @@ pub enum Input {
     Bool(BooleanArray),
     /// Decimals (unscaled values).
     Dec(Decimal128Array),
+    /// Lists of floats, every element of a row's list added (an exact fold's parts).
+    FloatParts(LargeListArray),
     /// Strings and binary as `BinaryView`.
     Bytes(BinaryViewArray),
     /// Spark's 64-bit hash of each value (`approx_count_distinct`).
@@ -70,6 +75,7 @@ impl Input {
             Input::Bytes(a) => a.is_valid(row).then(|| Scalar::B(a.value(row).to_vec())),
             Input::Hash(a) => a.is_valid(row).then(|| Scalar::U(a.value(row))),
             Input::By(v, _) => v.value(row),
+            Input::FloatParts(_) => unreachable!("only sum reads float parts"),
         }
     }
 }
@@ -189,6 +195,15 @@ impl Acc {
             (Acc::SumF(s, n) | Acc::MeanF(s, n), Input::Float(a)) => {
                 if a.is_valid(row) {
                     s.add(a.value(row));
+                    *n += 1;
+                }
+            }
+            (Acc::SumF(s, n), Input::FloatParts(a)) => {
+                if a.is_valid(row) {
+                    let parts = a.value(row);
+                    for x in parts.as_primitive::<Float64Type>().iter().flatten() {
+                        s.add(x);
+                    }
                     *n += 1;
                 }
             }

@@ -27,6 +27,20 @@ enum Class {
     Bytes,
     /// `Decimal128`: unscaled `i128` values.
     Decimal,
+    /// A list of `Float64` (`sum` alone): every element of a row's list is added to the
+    /// sum, exactly; a null list adds nothing. Spark's exact fold of a float sum hands
+    /// each group's sum over as such a list (see [`float_parts_type`]).
+    FloatParts,
+}
+
+/// The type a [`Class::FloatParts`] column is read as: a large list of nullable
+/// `Float64` (a list of another layout is cast to it).
+pub fn float_parts_type() -> DataType {
+    DataType::LargeList(Arc::new(Field::new_list_field(DataType::Float64, true)))
+}
+
+fn float_list(dt: &DataType) -> bool {
+    matches!(dt, DataType::List(f) | DataType::LargeList(f) if f.data_type() == &DataType::Float64)
 }
 
 fn class_of(dt: &DataType) -> Option<Class> {
@@ -42,6 +56,7 @@ fn class_of(dt: &DataType) -> Option<Class> {
         | DataType::LargeBinary
         | DataType::BinaryView => Class::Bytes,
         DataType::Dictionary(_, v) => class_of(v)?,
+        dt if float_list(dt) => Class::FloatParts,
         dt if int_like(dt) => Class::Int,
         _ => return None,
     })
@@ -94,20 +109,25 @@ impl BoundAgg {
             });
         };
         let idx = crate::error::column_index(schema, col)?;
-        let dt = schema.field(idx).data_type().clone();
+        let mut dt = schema.field(idx).data_type().clone();
         let class = if spec.kind == AggKind::Count {
             Class::Rows
         } else {
-            class_of(&dt).ok_or_else(|| {
-                TidemarkError::config(
-                    format!("aggs[{:?}]", spec.name),
-                    format!("{}({col:?}) cannot read a {dt} column", spec.kind.name()),
-                )
-            })?
+            class_of(&dt)
+                .filter(|c| *c != Class::FloatParts || spec.kind == AggKind::Sum)
+                .ok_or_else(|| {
+                    TidemarkError::config(
+                        format!("aggs[{:?}]", spec.name),
+                        format!("{}({col:?}) cannot read a {dt} column", spec.kind.name()),
+                    )
+                })?
         };
+        if class == Class::FloatParts {
+            dt = float_parts_type();
+        }
         let numeric = matches!(
             class,
-            Class::Int | Class::UInt | Class::Float | Class::Decimal
+            Class::Int | Class::UInt | Class::Float | Class::Decimal | Class::FloatParts
         );
         let temporal = temporal(value_type(&dt));
         let output_type = match spec.kind {
@@ -216,7 +236,7 @@ impl BoundAgg {
     pub fn new_acc(&self) -> Acc {
         match (self.spec.kind, self.class) {
             (AggKind::Count, _) => Acc::Count(0),
-            (AggKind::Sum, Class::Float) => Acc::SumF(ExactSum::default(), 0),
+            (AggKind::Sum, Class::Float | Class::FloatParts) => Acc::SumF(ExactSum::default(), 0),
             (AggKind::Sum | AggKind::Mean, Class::Decimal) => Acc::Dec(WideSum::default(), 0),
             (AggKind::Sum, _) => Acc::SumI(0, 0),
             (AggKind::Mean, Class::Float) => Acc::MeanF(ExactSum::default(), 0),
@@ -243,7 +263,12 @@ impl BoundAgg {
         let Some(idx) = self.column else {
             return Ok(Input::Rows);
         };
-        let col = &columns[idx];
+        let mut col = &columns[idx];
+        let parts;
+        if self.class == Class::FloatParts && float_list(col.data_type()) {
+            parts = arrow_cast::cast(col, &self.input_type)?;
+            col = &parts;
+        }
         if col.data_type() != &self.input_type {
             return Err(TidemarkError::config(
                 format!("aggs[{:?}]", self.spec.name),
@@ -296,6 +321,7 @@ fn read_input(col: &ArrayRef, class: Class) -> Result<Input> {
             ),
             Class::Bool => Input::Bool(col.as_boolean().clone()),
             Class::Decimal => Input::Dec(col.as_primitive::<Decimal128Type>().clone()),
+            Class::FloatParts => Input::FloatParts(col.as_list::<i64>().clone()),
             Class::Bytes => Input::Bytes(
                 arrow_cast::cast(&col, &DataType::BinaryView)?
                     .as_binary_view()
@@ -454,5 +480,6 @@ fn scalars_to_array<'a>(
             bin
         }
         Class::Rows => unreachable!("count has no scalar"),
+        Class::FloatParts => unreachable!("only sum reads float parts"),
     })
 }
