@@ -22,7 +22,7 @@ Batch (same Parquet data, each run forced with the ``noop`` sink):
   unavoidable JVM <-> Python transfer). Goal: tidemark within 1.3x of the floor;
 * for reference, ``mapInArrow`` returning every row it reads: the floor plus the
   transfer back into the JVM, which tidemark pays for its windows;
-* aggregates Spark's ``groupBy`` folds exactly (count, max), on dense data (1,000 keys
+* aggregates Spark's ``groupBy`` folds exactly (count, max, float sum), on dense data (1,000 keys
   over 100 s: 200 rows per key and window) and on the sparse data above: Spark's own,
   tidemark's with ``preaggregate=True`` (folded by Spark before Python) and without.
   Their ratios are against the floor and Spark of the sparse data.
@@ -131,6 +131,7 @@ def batch_part(spark: Any, rows: int, keys: int, repeat: int, work: Path) -> Non
                     pa.timestamp("us", tz="UTC"),
                 ),
                 "amount": pa.array(rng.integers(0, 1000, rows).astype(np.int32)),
+                "value": pa.array(rng.normal(0, 1, rows)),
             }
         ),
         dense_path,
@@ -167,7 +168,7 @@ def batch_part(spark: Any, rows: int, keys: int, repeat: int, work: Path) -> Non
         # Only the windows are read: no persist, a windows-only job.
         aggregate(df, pipe, cache=False).windows.write.format("noop").mode("overwrite").save()
 
-    # Aggregates Spark's groupBy folds exactly (count, integer sum, max), on data with
+    # Aggregates Spark's groupBy folds exactly (count, max, float sum), on data with
     # many rows per key and window and on the sparse data above: Spark's own, tidemark
     # with preaggregate=True, and without.
     folded = tm.Pipeline(
@@ -175,14 +176,18 @@ def batch_part(spark: Any, rows: int, keys: int, repeat: int, work: Path) -> Non
         event_time="ts",
         watermark=tm.BoundedOutOfOrderness("5s", per="key"),
         window=tm.Tumbling("10s"),
-        aggs={"n": tm.count(), "top": tm.max("device")},
+        aggs={"n": tm.count(), "top": tm.max("device"), "s": tm.sum("value")},
     )
 
     def folded_runs(data: Any) -> tuple[Callable[[], None], ...]:
         def spark_folded() -> None:
             (
                 data.groupBy(F.window("ts", "10 seconds"), "device")
-                .agg(F.count("*").alias("n"), F.max("device").alias("top"))
+                .agg(
+                    F.count("*").alias("n"),
+                    F.max("device").alias("top"),
+                    F.sum("value").alias("s"),
+                )
                 .write.format("noop")
                 .mode("overwrite")
                 .save()
@@ -243,10 +248,10 @@ def batch_part(spark: Any, rows: int, keys: int, repeat: int, work: Path) -> Non
             "tidemark.spark.aggregate": tidemark_run,
             "tidemark aggregate(cache=False)": tidemark_windows_run,
             "tidemark, persisted (max_keys)": tidemark_persisted_run,
-            "dense: Spark groupBy count, max": dense_runs[0],
+            "dense: Spark groupBy count, max, sum": dense_runs[0],
             "dense: tidemark preaggregate=True": dense_runs[1],
             "dense: tidemark preaggregate=False": dense_runs[2],
-            "sparse: Spark groupBy count, max": sparse_runs[0],
+            "sparse: Spark groupBy count, max, sum": sparse_runs[0],
             "sparse: tidemark preaggregate=True": sparse_runs[1],
             "sparse: tidemark preaggregate=False": sparse_runs[2],
         },
