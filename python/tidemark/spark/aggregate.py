@@ -213,9 +213,10 @@ def aggregate(
         over the input again.
     preaggregate : bool
         ``True``: where it gives the same windows (``count``, ``sum`` of 8-32-bit
-        integers, exact ``sum`` of floats (of one column), ``min`` / ``max`` of integers, dates and timestamps, over tumbling or
-        sliding windows of a Spark timestamp; no ``order_by``, ``max_keys``, lookup or
-        ``state_ttl``; keys that are not floats), Spark's own ``groupBy`` folds the
+        integers, exact ``sum`` of floats (of one column), ``min`` / ``max`` of
+        integers, dates and timestamps, over tumbling or sliding windows of a Spark
+        timestamp; no ``order_by``, ``max_keys``, lookup or ``state_ttl``; keys that
+        are not floats), Spark's own ``groupBy`` folds the
         rows per key and window pane before they reach Python, and the pipeline merges
         those partial aggregates (for tumbling windows in the tasks of Spark's
         aggregation, with no second shuffle). Faster where keys have many rows per

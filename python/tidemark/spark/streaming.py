@@ -235,11 +235,11 @@ class StreamProcessor(MicroBatchDriver):
         ``True``: where it gives the same windows, Spark's own ``groupBy`` folds each
         micro-batch's rows per key and window pane before they reach Python (see
         ``tidemark.spark.aggregate``'s ``preaggregate``: ``count``, ``sum`` of 8-32-bit
-        integers, exact ``sum`` of floats, ``min`` / ``max`` of integers, dates and timestamps; tumbling or
-        sliding windows of a Spark timestamp; a ``spark`` or ``flink`` late rule; no
-        ``max_keys`` or ``state_ttl``), and the pipeline merges the folds. Every row of
-        a pane shares its windows and its late or on-time fate, so windows, watermarks
-        and the counts of ``last_progress`` are the raw path's; late and error rows are
+        integers, exact ``sum`` of floats, ``min`` / ``max`` of integers, dates and
+        timestamps; tumbling or sliding windows of a Spark timestamp; a ``spark`` or
+        ``flink`` late rule; no ``max_keys`` or ``state_ttl``), and the pipeline merges
+        the folds. Every row of a pane shares its windows and its late or on-time fate,
+        so windows, watermarks and the counts of ``last_progress`` are the raw path's; late and error rows are
         counted, not kept (no ``late_sink`` or ``error_sink``). Far fewer rows cross
         into Python and through the shuffle where keys have many rows per window in a
         micro-batch; the folds then run in one task (unless ``shuffle=True``). Only
