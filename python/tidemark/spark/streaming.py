@@ -237,20 +237,20 @@ class StreamProcessor(MicroBatchDriver):
         ``tidemark.spark.aggregate``'s ``preaggregate``: ``count``, ``sum`` of 8-32-bit
         integers, exact ``sum`` of floats, ``min`` / ``max`` of integers, dates and
         timestamps; tumbling or sliding windows of a Spark timestamp; a ``spark`` or
-        ``flink`` late rule; no ``max_keys`` or ``state_ttl``), and the pipeline merges
-        the folds. Every row of a pane shares its windows and its late or on-time fate,
-        so windows, watermarks and the counts of ``last_progress`` are the raw path's; late and error rows are
-        counted, not kept (no ``late_sink`` or ``error_sink``). Far fewer rows cross
-        into Python and through the shuffle where keys have many rows per window in a
-        micro-batch; the folds then run in one task (unless ``shuffle=True``). Only
+        ``flink`` late rule; no ``max_keys`` or ``state_ttl``), and the pipeline merges the
+        folds. Every row of a pane shares its windows and its late or on-time fate, so
+        windows, watermarks and the counts of ``last_progress`` are the raw path's; late and
+        error rows are counted, not kept (no ``late_sink`` or ``error_sink``). Far fewer
+        rows cross into Python and through the shuffle where keys have many rows per window
+        in a micro-batch; the folds then run in one task (unless ``shuffle=True``). Only
         micro-batches too large for one task are folded (see ``shuffle``; all with
-        ``shuffle=True``): one that one task takes runs faster raw, each row going in
-        as its own fold, into the same state. Where a fold keeps more than
-        ``FOLD_SHARE`` (a tenth) of its rows, the next micro-batches run raw (shuffled),
-        the fold tried again every ``FOLD_RETRY`` (10) of them. Decided at the first
-        micro-batch; the state then holds the merged folds (a state location is kept
-        with the same setting). ``last_progress["read"]`` is ``"folds"`` for a folded
-        micro-batch. Default ``False``.
+        ``shuffle=True``): one that one task takes runs faster raw, each row going in as its
+        own fold, into the same state. Where a fold keeps more than ``FOLD_SHARE`` (a tenth)
+        of its rows, the next micro-batches run raw (shuffled), the fold tried again every
+        ``FOLD_RETRY`` (10) of them. Decided at the first micro-batch; the state then holds
+        the merged folds (a state location is kept with the same setting).
+        ``last_progress["read"]`` is ``"folds"`` for a folded micro-batch. Default
+        ``False``.
 
     Attributes
     ----------
