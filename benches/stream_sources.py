@@ -50,6 +50,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -116,20 +117,15 @@ def kafka_source(spark: Any, stream: pa.Table, size: int, broker: Any) -> Any:
 
     topic = f"sources-{size}-{time.time_ns()}"
     broker.create_topic(topic, 8)
-    producer = broker.producer(**{"linger.ms": 50, "batch.size": 1_000_000})
     us = pc.cast(stream.column("event_time"), pa.int64()).to_pylist()
     cols = [stream.column(c).to_pylist() for c in ("tenant", "value", "ivalue")]
-    for tenant, ts, value, ivalue in zip(cols[0], us, cols[1], cols[2], strict=True):
-        body = json.dumps({"tenant": tenant, "ts": ts, "value": value, "ivalue": ivalue})
-        body = body.encode()
-        while True:
-            try:
-                producer.produce(topic, body, tenant.encode())
-                break
-            except BufferError:
-                producer.poll(0.05)
-    if producer.flush(120):
-        raise RuntimeError("records not delivered")
+
+    def records() -> Iterator[tuple[bytes, bytes, None]]:
+        for tenant, ts, value, ivalue in zip(cols[0], us, cols[1], cols[2], strict=True):
+            body = json.dumps({"tenant": tenant, "ts": ts, "value": value, "ivalue": ivalue})
+            yield tenant.encode(), body.encode(), None
+
+    broker.produce(topic, records())
     ev = F.from_json(
         F.col("value").cast("string"), "tenant STRING, ts LONG, value DOUBLE, ivalue INT"
     )

@@ -168,9 +168,12 @@ class Preaggregation:
     partials: tuple[tuple[str, str, Any, str, str], ...]
     #: The columns a group is keyed by besides its pane: keys and source partition.
     group_by: tuple[str, ...]
-    #: The float column whose sum folds exactly (groups are split by its values'
-    #: exponent buckets), or ``None``.
-    split: str | None = None
+
+    @property
+    def split(self) -> str | None:
+        """The float column whose sum folds exactly (groups are also split by its
+        values' exponent buckets), or ``None``."""
+        return next((col for *_, kind, col in self.partials if kind == "fsum"), None)
 
     def in_place(self) -> bool:
         """Whether a batch run as one arrival unit can merge the groups where Spark's
@@ -240,7 +243,9 @@ def _lift(partials: tuple[tuple[str, str, str], ...], table: pa.Table) -> pa.Tab
         elif kind == "fsum":
             # Each row's exact sum is its value: a list of it alone (null for null).
             x = pc.cast(values, pa.float64()).combine_chunks()
-            offsets = pa.array(range(len(x) + 1), pa.int64())
+            import numpy as np  # with pandas, which PySpark's Arrow path needs
+
+            offsets = pa.array(np.arange(len(x) + 1, dtype=np.int64))
             values = pa.LargeListArray.from_arrays(offsets, x, mask=pc.is_null(x))
         table = table.append_column(name, values)
     return table.append_column(WEIGHT, pa.repeat(pa.scalar(1, pa.int64()), table.num_rows))
@@ -308,7 +313,7 @@ def preaggregation(pipe: Pipeline, schema: Any, tz: str, large: bool) -> Preaggr
     # pipeline that merges folds is shipped to executors).
     rewritten = pipe.with_aggs(merged).without_clock()
     offset = int(window.get("offset", 0))
-    out = Preaggregation(rewritten, pane, offset % pane, offset, tuple(partials), group_by, split)
+    out = Preaggregation(rewritten, pane, offset % pane, offset, tuple(partials), group_by)
     # The same windows schema as the raw path's (else it is not the same answer).
     raw = pipe.output_schema(arrow_schema_of(schema, tz, large))
     if not _same_fields(raw, rewritten.output_schema(_partial_schema(out, schema, tz, large))):

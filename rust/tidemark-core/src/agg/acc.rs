@@ -200,9 +200,13 @@ impl Acc {
             }
             (Acc::SumF(s, n), Input::FloatParts(a)) => {
                 if a.is_valid(row) {
-                    let parts = a.value(row);
-                    for x in parts.as_primitive::<Float64Type>().iter().flatten() {
-                        s.add(x);
+                    // The row's range of the values (no slice of the list per row).
+                    let values = a.values().as_primitive::<Float64Type>();
+                    let offsets = a.value_offsets();
+                    for i in offsets[row] as usize..offsets[row + 1] as usize {
+                        if values.is_valid(i) {
+                            s.add(values.value(i));
+                        }
                     }
                     *n += 1;
                 }
