@@ -7,11 +7,14 @@ Spark tests (``test_spark_pipeline.py``, ``test_spark_files.py``,
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tidemark.spark._layout import (
     FILES_ON_DRIVER_BYTES,
     FOLD_RETRY,
+    FOLD_RETRY_MAX,
     FOLD_SHARE,
     ON_DRIVER_BYTES,
     SINGLE_TASK_BYTES,
@@ -124,14 +127,30 @@ def test_the_fold_is_taken_for_large_micro_batches_while_it_keeps_few_rows():
     fold, h = choose_fold(LARGE, History(), N)
     assert fold and h.raw_since == 0
     assert choose_fold(SMALL, History(), Options(8, shuffle=True))[0], "shuffle=True: any size"
+    # The driver reads a micro-batch of 20 MiB from its files: faster than any fold.
+    files = Stats(size=20 * MB, guess=20 * MB, cores=16, files=True)
+    assert not fits_one_task(files.guess, files.cores)
+    assert not choose_fold(files, History(), N)[0]
+    assert choose_fold(replace(files, files=False), History(), N)[0], "not from files"
+    assert choose_fold(files, History(), Options(8))[0], "read_files=False: folded"
+    assert choose_fold(files, History(), Options(8, read_files=True, on_driver=False))[0]
     # A fold that kept more than FOLD_SHARE of its rows: large micro-batches run raw,
-    # and every FOLD_RETRY of them the fold is tried again.
-    h = History(fold_share=FOLD_SHARE * 2)
-    taken = []
-    for _ in range(2 * FOLD_RETRY + 2):
-        fold, h = choose_fold(LARGE, h, N)
-        taken.append(fold)
-    assert taken == ([False] * FOLD_RETRY + [True]) * 2
+    # and after FOLD_RETRY of them the fold is tried again; after each such fold that
+    # keeps too many again, twice as many run raw (up to FOLD_RETRY_MAX).
+    h = History().folded(FOLD_SHARE * 2)
+    assert h.fold_misses == 1
+    gaps = []
+    for _ in range(7):
+        raw = 0
+        while not (got := choose_fold(LARGE, h, N))[0]:
+            h, raw = got[1], raw + 1
+        gaps.append(raw)
+        h = got[1].folded(FOLD_SHARE * 2)
+    assert gaps == [FOLD_RETRY * 2**i for i in range(5)] + [FOLD_RETRY_MAX] * 2
+    assert FOLD_RETRY_MAX == FOLD_RETRY * 16
+    # A fold that kept few rows again: folded from then on, the count starts over.
+    h = h.folded(FOLD_SHARE / 2)
+    assert h.fold_misses == 0 and choose_fold(LARGE, h, N)[0]
     assert not choose_fold(Stats(kind="flush"), History(), N)[0]
     assert not choose_fold(Stats(kind="quiet"), History(), N)[0]
 

@@ -235,6 +235,10 @@ def test_a_micro_batch_read_from_its_files_runs_in_the_driver_up_to_a_larger_siz
     got, reads = _run(spark, tmp_path, "tasks", inp, same, {}, on_driver=False)
     assert (got, reads) == (want, ["one task/spark"] * 3)
     got, reads = _run(spark, tmp_path, "shuffled", inp, same, {}, shuffle=True)
+    # shuffle=True folds by default; the fold kept more than FOLD_SHARE of this
+    # stream's rows, so the next micro-batches run raw.
+    assert (got, reads) == (want, ["shuffled/folds"] + ["shuffled/spark"] * 2)
+    got, reads = _run(spark, tmp_path, "raw", inp, same, {}, shuffle=True, preaggregate=False)
     assert (got, reads) == (want, ["shuffled/spark"] * 3)
 
 

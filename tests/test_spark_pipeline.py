@@ -1893,6 +1893,8 @@ def test_a_source_spark_cannot_size_runs_in_one_task_after_a_small_micro_batch(
                 for r in df.selectExpr("device", "unix_seconds(window_start)", "n").collect()
             ),
             on_driver=False,
+            # The raw rows' layout (by default Spark folds a micro-batch it cannot size).
+            preaggregate=False,
             **kw,
         )
 

@@ -328,8 +328,8 @@ def test_a_preaggregating_stream_processor_equals_the_raw_one(
         ]
     )
     spark_schema = spark.createDataFrame(schema.empty_table()).schema
-    runs: dict[bool, tuple[list[Any], list[Any]]] = {}
-    for pre in (False, True):
+    runs: dict[bool | None, tuple[list[Any], list[Any]]] = {}  # None: the default
+    for pre in (False, True, None):
         where = tmp_path_factory.mktemp("state")
         got: list[Any] = []
 
@@ -377,10 +377,12 @@ def test_a_preaggregating_stream_processor_equals_the_raw_one(
         proc.flush(spark, spark_schema)
         runs[pre] = (got, progress)
         folded = [r == "folds" for r in reads]
-        assert all(pre and large[b] for b, f in enumerate(folded) if f)
-        assert any(folded) == (pre and any(large[: len(batches)])), "the first large one folds"
-    assert runs[True][0] == runs[False][0], "windows, batch by batch and at the flush"
-    assert runs[True][1] == runs[False][1], "input, window, late and error counts"
+        assert all(pre is not False and large[b] for b, f in enumerate(folded) if f)
+        first = pre is not False and any(large[: len(batches)])
+        assert any(folded) == first, "the first large one folds"
+    for pre in (True, None):
+        assert runs[pre][0] == runs[False][0], "windows, batch by batch and at the flush"
+        assert runs[pre][1] == runs[False][1], "input, window, late and error counts"
 
 
 def test_a_fold_that_keeps_most_rows_gives_way_to_the_raw_path(spark: Any, tmp_path: Path) -> None:
@@ -425,3 +427,64 @@ def test_a_fold_that_keeps_most_rows_gives_way_to_the_raw_path(spark: Any, tmp_p
         assert reads == want
         assert layouts == ["shuffled" if r == "spark" else "one task" for r in reads]
         assert counted == 120
+
+
+def test_by_default_the_fold_is_taken_where_the_state_location_allows_it(
+    spark: Any, tmp_path: Path
+) -> None:
+    # A new state location folds large micro-batches; one the raw pipeline wrote goes
+    # on raw (its state stays as written, and so do its windows); a processor with a
+    # late sink keeps late rows, so it never folds.
+    from tidemark.spark import StreamProcessor
+
+    pipe = tm.Pipeline(
+        "k",
+        "ts",
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count(), "s": tm.sum("f")},
+        watermark=tm.BoundedOutOfOrderness("1s", per="key"),
+    )
+
+    def run(where: str, batches: range, **kw: Any) -> tuple[list[str], list[Any]]:
+        got: list[Any] = []
+        proc = StreamProcessor(
+            pipe,
+            str(tmp_path / where),
+            2,
+            sink=lambda t, b: got.extend(t.sort_by("k").to_pylist()),
+            on_driver=False,
+            arrow_sinks=True,
+            **kw,
+        )
+        reads = []
+        for b in batches:
+            t = pa.table(
+                {
+                    "k": [f"k{i % 4}" for i in range(200)],
+                    "ts": pa.array(
+                        [T0 + b * 10_000_000 + i for i in range(200)],
+                        pa.timestamp("us", tz="UTC"),
+                    ),
+                    "f": [i / 3 for i in range(200)],
+                }
+            )
+            with taken_as_large("_layout", lambda: True):
+                proc(spark.createDataFrame(t), b)
+            assert proc.last_progress is not None
+            reads.append(proc.last_progress["read"])
+        return reads, got
+
+    reads, want = run("new", range(4))
+    assert reads == ["folds"] * 4
+    assert run("raw", range(2), preaggregate=False)[0] == ["spark"] * 2
+    reads, got = run("raw", range(2, 4))
+    assert reads == ["spark"] * 2, "a location the raw pipeline wrote stays raw"
+    assert run("folded", range(2))[0] == ["folds"] * 2
+    reads, got2 = run("folded", range(2, 4))
+    assert reads == ["folds"] * 2, "a location written with folds goes on folding"
+    late: list[Any] = []
+    reads, _ = run("late-sink", range(2), late_sink=lambda t, b: late.append(t))
+    assert reads == ["spark"] * 2
+    with pytest.raises(tm.ConfigError, match="late_sink"):
+        run("late-sink-pre", range(1), preaggregate=True, late_sink=lambda t, b: None)
+    assert got == got2 == want[-len(got) :] and len(got) > 0, "the same windows either way"

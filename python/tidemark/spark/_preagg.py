@@ -321,6 +321,29 @@ def preaggregation(pipe: Pipeline, schema: Any, tz: str, large: bool) -> Preaggr
     return out
 
 
+def processor_fold(
+    pipe: Pipeline,
+    schema: Any,
+    tz: str,
+    large: bool,
+    asked: bool | None,
+    keeps_rows: bool,
+    meta: dict[str, Any] | None,
+) -> Preaggregation | None:
+    """The fold a ``StreamProcessor`` keeps its state by, decided at its first
+    micro-batch (``schema``: its input's): ``None`` with ``asked`` ``False``, where
+    Spark's fold would not give the pipeline's exact windows (a ``"row"`` late rule
+    judges each row on its own), and by default (``asked`` ``None``) also where the
+    processor keeps late or error rows (``keeps_rows``: folds keep none) or its state
+    location's ``meta`` was written by the raw pipeline (the state stays raw)."""
+    if asked is False or pipe.late_rule == "row":
+        return None
+    pre = preaggregation(pipe, schema, tz, large)
+    if asked is None and (keeps_rows or (meta or {}).get("fingerprint") == pipe.fingerprint):
+        return None
+    return pre
+
+
 def _partial_schema(pre: Preaggregation, schema: Any, tz: str, large: bool) -> pa.Schema:
     """The Arrow schema of :meth:`Preaggregation.rows` (types as Spark gives them)."""
     from pyspark.sql.types import LongType, StructField, StructType

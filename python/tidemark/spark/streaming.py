@@ -81,10 +81,10 @@ from tidemark.spark._driver import (
     Sink,
     exact_partitions,
 )
-from tidemark.spark._files import has_no_rows, heartbeat, micro_batch_plan
+from tidemark.spark._files import batch_files, has_no_rows, heartbeat, micro_batch_plan
 from tidemark.spark._kafka import source_view
 from tidemark.spark._layout import Layout, Options, Stats
-from tidemark.spark._preagg import WEIGHT, Preaggregation, preaggregation
+from tidemark.spark._preagg import WEIGHT, Preaggregation, processor_fold
 from tidemark.spark._records import StreamRecord
 from tidemark.spark._sizing import (
     cores_of,
@@ -231,26 +231,30 @@ class StreamProcessor(MicroBatchDriver):
         :meth:`flush` runs in the driver with ``True``, or by default after a
         micro-batch that did. State, outputs and replays are the same either way.
 
-    preaggregate : bool
-        ``True``: where it gives the same windows, Spark's own ``groupBy`` folds each
-        micro-batch's rows per key and window pane before they reach Python (see
-        ``tidemark.spark.aggregate``'s ``preaggregate``: ``count``, ``sum`` of 8-32-bit
-        integers, exact ``sum`` of floats, ``min`` / ``max`` of integers, dates and
-        timestamps; tumbling or sliding windows of a Spark timestamp; a ``spark`` or
-        ``flink`` late rule; no ``max_keys`` or ``state_ttl``), and the pipeline merges the
-        folds. Every row of a pane shares its windows and its late or on-time fate, so
-        windows, watermarks and the counts of ``last_progress`` are the raw path's; late and
-        error rows are counted, not kept (no ``late_sink`` or ``error_sink``). Far fewer
-        rows cross into Python and through the shuffle where keys have many rows per window
-        in a micro-batch; the folds then run in one task (unless ``shuffle=True``). Only
-        micro-batches too large for one task are folded (see ``shuffle``; all with
-        ``shuffle=True``): one that one task takes runs faster raw, each row going in as its
-        own fold, into the same state. Where a fold keeps more than ``FOLD_SHARE`` (a tenth)
-        of its rows, the next micro-batches run raw (shuffled), the fold tried again every
-        ``FOLD_RETRY`` (10) of them. Decided at the first micro-batch; the state then holds
-        the merged folds (a state location is kept with the same setting).
-        ``last_progress["read"]`` is ``"folds"`` for a folded micro-batch. Default
-        ``False``.
+    preaggregate : bool or None
+        Whether Spark's own ``groupBy`` may fold large micro-batches' rows per key and
+        window pane before they reach Python, the pipeline merging the folds (see
+        ``tidemark.spark.aggregate``'s ``preaggregate``). Only where it gives the same
+        windows: ``count``, ``sum`` of 8-32-bit integers, exact ``sum`` of floats,
+        ``min`` / ``max`` of integers, dates and timestamps; tumbling or sliding windows
+        of a Spark timestamp; a ``spark`` or ``flink`` late rule; no ``max_keys`` or
+        ``state_ttl``. Every row of a pane shares its windows and its late or on-time
+        fate, so windows, watermarks and the counts of ``last_progress`` are the raw
+        path's. Far fewer rows cross into Python and through the shuffle where keys
+        have many rows per window in a micro-batch; the folds then run in one task
+        (unless ``shuffle=True``). Only micro-batches too large for one task, and not
+        read from their files (see ``read_files``), are folded (all with
+        ``shuffle=True``): the others run faster raw, each row going in as its own
+        fold, into the same state. Where a fold keeps more than ``FOLD_SHARE`` (a
+        tenth) of its rows, the next large micro-batches run raw (shuffled), the fold
+        tried again after ``FOLD_RETRY`` (10) of them, then twice as many each time
+        (at most ``FOLD_RETRY_MAX``, 160). Decided at the first micro-batch; the state
+        then holds the merged folds. ``last_progress["read"]`` is ``"folds"`` then.
+        ``None`` (default): where it is exact and folds keep no late or error rows (no
+        ``late_sink`` or ``error_sink``), and the state location is new or was
+        written with folds (a state location written by the raw pipeline stays raw).
+        ``True``: also warns where it is not exact, and refuses a late or error sink
+        (late and error rows are counted, not kept). ``False``: never.
 
     Attributes
     ----------
@@ -285,7 +289,7 @@ class StreamProcessor(MicroBatchDriver):
         on_driver: bool | None = None,
         arrow_sinks: bool = False,
         read_files: bool = True,
-        preaggregate: bool = False,
+        preaggregate: bool | None = None,
     ) -> None:
         require_args(
             "StreamProcessor()",
@@ -312,7 +316,7 @@ class StreamProcessor(MicroBatchDriver):
                 "shuffle=True sends the rows to one task per state partition and "
                 "on_driver=True processes them in the driver: choose one"
             )
-        if preaggregate and (late_sink is not None or error_sink is not None):
+        if preaggregate is True and (late_sink is not None or error_sink is not None):
             raise ConfigError(
                 "preaggregate=True folds each micro-batch's rows per key and window pane "
                 "in Spark before the pipeline sees them: late and error rows are counted "
@@ -404,7 +408,7 @@ class StreamProcessor(MicroBatchDriver):
     # --- the foreachBatch function -------------------------------------------------
 
     def _folded(
-        self, df: Any, stats: Stats, fields: Any, tz: str, large: bool
+        self, df: Any, stats: Stats, fields: Any, tz: str, large: bool, plan: Any
     ) -> tuple[Any, Any, bool]:
         """With ``preaggregate``: the micro-batch as Spark's folds (see
         :mod:`tidemark.spark._preagg`) and their schema, where the fold is exact for
@@ -414,32 +418,39 @@ class StreamProcessor(MicroBatchDriver):
         through that pipeline, each its own fold: see :meth:`Preaggregation.lift`);
         else ``df`` and ``fields``. Also whether the rows are Spark's folds. A flush or
         a quiet micro-batch reads no rows: only the schema is folded."""
-        if not self.preaggregate:
+        if self.preaggregate is False:
             return df, fields, False
         if not self._fold_decided:
             self._fold_decided = True
-            pre = preaggregation(self.pipe, fields, tz, large)
-            if self.pipe.late_rule == "row":
-                pre = None  # each row judged on its own: a pane's rows may differ
-            if pre is None:
-                self._warn(
-                    "preaggregate",
-                    "preaggregate=True: Spark's fold would not give this pipeline's exact "
-                    "windows on this stream (see StreamProcessor's preaggregate): every "
-                    "row goes through the pipeline",
-                )
-            else:
+            pre = self._preaggregation(fields, tz, large)
+            if pre is not None:
                 self._fold = pre
                 self.pipe = pre.pipe
         if self._fold is None:
             return df, fields, False
         if stats.kind != "rows":
             return df, self._fold.rows(df.sparkSession.createDataFrame([], fields)).schema, False
+        if self.read_files:
+            stats = replace(stats, files=isinstance(batch_files(df, plan), list))
         fold, self._history = _layout.choose_fold(stats, self._history, self._options())
         if not fold:
             return df, fields, False
         folded = self._fold.rows(df)
         return folded, folded.schema, True
+
+    def _preaggregation(self, fields: Any, tz: str, large: bool) -> Preaggregation | None:
+        """The fold this processor keeps its state by (see :func:`processor_fold`)."""
+        meta = self.store.read_json("meta.json") if self.preaggregate is None else None
+        keeps = self.late_sink is not None or self.error_sink is not None
+        pre = processor_fold(self._raw_pipe, fields, tz, large, self.preaggregate, keeps, meta)
+        if pre is None and self.preaggregate is True:
+            self._warn(
+                "preaggregate",
+                "preaggregate=True: Spark's fold would not give this pipeline's exact "
+                "windows on this stream (see StreamProcessor's preaggregate): every "
+                "row goes through the pipeline",
+            )
+        return pre
 
     def _sized(self, df: Any, plan: Any = None) -> tuple[int | None, int | None]:
         """Spark's size estimate of micro-batch ``df`` (``None``: none; ``plan``: its
@@ -510,7 +521,7 @@ class StreamProcessor(MicroBatchDriver):
         # The micro-batch as the layout sees it, asked of Spark once (its size: a JVM
         # call) for the fold's choice and the layout of raw rows.
         stats = self._stats(df, kind, plan)
-        df, fields, folds = self._folded(df, stats, fields, tz, large)
+        df, fields, folds = self._folded(df, stats, fields, tz, large, plan)
         if folds:
             stats = self._stats(df, kind, folds=True)
         # Raw rows of a processor that keeps merged folds: each row goes in as its own
@@ -667,7 +678,7 @@ class StreamProcessor(MicroBatchDriver):
             self._history = replace(self._history, last_rows=counts["input_rows"])
         if run.read == "folds":
             share = summary["read_rows"] / max(1, counts["input_rows"])
-            self._history = replace(self._history, fold_share=share)
+            self._history = self._history.folded(share)
         if run.read == "spark" and run.read_why is not None:
             counts["read_why"] = run.read_why
         self._warn_dropped(counts["late_rows"], batch_id)
