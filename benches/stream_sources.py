@@ -6,7 +6,7 @@ Run from the repository root (after ``make build jars``)::
     python benches/stream_sources.py                        # file, kafka, rate; 10K-400K
     python benches/stream_sources.py --sizes 10000 100000 400000 1000000 --batches 5
     python benches/stream_sources.py --sources kafka --systems floor,tidemark,spark
-    python benches/stream_sources.py --sum ivalue --systems spark,tidemark,folded,floor
+    python benches/stream_sources.py --sum ivalue --systems spark,tidemark,raw,floor
     python benches/spark_compare.py --part sources          # the same, from the compare
 
 The stream: the multi-tenant generator of the demo (2,000 tenants, half of them report
@@ -18,14 +18,14 @@ tumbling windows and writes them to Spark's ``noop`` sink (tidemark's sink:
 * ``spark``: Spark's ``withWatermark("event_time", "5 seconds")`` + ``groupBy(window,
   tenant)`` in append mode (one global watermark: the late half is dropped);
 * ``tidemark``: ``StreamProcessor`` with default settings (per-key watermarks,
-  5 s delay, ``late="drop"`` as Spark's query drops its late rows);
+  5 s delay, ``late="drop"`` as Spark's query drops its late rows): Spark folds the
+  rows per tenant and window pane before Python in micro-batches too large for one task
+  (count and an exact float sum fold);
 * ``executors``: the same with ``on_driver=False, read_files=False``: every micro-batch
   in Spark tasks, its rows from Spark (a cluster's path);
 * ``floor``: ``foreachBatch`` + ``count()``: what reading a micro-batch costs;
-* ``folded`` (not by default): ``StreamProcessor(preaggregate=True)``, which folds only
-  exact aggregates: with ``--sum ivalue`` (the same numbers as an int) Spark folds the
-  rows per tenant and window pane before Python in micro-batches too large for one task
-  (with the default float ``value`` it runs raw, as ``tidemark``).
+* ``raw``: the defaults with ``preaggregate=False``: every row goes into Python (the
+  default before the fold was).
 
 Sources, each giving every system the same micro-batches:
 
@@ -59,7 +59,7 @@ import pyarrow.compute as pc
 
 TENANTS = 2_000
 SPAN_S = 90  # event time per micro-batch
-SYSTEMS = ("spark", "tidemark", "executors", "floor")
+SYSTEMS = ("spark", "tidemark", "executors", "raw", "floor")
 #: The column summed (``--sum``): ``value`` (a double) or ``ivalue`` (the same, a long).
 SUM_COLUMN = ["value"]
 
@@ -199,8 +199,8 @@ def query(system: str, df: Any, work: Path, layouts: list[str] | None = None) ->
         kw: dict[str, Any] = {}
         if system == "executors":
             kw = {"on_driver": False, "read_files": False}
-        elif system == "folded":
-            kw = {"preaggregate": True}
+        elif system == "raw":
+            kw = {"preaggregate": False}
         proc = StreamProcessor(
             pipe,
             str(work / "state"),
@@ -331,7 +331,7 @@ def main() -> None:
         "--sum",
         choices=["value", "ivalue"],
         default="value",
-        help="the column summed: value (a double) or ivalue (an int: preaggregate folds it)",
+        help="the column summed: value (a double) or ivalue (the same numbers as an int)",
     )
     ap.add_argument("--bootstrap", help="a running Kafka broker (default: start one here)")
     args = ap.parse_args()

@@ -12,12 +12,12 @@ other on the same ``local[N]`` session:
 * ``spark``: the query as Spark's own streaming aggregation (``withWatermark`` + window,
   append mode, ``noop`` sink);
 * ``tidemark``: ``StreamProcessor`` in ``foreachBatch`` with its defaults (the sink
-  writes the windows to ``noop``);
+  writes the windows to ``noop``): Spark folds a micro-batch too large for one task per
+  key and window pane before Python (q5, q7, q12; q11's sessions do not fold);
 * ``executors``: the same with ``on_driver=False, read_files=False``: every micro-batch
   runs in Spark tasks, its rows fetched through Spark (the cluster path);
-* ``folded``: the executors path with ``preaggregate=True``: Spark folds each
-  micro-batch per key and window pane before Python (q5, q7, q12; q11's sessions do not
-  fold: it runs as ``executors``);
+* ``raw``: the executors path with ``preaggregate=False``: every row goes into Python
+  (the default before the fold was);
 * ``floor``: q0, ``foreachBatch`` counting the rows: the cost of reading a micro-batch.
 
 Sources: ``files``, one Parquet file per micro-batch (``maxFilesPerTrigger=1``),
@@ -247,8 +247,8 @@ def system_writer(
     kwargs: dict[str, Any] = {}
     if system == "executors":
         kwargs = {"on_driver": False, "read_files": False}
-    if system == "folded":
-        kwargs = {"on_driver": False, "read_files": False, "preaggregate": True}
+    if system == "raw":
+        kwargs = {"on_driver": False, "read_files": False, "preaggregate": False}
     proc = StreamProcessor(
         pipe,
         str(chk / "state"),
@@ -266,7 +266,7 @@ def measure(args: argparse.Namespace, spark: Any, work: Path, cores: int) -> Non
     queries = [q for q in args.queries.split(",") if q]
     header = (
         f"{'query':<5} {'source':<6} {'events/batch':>12} {'spark':>10} {'tidemark':>10} "
-        f"{'executors':>10} {'folded':>10} {'floor':>10} {'flink':>8}   (events/s per core)"
+        f"{'executors':>10} {'raw':>10} {'floor':>10} {'flink':>8}   (events/s per core)"
     )
     rows = []
     for events in args.events:
@@ -280,7 +280,7 @@ def measure(args: argparse.Namespace, spark: Any, work: Path, cores: int) -> Non
                 else:
                     source = RateSource(cfg, events, args.batches, cores)
                 systems = (
-                    ["floor"] if query == "q0" else ["spark", "tidemark", "executors", "folded"]
+                    ["floor"] if query == "q0" else ["spark", "tidemark", "executors", "raw"]
                 )
                 cell: dict[str, float] = {}
                 for system in systems:
@@ -302,7 +302,7 @@ def measure(args: argparse.Namespace, spark: Any, work: Path, cores: int) -> Non
                 flink = qs.FLINK_PER_CORE.get(query)
                 rows.append(
                     f"{query:<5} {source_name:<6} {events:>12,} {fmt('spark')} "
-                    f"{fmt('tidemark')} {fmt('executors')} {fmt('folded')} {fmt('floor')} "
+                    f"{fmt('tidemark')} {fmt('executors')} {fmt('raw')} {fmt('floor')} "
                     f"{(f'{flink:,}' if flink else ''):>8}"
                 )
     print()
