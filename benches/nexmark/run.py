@@ -279,9 +279,7 @@ def measure(args: argparse.Namespace, spark: Any, work: Path, cores: int) -> Non
                     source = KafkaSource(args.broker, cfg, events, args.batches)
                 else:
                     source = RateSource(cfg, events, args.batches, cores)
-                systems = (
-                    ["floor"] if query == "q0" else ["spark", "tidemark", "executors", "raw"]
-                )
+                systems = ["floor"] if query == "q0" else ["spark", "tidemark", "executors", "raw"]
                 cell: dict[str, float] = {}
                 for system in systems:
                     chk = work / f"chk-{query}-{source_name}-{events}-{system}"
