@@ -27,6 +27,7 @@ SECTIONS: list[tuple[str, object, list[str]]] = [
             "Operator",
             "Output",
             "BoundedOutOfOrderness",
+            "AdaptiveOutOfOrderness",
             "ScopeWatermark",
             "Tumbling",
             "Sliding",

@@ -65,11 +65,19 @@ from tidemark.watermarks import (
     KeyedWatermarkTracker,
     PartitionedWatermarkTracker,
 )
-from tidemark.windows import BoundedOutOfOrderness, Rows, Session, Sliding, Tumbling
+from tidemark.windows import (
+    AdaptiveOutOfOrderness,
+    BoundedOutOfOrderness,
+    Rows,
+    Session,
+    Sliding,
+    Tumbling,
+)
 
 __version__: str = _native.__version__
 
 __all__ = [
+    "AdaptiveOutOfOrderness",
     "Agg",
     "ArrowDataError",
     "BoundedOutOfOrderness",

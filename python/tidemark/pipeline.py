@@ -50,6 +50,7 @@ from tidemark.errors import ConfigError
 from tidemark.event_time import resolve_event_time_type
 from tidemark.operator import Operator
 from tidemark.windows import (
+    AdaptiveOutOfOrderness,
     BoundedOutOfOrderness,
     Rows,
     Session,
@@ -265,6 +266,7 @@ class Pipeline:
             "eviction": eviction,
             "time": time,
             "state_ttl_ms": None if state_ttl is None else to_millis(state_ttl, "state_ttl"),
+            "adaptive": wm.core_config() if isinstance(wm, AdaptiveOutOfOrderness) else None,
         }
         self.fingerprint: int = _native.validate_pipeline(self._config)
         if schema is not None:

@@ -10,7 +10,14 @@ from typing import Any
 from tidemark._duration import Duration, to_micros
 from tidemark.errors import ConfigError
 
-__all__ = ["BoundedOutOfOrderness", "Rows", "Session", "Sliding", "Tumbling"]
+__all__ = [
+    "AdaptiveOutOfOrderness",
+    "BoundedOutOfOrderness",
+    "Rows",
+    "Session",
+    "Sliding",
+    "Tumbling",
+]
 
 _SCOPES = ("global", "partition", "key")
 _IDLENESS = ("event_time", "clock")
@@ -134,6 +141,136 @@ class BoundedOutOfOrderness:
             out += f", partition_column={self.partition_column!r}"
         if self.partitions is not None:
             out += f", partitions={self.partitions!r}"
+        return out + ")"
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class AdaptiveOutOfOrderness(BoundedOutOfOrderness):
+    """A watermark per key whose delay each key learns from its own lateness.
+
+    A row's lateness is how far its event time lies behind its key's largest event
+    time as the row's batch began. Each key keeps a small histogram of its rows'
+    lateness over the last ``horizon`` of its event time; after each batch that
+    touched it, its delay is the ``quantile`` of that histogram (rounded up to a
+    bucket bound, at most 1.41x above; from fewer than ``1 / (1 - quantile)`` rows, the
+    largest lateness seen), clamped to ``[min_delay, max_delay]``. A key seen in fewer
+    than ``min_rows`` rows waits ``max_delay``. Its watermark is then ``max(its
+    watermark, max event time - delay)``: never moved back, so a longer delay holds it
+    until the key's events pass it.
+
+    Learned per batch (every row of a batch is judged with the delays as they stood
+    when the batch began), so the same batches give the same windows whatever the
+    order of their rows, the cores or the state partitions. Every window kind, late
+    rule, ``max_keys`` and idleness work as with :class:`BoundedOutOfOrderness`
+    ``(per="key")``; Spark's fold (``preaggregate``) does not apply (it keeps no
+    row's own event time). State: about 180 bytes per key with the defaults (see
+    docs/guide/late-data.md).
+
+    Parameters
+    ----------
+    per : str
+        ``"key"`` (the only scope a delay is learned for).
+    quantile : float
+        The share of a key's rows its delay should keep on time (0 < quantile < 1).
+    min_delay, max_delay : str, timedelta or int
+        Bounds of every key's delay (ints are microseconds); ``max_delay`` is also the
+        delay of a key not seen enough yet.
+    horizon : str, timedelta or int
+        How much of a key's event time its lateness is learned over (between
+        ``horizon / 2`` and ``horizon``): how fast a key's delay follows a change.
+    min_rows : int
+        Rows a key is seen in before its delay is learned (default 100).
+    idle_timeout, idleness, max_ahead
+        As for :class:`BoundedOutOfOrderness`.
+
+    Examples
+    --------
+    >>> import tidemark as tm
+    >>> wm = tm.AdaptiveOutOfOrderness(quantile=0.999, min_delay="1s", max_delay="10m")
+    >>> wm.per, wm.delay, wm.horizon
+    ('key', '10m', '1h')
+    """
+
+    quantile: float = 0.999
+    min_delay: Duration = "1s"
+    max_delay: Duration = "10m"
+    horizon: Duration = "1h"
+    min_rows: int = 100
+
+    def __init__(
+        self,
+        per: str = "key",
+        *,
+        quantile: float = 0.999,
+        min_delay: Duration = "1s",
+        max_delay: Duration = "10m",
+        horizon: Duration = "1h",
+        min_rows: int = 100,
+        idle_timeout: Duration | None = None,
+        idleness: str = "event_time",
+        max_ahead: Duration | None = None,
+    ) -> None:
+        if per != "key":
+            raise ConfigError(
+                f'AdaptiveOutOfOrderness learns a delay per key: use per="key" (got {per!r}); '
+                "for one watermark per source partition or globally use BoundedOutOfOrderness"
+            )
+        if isinstance(quantile, bool) or not isinstance(quantile, (int, float)):
+            raise ConfigError(f"quantile must be a number between 0 and 1, got {quantile!r}")
+        if not 0.0 < float(quantile) < 1.0:
+            raise ConfigError(f"quantile must be between 0 and 1 (exclusive), got {quantile!r}")
+        lo = to_micros(min_delay, "watermark.min_delay")
+        hi = to_micros(max_delay, "watermark.max_delay")
+        if not 0 <= lo <= hi:
+            raise ConfigError(
+                f"AdaptiveOutOfOrderness needs 0 <= min_delay <= max_delay, got "
+                f"min_delay={min_delay!r}, max_delay={max_delay!r}"
+            )
+        if to_micros(horizon, "watermark.horizon") < 2:
+            raise ConfigError(f"horizon must be positive, got {horizon!r}")
+        if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
+            raise ConfigError(f"min_rows must be an int >= 1, got {min_rows!r}")
+        values = {
+            "delay": max_delay,
+            "per": per,
+            "idle_timeout": idle_timeout,
+            "partition_column": "partition",
+            "partitions": None,
+            "idleness": idleness,
+            "max_ahead": max_ahead,
+            "quantile": float(quantile),
+            "min_delay": min_delay,
+            "max_delay": max_delay,
+            "horizon": horizon,
+            "min_rows": min_rows,
+        }
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+        self.__post_init__()
+
+    def core_config(self) -> tuple[int, int, int, int]:
+        """``(quantile in parts per billion, min_delay, horizon, min_rows)`` as the core
+        reads them (durations in microseconds)."""
+        return (
+            round(self.quantile * 1_000_000_000),
+            to_micros(self.min_delay, "watermark.min_delay"),
+            to_micros(self.horizon, "watermark.horizon"),
+            self.min_rows,
+        )
+
+    def __repr__(self) -> str:
+        out = (
+            f"AdaptiveOutOfOrderness(quantile={self.quantile!r}, min_delay={self.min_delay!r}, "
+            f"max_delay={self.max_delay!r}, horizon={self.horizon!r}"
+        )
+        if self.min_rows != 100:
+            out += f", min_rows={self.min_rows!r}"
+        if self.idle_timeout is not None:
+            out += f", idle_timeout={self.idle_timeout!r}"
+        if self.idleness != _IDLENESS[0]:
+            out += f", idleness={self.idleness!r}"
+        if self.max_ahead is not None:
+            out += f", max_ahead={self.max_ahead!r}"
         return out + ")"
 
 

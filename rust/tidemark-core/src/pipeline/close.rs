@@ -177,6 +177,9 @@ impl Operator {
                 *f = UNRESOLVED;
             }
             self.marks.drop_key(e.slot);
+            if let Some(l) = self.lateness.as_mut() {
+                l.reset(e.slot);
+            }
             let list = self
                 .wins
                 .get_mut(slot)

@@ -188,6 +188,30 @@ pub struct PipelineConfig {
     /// `idle_timeout` is) is dropped; its open windows are emitted early (`None`:
     /// kept until closed).
     pub state_ttl: Option<i64>,
+    /// Per key: each key's delay learned from its own lateness, `delay` its longest
+    /// (`None`: every key's delay is `delay`). See [`AdaptiveDelay`].
+    pub adaptive: Option<AdaptiveDelay>,
+}
+
+/// A delay per key learned from the key's own lateness (`tidemark.
+/// AdaptiveOutOfOrderness`): how far each of its rows arrives behind the key's largest
+/// event time as the row's call began, in a histogram per key over the last
+/// `horizon` of the key's event time; the key's delay is the `quantile` of it,
+/// clamped to `min_delay` and the pipeline's `delay` (which a key seen in fewer than
+/// `min_rows` rows keeps). Learned per call, so the same calls give the same
+/// windows whatever the order of their rows (see `pipeline/adaptive.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AdaptiveDelay {
+    /// The quantile of a key's lateness its delay follows, in parts per billion
+    /// (999_000_000: the 99.9th percentile).
+    pub quantile_ppb: u32,
+    /// The shortest delay (microseconds).
+    pub min_delay: i64,
+    /// How much of a key's event time its lateness is learned over (microseconds):
+    /// two halves, the older dropped as the key's events pass each half.
+    pub horizon: i64,
+    /// Rows a key is seen in before its delay is learned (until then: `delay`).
+    pub min_rows: u32,
 }
 
 impl PipelineConfig {
@@ -244,6 +268,7 @@ impl PipelineConfig {
             eviction: KeyEvictionPolicy::LeastRecentlyActive,
             time: TimeMode::Event,
             state_ttl: None,
+            adaptive: None,
         }
     }
 
@@ -403,6 +428,9 @@ impl PipelineConfig {
                 "processing-time pipelines have one clock-driven watermark; use per=\"global\"",
             ));
         }
+        if let Some(a) = &self.adaptive {
+            a.validate(self)?;
+        }
         Ok(())
     }
 
@@ -446,6 +474,14 @@ impl PipelineConfig {
             // Only when set: configurations without a TTL keep their fingerprints.
             w.str("state_ttl");
             w.i64(ttl);
+        }
+        if let Some(a) = &self.adaptive {
+            // Only when set: configurations with a fixed delay keep their fingerprints.
+            w.str("adaptive");
+            w.u64(u64::from(a.quantile_ppb));
+            w.i64(a.min_delay);
+            w.i64(a.horizon);
+            w.u64(u64::from(a.min_rows));
         }
         match self.window {
             WindowSpec::Rows { n } => {
@@ -507,5 +543,27 @@ impl PipelineConfig {
         w.u8(self.eviction as u8);
         w.u8(self.time as u8);
         xxhash_rust::xxh64::xxh64(&w.finish(), 0x7469_6465)
+    }
+}
+
+impl AdaptiveDelay {
+    fn validate(&self, cfg: &PipelineConfig) -> Result<()> {
+        let bad = |why: &str| Err(TidemarkError::config("watermark", why.to_string()));
+        if cfg.scope != Scope::Key || cfg.time != TimeMode::Event {
+            return bad("an adaptive delay is learned per key: use per=\"key\" (event time)");
+        }
+        if self.quantile_ppb == 0 || self.quantile_ppb >= 1_000_000_000 {
+            return bad("the adaptive delay's quantile must be between 0 and 1 (exclusive)");
+        }
+        if self.min_delay < 0 || self.min_delay > cfg.delay {
+            return bad("the adaptive delay needs 0 <= min_delay <= max_delay");
+        }
+        if self.horizon < 2 {
+            return bad("the adaptive delay's horizon must be positive");
+        }
+        if self.min_rows == 0 {
+            return bad("the adaptive delay's min_rows must be at least 1");
+        }
+        Ok(())
     }
 }

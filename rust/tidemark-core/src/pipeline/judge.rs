@@ -48,6 +48,13 @@ impl Operator {
             }
             return;
         };
+        if let Some(l) = self.lateness.as_mut() {
+            // The key's delay after this call, learned from its rows (a function of the
+            // call's rows as a set: see `adaptive`).
+            let before = self.keys.batch_key_max(key.g).unwrap_or(i64::MIN);
+            let target = l.learn(slot, before, key.rows.iter().map(|r| r.0));
+            self.keys.set_batch_delay(key.g, target);
+        }
         let closed = if j.key_scope {
             if j.spark {
                 self.marks.key_starts.push((slot, wm));

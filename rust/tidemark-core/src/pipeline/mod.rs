@@ -26,6 +26,7 @@ use crate::pipeline::bind::Binding;
 use crate::agg::codec::read_acc;
 use crate::pipeline::close::CloseIndex;
 
+mod adaptive;
 mod bind;
 mod close;
 mod config;
@@ -44,7 +45,9 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions};
 use arrow_schema::Schema;
 
-pub use config::{EmitMode, Idleness, LatePolicy, LateRule, PipelineConfig, Scope, TimeMode};
+pub use config::{
+    AdaptiveDelay, EmitMode, Idleness, LatePolicy, LateRule, PipelineConfig, Scope, TimeMode,
+};
 pub use marks::{External, Start};
 pub(crate) use scope::merged_partition_max;
 pub use scope::{idle_reading, ScopeWatermark, SourceView};
@@ -55,6 +58,7 @@ use crate::error::{Result, TidemarkError};
 use crate::state::Reader;
 use crate::time::{KeyedTicks, KeyedWatermarkTracker};
 use crate::window::{OpenWindow, WindowSpec};
+use adaptive::Lateness;
 use floors::FloorSketch;
 use marks::Marks;
 
@@ -154,6 +158,8 @@ pub struct PipelineMetrics {
     pub windows_expired: u64,
     /// Input rows dropped by an inner lookup join (no matching lookup row).
     pub rows_unmatched: u64,
+    /// With an adaptive delay: bytes of the keys' delays and lateness histograms.
+    pub delay_state_bytes: u64,
 }
 
 impl PipelineMetrics {
@@ -178,6 +184,7 @@ impl PipelineMetrics {
         self.keys_expired += o.keys_expired;
         self.windows_expired += o.windows_expired;
         self.rows_unmatched += o.rows_unmatched;
+        self.delay_state_bytes += o.delay_state_bytes;
     }
 }
 
@@ -266,6 +273,8 @@ pub struct Operator {
     bound: Option<Binding>,
     /// Key interning, activity, per-key watermarks (meaningful in key scope).
     keys: KeyedWatermarkTracker,
+    /// With an adaptive delay: each key's lateness histogram (see [`adaptive`]).
+    lateness: Option<Lateness>,
     /// Open windows per key slot, sorted by start.
     wins: Vec<Vec<OpenWindow>>,
     /// Partial aggregates: `accs[state * n_aggs + j]`.
@@ -367,6 +376,10 @@ impl Operator {
         )
         .with_eviction_log()
         .with_idle_log();
+        let (keys, lateness) = match &cfg.adaptive {
+            Some(a) => (keys.with_key_delays(), Some(Lateness::new(a, cfg.delay))),
+            None => (keys, None),
+        };
         let scope = ScopeWatermark::new(&cfg, clock.clone());
         let op = Operator {
             fingerprint: cfg.fingerprint(),
@@ -374,6 +387,7 @@ impl Operator {
             clock,
             bound: None,
             keys,
+            lateness,
             wins: Vec::new(),
             accs: Vec::new(),
             flags: Vec::new(),
@@ -415,6 +429,9 @@ impl Operator {
             windows_open: (self.accs.len() / n_aggs(&self.cfg).max(1) - self.free_states.len())
                 as u64,
             keys_evicted: self.keys.metrics().evicted_keys,
+            delay_state_bytes: self.lateness.as_ref().map_or(0, |l| {
+                (self.keys.total_key_count() * (l.bytes_per_key() + 8)) as u64
+            }),
             ..self.metrics.clone()
         }
     }

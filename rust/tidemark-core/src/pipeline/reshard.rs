@@ -9,6 +9,7 @@
 
 use arrow_schema::{DataType, Field};
 
+use super::adaptive::Lateness;
 use super::floors::FloorSketch;
 use super::snapshot::{read_fields, write_fields};
 use super::{Operator, PipelineConfig};
@@ -35,6 +36,8 @@ pub struct KeyState {
     pending: i64,
     /// Sessions per key or partition: the end of the last session it closed.
     session_end: i64,
+    /// With an adaptive delay: the key's delay and lateness histogram.
+    adaptive: Option<(i64, (i64, Vec<u32>))>,
 }
 
 /// A parsed operator snapshot.
@@ -95,12 +98,14 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
             windows: Vec::new(),
             pending: super::marks::NOT_PENDING,
             session_end: i64::MIN,
+            adaptive: None,
         });
     }
     let _cursor = r.len(0)?;
     let tracker_tail = (r.i64()?, r.i64()?, r.i64()?, r.u64()?, r.u64()?, r.u64()?);
     let na = cfg.aggs.len();
     let marks = cfg.keeps_key_marks();
+    let lateness = cfg.adaptive.as_ref().map(|a| Lateness::new(a, cfg.delay));
     for k in keys.iter_mut() {
         let count = r.len(17)?;
         for _ in 0..count {
@@ -116,6 +121,9 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
         }
         if cfg.keeps_session_ends() {
             k.session_end = r.i64()?;
+        }
+        if let Some(l) = &lateness {
+            k.adaptive = Some((r.i64()?, l.read_record(&mut r)?));
         }
     }
     // The scope watermark's state (`ScopeWatermark::write_state`).
@@ -267,6 +275,10 @@ pub fn redistribute(
             if cfg.keeps_session_ends() {
                 w.i64(k.session_end);
             }
+            if let Some((delay, record)) = &k.adaptive {
+                w.i64(*delay);
+                Lateness::write_record(&mut w, record);
+            }
         }
         w.i64(shared.watermark.0);
         w.i64(shared.watermark.1);
@@ -289,6 +301,20 @@ pub fn redistribute(
 }
 
 fn merge_key(into: &mut KeyState, k: KeyState) {
+    if let (Some((d, mine)), Some((e, theirs))) = (into.adaptive.as_mut(), &k.adaptive) {
+        // The larger watermark, over the larger max event time.
+        let wm = into
+            .max_event
+            .saturating_sub(*d)
+            .max(k.max_event.saturating_sub(*e));
+        let max = into.max_event.max(k.max_event);
+        *d = if wm == i64::MIN {
+            (*d).max(*e)
+        } else {
+            max.saturating_sub(wm)
+        };
+        Lateness::merge_records(mine, theirs);
+    }
     into.max_event = into.max_event.max(k.max_event);
     into.last_activity = into.last_activity.max(k.last_activity);
     into.idle = into.idle && k.idle;

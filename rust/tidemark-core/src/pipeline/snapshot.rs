@@ -100,6 +100,10 @@ impl Operator {
             if self.cfg.keeps_session_ends() {
                 w.i64(self.closed_session_end(slot));
             }
+            if let Some(l) = &self.lateness {
+                w.i64(self.keys.slot_delay(slot));
+                l.write(&mut w, slot);
+            }
         }
         self.scope.write_state(&mut w);
         let m = &self.metrics;
@@ -204,6 +208,11 @@ impl Operator {
                     }
                     op.session_end[slot as usize] = end;
                 }
+            }
+            if let Some(l) = op.lateness.as_mut() {
+                let delay = r.i64()?;
+                op.keys.set_slot_delay(slot, delay);
+                l.read(&mut r, slot)?;
             }
         }
         op.scope.read_state(&mut r)?;

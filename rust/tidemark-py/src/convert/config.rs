@@ -8,7 +8,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use pyo3_arrow::input::AnyRecordBatch;
 use tidemark_core::agg::{AggKind, AggSpec};
-use tidemark_core::pipeline::{EmitMode, LatePolicy, PipelineConfig, Scope, TimeMode};
+use tidemark_core::pipeline::{
+    AdaptiveDelay, EmitMode, LatePolicy, PipelineConfig, Scope, TimeMode,
+};
 use tidemark_core::window::WindowSpec;
 use tidemark_core::TidemarkError;
 
@@ -112,6 +114,20 @@ pub fn config_from_dict(d: &Bound<'_, PyDict>) -> Result<PipelineConfig> {
         eviction: named(d, "eviction")?,
         time,
         state_ttl: get(d, "state_ttl_ms")?,
+        // (quantile in parts per billion, min delay, horizon, min rows); absent: a
+        // fixed delay.
+        adaptive: match d.get_item("adaptive")? {
+            Some(v) if !v.is_none() => {
+                let (quantile_ppb, min_delay, horizon, min_rows) = get(d, "adaptive")?;
+                Some(AdaptiveDelay {
+                    quantile_ppb,
+                    min_delay,
+                    horizon,
+                    min_rows,
+                })
+            }
+            _ => None,
+        },
     };
     cfg.validate()?;
     Ok(cfg)

@@ -92,6 +92,10 @@ pub fn metrics_dict<'py>(
     d.set_item("keys", k.total_keys)?;
     d.set_item("active_keys", k.active_keys)?;
     d.set_item("idle_keys", k.idle_keys)?;
+    if m.delay_state_bytes > 0 {
+        // An adaptive delay's state (AdaptiveOutOfOrderness).
+        d.set_item("delay_state_bytes", m.delay_state_bytes)?;
+    }
     d.set_item("watermark", watermark)?;
     Ok(d)
 }

@@ -363,7 +363,16 @@ pub struct KeyedWatermarkTracker {
     eviction_log: Option<Vec<Eviction>>,
     /// When enabled, slots that went idle, for the caller to drain.
     idle_log: Option<Vec<u32>>,
+    /// Per-key delays ([`Self::with_key_delays`]): a key's watermark is its max event
+    /// time minus `delays[slot]` (empty: every key's is `cfg.bounded_delay`).
+    delays: Vec<i64>,
+    /// The batch's delay targets, by batch key index ([`Self::set_batch_delay`];
+    /// `NO_TARGET`: unchanged).
+    batch_targets: Vec<i64>,
 }
+
+/// A batch key whose delay the batch leaves as it was.
+const NO_TARGET: i64 = i64::MIN;
 
 mod query;
 mod slots;

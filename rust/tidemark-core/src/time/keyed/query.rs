@@ -27,9 +27,10 @@ impl KeyedWatermarkTracker {
     /// `w` are late when it comes back (an idle key's watermark follows the global
     /// one as far as it closed the key's windows). No effect on an active key.
     pub fn raise_idle_watermark(&mut self, slot: u32, w: i64) {
+        let delay = self.slot_delay(slot);
         let h = &mut self.keys[slot as usize];
         if h.idle {
-            h.max_event = h.max_event.max(w.saturating_add(self.cfg.bounded_delay));
+            h.max_event = h.max_event.max(w.saturating_add(delay));
         }
     }
 

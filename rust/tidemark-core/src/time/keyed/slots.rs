@@ -47,7 +47,49 @@ impl KeyedWatermarkTracker {
             event_scratch: Default::default(),
             eviction_log: None,
             idle_log: None,
+            delays: Vec::new(),
+            batch_targets: Vec::new(),
         }
+    }
+
+    /// Gives every key its own delay: `bounded_delay` when it is new, then as each
+    /// batch that touches it sets ([`Self::set_batch_delay`]). For a fresh tracker.
+    pub fn with_key_delays(mut self) -> Self {
+        self.delays = vec![self.cfg.bounded_delay; self.cold.len().max(1)];
+        self
+    }
+
+    /// Whether keys have their own delays ([`Self::with_key_delays`]).
+    #[inline]
+    pub fn has_key_delays(&self) -> bool {
+        !self.delays.is_empty()
+    }
+
+    /// The delay of the key in `slot`: its watermark is its max event time minus it.
+    #[inline]
+    pub fn slot_delay(&self, slot: u32) -> i64 {
+        Self::delay_in(&self.delays, self.cfg.bounded_delay, slot as usize)
+    }
+
+    #[inline(always)]
+    fn delay_in(delays: &[i64], delay: i64, s: usize) -> i64 {
+        if delays.is_empty() {
+            delay
+        } else {
+            delays[s]
+        }
+    }
+
+    /// Sets the delay of the settled key in `slot` (a restore): its watermark becomes
+    /// its max event time minus `delay`. The global watermark is left as it was
+    /// reported; [`Self::recalculate_global`] recomputes it.
+    pub fn set_slot_delay(&mut self, slot: u32, delay: i64) {
+        let s = slot as usize;
+        if self.delays.is_empty() || self.keys.live(s).is_none() {
+            return;
+        }
+        self.delays[s] = delay.max(0);
+        self.fix(s, None);
     }
 
     /// Uses `clock` for idle detection.
@@ -119,18 +161,22 @@ impl KeyedWatermarkTracker {
 
     #[inline]
     pub(super) fn wm_of(&self, slot: usize) -> i64 {
-        self.keys[slot]
-            .max_event
-            .saturating_sub(self.cfg.bounded_delay)
+        self.keys[slot].max_event.saturating_sub(Self::delay_in(
+            &self.delays,
+            self.cfg.bounded_delay,
+            slot,
+        ))
     }
 
     /// Leaf `s` of the minimum tree: the key's watermark while it takes part in the
     /// global minimum, [`MinTree::EMPTY`] while it is idle, free, or being applied by
-    /// a batch.
+    /// a batch (`delays`, `delay`: the keys' delays, see [`Self::slot_delay`]).
     #[inline(always)]
-    pub(super) fn leaf(keys: &KeyTable<Hot>, delay: i64, s: usize) -> i64 {
+    pub(super) fn leaf(keys: &KeyTable<Hot>, delays: &[i64], delay: i64, s: usize) -> i64 {
         match keys.live(s) {
-            Some(h) if !h.idle && h.pending == NIL => h.max_event.saturating_sub(delay),
+            Some(h) if !h.idle && h.pending == NIL => {
+                h.max_event.saturating_sub(Self::delay_in(delays, delay, s))
+            }
             _ => MinTree::EMPTY,
         }
     }
@@ -140,8 +186,8 @@ impl KeyedWatermarkTracker {
     /// the minimum, such a change writes no node, see [`NodeMinTree::fix_rise`]).
     #[inline]
     pub(super) fn fix(&mut self, s: usize, rose_from: Option<i64>) {
-        let (keys, delay) = (&self.keys, self.cfg.bounded_delay);
-        let leaf = |i| Self::leaf(keys, delay, i);
+        let (keys, delays, delay) = (&self.keys, &self.delays, self.cfg.bounded_delay);
+        let leaf = |i| Self::leaf(keys, delays, delay, i);
         match rose_from {
             Some(old) => self.active.fix_rise(s, old, leaf),
             None => self.active.fix(s, leaf),
@@ -187,6 +233,13 @@ impl KeyedWatermarkTracker {
         let need = slot as usize + 1;
         if self.cold.len() < need {
             self.cold.resize(need, Cold::FREE);
+        }
+        if !self.delays.is_empty() {
+            if self.delays.len() < need {
+                self.delays.resize(need, self.cfg.bounded_delay);
+            }
+            // A slot freed by another key starts over at the configured delay.
+            self.delays[slot as usize] = self.cfg.bounded_delay;
         }
     }
 
@@ -238,13 +291,12 @@ impl KeyedWatermarkTracker {
         }
         .or_else(|| self.least_recently_active_slot());
         if let Some(v) = victim {
+            let watermark = self.wm_of(v as usize);
             if let Some(log) = self.eviction_log.as_mut() {
                 log.push(Eviction {
                     slot: v,
                     key: self.keys.key(v).to_vec(),
-                    watermark: self.keys[v as usize]
-                        .max_event
-                        .saturating_sub(self.cfg.bounded_delay),
+                    watermark,
                 });
             }
             self.drop_slot(v);
@@ -319,10 +371,10 @@ impl KeyedWatermarkTracker {
             self.idle_heap.pop();
         }
         let idle = self.idle_heap.peek().map(|&Reverse((wm, s))| (wm, s));
-        let (keys, delay) = (&self.keys, self.cfg.bounded_delay);
+        let (keys, delays, delay) = (&self.keys, &self.delays, self.cfg.bounded_delay);
         let active = self
             .active
-            .argmin(|i| Self::leaf(keys, delay, i))
+            .argmin(|i| Self::leaf(keys, delays, delay, i))
             .map(|s| (self.wm_of(s), s as u32));
         match (idle, active) {
             (Some(i), Some(a)) => Some(if i.0 <= a.0 { i.1 } else { a.1 }),

@@ -82,9 +82,9 @@ impl KeyedWatermarkTracker {
         }
         // The minimum tree loaded in one pass over every slot (idle and free slots
         // take no part).
-        let (keys, delay) = (&self.keys, self.cfg.bounded_delay);
+        let (keys, delays, delay) = (&self.keys, &self.delays, self.cfg.bounded_delay);
         self.active
-            .build(keys.slot_bound(), |i| Self::leaf(keys, delay, i));
+            .build(keys.slot_bound(), |i| Self::leaf(keys, delays, delay, i));
         let cursor_index = r.len(0)?;
         self.cursor = slots.get(cursor_index).copied().unwrap_or(NIL);
         self.global = r.i64()?;

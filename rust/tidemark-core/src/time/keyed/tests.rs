@@ -961,3 +961,40 @@ proptest::proptest! {
         );
     }
 }
+
+#[test]
+fn a_key_delay_moves_its_watermark_on_at_once_and_never_back() {
+    let (t, _) = simple();
+    let mut t = t.with_key_delays();
+    let batch = |t: &mut KeyedWatermarkTracker, times: &[(&str, i64)], target: Option<i64>| {
+        t.begin_batch_at(0);
+        for &(k, ts) in times {
+            let slot = t.batch_slot(k.as_bytes()).unwrap();
+            let i = t.batch_fold(slot, ts);
+            if let Some(d) = target {
+                t.set_batch_delay(i, d);
+            }
+        }
+        t.end_batch();
+    };
+    let key = |k: &str| k.as_bytes().to_vec();
+    // A new key starts at the configured delay (5 s), unless its batch sets one.
+    batch(&mut t, &[("a", 100_000), ("b", 100_000)], None);
+    assert_eq!(t.watermark_for_encoded(&key("a")), Some(95_000));
+    // A shorter delay: the watermark moves on at once.
+    batch(&mut t, &[("a", 101_000)], Some(1_000));
+    assert_eq!(t.watermark_for_encoded(&key("a")), Some(100_000));
+    // A longer one: held where it stood until the key's events pass it.
+    batch(&mut t, &[("a", 102_000)], Some(10_000));
+    assert_eq!(t.watermark_for_encoded(&key("a")), Some(100_000));
+    batch(&mut t, &[("a", 115_000)], Some(10_000));
+    assert_eq!(t.watermark_for_encoded(&key("a")), Some(105_000));
+    // The other key kept its own delay, and the global watermark is the lower one.
+    assert_eq!(t.watermark_for_encoded(&key("b")), Some(95_000));
+    assert_eq!(t.global_watermark(), Some(Watermark::new(95_000)));
+    let a = t.keys.get(b"a").unwrap();
+    assert_eq!(t.slot_delay(a), 10_000);
+    // A restore sets a key's delay directly.
+    t.set_slot_delay(a, 0);
+    assert_eq!(t.watermark_for_encoded(&key("a")), Some(115_000));
+}

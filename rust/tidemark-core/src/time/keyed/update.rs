@@ -5,7 +5,8 @@ use arrow_array::{Array, Int64Array};
 use arrow_buffer::NullBuffer;
 
 use super::{
-    same_rows, EventKeys, KeyEvictionPolicy, KeyedWatermarkTracker, NIL, PREFETCH_INDEX_FROM,
+    same_rows, EventKeys, KeyEvictionPolicy, KeyedWatermarkTracker, NIL, NO_TARGET,
+    PREFETCH_INDEX_FROM,
 };
 use crate::error::{Result, TidemarkError};
 use crate::key::{AsKey, KeyColumns, KeyRows, KeyTable, RowKey};
@@ -326,7 +327,32 @@ impl KeyedWatermarkTracker {
     #[inline]
     pub fn batch_key(&self, index: u32) -> Option<(u32, i64)> {
         let (slot, before) = self.pending[index as usize];
-        (slot != NIL).then_some((slot, before.saturating_sub(self.cfg.bounded_delay)))
+        (slot != NIL).then(|| (slot, before.saturating_sub(self.slot_delay(slot))))
+    }
+
+    /// The batch's `index`-th key's max event time as the batch began (`i64::MIN`:
+    /// none yet), or `None` if that key was evicted during the batch.
+    #[inline]
+    pub fn batch_key_max(&self, index: u32) -> Option<i64> {
+        let (slot, before) = self.pending[index as usize];
+        (slot != NIL).then_some(before)
+    }
+
+    /// With keys' own delays ([`Self::with_key_delays`]): the delay the batch's
+    /// `index`-th key aims at once the batch is applied. Its watermark then becomes
+    /// `max(watermark as the batch began, max event time - target)`: a longer delay
+    /// holds the watermark where it stood (never moving it back) until the key's
+    /// events pass it, a shorter one moves it on at once.
+    pub fn set_batch_delay(&mut self, index: u32, target: i64) {
+        if self.delays.is_empty() {
+            return;
+        }
+        let i = index as usize;
+        if self.batch_targets.len() <= i {
+            self.batch_targets
+                .resize(self.pending.len().max(i + 1), NO_TARGET);
+        }
+        self.batch_targets[i] = target.max(0);
     }
 
     /// Applies the batch: per touched key (in order of first touch) the new max event
@@ -361,7 +387,19 @@ impl KeyedWatermarkTracker {
                 self.move_to_back(slot);
             }
             self.keys[slot as usize].pending = NIL;
-            let before = before.saturating_sub(self.cfg.bounded_delay);
+            let before = before.saturating_sub(self.slot_delay(slot));
+            if let Some(&target) = self.batch_targets.get(i) {
+                if target != NO_TARGET {
+                    // The delay that leaves the watermark at max(before, max - target).
+                    let max = self.keys[slot as usize].max_event;
+                    let held = if before == i64::MIN {
+                        target
+                    } else {
+                        max.saturating_sub(before)
+                    };
+                    self.delays[slot as usize] = held.min(target).max(0);
+                }
+            }
             // Without max_keys the tree was not touched when the batch took the key
             // (see batch_fold): the node over its pair was computed with `before` (or
             // lower, a lazy rise) for an active key, or (after a fix of the pair
@@ -391,6 +429,7 @@ impl KeyedWatermarkTracker {
         }
         self.pending = pending;
         self.pending.clear();
+        self.batch_targets.clear();
         self.recalc()
     }
 }
