@@ -21,6 +21,7 @@ __all__ = [
     "StreamSpec",
     "batches",
     "check_spec",
+    "differing_lateness_stream",
     "iot_stream",
     "mobile_sessions",
     "multi_tenant_stream",
@@ -324,6 +325,86 @@ def mobile_sessions(
             "ts": pa.array(start_us + (t_s[order] * 1e6).astype(np.int64), ts),
             "arrival": pa.array(start_us + (arrival_s[order] * 1e6).astype(np.int64), ts),
             "offline": pa.array(offline[user[order]]),
+        }
+    )
+
+
+#: The key kinds of :func:`differing_lateness_stream`, in key order.
+LATENESS_KINDS = ("steady", "uploads", "bursts", "changing")
+
+
+def differing_lateness_stream(
+    keys: int = 200,
+    minutes: float = 60.0,
+    every_s: float = 1.0,
+    uploads: float = 0.15,
+    bursts: float = 0.05,
+    jitter_s: float = 0.3,
+    upload_spread_s: float = 60.0,
+    burst_delay_s: tuple[float, float] = (120.0, 600.0),
+    burst_share: float = 0.05,
+    start_us: int = 1_767_225_600_000_000,
+    seed: int = 11,
+) -> pa.Table:
+    """A stream in arrival order whose keys differ in how late they send: each key
+    sends an event every ``every_s`` seconds (at a random phase) for ``minutes``;
+
+    * ``steady`` keys (the rest): each event arrives up to ``jitter_s`` after it
+      happened (uniform);
+    * ``uploads`` (this share of keys): each event arrives up to ``upload_spread_s``
+      after it happened (uniform: out-of-order uploads);
+    * ``bursts`` (this share): as steady keys, except that ``burst_share`` of their
+      events come back in bursts, each burst (a minute of events) delayed by
+      ``burst_delay_s`` (uniform per burst);
+    * ``changing``: one more key, steady for the first half, then sending as an
+      ``uploads`` key.
+
+    Columns: ``key`` (string), ``kind`` (string), ``ts`` (event time) and ``arrival``
+    (``timestamp[us, UTC]``), ``value`` (int64).
+
+    Examples
+    --------
+    >>> from tidemark.tools.datagen import differing_lateness_stream
+    >>> t = differing_lateness_stream(keys=20, minutes=2)
+    >>> t.num_rows, sorted(set(t.column("kind").to_pylist()))
+    (2520, ['bursts', 'changing', 'steady', 'uploads'])
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    n_up, n_burst = round(keys * uploads), round(keys * bursts)
+    kinds = np.array(
+        ["uploads"] * n_up + ["bursts"] * n_burst + ["steady"] * (keys - n_up - n_burst)
+    )
+    kinds = np.append(rng.permutation(kinds), "changing")
+    n = len(kinds)
+    per_key = int(minutes * 60 / every_s)
+    key = np.repeat(np.arange(n), per_key)
+    t_s = np.tile(np.arange(per_key) * every_s, n) + rng.uniform(0, every_s, n)[key]
+    kind = kinds[key]
+    late = rng.uniform(0, jitter_s, len(t_s))
+    spread = rng.uniform(0, upload_spread_s, len(t_s))
+    half = minutes * 30
+    late = np.where((kind == "uploads") | ((kind == "changing") & (t_s >= half)), spread, late)
+    # Bursts: a minute of a key's events (one in 1 / burst_share of its minutes)
+    # returns burst_delay_s late, the same delay for the whole burst.
+    minute = (t_s // 60).astype(np.int64)
+    burst = (kind == "bursts") & (
+        rng.random(n * (int(minutes) + 1))[key * (int(minutes) + 1) + minute] < burst_share
+    )
+    delays = rng.uniform(*burst_delay_s, n * (int(minutes) + 1))[key * (int(minutes) + 1) + minute]
+    late = np.where(burst, delays + late, late)
+    arrival_s = t_s + late
+    order = np.argsort(arrival_s, kind="stable")
+    ts = pa.timestamp("us", tz="UTC")
+    names = pa.array([f"key-{k:04d}" for k in range(n)], pa.string())
+    return pa.table(
+        {
+            "key": names.take(key[order]),
+            "kind": pa.array(kind[order], pa.string()),
+            "ts": pa.array(start_us + (t_s[order] * 1e6).astype(np.int64), ts),
+            "arrival": pa.array(start_us + (arrival_s[order] * 1e6).astype(np.int64), ts),
+            "value": pa.array(rng.integers(0, 100, len(order)), pa.int64()),
         }
     )
 
