@@ -38,7 +38,7 @@ BLOCK = re.compile(r"(?:<!-- example: (.*?) -->\n)?```python\n(.*?)```", re.S)
 #: Blocks this machine cannot run, and why (each says so in its marker).
 NOT_RUN = {
     "deployment.md#0": "Spark Connect",
-    "watermark-scopes.md#1": "Kafka",
+    "watermark-scopes.md#2": "Kafka",
 }
 
 
