@@ -260,6 +260,9 @@ def test_a_jittery_key_waits_longer_than_an_orderly_one() -> None:
     assert 400 * S - 45 * S < jittery < 400 * S - 20 * S, "the jittery key: about 30 s"
     m = op.metrics()
     assert m["keys"] == 2 and m["delay_state_bytes"] == 2 * (176 + 8)
+    from tidemark.metrics import prometheus_text
+
+    assert "tidemark_delay_state_bytes 368" in prometheus_text(op)
 
 
 def test_configuration_errors_say_what_to_set() -> None:

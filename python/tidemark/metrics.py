@@ -153,6 +153,12 @@ _OPERATOR: _Series = [
     ("tidemark_active_keys", "Keys taking part in the watermark.", "gauge", "active_keys"),
     ("tidemark_idle_keys", "Keys idle (not holding the watermark back).", "gauge", "idle_keys"),
     ("tidemark_watermark_microseconds", "The operator's watermark.", "gauge", "watermark"),
+    (
+        "tidemark_delay_state_bytes",
+        "Bytes of the delays keys learn (AdaptiveOutOfOrderness).",
+        "gauge",
+        "delay_state_bytes",
+    ),
 ]
 _REORDER: _Series = [
     ("tidemark_reorder_rows_in_total", "Input rows.", "counter", "rows_in"),
