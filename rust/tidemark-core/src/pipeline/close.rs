@@ -320,9 +320,12 @@ impl Operator {
                     continue; // not moved: its windows are closed at its watermark
                 }
                 self.marks.set_key(slot, wk);
-                // What the key's watermark passed in this call closes in the next.
-                if self.wins[slot as usize]
-                    .first()
+                // What the key's watermark passed in this call closes in the next (a
+                // key whose rows were all late may have no window list yet).
+                if self
+                    .wins
+                    .get(slot as usize)
+                    .and_then(|w| w.first())
                     .is_some_and(|w| self.close_at(w.end) <= now)
                 {
                     deferred.push(slot);
