@@ -78,6 +78,13 @@ class Options:
     #: Read a Parquet file stream's micro-batches from their files (driver).
     read_files: bool = False
 
+    def reads_files(self, bare_scan: bool) -> bool:
+        """Whether a stream whose micro-batches are a bare Parquet scan (``bare_scan``)
+        is read from its files in the driver by default (up to
+        ``FILES_ON_DRIVER_BYTES``): faster raw than folded, so such a processor keeps
+        raw state by default."""
+        return bare_scan and self.read_files and self.on_driver is not False and not self.shuffle
+
 
 @dataclass(frozen=True)
 class Stats:

@@ -329,19 +329,20 @@ def processor_fold(
     tz: str,
     large: bool,
     asked: bool | None,
-    keeps_rows: bool,
+    raw: bool,
     meta: dict[str, Any] | None,
 ) -> Preaggregation | None:
     """The fold a ``StreamProcessor`` keeps its state by, decided at its first
     micro-batch (``schema``: its input's): ``None`` with ``asked`` ``False``, where
     Spark's fold would not give the pipeline's exact windows (a ``"row"`` late rule
     judges each row on its own), and by default (``asked`` ``None``) also where the
-    processor keeps late or error rows (``keeps_rows``: folds keep none) or its state
-    location's ``meta`` was written by the raw pipeline (the state stays raw)."""
+    processor runs ``raw`` (it keeps late or error rows, which folds do not keep, or
+    the driver reads its micro-batches from their files, faster than any fold) or its
+    state location's ``meta`` was written by the raw pipeline (the state stays raw)."""
     if asked is False or pipe.late_rule == "row":
         return None
     pre = preaggregation(pipe, schema, tz, large)
-    if asked is None and (keeps_rows or (meta or {}).get("fingerprint") == pipe.fingerprint):
+    if asked is None and (raw or (meta or {}).get("fingerprint") == pipe.fingerprint):
         return None
     return pre
 

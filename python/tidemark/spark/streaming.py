@@ -232,27 +232,23 @@ class StreamProcessor(MicroBatchDriver):
         micro-batch that did. State, outputs and replays are the same either way.
 
     preaggregate : bool or None
-        Whether Spark's own ``groupBy`` may fold large micro-batches' rows per key and
-        window pane before they reach Python, the pipeline merging the folds (see
-        ``tidemark.spark.aggregate``'s ``preaggregate``). Only where it gives the same
-        windows: ``count``, ``sum`` of 8-32-bit integers, exact ``sum`` of floats,
-        ``min`` / ``max`` of integers, dates and timestamps; tumbling or sliding windows
-        of a Spark timestamp; a ``spark`` or ``flink`` late rule; no ``max_keys`` or
-        ``state_ttl``. Every row of a pane shares its windows and its late or on-time
-        fate, so windows, watermarks and the counts of ``last_progress`` are the raw
-        path's. Far fewer rows cross into Python and through the shuffle where keys
-        have many rows per window in a micro-batch; the folds then run in one task
-        (unless ``shuffle=True``). Only micro-batches too large for one task, and not
-        read from their files (see ``read_files``), are folded (all with
-        ``shuffle=True``): the others run faster raw, each row going in as its own
-        fold, into the same state. Where a fold keeps more than ``FOLD_SHARE`` (a
-        tenth) of its rows, the next large micro-batches run raw (shuffled), the fold
-        tried again after ``FOLD_RETRY`` (10) of them, then twice as many each time
-        (at most ``FOLD_RETRY_MAX``, 160). Decided at the first micro-batch; the state
-        then holds the merged folds. ``last_progress["read"]`` is ``"folds"`` then.
-        ``None`` (default): where it is exact and folds keep no late or error rows (no
-        ``late_sink`` or ``error_sink``), and the state location is new or was
-        written with folds (a state location written by the raw pipeline stays raw).
+        Whether Spark's ``groupBy`` may fold large micro-batches per key and window pane
+        before Python, the pipeline merging the folds (see ``aggregate``'s
+        ``preaggregate``), where that gives the same windows: ``count``, ``sum`` of
+        8-32-bit integers, exact ``sum`` of floats, ``min`` / ``max`` of integers, dates
+        and timestamps; tumbling or sliding windows of a Spark timestamp; a ``spark``
+        or ``flink`` late rule; no ``max_keys`` or ``state_ttl``. Windows, watermarks
+        and ``last_progress`` counts are the raw path's. Only micro-batches too large
+        for one task and not read from their files are folded (all with
+        ``shuffle=True``; the folds then run in one task); the others go in raw, each
+        row its own fold, into the same state. Where a fold keeps more than
+        ``FOLD_SHARE`` (a tenth) of its rows, the next large micro-batches run raw, the
+        fold tried again after ``FOLD_RETRY`` (10) of them, then twice as many each
+        time (at most ``FOLD_RETRY_MAX``, 160). Decided at the first micro-batch.
+        ``last_progress["read"]`` is ``"folds"`` for a folded one.
+        ``None`` (default): where it is exact, with no ``late_sink`` or ``error_sink``
+        (folds keep no rows), unless the driver reads the stream from its files (faster
+        raw) or the state location was written by the raw pipeline (it stays raw).
         ``True``: also warns where it is not exact, and refuses a late or error sink
         (late and error rows are counted, not kept). ``False``: never.
 
@@ -422,7 +418,8 @@ class StreamProcessor(MicroBatchDriver):
             return df, fields, False
         if not self._fold_decided:
             self._fold_decided = True
-            pre = self._preaggregation(fields, tz, large)
+            rows = df if stats.kind == "rows" else None
+            pre = self._preaggregation(fields, tz, large, rows, plan)
             if pre is not None:
                 self._fold = pre
                 self.pipe = pre.pipe
@@ -438,11 +435,14 @@ class StreamProcessor(MicroBatchDriver):
         folded = self._fold.rows(df)
         return folded, folded.schema, True
 
-    def _preaggregation(self, fields: Any, tz: str, large: bool) -> Preaggregation | None:
-        """The fold this processor keeps its state by (see :func:`processor_fold`)."""
+    def _preaggregation(self, fields: Any, tz: str, large: bool, df: Any, plan: Any) -> Any:
+        """The fold this processor keeps its state by (see :func:`processor_fold`; ``df``:
+        the first micro-batch, ``None`` without rows: is it read from its files?)."""
         meta = self.store.read_json("meta.json") if self.preaggregate is None else None
-        keeps = self.late_sink is not None or self.error_sink is not None
-        pre = processor_fold(self._raw_pipe, fields, tz, large, self.preaggregate, keeps, meta)
+        raw = self.late_sink is not None or self.error_sink is not None
+        if self.preaggregate is None and not raw and df is not None:
+            raw = self._options().reads_files(isinstance(batch_files(df, plan), list))
+        pre = processor_fold(self._raw_pipe, fields, tz, large, self.preaggregate, raw, meta)
         if pre is None and self.preaggregate is True:
             self._warn(
                 "preaggregate",
