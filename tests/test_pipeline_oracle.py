@@ -496,6 +496,17 @@ def test_matches_oracle_under_idleness_eviction_and_expiry(
     run_against_oracle(batches, pipe, oracle)
 
 
+def restored_at(pipe: tm.Pipeline, batches: list[list[Row]], cut: int) -> list[list[Win]]:
+    """The windows of each batch and the flush, the operator restored from its
+    snapshot after batch ``cut``."""
+    op = pipe.operator()
+    got = [wins(op.process(table(b)).windows) for b in batches[: cut + 1]]
+    op = pipe.operator(state=op.snapshot())
+    got += [wins(op.process(table(b)).windows) for b in batches[cut + 1 :]]
+    got.append(wins(op.flush().windows))
+    return got
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(rows_st, min_size=1, max_size=5),
@@ -530,12 +541,7 @@ def test_row_order_and_snapshots_do_not_change_output(
     assert got == expected, "shuffling rows inside each batch"
 
     cut = rnd.randrange(len(batches))
-    op = pipe.operator()
-    got = [wins(op.process(table(b)).windows) for b in batches[: cut + 1]]
-    op = pipe.operator(state=op.snapshot())
-    got += [wins(op.process(table(b)).windows) for b in batches[cut + 1 :]]
-    got.append(wins(op.flush().windows))
-    assert got == expected, f"snapshot after batch {cut}"
+    assert restored_at(pipe, batches, cut) == expected, f"snapshot after batch {cut}"
 
 
 @settings(max_examples=150, deadline=None)
@@ -606,9 +612,4 @@ def test_a_restored_key_whose_rows_are_all_late_closes_nothing_it_lacks() -> Non
     expected = [wins(reference.process(table(b)).windows) for b in batches]
     expected.append(wins(reference.flush().windows))
     for cut in range(len(batches)):
-        op = pipe.operator()
-        got = [wins(op.process(table(b)).windows) for b in batches[: cut + 1]]
-        op = pipe.operator(state=op.snapshot())
-        got += [wins(op.process(table(b)).windows) for b in batches[cut + 1 :]]
-        got.append(wins(op.flush().windows))
-        assert got == expected, f"snapshot after batch {cut}"
+        assert restored_at(pipe, batches, cut) == expected, f"snapshot after batch {cut}"

@@ -131,17 +131,23 @@ class BoundedOutOfOrderness:
         # The settings that mean something for this scope: the partition column only
         # per partition, the idle timeout only when set.
         out = f"BoundedOutOfOrderness(delay={self.delay!r}, per={self.per!r}"
+        out += self._idle_repr()
+        if self.per == "partition":
+            out += f", partition_column={self.partition_column!r}"
+        if self.partitions is not None:
+            out += f", partitions={self.partitions!r}"
+        return out + ")"
+
+    def _idle_repr(self) -> str:
+        """The idleness and bound-ahead settings of ``repr``, where they are set."""
+        out = ""
         if self.idle_timeout is not None:
             out += f", idle_timeout={self.idle_timeout!r}"
         if self.idleness != _IDLENESS[0]:
             out += f", idleness={self.idleness!r}"
         if self.max_ahead is not None:
             out += f", max_ahead={self.max_ahead!r}"
-        if self.per == "partition":
-            out += f", partition_column={self.partition_column!r}"
-        if self.partitions is not None:
-            out += f", partitions={self.partitions!r}"
-        return out + ")"
+        return out
 
 
 @dataclass(frozen=True, init=False, repr=False)
@@ -265,13 +271,7 @@ class AdaptiveOutOfOrderness(BoundedOutOfOrderness):
         )
         if self.min_rows != 100:
             out += f", min_rows={self.min_rows!r}"
-        if self.idle_timeout is not None:
-            out += f", idle_timeout={self.idle_timeout!r}"
-        if self.idleness != _IDLENESS[0]:
-            out += f", idleness={self.idleness!r}"
-        if self.max_ahead is not None:
-            out += f", max_ahead={self.max_ahead!r}"
-        return out + ")"
+        return out + self._idle_repr() + ")"
 
 
 @dataclass(frozen=True)
