@@ -28,6 +28,7 @@ SECTIONS: list[tuple[str, object, list[str]]] = [
             "Output",
             "BoundedOutOfOrderness",
             "AdaptiveOutOfOrderness",
+            "LatenessReport",
             "ScopeWatermark",
             "Tumbling",
             "Sliding",

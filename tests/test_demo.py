@@ -11,6 +11,7 @@ import pytest
 from tidemark.tools.cli import build_parser, main
 from tidemark.tools.demo_streaming import (
     demo_stream,
+    lateness_by_group,
     micro_batches,
     run_demo,
     spark_rule_share,
@@ -40,9 +41,19 @@ def test_demo_runs_end_to_end(spark: Any, tmp_path: Path) -> None:
     # Its late rows, counted by each batch's own job (StreamProcessor.last_progress),
     # are the events it did not count.
     assert glob.late_rows == round(result.events * (1 - glob.events_counted))
+    # The per-key run's LatenessReport judged every row by Spark's rule too: what it
+    # says Spark would drop is what Spark itself left uncounted in this run, all of it
+    # the late tenants' rows.
+    groups = {g.group: g for g in lateness_by_group(result)}
+    late, prompt = groups["late tenants"], groups["tenants on time"]
+    assert late.spark_would_drop + prompt.spark_would_drop == native.late_rows > 0
+    assert prompt.spark_would_drop == 0 and late.tidemark_dropped == 0
+    assert late.events + prompt.events == result.events
     page = write_report(result, tmp_path / "report")
     assert "per-key" in page.read_text() and "late-data.md" in page.read_text()
-    assert (tmp_path / "report" / "accuracy.png").stat().st_size > 1_000
+    assert "What Spark would have dropped" in page.read_text()
+    for png in ("accuracy.png", "lateness.png"):
+        assert (tmp_path / "report" / png).stat().st_size > 1_000
 
 
 def test_cli_documents_every_command() -> None:

@@ -54,6 +54,7 @@ from tidemark.event_time import (
     parse_event_time,
     register_event_time_type,
 )
+from tidemark.lateness import LatenessReport
 from tidemark.operator import Operator, Output, ScopeWatermark
 from tidemark.pipeline import Pipeline
 from tidemark.reorder import ProcessingTimeWatermark, Reorder, ReorderOutput
@@ -90,6 +91,7 @@ __all__ = [
     "InternalError",
     "InvalidPartitionError",
     "KeyedWatermarkTracker",
+    "LatenessReport",
     "ManualClock",
     "MaxKeysReachedError",
     "MissingColumnError",

@@ -336,6 +336,8 @@ def _samples(obj: Any) -> Iterator[tuple[str, str, str, list[tuple[dict[str, str
             for s in _BACKPRESSURE
         ],
     )
+    if m.get("lateness") is not None:
+        yield from _lateness_samples(m["lateness"])
     yield (
         _LATENCY[0],
         _LATENCY[1],
@@ -348,10 +350,66 @@ def _samples(obj: Any) -> Iterator[tuple[str, str, str, list[tuple[dict[str, str
     )
 
 
+_QUANTILES = (("0.5", "p50"), ("0.9", "p90"), ("0.99", "p99"), ("0.999", "p999"))
+
+
+def _lateness_samples(
+    rep: dict[str, Any],
+) -> Iterator[tuple[str, str, str, list[tuple[dict[str, str], float]]]]:
+    """A lateness report's series (``LatenessReport``): the stream's, the top keys'
+    and the source partitions'."""
+    for name, help_, key in (
+        ("rows", "Rows the lateness report counted.", "rows"),
+        ("late_rows", "Rows judged late.", "late_rows"),
+        ("spark_dropped", "Rows Spark's global watermark would have dropped.", "spark_dropped"),
+        ("spark_kept", "Rows Spark would have dropped that tidemark kept.", "spark_kept"),
+    ):
+        yield f"tidemark_lateness_{name}_total", help_, "counter", [({}, float(rep[key]))]
+
+    def behind(labels: dict[str, str], e: dict[str, Any]) -> list[tuple[dict[str, str], float]]:
+        return [
+            ({**labels, "quantile": q}, float(e[f"behind_{p}_s"]))
+            for q, p in _QUANTILES
+            if e[f"behind_{p}_s"] is not None
+        ]
+
+    yield (
+        "tidemark_lateness_behind_seconds",
+        "How far behind its key's newest event a row arrived (quantiles).",
+        "gauge",
+        behind({}, rep),
+    )
+    for scope, label, rows in (
+        ("key", "key", rep["keys"]),
+        ("source_partition", "partition", rep["partitions"]),
+    ):
+        what = "its key's newest event" if scope == "key" else "the stream's newest event"
+        yield (
+            f"tidemark_{scope}_lateness_behind_seconds",
+            f"How far behind {what} a row arrived, per {label} (top keys).",
+            "gauge",
+            [s for e in rows for s in behind({label: str(e[label])}, e)],
+        )
+        for name, help_ in (
+            ("late_rows", "late rows"),
+            ("spark_kept", "rows Spark would have dropped that tidemark kept"),
+        ):
+            yield (
+                f"tidemark_{scope}_lateness_{name}_total",
+                f"Per {label}: {help_}.",
+                "counter",
+                [({label: str(e[label])}, float(e[name])) for e in rows],
+            )
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def _labels(labels: dict[str, str]) -> str:
     if not labels:
         return ""
-    return "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
 
 
 def _fmt(v: float) -> str:

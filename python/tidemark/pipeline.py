@@ -48,6 +48,7 @@ from tidemark.aggs import Agg
 from tidemark.clock import Clock
 from tidemark.errors import ConfigError
 from tidemark.event_time import resolve_event_time_type
+from tidemark.lateness import LatenessReport
 from tidemark.operator import Operator
 from tidemark.windows import (
     AdaptiveOutOfOrderness,
@@ -145,6 +146,10 @@ class Pipeline:
         open are emitted early, so nothing is lost (as after eviction, the key reopens
         none of them); ``metrics()`` counts ``keys_expired`` and ``windows_expired``. Bounds state
         for keys that stop reporting.
+    lateness : tidemark.LatenessReport, optional
+        Keep a lateness report per key and source partition (how far behind rows
+        arrive, how many were late and by how much, what Spark's global watermark
+        would have dropped): ``metrics()["lateness"]``.
     schema : pyarrow.Schema, optional
         The input schema, to check columns and types now rather than at the first batch.
 
@@ -174,6 +179,7 @@ class Pipeline:
         time: str = "event",
         schema: pa.Schema | None = None,
         state_ttl: Duration | None = None,
+        lateness: LatenessReport | None = None,
     ) -> None:
         # The arguments as given: a changed copy is built from them (see with_aggs).
         # The clock is the attribute's (a pipeline shipped to executors has none).
@@ -233,6 +239,9 @@ class Pipeline:
         self.eviction = eviction
         self.time = time
         self.state_ttl = state_ttl
+        if lateness is not None and not isinstance(lateness, LatenessReport):
+            raise ConfigError(f"lateness must be tm.LatenessReport(...), got {lateness!r}")
+        self.lateness = lateness
         self.lookup: Lookup | None = None
         #: The input schema given when the pipeline was built (``None``: the first
         #: batch's).
@@ -267,6 +276,7 @@ class Pipeline:
             "time": time,
             "state_ttl_ms": None if state_ttl is None else to_millis(state_ttl, "state_ttl"),
             "adaptive": wm.core_config() if isinstance(wm, AdaptiveOutOfOrderness) else None,
+            "lateness": None if lateness is None else lateness.core_config(),
         }
         self.fingerprint: int = _native.validate_pipeline(self._config)
         if schema is not None:

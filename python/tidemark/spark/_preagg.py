@@ -265,8 +265,10 @@ def preaggregation(pipe: Pipeline, schema: Any, tz: str, large: bool) -> Preaggr
         or pipe.lookup is not None
         or pipe.max_keys is not None
         or pipe.state_ttl is not None
-        # A delay learned from each row's own event time: a fold keeps only the latest.
+        # A delay learned (or lateness reported) from each row's own event time: a
+        # fold keeps only the latest.
         or cfg.get("adaptive") is not None
+        or cfg.get("lateness") is not None
         or type_name(schema[pipe.event_time].dataType) != "TimestampType"
     ):
         return None

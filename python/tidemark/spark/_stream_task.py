@@ -337,7 +337,8 @@ def batch_counts(
 ) -> dict[str, Any]:
     """A batch's row counts, summed over its state partitions' reports (``summary``:
     ``_native.summarize_batch``'s), where it ran (``layout``) and how its rows were read
-    (``read``)."""
+    (``read``); with a ``LatenessReport``, the stream's ``lateness`` so far."""
+    lateness = summary.get("lateness")
     return {
         "batch_id": batch_id,
         **{k: summary[k] for k in ("input_rows", "window_rows", "late_rows", "error_rows")},
@@ -345,4 +346,5 @@ def batch_counts(
         "next_watermark": rec.next_watermark,
         "layout": layout,
         "read": read,
+        **({} if lateness is None else {"lateness": lateness}),
     }

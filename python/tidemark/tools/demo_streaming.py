@@ -77,6 +77,9 @@ class SystemResult:
     #: Windows (key, start) whose final count differs from Spark's in the same run
     #: (``None`` for Spark itself).
     differs_from_spark: int | None = None
+    #: tidemark per key: its ``LatenessReport`` after the last micro-batch (every
+    #: tenant; Spark's delay compared with).
+    lateness: dict[str, Any] | None = None
 
 
 @dataclass
@@ -89,12 +92,26 @@ class DemoResult:
     truth_windows: int
     systems: list[SystemResult] = field(default_factory=list)
     setup_seconds: float = 0.0
+    #: The tenants that report late.
+    late_tenants: set[str] = field(default_factory=set)
+    #: Events per tenant.
+    tenant_events: dict[str, int] = field(default_factory=dict)
+
+
+def _full_stream(events: int, tenants: int) -> pa.Table:
+    spec = StreamSpec(keys=tenants, events=events, duration_s=1_800, delayed_fraction=0.5, skew=0.8)
+    return multi_tenant_stream(spec)
 
 
 def demo_stream(events: int, tenants: int) -> pa.Table:
     """The demo's stream in arrival order: half of the tenants report late."""
-    spec = StreamSpec(keys=tenants, events=events, duration_s=1_800, delayed_fraction=0.5, skew=0.8)
-    return multi_tenant_stream(spec).select(["tenant", "event_time", "value"])
+    return _full_stream(events, tenants).select(["tenant", "event_time", "value"])
+
+
+def late_tenants(events: int, tenants: int) -> set[str]:
+    """The tenants of :func:`demo_stream` that report late."""
+    t = _full_stream(events, tenants)
+    return set(pc.unique(t.filter(t.column("delayed")).column("tenant")).to_pylist())
 
 
 def micro_batches(stream: pa.Table, batches: int) -> list[pa.Table]:
@@ -232,6 +249,7 @@ def _run_tidemark(
     on_driver: bool | None = None,
     arrow_sinks: bool = False,
     read_files: bool = True,
+    tenants: int = 0,
 ) -> SystemResult:
     import tidemark as tm
     from tidemark.spark import StreamProcessor
@@ -243,9 +261,12 @@ def _run_tidemark(
         watermark=tm.BoundedOutOfOrderness(DELAY, per=per),
         window=tm.Tumbling(WINDOW),
         aggs={"count": tm.count()},
+        # Per key, what Spark's one watermark would have dropped, tenant by tenant.
+        lateness=tm.LatenessReport(top=tenants, spark_delay=DELAY) if tenants else None,
     )
     counts: dict[tuple[str, int], int] = {}
     late = [0]
+    report: list[dict[str, Any] | None] = [None]
     marks: list[float] = []
     layouts: list[str] = []
     reads: list[str] = []
@@ -274,6 +295,7 @@ def _run_tidemark(
         # Late rows are counted by the batch's own job: no second Spark job for them.
         assert proc.last_progress is not None
         late[0] += proc.last_progress["late_rows"]
+        report[0] = proc.last_progress.get("lateness")
         layouts.append(proc.last_progress["layout"])
         reads.append(proc.last_progress["read"])
 
@@ -288,6 +310,7 @@ def _run_tidemark(
         batch_seconds=_intervals(t, marks),
         layouts=layouts,
         reads=reads,
+        lateness=report[0],
     )
 
 
@@ -341,6 +364,10 @@ def run_demo(
         schema = spark.read.parquet(str(source)).schema
         truth = _truth(stream)
         result = DemoResult(events, tenants, n_files, len(truth))
+        result.late_tenants = late_tenants(events, tenants)
+        names = stream.column("tenant")
+        counts = pc.value_counts(names).to_pylist()
+        result.tenant_events = {c["values"]: c["counts"] for c in counts}
         result.setup_seconds = time.perf_counter() - started
         steps: list[tuple[str, Callable[[], SystemResult]]] = [
             (
@@ -353,7 +380,9 @@ def run_demo(
             ),
             (
                 "tidemark, per-key watermarks",
-                lambda: _run_tidemark(spark, source, schema, work / "key", "key", partitions),
+                lambda: _run_tidemark(
+                    spark, source, schema, work / "key", "key", partitions, tenants=tenants
+                ),
             ),
         ]
         with Progress(
@@ -411,7 +440,51 @@ def render(result: DemoResult, console: Any) -> None:
             style=style,
         )
     console.print(table)
+    line = _lateness_line(result)
+    if line is not None:
+        console.print(line)
     console.print(f"[dim]{RULES_NOTE}[/dim]")
+
+
+@dataclass
+class GroupLateness:
+    """A group of tenants in the per-key run's ``LatenessReport``."""
+
+    group: str
+    tenants: int
+    events: int
+    #: Events Spark's one watermark would have dropped (``spark_dropped``).
+    spark_would_drop: int
+    #: Events tidemark's per-key watermarks dropped (``late_rows``).
+    tidemark_dropped: int
+
+
+def lateness_by_group(result: DemoResult) -> list[GroupLateness]:
+    """The per-key run's lateness report summed over the tenants on time and the late
+    ones (empty without a report)."""
+    keyed = next((s for s in result.systems if s.lateness is not None), None)
+    if keyed is None or keyed.lateness is None:
+        return []
+    groups = {g: GroupLateness(g, 0, 0, 0, 0) for g in ("tenants on time", "late tenants")}
+    for k in keyed.lateness["keys"]:
+        g = groups["late tenants" if k["key"] in result.late_tenants else "tenants on time"]
+        g.tenants += 1
+        g.events += k["rows"]
+        g.spark_would_drop += k["spark_dropped"]
+        g.tidemark_dropped += k["late_rows"]
+    return list(groups.values())
+
+
+def _lateness_line(result: DemoResult) -> str | None:
+    groups = lateness_by_group(result)
+    if not groups:
+        return None
+    parts = [
+        f"{g.group}: {g.spark_would_drop:,} of {g.events:,} events "
+        f"(tidemark per key: {g.tidemark_dropped:,})"
+        for g in groups
+    ]
+    return "What Spark's one watermark would have dropped (LatenessReport): " + "; ".join(parts)
 
 
 def _versus_spark(r: SystemResult) -> str:
@@ -455,6 +528,7 @@ def write_report(result: DemoResult, out_dir: Path) -> Path:
     fig.tight_layout()
     fig.savefig(out_dir / "accuracy.png", dpi=120)
     plt.close(fig)
+    lateness = _write_lateness_plot(result, out_dir, plt)
     rows = "".join(
         f"<tr><td>{html.escape(s.name)}</td><td>{s.events_counted:.2%}</td>"
         f"<td>{s.windows_right:.2%}</td><td>{s.late_rows:,}</td>"
@@ -473,7 +547,7 @@ td:first-child,th:first-child{{text-align:left}}</style></head><body>
 Tumbling window {WINDOW}, bounded delay {DELAY}, the same for every system.</p>
 <table><tr><th>system</th><th>events counted in their window</th><th>windows exactly right</th>
 <th>late rows</th><th>output vs Spark's</th><th>events/s</th></tr>{rows}</table>
-<p><img src="accuracy.png" alt="accuracy chart"></p>
+<p><img src="accuracy.png" alt="accuracy chart"></p>{lateness}
 <p>Ground truth: a batch GROUP BY over all {result.events:,} events
 ({result.truth_windows:,} windows). Events/s: all events over the query's time, start to
 end (tidemark's end-of-input flush included), after one unmeasured run of each system
@@ -483,3 +557,48 @@ over two files (the JVM's and the Python workers' start-up).</p>
 """
     )
     return page
+
+
+def _write_lateness_plot(result: DemoResult, out_dir: Path, plt: Any) -> str:
+    """``lateness.png``: per tenant group, the share of events Spark's watermark would
+    have dropped and the share tidemark's per-key watermarks dropped; returns the HTML
+    section ('' without a report)."""
+    groups = lateness_by_group(result)
+    if not groups:
+        return ""
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    x = range(len(groups))
+    share = [
+        [100 * getattr(g, f) / max(g.events, 1) for g in groups]
+        for f in ("spark_would_drop", "tidemark_dropped")
+    ]
+    ax.bar([i - 0.2 for i in x], share[0], 0.4, label="Spark's one watermark would drop")
+    ax.bar([i + 0.2 for i in x], share[1], 0.4, label="tidemark per key dropped")
+    ax.set_xticks(list(x))
+    ax.set_xticklabels([f"{g.group} ({g.tenants})" for g in groups], fontsize=8)
+    ax.set_ylabel("% of the group's events")
+    ax.set_ylim(0, 105)
+    ax.set_title("What Spark would have dropped, per tenant group (LatenessReport)")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_dir / "lateness.png", dpi=120)
+    plt.close(fig)
+    spark = next((s for s in result.systems if s.differs_from_spark is None), None)
+    rows = "".join(
+        f"<tr><td>{html.escape(g.group)}</td><td>{g.tenants}</td><td>{g.events:,}</td>"
+        f"<td>{g.spark_would_drop:,}</td><td>{g.tidemark_dropped:,}</td></tr>"
+        for g in groups
+    )
+    measured = (
+        ""
+        if spark is None
+        else f" Spark itself, in this run, left {spark.late_rows:,} events uncounted."
+    )
+    return f"""
+<h2>What Spark would have dropped</h2>
+<p>The per-key run keeps a <code>tm.LatenessReport(spark_delay="{DELAY}")</code>: each
+micro-batch's rows are also judged by Spark's one global watermark, tenant by
+tenant.{measured}</p>
+<table><tr><th>tenants</th><th>count</th><th>events</th><th>Spark would drop</th>
+<th>tidemark per key dropped</th></tr>{rows}</table>
+<p><img src="lateness.png" alt="what Spark would have dropped, per tenant group"></p>"""

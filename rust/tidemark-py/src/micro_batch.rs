@@ -185,5 +185,8 @@ pub fn summarize_batch<'py>(
         d.set_item(k, v)?;
     }
     d.set_item("settled", s.settled)?;
+    if let Some(l) = &s.lateness {
+        d.set_item("lateness", crate::convert::dicts::lateness_dict(py, l)?)?;
+    }
     Ok(Some(d))
 }

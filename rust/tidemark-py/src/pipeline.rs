@@ -194,12 +194,16 @@ impl PyOperator {
     }
 
     fn metrics<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
-        metrics_dict(
+        let d = metrics_dict(
             py,
             &self.inner.metrics(),
             self.inner.key_metrics(),
             self.inner.watermark(),
-        )
+        )?;
+        if let Some(l) = self.inner.lateness() {
+            d.set_item("lateness", crate::convert::dicts::lateness_dict(py, &l)?)?;
+        }
+        Ok(d)
     }
 }
 

@@ -137,9 +137,12 @@ impl PyShardedOperator {
     }
 
     fn metrics<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
-        let (m, k) = self.with(py, |op| op.metrics())?;
+        let (m, k, l) = self.with(py, |op| op.metrics_and_lateness())?;
         let op = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let d = metrics_dict(py, &m, &k, op.watermark())?;
+        if let Some(l) = l {
+            d.set_item("lateness", crate::convert::dicts::lateness_dict(py, &l)?)?;
+        }
         let cores = PyList::empty(py);
         for c in op.core_metrics() {
             let cd = PyDict::new(py);

@@ -180,6 +180,9 @@ impl Operator {
             if let Some(l) = self.lateness.as_mut() {
                 l.reset(e.slot);
             }
+            if let Some(w) = self.watch.as_mut() {
+                w.reset(e.slot);
+            }
             let list = self
                 .wins
                 .get_mut(slot)

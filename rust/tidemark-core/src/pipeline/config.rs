@@ -191,6 +191,21 @@ pub struct PipelineConfig {
     /// Per key: each key's delay learned from its own lateness, `delay` its longest
     /// (`None`: every key's delay is `delay`). See [`AdaptiveDelay`].
     pub adaptive: Option<AdaptiveDelay>,
+    /// Lateness a user can see (`tidemark.LatenessReport`; `None`: not kept). See
+    /// [`LatenessReport`].
+    pub lateness: Option<LatenessReport>,
+}
+
+/// Lateness kept per key and per source partition (`tidemark.LatenessReport`): how
+/// far behind rows arrive, how many were late and by how much, and with
+/// `spark_delay` the rows Spark's global watermark would have dropped (see
+/// `pipeline/watch.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LatenessReport {
+    /// Keys a report lists (furthest behind first).
+    pub top: u32,
+    /// The delay of the Spark query compared with (microseconds; `None`: none).
+    pub spark_delay: Option<i64>,
 }
 
 /// A delay per key learned from the key's own lateness (`tidemark.
@@ -269,6 +284,7 @@ impl PipelineConfig {
             time: TimeMode::Event,
             state_ttl: None,
             adaptive: None,
+            lateness: None,
         }
     }
 
@@ -431,6 +447,21 @@ impl PipelineConfig {
         if let Some(a) = &self.adaptive {
             a.validate(self)?;
         }
+        if let Some(l) = &self.lateness {
+            if self.time != TimeMode::Event || matches!(self.window, WindowSpec::Rows { .. }) {
+                return Err(TidemarkError::config(
+                    "lateness",
+                    "a lateness report measures event time: it needs time=\"event\" and \
+                     a time window (tumbling, sliding or session)",
+                ));
+            }
+            if l.spark_delay.is_some_and(|d| d < 0) {
+                return Err(TidemarkError::config(
+                    "lateness",
+                    "spark_delay must not be negative",
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -482,6 +513,11 @@ impl PipelineConfig {
             w.i64(a.min_delay);
             w.i64(a.horizon);
             w.u64(u64::from(a.min_rows));
+        }
+        if let Some(l) = &self.lateness {
+            // Only when set (its state is in snapshots); `top` shapes reports only.
+            w.str("lateness");
+            w.i64(l.spark_delay.unwrap_or(-1));
         }
         match self.window {
             WindowSpec::Rows { n } => {

@@ -10,9 +10,10 @@ use arrow_schema::DataType;
 
 use super::judge::{CallRows, KeyCall, Seen};
 use super::order::{by_window_cell, rows_by_key, SKIP};
+use super::watch::WatchCall;
 use super::{
-    n_aggs, partition_error, Emit, EmitMode, KeyRef, LatePolicy, Operator, Output, Pending,
-    Progress, Scope, TimeMode, DIRTY, EMITTED, NO_STATE, RETIME,
+    n_aggs, partition_error, Emit, EmitMode, KeyRef, LatePolicy, LateRule, Operator, Output,
+    Pending, Progress, Scope, TimeMode, DIRTY, EMITTED, NO_STATE, RETIME,
 };
 use crate::agg::{BoundAgg, Input};
 use crate::batch::{error_batch, take_rows};
@@ -91,6 +92,16 @@ impl Operator {
         let start = self.start_watermark();
         let judging = self.judging(start);
         self.marks.key_starts.clear();
+        let watch = match self.watch.as_mut() {
+            Some(w) => {
+                let spark = w.begin(scope_time);
+                Some(WatchCall {
+                    stream_time: scope_time,
+                    spark_before: self.late_before(LateRule::Spark, spark),
+                })
+            }
+            None => None,
+        };
 
         let mut bad_row = vec![false; n];
         for &(r, _) in &errors {
@@ -148,8 +159,12 @@ impl Operator {
                 inputs: &inputs,
                 aggs: &bound.aggs,
                 parts,
+                watch,
             };
             self.judge_key(key, &call, &mut seen, &mut errors);
+        }
+        if let Some(w) = self.watch.as_mut() {
+            w.end();
         }
         let mut late_rows = seen.late_rows;
         late_rows.sort_unstable();

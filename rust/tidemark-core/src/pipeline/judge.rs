@@ -4,6 +4,7 @@
 
 use arrow_array::Int64Array;
 
+use super::watch::{RowSeen, WatchCall};
 use super::{LateRule, Operator, Scope};
 use crate::agg::{BoundAgg, Input};
 use crate::window::WindowSpec;
@@ -48,6 +49,7 @@ impl Operator {
             }
             return;
         };
+        let late_from = seen.late_rows.len();
         if let Some(l) = self.lateness.as_mut() {
             // The key's delay after this call, learned from its rows (a function of the
             // call's rows as a set: see `adaptive`).
@@ -135,6 +137,45 @@ impl Operator {
         if !candidates.is_empty() {
             self.flink_late_candidates(slot, candidates, call, seen, errors);
         }
+        if let Some(wc) = call.watch {
+            self.watch_key(key, slot, wc, call.parts, &seen.late_rows[late_from..]);
+        }
+    }
+
+    /// A lateness report counts the key's rows of the call (`late`: those judged
+    /// late).
+    fn watch_key(
+        &mut self,
+        key: KeyCall<'_>,
+        slot: u32,
+        wc: WatchCall,
+        parts: Option<&Int64Array>,
+        late: &[u32],
+    ) {
+        let before = self.keys.batch_key_max(key.g).unwrap_or(i64::MIN);
+        let mut late = late.to_vec();
+        late.sort_unstable();
+        let judged = self.row_closed;
+        let Some(w) = self.watch.as_mut() else {
+            return;
+        };
+        let behind = |from: i64, ts: i64| {
+            if from == i64::MIN {
+                0
+            } else {
+                from.saturating_sub(ts)
+            }
+        };
+        for &(ts, row) in key.rows {
+            let late_by = late.binary_search(&row).is_ok().then(|| behind(judged, ts));
+            let seen = RowSeen {
+                behind_key: behind(before, ts),
+                behind_stream: behind(wc.stream_time, ts),
+                late_by,
+                spark_drops: ts < wc.spark_before,
+            };
+            w.count(slot, parts.map(|p| p.value(row as usize) as usize), seen);
+        }
     }
 
     /// Flink's sessions: a row whose own session is closed is late unless it merges
@@ -192,6 +233,8 @@ pub(super) struct CallRows<'a> {
     pub(super) aggs: &'a [BoundAgg],
     /// The rows' source partitions (partition scope).
     pub(super) parts: Option<&'a Int64Array>,
+    /// With a lateness report: what the rows are measured against.
+    pub(super) watch: Option<WatchCall>,
 }
 
 /// One key of a call: its index in the batch, its `(event time, row)` pairs, and

@@ -38,6 +38,7 @@ mod marks;
 mod order;
 mod scope;
 pub(crate) mod snapshot;
+pub(crate) mod watch;
 
 use std::sync::Arc;
 
@@ -46,11 +47,13 @@ use arrow_array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, Record
 use arrow_schema::Schema;
 
 pub use config::{
-    AdaptiveDelay, EmitMode, Idleness, LatePolicy, LateRule, PipelineConfig, Scope, TimeMode,
+    AdaptiveDelay, EmitMode, Idleness, LatePolicy, LateRule, LatenessReport, PipelineConfig, Scope,
+    TimeMode,
 };
 pub use marks::{External, Start};
 pub(crate) use scope::merged_partition_max;
 pub use scope::{idle_reading, ScopeWatermark, SourceView};
+pub use watch::{LatenessEntry, LatenessSummary, BOUNDS as LATENESS_BOUNDS};
 
 use crate::agg::Acc;
 use crate::clock::ClockRef;
@@ -160,6 +163,8 @@ pub struct PipelineMetrics {
     pub rows_unmatched: u64,
     /// With an adaptive delay: bytes of the keys' delays and lateness histograms.
     pub delay_state_bytes: u64,
+    /// With a lateness report: bytes of the keys' lateness records.
+    pub lateness_state_bytes: u64,
 }
 
 impl PipelineMetrics {
@@ -185,6 +190,7 @@ impl PipelineMetrics {
         self.windows_expired += o.windows_expired;
         self.rows_unmatched += o.rows_unmatched;
         self.delay_state_bytes += o.delay_state_bytes;
+        self.lateness_state_bytes += o.lateness_state_bytes;
     }
 }
 
@@ -275,6 +281,8 @@ pub struct Operator {
     keys: KeyedWatermarkTracker,
     /// With an adaptive delay: each key's lateness histogram (see [`adaptive`]).
     lateness: Option<Lateness>,
+    /// With a lateness report: per key and source partition (see [`watch`]).
+    watch: Option<watch::Watch>,
     /// Open windows per key slot, sorted by start.
     wins: Vec<Vec<OpenWindow>>,
     /// Partial aggregates: `accs[state * n_aggs + j]`.
@@ -381,6 +389,7 @@ impl Operator {
             None => (keys, None),
         };
         let scope = ScopeWatermark::new(&cfg, clock.clone());
+        let watch = cfg.lateness.map(|l| watch::Watch::new(l.spark_delay));
         let op = Operator {
             fingerprint: cfg.fingerprint(),
             cfg,
@@ -388,6 +397,7 @@ impl Operator {
             bound: None,
             keys,
             lateness,
+            watch,
             wins: Vec::new(),
             accs: Vec::new(),
             flags: Vec::new(),
@@ -432,8 +442,17 @@ impl Operator {
             delay_state_bytes: self.lateness.as_ref().map_or(0, |l| {
                 (self.keys.total_key_count() * (l.bytes_per_key() + 8)) as u64
             }),
+            lateness_state_bytes: self.watch.as_ref().map_or(0, |w| w.bytes() as u64),
             ..self.metrics.clone()
         }
+    }
+
+    /// With a lateness report (`PipelineConfig::lateness`): the keys' and source
+    /// partitions' lateness, the `top` keys furthest behind listed (`None`: no report).
+    pub fn lateness(&self) -> Option<LatenessSummary> {
+        let top = self.cfg.lateness?.top as usize;
+        let w = self.watch.as_ref()?;
+        Some(w.summary(self.keys.live_slots(), |s| self.keys.slot_key(s), top))
     }
 
     /// Key-tracker metrics (keys tracked, active, idle, evicted).

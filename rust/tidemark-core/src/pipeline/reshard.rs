@@ -12,6 +12,7 @@ use arrow_schema::{DataType, Field};
 use super::adaptive::Lateness;
 use super::floors::FloorSketch;
 use super::snapshot::{read_fields, write_fields};
+use super::watch::{self, LatenessEntry, SlotWatch};
 use super::{Operator, PipelineConfig};
 use crate::agg::codec::{read_acc, write_acc};
 use crate::agg::Acc;
@@ -38,6 +39,8 @@ pub struct KeyState {
     session_end: i64,
     /// With an adaptive delay: the key's delay and lateness histogram.
     adaptive: Option<(i64, (i64, Vec<u32>))>,
+    /// With a lateness report: the key's record.
+    watch: Option<SlotWatch>,
 }
 
 /// A parsed operator snapshot.
@@ -65,6 +68,9 @@ pub struct Parsed {
     key_reported: i64,
     /// The scope's event time ([`super::ScopeWatermark::time`]).
     pub event_time: i64,
+    /// With a lateness report: the source partitions' entries and Spark's watermark
+    /// as the last call began.
+    watch_tail: Option<(Vec<LatenessEntry>, i64)>,
 }
 
 /// Scope-wide values for the new shards.
@@ -99,6 +105,7 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
             pending: super::marks::NOT_PENDING,
             session_end: i64::MIN,
             adaptive: None,
+            watch: None,
         });
     }
     let _cursor = r.len(0)?;
@@ -125,6 +132,9 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
         if let Some(l) = &lateness {
             k.adaptive = Some((r.i64()?, l.read_record(&mut r)?));
         }
+        if cfg.lateness.is_some() {
+            k.watch = Some(SlotWatch::read(&mut r)?);
+        }
     }
     // The scope watermark's state (`ScopeWatermark::write_state`).
     let watermark = (r.i64()?, r.i64()?);
@@ -141,6 +151,10 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
     let flushed = r.bool()?;
     let floors = FloorSketch::read(&mut r)?;
     let late_mark = r.i64()?;
+    let watch_tail = match cfg.lateness {
+        Some(_) => Some(watch::read_tail(&mut r)?),
+        None => None,
+    };
     r.finish()?;
     Ok(Parsed {
         fields,
@@ -154,6 +168,7 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
         late_mark,
         key_reported,
         event_time,
+        watch_tail,
     })
 }
 
@@ -192,6 +207,20 @@ pub fn redistribute(
     let flushed = parsed.iter().any(|p| p.flushed);
     // Every shard saw every call: the same mark (the largest, to be safe).
     let late_mark = parsed.iter().map(|p| p.late_mark).max().unwrap_or(i64::MIN);
+    // The source partitions' lateness, summed (each snapshot counted its own rows),
+    // goes to the first new shard.
+    let mut watch_parts: Vec<LatenessEntry> = Vec::new();
+    let mut spark_prev = i64::MIN;
+    for (parts, prev) in parsed.iter().filter_map(|p| p.watch_tail.as_ref()) {
+        spark_prev = spark_prev.max(*prev);
+        if watch_parts.len() < parts.len() {
+            watch_parts.resize_with(parts.len(), LatenessEntry::default);
+        }
+        watch_parts
+            .iter_mut()
+            .zip(parts)
+            .for_each(|(a, b)| a.add(b));
+    }
     for p in &parsed {
         floors.merge(&p.floors)?;
         for (i, m) in p.metrics.iter().enumerate() {
@@ -279,6 +308,9 @@ pub fn redistribute(
                 w.i64(*delay);
                 Lateness::write_record(&mut w, record);
             }
+            if cfg.lateness.is_some() {
+                k.watch.clone().unwrap_or_default().write(&mut w);
+            }
         }
         w.i64(shared.watermark.0);
         w.i64(shared.watermark.1);
@@ -291,6 +323,10 @@ pub fn redistribute(
         w.bool(flushed);
         floors.write(&mut w);
         w.i64(late_mark);
+        if cfg.lateness.is_some() {
+            let none: &[LatenessEntry] = &[];
+            watch::write_tail(&mut w, if first { &watch_parts } else { none }, spark_prev);
+        }
         out.push(state::seal(
             SnapshotKind::Pipeline,
             cfg.fingerprint(),
@@ -314,6 +350,9 @@ fn merge_key(into: &mut KeyState, k: KeyState) {
             max.saturating_sub(wm)
         };
         Lateness::merge_records(mine, theirs);
+    }
+    if let (Some(mine), Some(theirs)) = (into.watch.as_mut(), &k.watch) {
+        mine.merge(theirs);
     }
     into.max_event = into.max_event.max(k.max_event);
     into.last_activity = into.last_activity.max(k.last_activity);

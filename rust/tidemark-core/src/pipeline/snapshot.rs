@@ -104,6 +104,9 @@ impl Operator {
                 w.i64(self.keys.slot_delay(slot));
                 l.write(&mut w, slot);
             }
+            if let Some(wt) = &self.watch {
+                wt.slot(slot).write(&mut w);
+            }
         }
         self.scope.write_state(&mut w);
         let m = &self.metrics;
@@ -131,6 +134,9 @@ impl Operator {
         w.bool(self.flushed);
         self.floors.write(&mut w);
         w.i64(self.marks.late_mark());
+        if let Some(wt) = &self.watch {
+            wt.write_tail(&mut w);
+        }
         w.seal(SnapshotKind::Pipeline, self.fingerprint)
     }
 
@@ -214,6 +220,9 @@ impl Operator {
                 op.keys.set_slot_delay(slot, delay);
                 l.read(&mut r, slot)?;
             }
+            if let Some(wt) = op.watch.as_mut() {
+                wt.set_slot(slot, super::watch::SlotWatch::read(&mut r)?);
+            }
         }
         op.scope.read_state(&mut r)?;
         let mut m = PipelineMetrics::default();
@@ -242,6 +251,9 @@ impl Operator {
         op.flushed = r.bool()?;
         op.floors = FloorSketch::read(&mut r)?;
         op.marks.restore_late_mark(r.i64()?);
+        if let Some(wt) = op.watch.as_mut() {
+            wt.read_tail(&mut r)?;
+        }
         r.finish()?;
         Ok(op)
     }

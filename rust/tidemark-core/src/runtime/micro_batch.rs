@@ -35,8 +35,8 @@ use crate::error::{Result, TidemarkError};
 use crate::pipeline::lookup::Lookup;
 use crate::pipeline::rows::RowsOperator;
 use crate::pipeline::{
-    ArrivalOperator, External, Operator, Output, Pending, PipelineConfig, Progress, ScopeWatermark,
-    SourceView, Start,
+    ArrivalOperator, External, LatenessSummary, Operator, Output, Pending, PipelineConfig,
+    Progress, ScopeWatermark, SourceView, Start,
 };
 use crate::route::{group_rows, hash_router, spark_tags, HashAlgo, RowGroups};
 use crate::window::WindowSpec;
@@ -136,6 +136,8 @@ pub struct BatchSummary {
     /// A quiet batch: the most calls any partition made, and whether the last call
     /// changed nothing in every partition (`None`: not a quiet batch).
     pub settled: Option<(u32, bool)>,
+    /// With a lateness report: the stream's lateness so far, over every partition.
+    pub lateness: Option<LatenessSummary>,
 }
 
 /// The next watermark and the batch's counts from every state partition's report,
@@ -158,6 +160,19 @@ pub fn summarize(
     let progress: Vec<Progress> = reports.iter().map(|r| r.progress.clone()).collect();
     let watermark = scope.advance(&progress)?;
     let settled: Vec<(u32, bool)> = reports.iter().filter_map(|r| r.settled).collect();
+    let top = cfg.lateness.map_or(0, |l| l.top as usize);
+    let lateness = reports.iter().filter_map(|r| r.lateness.as_ref()).fold(
+        None,
+        |all: Option<LatenessSummary>, l| {
+            Some(match all {
+                Some(mut a) => {
+                    a.merge(l, top);
+                    a
+                }
+                None => l.clone(),
+            })
+        },
+    );
     Ok(Some(BatchSummary {
         watermark,
         scope: scope.to_bytes(),
@@ -167,6 +182,7 @@ pub fn summarize(
             let calls = settled.iter().map(|s| s.0).max().unwrap_or(0);
             (calls, settled.iter().all(|s| s.1))
         }),
+        lateness,
     }))
 }
 
@@ -270,6 +286,10 @@ impl Part {
                 error_rows: weight(&output.errors),
             },
             settled,
+            lateness: match &self.op {
+                Op::Time(op) => op.lateness(),
+                Op::Rows(_) => None,
+            },
         };
         let snapshot = match &self.op {
             Op::Time(op) => op.snapshot(),

@@ -43,7 +43,9 @@ use arrow_array::{Int64Array, RecordBatch, UInt32Array};
 use crate::clock::ClockRef;
 use crate::error::{Result, TidemarkError};
 use crate::pipeline::{merged_partition_max, ScopeWatermark, Start};
-use crate::pipeline::{Operator, Output, PipelineConfig, PipelineMetrics, Progress, Scope};
+use crate::pipeline::{
+    LatenessSummary, Operator, Output, PipelineConfig, PipelineMetrics, Progress, Scope,
+};
 use crate::route::{group_rows, HashAlgo, Router, Strategy};
 use crate::time::KeyedWatermarkMetrics;
 use merge::{interleave, MergeKeys};
@@ -522,18 +524,37 @@ impl ShardedOperator {
 
     /// Pipeline metrics summed over shards, and key metrics summed over shards.
     pub fn metrics(&self) -> Result<(PipelineMetrics, KeyedWatermarkMetrics)> {
+        self.metrics_and_lateness().map(|(m, k, _)| (m, k))
+    }
+
+    /// [`Self::metrics`], and with a lateness report its summary merged over shards.
+    pub fn metrics_and_lateness(
+        &self,
+    ) -> Result<(
+        PipelineMetrics,
+        KeyedWatermarkMetrics,
+        Option<LatenessSummary>,
+    )> {
         for w in &self.workers {
             w.send(Job::Metrics)?;
         }
         let mut total = PipelineMetrics::default();
         let mut keys = KeyedWatermarkMetrics::default();
+        let mut lateness: Option<LatenessSummary> = None;
+        let top = self.cfg.lateness.map_or(0, |l| l.top as usize);
         for w in &self.workers {
             let Reply::Metrics(m) = w.recv()? else {
                 unreachable!("metrics replies Metrics")
             };
-            let (m, k) = *m;
+            let (m, k, l) = *m;
             total.add(&m);
             keys.add(&k);
+            if let Some(l) = l {
+                match lateness.as_mut() {
+                    Some(all) => all.merge(&l, top),
+                    None => lateness = Some(l),
+                }
+            }
         }
         if self.partial {
             // Shards emit partials; the merged windows are what was emitted.
@@ -541,7 +562,7 @@ impl ShardedOperator {
         }
         total.rows_unmatched += self.rows_unmatched;
         total.rows_in += self.rows_unmatched;
-        Ok((total, keys))
+        Ok((total, keys, lateness))
     }
 
     /// Pins worker `i` to CPU core `i` (modulo the cores the process may use).

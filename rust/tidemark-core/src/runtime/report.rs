@@ -3,7 +3,7 @@
 //! row counts, sealed as bytes for the state store.
 
 use crate::error::Result;
-use crate::pipeline::{PipelineConfig, Progress};
+use crate::pipeline::{LatenessSummary, PipelineConfig, Progress};
 use crate::state::{self, Reader, SnapshotKind, Writer};
 
 /// What a state partition reports of a micro-batch: the progress the driver combines
@@ -20,6 +20,9 @@ pub struct Report {
     pub counts: Counts,
     /// A quiet batch: the calls made, and whether the last changed nothing.
     pub settled: Option<(u32, bool)>,
+    /// With a lateness report (`PipelineConfig::lateness`): its keys' and source
+    /// partitions' lateness so far.
+    pub lateness: Option<LatenessSummary>,
 }
 
 /// A micro-batch's rows in and out (of a state partition, or summed over them).
@@ -98,6 +101,9 @@ impl Report {
         let (calls, last) = self.settled.unwrap_or_default();
         w.u32(calls);
         w.bool(last);
+        if cfg.lateness.is_some() {
+            self.lateness.clone().unwrap_or_default().write(&mut w);
+        }
         state::seal(SnapshotKind::Report, cfg.fingerprint(), &w.finish())
     }
 
@@ -121,6 +127,10 @@ impl Report {
         }
         let has_settled = r.bool()?;
         let settled = (r.u32()?, r.bool()?);
+        let lateness = match cfg.lateness {
+            Some(_) => Some(LatenessSummary::read(&mut r)?),
+            None => None,
+        };
         r.finish()?;
         Ok(Self {
             partition,
@@ -134,6 +144,7 @@ impl Report {
             },
             counts: Counts::from_array(counts),
             settled: has_settled.then_some(settled),
+            lateness,
         })
     }
 }

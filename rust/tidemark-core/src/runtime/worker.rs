@@ -11,7 +11,9 @@ use super::merge::{with_merge_keys, MergeKeys};
 use super::metrics::LatencyHistogram;
 use super::{shard_rows, stopwatch};
 use crate::error::{Result, TidemarkError};
-use crate::pipeline::{External, Operator, Output, PipelineMetrics, Progress, Start};
+use crate::pipeline::{
+    External, LatenessSummary, Operator, Output, PipelineMetrics, Progress, Start,
+};
 use crate::route::{group_rows, Router, RowGroups};
 use crate::time::KeyedWatermarkMetrics;
 
@@ -130,7 +132,13 @@ pub(super) enum Reply {
     Done(Result<(Output, MergeKeys)>),
     Snapshot(Vec<u8>),
     Pinned(bool),
-    Metrics(Box<(PipelineMetrics, KeyedWatermarkMetrics)>),
+    Metrics(
+        Box<(
+            PipelineMetrics,
+            KeyedWatermarkMetrics,
+            Option<LatenessSummary>,
+        )>,
+    ),
 }
 
 /// Counters a worker shares with the coordinator (atomics: read without a lock).
@@ -215,7 +223,8 @@ impl Worker {
                         Job::Flush => Reply::Done(with_merge_keys(op.flush(), merge, op.config())),
                         Job::Snapshot => Reply::Snapshot(op.snapshot()),
                         Job::Metrics => {
-                            Reply::Metrics(Box::new((op.metrics(), op.key_metrics().clone())))
+                            let k = op.key_metrics().clone();
+                            Reply::Metrics(Box::new((op.metrics(), k, op.lateness())))
                         }
                     };
                     sh.busy_ns

@@ -9,7 +9,7 @@ use pyo3::types::PyDict;
 use pyo3_arrow::input::AnyRecordBatch;
 use tidemark_core::agg::{AggKind, AggSpec};
 use tidemark_core::pipeline::{
-    AdaptiveDelay, EmitMode, LatePolicy, PipelineConfig, Scope, TimeMode,
+    AdaptiveDelay, EmitMode, LatePolicy, LatenessReport, PipelineConfig, Scope, TimeMode,
 };
 use tidemark_core::window::WindowSpec;
 use tidemark_core::TidemarkError;
@@ -125,6 +125,14 @@ pub fn config_from_dict(d: &Bound<'_, PyDict>) -> Result<PipelineConfig> {
                     horizon,
                     min_rows,
                 })
+            }
+            _ => None,
+        },
+        // (top keys, Spark's delay or None); absent: no lateness report.
+        lateness: match d.get_item("lateness")? {
+            Some(v) if !v.is_none() => {
+                let (top, spark_delay) = get(d, "lateness")?;
+                Some(LatenessReport { top, spark_delay })
             }
             _ => None,
         },

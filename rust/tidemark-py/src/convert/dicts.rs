@@ -96,6 +96,68 @@ pub fn metrics_dict<'py>(
         // An adaptive delay's state (AdaptiveOutOfOrderness).
         d.set_item("delay_state_bytes", m.delay_state_bytes)?;
     }
+    if m.lateness_state_bytes > 0 {
+        // A lateness report's per-key records (LatenessReport).
+        d.set_item("lateness_state_bytes", m.lateness_state_bytes)?;
+    }
     d.set_item("watermark", watermark)?;
+    Ok(d)
+}
+
+/// Seconds from microseconds (how reports give durations).
+fn seconds(us: i64) -> f64 {
+    us as f64 / 1e6
+}
+
+/// One key's, source partition's or the whole stream's lateness as a dict.
+fn lateness_entry<'py>(
+    py: Python<'py>,
+    e: &tidemark_core::pipeline::LatenessEntry,
+) -> Result<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("rows", e.rows())?;
+    d.set_item("late_rows", e.late_rows())?;
+    for (name, q) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999)] {
+        d.set_item(
+            format!("behind_{name}_s"),
+            e.behind_quantile(q).map(seconds),
+        )?;
+    }
+    d.set_item("behind_max_s", seconds(e.max_behind))?;
+    d.set_item("late_by_p50_s", e.late_by_quantile(0.5).map(seconds))?;
+    d.set_item("late_by_p99_s", e.late_by_quantile(0.99).map(seconds))?;
+    d.set_item(
+        "late_by_max_s",
+        (e.late_rows() > 0).then(|| seconds(e.max_late_by)),
+    )?;
+    d.set_item("spark_dropped", e.spark_dropped)?;
+    d.set_item("spark_kept", e.spark_kept)?;
+    Ok(d)
+}
+
+/// A lateness report (`tidemark.LatenessReport`) as a dict: the stream's entry, then
+/// `keys` (the top keys, each with its `key`) and `partitions` (each with its
+/// `partition`).
+pub fn lateness_dict<'py>(
+    py: Python<'py>,
+    s: &tidemark_core::pipeline::LatenessSummary,
+) -> Result<Bound<'py, PyDict>> {
+    let d = lateness_entry(py, &s.total)?;
+    let keys = pyo3::types::PyList::empty(py);
+    for (k, e) in &s.keys {
+        let kd = PyDict::new(py);
+        kd.set_item("key", crate::convert::keys::decode_py_key(py, k)?)?;
+        kd.update(lateness_entry(py, e)?.as_mapping())?;
+        keys.append(kd)?;
+    }
+    d.set_item("keys", keys)?;
+    let parts = pyo3::types::PyList::empty(py);
+    for (p, e) in &s.partitions {
+        let pd = PyDict::new(py);
+        pd.set_item("partition", p)?;
+        pd.update(lateness_entry(py, e)?.as_mapping())?;
+        parts.append(pd)?;
+    }
+    d.set_item("partitions", parts)?;
     Ok(d)
 }
