@@ -126,6 +126,9 @@ def pipelines(draw: Any, idleness: str | None = None) -> tuple[tm.Pipeline, bool
             partitions=declared,
             idleness=idleness,
         )
+    if draw(st.booleans()):
+        # Lateness per key and source partition, and what Spark would have dropped.
+        extra["lateness"] = tm.LatenessReport(top=2, spark_delay="2s")
     pipe = tm.Pipeline(
         key="key",
         event_time="ts",
@@ -243,6 +246,8 @@ def check(spark: Any, tmp: Path, pipe: tm.Pipeline, bounded: bool, stream: Any, 
     assert emitted_twice(want) == []
     if not bounded:
         assert by_operator(pipe, stream, cores=2) == want
+        if pipe.lateness is not None:
+            assert operator_report(pipe, stream, 2) == operator_report(pipe, stream, 1)
     for n, on_driver in paths:
         if bounded and n > 1:
             continue
@@ -253,6 +258,26 @@ def check(spark: Any, tmp: Path, pipe: tm.Pipeline, bounded: bool, stream: Any, 
         for b, (g, w) in enumerate(zip(got, want, strict=True)):
             assert g == w, f"{label}, batch {b} (of {len(stream)}; the last is the flush)"
         assert [p["late_rows"] for p in progress] == [len(w[1]) for w in want[:-1]]
+        if pipe.lateness is not None and not bounded:
+            reported = [p["lateness"] for p in progress if "lateness" in p]
+            assert reported[-1:] == [operator_report(pipe, stream, 1)], label
+
+
+def operator_report(pipe: tm.Pipeline, stream: list[Any], cores: int) -> dict[str, Any]:
+    """One operator's ``LatenessReport`` after the stream's micro-batches (called as
+    :func:`by_operator` calls it)."""
+    from tidemark.spark._stream_task import SETTLE_CALLS
+
+    clock = tm.ManualClock(1_000_000)
+    op = pipe.operator(clock=clock, cores=cores)
+    for step, rows in stream:
+        clock.advance(step * 1_000)
+        if rows is None:
+            for _ in range(SETTLE_CALLS):
+                op.tick()
+        else:
+            op.process(table(rows))
+    return op.metrics()["lateness"]
 
 
 @settings(
