@@ -330,3 +330,34 @@ def test_a_stream_processor_rescaled_mid_stream_keeps_each_keys_delay(
     run(2, range(8, len(data))).flush(spark, schema)
     assert sorted(got_late) == sorted(want_late) and want_late, "late rows, none lost"
     assert sorted(got_wins) == sorted(want_wins)
+
+
+@pytest.mark.spark
+def test_aggregate_replayed_in_arrival_order_learns_as_one_operator(spark: Any) -> None:
+    # Spark's batch aggregate, one partition replayed in arrival order 40 rows at a time:
+    # each key's delay is learned call by call, as by one operator given those calls.
+    from tidemark.spark import aggregate
+
+    rows = [r for batch in stream(11, 16, 5) for r in batch]
+    t = table(rows).append_column("seq", pa.array(range(len(rows)), pa.int64()))
+    pipe = pipeline()
+    op = pipe.operator()
+    want_late: list[int] = []
+    want_wins: list[tuple[Any, ...]] = []
+
+    def wins(t: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        # Spark gives naive datetimes in its session time zone (UTC here).
+        return [(r["k"], r["window_start"].replace(tzinfo=None), r["n"]) for r in t]
+
+    for at in range(0, len(rows), 40):
+        out = op.process(table(rows[at : at + 40]))
+        want_late += out.late.column("i").to_pylist() if out.late.num_rows else []
+        want_wins += wins(out.windows.to_pylist())
+    want_wins += wins(op.flush().windows.to_pylist())
+    res = aggregate(spark.createDataFrame(t), pipe, num_partitions=1, order_by="seq", batch_rows=40)
+    got_wins = wins([r.asDict() for r in res.windows.collect()])
+    got_late = [r["i"] for r in res.late.collect()]
+    res.unpersist()
+    assert want_late, "the stream has late rows"
+    assert sorted(got_late) == sorted(want_late)
+    assert sorted(got_wins) == sorted(want_wins)
