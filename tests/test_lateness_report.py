@@ -346,13 +346,19 @@ def test_a_stream_processor_reports_what_one_operator_does(spark: Any, tmp_path:
     schema = spark.createDataFrame(table(data[0])).schema
     got = []
 
-    def run(n: int, ids: range) -> None:
+    def run(n: int, ids: range) -> Any:
         proc = StreamProcessor(pipe, str(tmp_path / "state"), n, sink=lambda t, _b: None)
         for b in ids:
             proc(spark.createDataFrame(table(data[b]), schema), b)
             assert proc.last_progress is not None
             got.append(proc.last_progress["lateness"])
+        return proc
 
     run(3, range(6))
-    run(2, range(6, len(data)))
+    proc = run(2, range(6, len(data)))
     assert got == want
+    # Prometheus reads a StreamProcessor's last micro-batch and report.
+    text = prometheus_text(proc)
+    assert f"tidemark_stream_batch_id {len(data) - 1}" in text
+    assert f"tidemark_lateness_rows_total {want[-1]['rows']}" in text
+    assert "tidemark_source_partition_lateness_behind_seconds{partition=" in text

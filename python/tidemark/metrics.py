@@ -19,6 +19,7 @@ True
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -274,6 +275,8 @@ def _kind(obj: Any) -> tuple[_Series, dict[str, Any]]:
 
     if isinstance(obj, Operator):
         return _OPERATOR, obj.metrics()
+    if _is_stream_processor(obj):
+        return _STREAM, _stream_metrics(obj)
     if isinstance(obj, (Reorder, ProcessingTimeWatermark)):
         return _REORDER, obj.metrics()
     if isinstance(obj, KeyedWatermarkTracker):
@@ -283,10 +286,40 @@ def _kind(obj: Any) -> tuple[_Series, dict[str, Any]]:
     if isinstance(obj, PartitionedWatermarkTracker):
         return _PARTITIONED, {**obj.metrics(), "watermark": obj.current_watermark()}
     raise TypeError(
-        "metrics for Prometheus come from a pipeline Operator, a Reorder or "
-        "ProcessingTimeWatermark, or a Keyed, CompactKeyed or Partitioned "
+        "metrics for Prometheus come from a pipeline Operator, a StreamProcessor, a "
+        "Reorder or ProcessingTimeWatermark, or a Keyed, CompactKeyed or Partitioned "
         f"WatermarkTracker; got {type(obj).__name__}"
     )
+
+
+_STREAM: _Series = [
+    ("tidemark_stream_batch_id", "The last micro-batch finished.", "gauge", "batch_id"),
+    (
+        "tidemark_stream_batch_input_rows",
+        "Input rows of the last micro-batch.",
+        "gauge",
+        "input_rows",
+    ),
+    ("tidemark_stream_batch_late_rows", "Late rows of the last micro-batch.", "gauge", "late_rows"),
+    (
+        "tidemark_stream_watermark_microseconds",
+        "The watermark the next micro-batch begins with.",
+        "gauge",
+        "next_watermark",
+    ),
+]
+
+
+def _is_stream_processor(obj: Any) -> bool:
+    # A StreamProcessor's module is loaded wherever one exists (and pyspark with it).
+    streaming = sys.modules.get("tidemark.spark.streaming")
+    return streaming is not None and isinstance(obj, streaming.StreamProcessor)
+
+
+def _stream_metrics(proc: Any) -> dict[str, Any]:
+    """A StreamProcessor's last micro-batch (``last_progress``; nothing before the
+    first), with its ``LatenessReport`` (the stream so far)."""
+    return dict(proc.last_progress or {})
 
 
 def _cores(metrics: dict[str, Any]) -> list[dict[str, Any]]:
@@ -316,6 +349,8 @@ def _samples(obj: Any) -> Iterator[tuple[str, str, str, list[tuple[dict[str, str
     for name, help_, kind, key in series:
         if m.get(key) is not None:
             yield name, help_, kind, [({}, float(m[key]))]
+    if series is _STREAM and m.get("lateness") is not None:
+        yield from _lateness_samples(m["lateness"])
     if series is not _OPERATOR:
         return
     cores = _cores(m)
@@ -417,9 +452,9 @@ def _fmt(v: float) -> str:
 
 
 def prometheus_text(obj: Any) -> str:
-    """The metrics of ``obj`` (a pipeline operator, a reorder operator or a watermark
-    tracker) in the Prometheus text exposition format. Raises ``TypeError`` for
-    anything else."""
+    """The metrics of ``obj`` (a pipeline operator, a ``StreamProcessor``: its last
+    micro-batch and lateness report, a reorder operator or a watermark tracker) in the
+    Prometheus text exposition format. Raises ``TypeError`` for anything else."""
     out: list[str] = []
     for name, help_, kind, samples in _samples(obj):
         out.append(f"# HELP {name} {help_}")
