@@ -329,13 +329,15 @@ def test_a_micro_batch_knows_every_partition_and_what_it_left_unread(
     uneven, two of them empty: each micro-batch's plan gives every partition's start
     and end offsets (the rows are exactly those ranges), and the latest offsets Spark
     saw, so a partition with records left for later is told from a quiet one."""
-    from tidemark.spark._kafka import kafka_offsets
+    from tidemark.spark._files import micro_batch_plan
+    from tidemark.spark._kafka import kafka_offsets, kafka_records
 
     topic = topic_name()
     kafka.create_topic(topic, 4)
     kafka.produce(topic, [(b"a", b"{}", None)] * 40, 0)
     kafka.produce(topic, [(b"b", b"{}", None)] * 5, 1)
     seen: list[tuple[Any, dict[int, list[int]]]] = []
+    records: list[tuple[int | None, int]] = []
 
     def batch(df: Any, _batch_id: int) -> None:
         offsets = kafka_offsets(df)
@@ -343,6 +345,8 @@ def test_a_micro_batch_knows_every_partition_and_what_it_left_unread(
         for r in df.select("partition", "offset").collect():
             rows.setdefault(r["partition"], []).append(r["offset"])
         seen.append((offsets, rows))
+        # The records the layout sizes a micro-batch by, known from its plan.
+        records.append((kafka_records(micro_batch_plan(df)), sum(map(len, rows.values()))))
 
     q = (
         spark.readStream.format("kafka")
@@ -371,5 +375,65 @@ def test_a_micro_batch_knows_every_partition_and_what_it_left_unread(
     assert not isinstance(first, str)
     assert first.unread(topic, 0) == 40 - first.end[(topic, 0)] > 0  # waiting records
     assert first.unread(topic, 2) == 0  # a quiet partition
+    assert all(known == rows for known, rows in records) and sum(r for _, r in records) == 45
     # Outside a Kafka micro-batch: a reason, nothing assumed.
     assert isinstance(kafka_offsets(spark.range(3)), str)
+    assert kafka_records(micro_batch_plan(spark.range(3))) is None
+
+
+@pytest.mark.parametrize("driver_bytes", [None, 1])
+def test_a_kafka_micro_batch_is_sized_by_its_records(
+    spark: Any, kafka: Any, tmp_path: Path, monkeypatch: Any, driver_bytes: int | None
+) -> None:
+    """Spark has no size estimate of a Kafka source; its micro-batch's offsets give its
+    records before it runs, which at Spark's width of a row size its layout: a small
+    one runs in the driver (its rows read by every source partition's task at once),
+    a larger one (here: a bound of 1 byte) in Spark's tasks. The windows are the same."""
+    from tidemark.spark import _layout
+
+    if driver_bytes is not None:
+        monkeypatch.setattr(_layout, "ON_DRIVER_BYTES", driver_bytes)
+    topic = topic_name()
+    kafka.create_topic(topic, 4)
+    events = lagging_events(devices=8, seconds=30, partitions=4, lagging=())
+    produce_rows(kafka, topic, events)
+    pipe = tm.Pipeline(
+        key="device",
+        event_time="ts",
+        watermark=tm.BoundedOutOfOrderness("5s", per="key"),
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count()},
+    )
+    windows: list[tuple[Any, ...]] = []
+    layouts: list[str] = []
+    proc = StreamProcessor(
+        pipe,
+        str(tmp_path / "state"),
+        2,
+        sink=lambda t, _b: windows.extend(
+            (r["device"], r["window_start"], r["n"]) for r in t.to_pylist()
+        ),
+        arrow_sinks=True,
+    )
+
+    def each(df: Any, batch_id: int) -> None:
+        proc(df, batch_id)
+        assert proc.last_progress is not None
+        layouts.append(proc.last_progress["layout"])
+
+    q = (
+        kafka_stream(spark, kafka.bootstrap, topic, maxOffsetsPerTrigger="100")
+        .writeStream.foreachBatch(each)
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination(300)
+    proc.flush(spark, kafka_stream(spark, kafka.bootstrap, topic).schema)
+    assert len(layouts) == 3  # 240 records, 100 a micro-batch
+    if driver_bytes is None:
+        assert layouts == ["driver"] * 3
+    else:
+        assert "driver" not in layouts
+    assert sum(n for *_, n in windows) == events.num_rows
+    assert len(set(w[:2] for w in windows)) == len(windows), "each window once"

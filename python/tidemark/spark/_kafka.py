@@ -26,7 +26,7 @@ from typing import Any
 
 from tidemark.spark._files import micro_batch_plan, simple_name
 
-__all__ = ["KafkaOffsets", "kafka_offsets", "source_view"]
+__all__ = ["KafkaOffsets", "kafka_offsets", "kafka_records", "source_view"]
 
 _SCAN = "MicroBatchScanExec"
 _KAFKA_STREAM = "KafkaMicroBatchStream"
@@ -91,6 +91,45 @@ def _offsets_of(scan: Any) -> KafkaOffsets:
         end=_offsets(scan.end().json()),
         latest=None if latest is None else _offsets(latest.json()),
     )
+
+
+#: Physical operators that give at most one row per row they read.
+_AT_MOST_A_ROW_EACH = frozenset(
+    {
+        "ProjectExec",
+        "FilterExec",
+        "MicroBatchScanExec",
+        "WholeStageCodegenExec",
+        "InputAdapter",
+        "ColumnarToRowExec",
+    }
+)
+
+
+def kafka_records(plan: Any) -> int | None:
+    """The records a Kafka micro-batch reads (the sum of its offset ranges), known
+    before it runs where Spark has no size estimate of the source; where its physical
+    ``plan`` (see :func:`~tidemark.spark._files.micro_batch_plan`) is one Kafka scan
+    under projections and filters, which give at most a row per record (a filter or a
+    compacted topic gives fewer). ``None`` anywhere else."""
+    if isinstance(plan, str):
+        return None
+    try:
+        todo = [plan]
+        while todo:
+            node = todo.pop()
+            if simple_name(node) not in _AT_MOST_A_ROW_EACH:
+                return None
+            it = node.children().iterator()
+            while it.hasNext():
+                todo.append(it.next())
+        scan = _kafka_scan(plan)
+        if isinstance(scan, str):
+            return None
+        start, end = _offsets(scan.start().json()), _offsets(scan.end().json())
+    except Exception:  # Spark internals it does not promise: no count, not an error
+        return None
+    return sum(max(0, e - start.get(k, 0)) for k, e in end.items())
 
 
 def _expr_id(attributes: Any, name: str) -> int | None:

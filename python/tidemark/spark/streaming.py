@@ -82,7 +82,7 @@ from tidemark.spark._driver import (
     exact_partitions,
 )
 from tidemark.spark._files import batch_files, has_no_rows, heartbeat, micro_batch_plan
-from tidemark.spark._kafka import source_view
+from tidemark.spark._kafka import kafka_records, source_view
 from tidemark.spark._layout import Layout, Options, Stats
 from tidemark.spark._preagg import WEIGHT, Preaggregation, processor_fold
 from tidemark.spark._records import StreamRecord
@@ -453,16 +453,15 @@ class StreamProcessor(MicroBatchDriver):
         return pre
 
     def _sized(self, df: Any, plan: Any = None) -> tuple[int | None, int | None]:
-        """Spark's size estimate of micro-batch ``df`` (``None``: none; ``plan``: its
-        physical plan, if read), and the size its layout goes by: the estimate, or
-        where Spark has none (a Kafka or ``rate`` source) the last micro-batch's input
-        rows in Spark's width of a row, as a stream's micro-batches tend to be alike
-        (``None`` before the first)."""
+        """Micro-batch ``df``'s size (``plan``: its physical plan, if read): Spark's
+        estimate, else from Kafka its records (its offsets) in Spark's width of a row, else
+        ``None``; and the size its layout goes by: that, or (``rate``) the last one's rows
+        in that width, as a stream's micro-batches tend to be alike."""
         size = estimated_bytes(df, plan)
+        if size is None and (records := kafka_records(plan)) is not None:
+            size = records * row_bytes(df.schema)
         last = self._history.last_rows
-        if size is None and last is not None:
-            return size, last * row_bytes(df.schema)
-        return size, size
+        return size, (last * row_bytes(df.schema) if size is None and last is not None else size)
 
     def _options(self) -> Options:
         return Options(self.num_partitions, self.shuffle, self.on_driver, self.read_files)
