@@ -381,18 +381,13 @@ def test_a_micro_batch_knows_every_partition_and_what_it_left_unread(
     assert kafka_records(micro_batch_plan(spark.range(3))) is None
 
 
-@pytest.mark.parametrize("driver_bytes", [None, 1])
-def test_a_kafka_micro_batch_is_sized_by_its_records(
-    spark: Any, kafka: Any, tmp_path: Path, monkeypatch: Any, driver_bytes: int | None
+def test_a_small_kafka_micro_batch_is_sized_by_its_records_and_runs_in_the_driver(
+    spark: Any, kafka: Any, tmp_path: Path
 ) -> None:
     """Spark has no size estimate of a Kafka source; its micro-batch's offsets give its
-    records before it runs, which at Spark's width of a row size its layout: a small
-    one runs in the driver (its rows read by every source partition's task at once),
-    a larger one (here: a bound of 1 byte) in Spark's tasks. The windows are the same."""
-    from tidemark.spark import _layout
-
-    if driver_bytes is not None:
-        monkeypatch.setattr(_layout, "ON_DRIVER_BYTES", driver_bytes)
+    records before it runs, which at Spark's width of a row size its layout (the rules
+    by size: ``test_layout.py``): a small one runs in the driver, its rows read by every
+    source partition's task at once. Every record is counted once."""
     topic = topic_name()
     kafka.create_topic(topic, 4)
     events = lagging_events(devices=8, seconds=30, partitions=4, lagging=())
@@ -430,10 +425,6 @@ def test_a_kafka_micro_batch_is_sized_by_its_records(
     )
     q.awaitTermination(300)
     proc.flush(spark, kafka_stream(spark, kafka.bootstrap, topic).schema)
-    assert len(layouts) == 3  # 240 records, 100 a micro-batch
-    if driver_bytes is None:
-        assert layouts == ["driver"] * 3
-    else:
-        assert "driver" not in layouts
+    assert layouts == ["driver"] * 3  # 240 records, 100 a micro-batch
     assert sum(n for *_, n in windows) == events.num_rows
     assert len(set(w[:2] for w in windows)) == len(windows), "each window once"
