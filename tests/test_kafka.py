@@ -417,7 +417,7 @@ def test_a_small_kafka_micro_batch_is_sized_by_its_records_and_runs_in_the_drive
         layouts.append(proc.last_progress["layout"])
 
     q = (
-        kafka_stream(spark, kafka.bootstrap, topic, maxOffsetsPerTrigger="100")
+        kafka_stream(spark, kafka.bootstrap, topic, maxOffsetsPerTrigger="120")
         .writeStream.foreachBatch(each)
         .option("checkpointLocation", str(tmp_path / "chk"))
         .trigger(availableNow=True)
@@ -425,6 +425,6 @@ def test_a_small_kafka_micro_batch_is_sized_by_its_records_and_runs_in_the_drive
     )
     q.awaitTermination(300)
     proc.flush(spark, kafka_stream(spark, kafka.bootstrap, topic).schema)
-    assert layouts == ["driver"] * 3  # 240 records, 100 a micro-batch
+    assert layouts == ["driver"] * 2  # 240 records, 120 a micro-batch
     assert sum(n for *_, n in windows) == events.num_rows
     assert len(set(w[:2] for w in windows)) == len(windows), "each window once"

@@ -339,7 +339,7 @@ def test_a_stream_processor_reports_what_one_operator_does(spark: Any, tmp_path:
     # sums go to one) on 2: last_progress has the report of one operator.
     from tidemark.spark import StreamProcessor
 
-    data = stream(7, 12, 6)
+    data = stream(7, 8, 6)
     pipe = pipeline("partition", top=4)
     op = pipe.operator()
     want = report(op, data)
@@ -354,8 +354,8 @@ def test_a_stream_processor_reports_what_one_operator_does(spark: Any, tmp_path:
             got.append(proc.last_progress["lateness"])
         return proc
 
-    run(3, range(6))
-    proc = run(2, range(6, len(data)))
+    run(3, range(4))
+    proc = run(2, range(4, len(data)))
     assert got == want
     # Prometheus reads a StreamProcessor's last micro-batch and report.
     text = prometheus_text(proc)
