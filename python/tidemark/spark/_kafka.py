@@ -66,17 +66,23 @@ def _offsets(offset_json: str) -> Offsets:
     }
 
 
-def _kafka_scan(plan: Any) -> Any:
-    """The one Kafka scan of a micro-batch's physical plan, else why not (a ``str``)."""
-    scans = []
+def _nodes(plan: Any) -> list[tuple[str, Any]]:
+    """Every node of a physical plan, with its class's simple name."""
+    out = []
     todo = [plan]
     while todo:
         node = todo.pop()
-        if simple_name(node) == _SCAN:
-            scans.append(node)
+        out.append((simple_name(node), node))
         it = node.children().iterator()
         while it.hasNext():
             todo.append(it.next())
+    return out
+
+
+def _kafka_scan(plan: Any, nodes: list[tuple[str, Any]] | None = None) -> Any:
+    """The one Kafka scan of a micro-batch's physical plan (``nodes``: its nodes, if
+    listed), else why not (a ``str``)."""
+    scans = [n for name, n in (nodes or _nodes(plan)) if name == _SCAN]
     # One Kafka source; others (a heartbeat's) may sit beside it.
     kafka = [s for s in scans if simple_name(s.stream()) == _KAFKA_STREAM]
     if len(kafka) != 1:
@@ -115,15 +121,10 @@ def kafka_records(plan: Any) -> int | None:
     if isinstance(plan, str):
         return None
     try:
-        todo = [plan]
-        while todo:
-            node = todo.pop()
-            if simple_name(node) not in _AT_MOST_A_ROW_EACH:
-                return None
-            it = node.children().iterator()
-            while it.hasNext():
-                todo.append(it.next())
-        scan = _kafka_scan(plan)
+        nodes = _nodes(plan)
+        if any(name not in _AT_MOST_A_ROW_EACH for name, _ in nodes):
+            return None
+        scan = _kafka_scan(plan, nodes)
         if isinstance(scan, str):
             return None
         start, end = _offsets(scan.start().json()), _offsets(scan.end().json())

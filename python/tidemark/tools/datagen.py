@@ -247,17 +247,13 @@ def iot_stream(
     arrival_s = (
         t_s + rng.uniform(0, jitter_s, len(t_s)) + np.where(np.isin(part, lagging), lag_s, 0)
     )
-    order = np.argsort(arrival_s, kind="stable")
-    ts = pa.timestamp("us", tz="UTC")
     names = pa.array([f"dev-{d:05d}" for d in range(n_dev)], pa.string())
-    return pa.table(
-        {
-            "device": names.take(device[order]),
-            "partition": pa.array(part[order], pa.int32()),
-            "ts": pa.array(start_us + (t_s[order] * 1e6).astype(np.int64), ts),
-            "arrival": pa.array(start_us + (arrival_s[order] * 1e6).astype(np.int64), ts),
-            "value": pa.array(rng.integers(0, 100, len(order)), pa.int64()),
-        }
+    return _in_arrival_order(
+        {"device": names.take(device), "partition": pa.array(part, pa.int32())},
+        t_s,
+        arrival_s,
+        start_us,
+        rng,
     )
 
 
@@ -395,13 +391,32 @@ def differing_lateness_stream(
     delays = rng.uniform(*burst_delay_s, n * (int(minutes) + 1))[key * (int(minutes) + 1) + minute]
     late = np.where(burst, delays + late, late)
     arrival_s = t_s + late
+    names = pa.array([f"key-{k:04d}" for k in range(n)], pa.string())
+    return _in_arrival_order(
+        {"key": names.take(key), "kind": pa.array(kind, pa.string())},
+        t_s,
+        arrival_s,
+        start_us,
+        rng,
+    )
+
+
+def _in_arrival_order(
+    columns: dict[str, pa.Array],
+    t_s: Any,
+    arrival_s: Any,
+    start_us: int,
+    rng: Any,
+) -> pa.Table:
+    """Rows in arrival order: ``columns``, then ``ts`` and ``arrival`` (numpy seconds
+    after ``start_us``, as UTC timestamps) and a ``value`` from 0 to 99 (``rng``'s)."""
+    import numpy as np
+
     order = np.argsort(arrival_s, kind="stable")
     ts = pa.timestamp("us", tz="UTC")
-    names = pa.array([f"key-{k:04d}" for k in range(n)], pa.string())
     return pa.table(
         {
-            "key": names.take(key[order]),
-            "kind": pa.array(kind[order], pa.string()),
+            **{name: col.take(order) for name, col in columns.items()},
             "ts": pa.array(start_us + (t_s[order] * 1e6).astype(np.int64), ts),
             "arrival": pa.array(start_us + (arrival_s[order] * 1e6).astype(np.int64), ts),
             "value": pa.array(rng.integers(0, 100, len(order)), pa.int64()),

@@ -108,10 +108,9 @@ def demo_stream(events: int, tenants: int) -> pa.Table:
     return _full_stream(events, tenants).select(["tenant", "event_time", "value"])
 
 
-def late_tenants(events: int, tenants: int) -> set[str]:
-    """The tenants of :func:`demo_stream` that report late."""
-    t = _full_stream(events, tenants)
-    return set(pc.unique(t.filter(t.column("delayed")).column("tenant")).to_pylist())
+def _late_tenants(full: pa.Table) -> set[str]:
+    """The tenants of the generator's stream (``delayed`` column kept) that report late."""
+    return set(pc.unique(full.filter(full.column("delayed")).column("tenant")).to_pylist())
 
 
 def micro_batches(stream: pa.Table, batches: int) -> list[pa.Table]:
@@ -356,7 +355,8 @@ def run_demo(
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     started = time.perf_counter()
-    stream = demo_stream(events, tenants)
+    full = _full_stream(events, tenants)
+    stream = full.select(["tenant", "event_time", "value"])  # demo_stream's
     work = Path(tempfile.mkdtemp(prefix="tidemark-demo-"))
     try:
         source = work / "stream"
@@ -364,7 +364,7 @@ def run_demo(
         schema = spark.read.parquet(str(source)).schema
         truth = _truth(stream)
         result = DemoResult(events, tenants, n_files, len(truth))
-        result.late_tenants = late_tenants(events, tenants)
+        result.late_tenants = _late_tenants(full)
         names = stream.column("tenant")
         counts = pc.value_counts(names).to_pylist()
         result.tenant_events = {c["values"]: c["counts"] for c in counts}
@@ -504,30 +504,17 @@ def write_report(result: DemoResult, out_dir: Path) -> Path:
     import matplotlib.pyplot as plt
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    names = [s.name for s in result.systems]
-    fig, ax = plt.subplots(figsize=(8, 4))
-    x = range(len(names))
-    ax.bar(
-        [i - 0.2 for i in x],
-        [100 * s.events_counted for s in result.systems],
-        0.4,
-        label="events counted in their window",
+    _bar_pairs(
+        plt,
+        out_dir / "accuracy.png",
+        [s.name for s in result.systems],
+        [
+            ("events counted in their window", [100 * s.events_counted for s in result.systems]),
+            ("windows exactly right", [100 * s.windows_right for s in result.systems]),
+        ],
+        "Half of the tenants report late: what each watermark keeps",
+        ("%", "lower right", 4.0),
     )
-    ax.bar(
-        [i + 0.2 for i in x],
-        [100 * s.windows_right for s in result.systems],
-        0.4,
-        label="windows exactly right",
-    )
-    ax.set_xticks(list(x))
-    ax.set_xticklabels(names, fontsize=8)
-    ax.set_ylabel("%")
-    ax.set_ylim(0, 105)
-    ax.set_title("Half of the tenants report late: what each watermark keeps")
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out_dir / "accuracy.png", dpi=120)
-    plt.close(fig)
     lateness = _write_lateness_plot(result, out_dir, plt)
     rows = "".join(
         f"<tr><td>{html.escape(s.name)}</td><td>{s.events_counted:.2%}</td>"
@@ -566,23 +553,20 @@ def _write_lateness_plot(result: DemoResult, out_dir: Path, plt: Any) -> str:
     groups = lateness_by_group(result)
     if not groups:
         return ""
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    x = range(len(groups))
-    share = [
-        [100 * getattr(g, f) / max(g.events, 1) for g in groups]
-        for f in ("spark_would_drop", "tidemark_dropped")
-    ]
-    ax.bar([i - 0.2 for i in x], share[0], 0.4, label="Spark's one watermark would drop")
-    ax.bar([i + 0.2 for i in x], share[1], 0.4, label="tidemark per key dropped")
-    ax.set_xticks(list(x))
-    ax.set_xticklabels([f"{g.group} ({g.tenants})" for g in groups], fontsize=8)
-    ax.set_ylabel("% of the group's events")
-    ax.set_ylim(0, 105)
-    ax.set_title("What Spark would have dropped, per tenant group (LatenessReport)")
-    ax.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out_dir / "lateness.png", dpi=120)
-    plt.close(fig)
+    _bar_pairs(
+        plt,
+        out_dir / "lateness.png",
+        [f"{g.group} ({g.tenants})" for g in groups],
+        [
+            (label, [100 * getattr(g, f) / max(g.events, 1) for g in groups])
+            for label, f in (
+                ("Spark's one watermark would drop", "spark_would_drop"),
+                ("tidemark per key dropped", "tidemark_dropped"),
+            )
+        ],
+        "What Spark would have dropped, per tenant group (LatenessReport)",
+        ("% of the group's events", "upper left", 3.5),
+    )
     spark = next((s for s in result.systems if s.differs_from_spark is None), None)
     rows = "".join(
         f"<tr><td>{html.escape(g.group)}</td><td>{g.tenants}</td><td>{g.events:,}</td>"
@@ -602,3 +586,29 @@ tenant.{measured}</p>
 <table><tr><th>tenants</th><th>count</th><th>events</th><th>Spark would drop</th>
 <th>tidemark per key dropped</th></tr>{rows}</table>
 <p><img src="lateness.png" alt="what Spark would have dropped, per tenant group"></p>"""
+
+
+def _bar_pairs(
+    plt: Any,
+    path: Path,
+    labels: list[str],
+    series: list[tuple[str, list[float]]],
+    title: str,
+    look: tuple[str, str, float],
+) -> None:
+    """A chart of two bars (percentages) per label, written to ``path``; ``look``: the
+    y axis's label, the legend's place, the height."""
+    ylabel, legend, height = look
+    fig, ax = plt.subplots(figsize=(8, height))
+    x = range(len(labels))
+    for (name, values), shift in zip(series, (-0.2, 0.2), strict=True):
+        ax.bar([i + shift for i in x], values, 0.4, label=name)
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(0, 105)
+    ax.set_title(title)
+    ax.legend(loc=legend, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -352,7 +352,7 @@ fn merge_key(into: &mut KeyState, k: KeyState) {
         Lateness::merge_records(mine, theirs);
     }
     if let (Some(mine), Some(theirs)) = (into.watch.as_mut(), &k.watch) {
-        mine.merge(theirs);
+        mine.add(theirs);
     }
     into.max_event = into.max_event.max(k.max_event);
     into.last_activity = into.last_activity.max(k.last_activity);

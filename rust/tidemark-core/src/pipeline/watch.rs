@@ -50,45 +50,85 @@ fn bucket(v: i64) -> usize {
     BOUNDS.partition_point(|&b| b < v)
 }
 
-/// The lateness of one key or source partition, or of all of them (summed).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LatenessEntry {
+/// A count of rows: 32 bits in a key's state, 64 in reports; adds saturate.
+pub trait Count: Copy + Default + Eq + std::fmt::Debug {
+    /// `self + o`, saturating.
+    fn plus(self, o: Self) -> Self;
+    /// The count as 64 bits.
+    fn get(self) -> u64;
+    /// Written to a snapshot or report.
+    fn write(self, w: &mut Writer);
+    /// Read back.
+    fn read(r: &mut Reader<'_>) -> Result<Self>;
+}
+
+impl Count for u32 {
+    fn plus(self, o: Self) -> Self {
+        self.saturating_add(o)
+    }
+    fn get(self) -> u64 {
+        u64::from(self)
+    }
+    fn write(self, w: &mut Writer) {
+        w.u32(self);
+    }
+    fn read(r: &mut Reader<'_>) -> Result<Self> {
+        r.u32()
+    }
+}
+
+impl Count for u64 {
+    fn plus(self, o: Self) -> Self {
+        self.saturating_add(o)
+    }
+    fn get(self) -> u64 {
+        self
+    }
+    fn write(self, w: &mut Writer) {
+        w.u64(self);
+    }
+    fn read(r: &mut Reader<'_>) -> Result<Self> {
+        r.u64()
+    }
+}
+
+/// The lateness of rows: of one key or source partition, or of all of them (summed).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tally<C> {
     /// Rows by how far behind they arrived (buckets of [`BOUNDS`]).
-    pub behind: [u64; NB],
+    pub behind: [C; NB],
     /// Late rows by how far behind the watermark that judged them.
-    pub late_by: [u64; NB],
+    pub late_by: [C; NB],
     /// The furthest behind a row arrived.
     pub max_behind: i64,
     /// The furthest behind its watermark a late row was.
     pub max_late_by: i64,
     /// Rows Spark's global watermark would have dropped.
-    pub spark_dropped: u64,
+    pub spark_dropped: C,
     /// Of those, rows tidemark kept.
-    pub spark_kept: u64,
+    pub spark_kept: C,
 }
 
-impl Default for LatenessEntry {
-    fn default() -> Self {
-        Self {
-            behind: [0; NB],
-            late_by: [0; NB],
-            max_behind: 0,
-            max_late_by: 0,
-            spark_dropped: 0,
-            spark_kept: 0,
-        }
-    }
+/// A report's lateness of a key, a source partition or the stream.
+pub type LatenessEntry = Tally<u64>;
+
+/// One key's lateness as state keeps it (`SlotWatch::BYTES` per key).
+pub(crate) type SlotWatch = Tally<u32>;
+
+impl SlotWatch {
+    /// Bytes of state per key.
+    pub(crate) const BYTES: usize = std::mem::size_of::<SlotWatch>();
 }
 
-impl LatenessEntry {
+impl<C: Count> Tally<C> {
     /// Rows counted.
     pub fn rows(&self) -> u64 {
-        self.behind.iter().sum()
+        self.behind.iter().map(|c| c.get()).sum()
     }
 
     /// Late rows.
     pub fn late_rows(&self) -> u64 {
-        self.late_by.iter().sum()
+        self.late_by.iter().map(|c| c.get()).sum()
     }
 
     /// The `q`-th quantile (0 < q <= 1) of how far behind rows arrived: the upper bound
@@ -103,20 +143,49 @@ impl LatenessEntry {
         quantile(&self.late_by, self.max_late_by, q)
     }
 
-    /// Adds another entry's counts (another core's or state partition's).
-    pub fn add(&mut self, o: &LatenessEntry) {
-        self.behind
-            .iter_mut()
-            .zip(&o.behind)
-            .for_each(|(a, b)| *a += b);
-        self.late_by
-            .iter_mut()
-            .zip(&o.late_by)
-            .for_each(|(a, b)| *a += b);
+    /// Adds another tally's counts (another core's or state partition's, or the same
+    /// key's from another snapshot).
+    pub fn add(&mut self, o: &Tally<C>) {
+        let add = |a: &mut [C; NB], b: &[C; NB]| {
+            a.iter_mut().zip(b).for_each(|(x, y)| *x = x.plus(*y));
+        };
+        add(&mut self.behind, &o.behind);
+        add(&mut self.late_by, &o.late_by);
         self.max_behind = self.max_behind.max(o.max_behind);
         self.max_late_by = self.max_late_by.max(o.max_late_by);
-        self.spark_dropped += o.spark_dropped;
-        self.spark_kept += o.spark_kept;
+        self.spark_dropped = self.spark_dropped.plus(o.spark_dropped);
+        self.spark_kept = self.spark_kept.plus(o.spark_kept);
+    }
+
+    /// Counts one row: how far behind it arrived, how late it was (`None`: on time),
+    /// whether Spark's watermark would drop it.
+    fn count(&mut self, behind: i64, late_by: Option<i64>, spark_drops: bool, one: C) {
+        let b = behind.max(0);
+        self.behind[bucket(b)] = self.behind[bucket(b)].plus(one);
+        self.max_behind = self.max_behind.max(b);
+        if let Some(l) = late_by {
+            let l = l.max(0);
+            self.late_by[bucket(l)] = self.late_by[bucket(l)].plus(one);
+            self.max_late_by = self.max_late_by.max(l);
+        }
+        if spark_drops {
+            self.spark_dropped = self.spark_dropped.plus(one);
+            if late_by.is_none() {
+                self.spark_kept = self.spark_kept.plus(one);
+            }
+        }
+    }
+
+    /// The counts as 64 bits (a report's).
+    fn widen(&self) -> LatenessEntry {
+        Tally {
+            behind: self.behind.map(Count::get),
+            late_by: self.late_by.map(Count::get),
+            max_behind: self.max_behind,
+            max_late_by: self.max_late_by,
+            spark_dropped: self.spark_dropped.get(),
+            spark_kept: self.spark_kept.get(),
+        }
     }
 
     /// How a key ranks among the top keys: the furthest behind at the 99th percentile,
@@ -125,138 +194,48 @@ impl LatenessEntry {
         (
             self.behind_quantile(0.99).unwrap_or(0),
             self.late_rows(),
-            self.spark_kept,
+            self.spark_kept.get(),
         )
-    }
-
-    fn write(&self, w: &mut Writer) {
-        self.behind
-            .iter()
-            .chain(&self.late_by)
-            .for_each(|&v| w.u64(v));
-        w.i64(self.max_behind);
-        w.i64(self.max_late_by);
-        w.u64(self.spark_dropped);
-        w.u64(self.spark_kept);
-    }
-
-    fn read(r: &mut Reader<'_>) -> Result<Self> {
-        let mut e = Self::default();
-        for v in e.behind.iter_mut().chain(e.late_by.iter_mut()) {
-            *v = r.u64()?;
-        }
-        e.max_behind = r.i64()?;
-        e.max_late_by = r.i64()?;
-        e.spark_dropped = r.u64()?;
-        e.spark_kept = r.u64()?;
-        Ok(e)
-    }
-}
-
-fn quantile(h: &[u64; NB], max: i64, q: f64) -> Option<i64> {
-    let total: u64 = h.iter().sum();
-    if total == 0 {
-        return None;
-    }
-    let rank = ((total as f64 * q).ceil() as u64).clamp(1, total);
-    let mut seen = 0;
-    for (b, &c) in h.iter().enumerate() {
-        seen += c;
-        if seen >= rank {
-            return Some(BOUNDS.get(b).map_or(max, |&bound| bound.min(max)));
-        }
-    }
-    Some(max)
-}
-
-/// One key's counts as state keeps them (32-bit counts, saturating).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct SlotWatch {
-    behind: [u32; NB],
-    late_by: [u32; NB],
-    max_behind: i64,
-    max_late_by: i64,
-    spark_dropped: u32,
-    spark_kept: u32,
-}
-
-impl Default for SlotWatch {
-    fn default() -> Self {
-        Self {
-            behind: [0; NB],
-            late_by: [0; NB],
-            max_behind: 0,
-            max_late_by: 0,
-            spark_dropped: 0,
-            spark_kept: 0,
-        }
-    }
-}
-
-impl SlotWatch {
-    /// Bytes of state per key.
-    pub(crate) const BYTES: usize = std::mem::size_of::<SlotWatch>();
-
-    fn entry(&self) -> LatenessEntry {
-        let mut e = LatenessEntry {
-            max_behind: self.max_behind,
-            max_late_by: self.max_late_by,
-            spark_dropped: u64::from(self.spark_dropped),
-            spark_kept: u64::from(self.spark_kept),
-            ..Default::default()
-        };
-        e.behind
-            .iter_mut()
-            .zip(&self.behind)
-            .for_each(|(a, &b)| *a = u64::from(b));
-        e.late_by
-            .iter_mut()
-            .zip(&self.late_by)
-            .for_each(|(a, &b)| *a = u64::from(b));
-        e
-    }
-
-    fn is_empty(&self) -> bool {
-        self.behind.iter().all(|&c| c == 0)
     }
 
     pub(crate) fn write(&self, w: &mut Writer) {
         self.behind
             .iter()
             .chain(&self.late_by)
-            .for_each(|&v| w.u32(v));
+            .for_each(|v| v.write(w));
         w.i64(self.max_behind);
         w.i64(self.max_late_by);
-        w.u32(self.spark_dropped);
-        w.u32(self.spark_kept);
+        self.spark_dropped.write(w);
+        self.spark_kept.write(w);
     }
 
     pub(crate) fn read(r: &mut Reader<'_>) -> Result<Self> {
-        let mut s = Self::default();
-        for v in s.behind.iter_mut().chain(s.late_by.iter_mut()) {
-            *v = r.u32()?;
+        let mut t = Self::default();
+        for v in t.behind.iter_mut().chain(t.late_by.iter_mut()) {
+            *v = C::read(r)?;
         }
-        s.max_behind = r.i64()?;
-        s.max_late_by = r.i64()?;
-        s.spark_dropped = r.u32()?;
-        s.spark_kept = r.u32()?;
-        Ok(s)
+        t.max_behind = r.i64()?;
+        t.max_late_by = r.i64()?;
+        t.spark_dropped = C::read(r)?;
+        t.spark_kept = C::read(r)?;
+        Ok(t)
     }
+}
 
-    /// Adds another record of the same key (resharding: a key in two snapshots).
-    pub(crate) fn merge(&mut self, o: &SlotWatch) {
-        let add = |a: &mut [u32; NB], b: &[u32; NB]| {
-            a.iter_mut()
-                .zip(b)
-                .for_each(|(x, y)| *x = x.saturating_add(*y));
-        };
-        add(&mut self.behind, &o.behind);
-        add(&mut self.late_by, &o.late_by);
-        self.max_behind = self.max_behind.max(o.max_behind);
-        self.max_late_by = self.max_late_by.max(o.max_late_by);
-        self.spark_dropped = self.spark_dropped.saturating_add(o.spark_dropped);
-        self.spark_kept = self.spark_kept.saturating_add(o.spark_kept);
+fn quantile<C: Count>(h: &[C; NB], max: i64, q: f64) -> Option<i64> {
+    let total: u64 = h.iter().map(|c| c.get()).sum();
+    if total == 0 {
+        return None;
     }
+    let rank = ((total as f64 * q).ceil() as u64).clamp(1, total);
+    let mut seen = 0;
+    for (b, c) in h.iter().enumerate() {
+        seen += c.get();
+        if seen >= rank {
+            return Some(BOUNDS.get(b).map_or(max, |&bound| bound.min(max)));
+        }
+    }
+    Some(max)
 }
 
 /// One row as the watch counts it.
@@ -327,38 +306,12 @@ impl Watch {
         if self.slots.len() <= s {
             self.slots.resize_with(s + 1, SlotWatch::default);
         }
-        let k = &mut self.slots[s];
-        let b = row.behind_key.max(0);
-        k.behind[bucket(b)] = k.behind[bucket(b)].saturating_add(1);
-        k.max_behind = k.max_behind.max(b);
-        if let Some(l) = row.late_by {
-            let l = l.max(0);
-            k.late_by[bucket(l)] = k.late_by[bucket(l)].saturating_add(1);
-            k.max_late_by = k.max_late_by.max(l);
-        }
-        if row.spark_drops {
-            k.spark_dropped = k.spark_dropped.saturating_add(1);
-            if row.late_by.is_none() {
-                k.spark_kept = k.spark_kept.saturating_add(1);
-            }
-        }
+        self.slots[s].count(row.behind_key, row.late_by, row.spark_drops, 1);
         if let Some(p) = part {
             if self.parts.len() <= p {
                 self.parts.resize_with(p + 1, LatenessEntry::default);
             }
-            let e = &mut self.parts[p];
-            let b = row.behind_stream.max(0);
-            e.behind[bucket(b)] += 1;
-            e.max_behind = e.max_behind.max(b);
-            if let Some(l) = row.late_by {
-                let l = l.max(0);
-                e.late_by[bucket(l)] += 1;
-                e.max_late_by = e.max_late_by.max(l);
-            }
-            if row.spark_drops {
-                e.spark_dropped += 1;
-                e.spark_kept += u64::from(row.late_by.is_none());
-            }
+            self.parts[p].count(row.behind_stream, row.late_by, row.spark_drops, 1);
         }
     }
 
@@ -419,10 +372,10 @@ impl Watch {
         };
         let mut ranked = Vec::new();
         for slot in live {
-            let Some(w) = self.slots.get(slot as usize).filter(|w| !w.is_empty()) else {
+            let Some(w) = self.slots.get(slot as usize).filter(|w| w.rows() > 0) else {
                 continue;
             };
-            let e = w.entry();
+            let e = w.widen();
             s.total.add(&e);
             ranked.push((e.rank(), slot));
         }
@@ -436,7 +389,7 @@ impl Watch {
             .map(|(_, slot)| {
                 (
                     key_of(slot).as_ref().to_vec(),
-                    self.slots[slot as usize].entry(),
+                    self.slots[slot as usize].widen(),
                 )
             })
             .collect();
