@@ -146,6 +146,9 @@ def main(tmp: str) -> None:
     res.unpersist()
     got = windows_of(aggregate(df, pipe, cache=False, num_partitions=3).windows.collect())
     assert got == want, "aggregate cache=False"
+    # Spark's fold (an exact float sum): one SQL statement over the client's DataFrame.
+    got = windows_of(aggregate(df, pipe, preaggregate=True, num_partitions=2).windows.collect())
+    assert got == want, "aggregate preaggregate=True"
     weights = pa.table({"device": [f"d{i}" for i in range(5)], "w": [1.0, 2.0, 3.0, 4.0, 5.0]})
     looked_up = pipeline("w").enrich(weights, on="device", how="inner")
     got = windows_of(aggregate(df, looked_up, num_partitions=2).windows.collect())
@@ -193,6 +196,14 @@ def main(tmp: str) -> None:
     # Small micro-batches run in the foreachBatch process by default; in one task here.
     _, one_task, _ = run_processor(spark, pipe, schema, work, "one-task", on_driver=False)
     assert one_task == streamed
+    # The first micro-batch folded by Spark (shuffle=True: none is small; its folds keep
+    # more than FOLD_SHARE of its rows, so the next ones run raw into the same state).
+    folding, folded, _ = run_processor(
+        spark, pipe, schema, work, "folded", shuffle=True, preaggregate=True, retention=5
+    )
+    assert folded == streamed
+    first = folding.progress(0)
+    assert first is not None and first["read"] == "folds", first
     # The copy in the server's foreachBatch process counted the batches; this client
     # reads the counts from the state store.
     last = proc.progress(len(tables) - 1)

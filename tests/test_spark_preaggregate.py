@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 import tidemark as tm
 from tidemark.spark import aggregate
 from tidemark.spark._driver import session_settings
+from tidemark.spark._preagg import preaggregation
 
 pytestmark = pytest.mark.spark
 
@@ -223,6 +224,37 @@ def test_tumbling_folds_are_merged_where_sparks_aggregation_left_them(spark: Any
     starts = got.column("window_start").cast(pa.int64()).to_pylist()
     assert [n for s, n in zip(starts, counts, strict=True) if s > 10**18] == [2]
     assert sum(counts) == len(times) - 1  # all but the null time
+
+
+def test_the_fold_takes_any_column_names(spark: Any) -> None:
+    # The fold is one SQL statement that PySpark formats: names with braces, backticks
+    # and dots (a key, the event time, a float and an integer column) stay names.
+    key, ts, x, i = "k{0}", "t`s}", "x.{v}", "{{i}}"
+    n = 60
+    df = spark.createDataFrame(
+        pa.table(
+            {
+                key: ["a", "b", "c"] * (n // 3),
+                ts: pa.array([T0 + j * 700_000 for j in range(n)], pa.timestamp("us", tz="UTC")),
+                x: [0.1 * j - 2.0 for j in range(n)],
+                i: pa.array(range(n), pa.int32()),
+            }
+        )
+    )
+    pipe = tm.Pipeline(
+        key,
+        ts,
+        window=tm.Tumbling("5s"),
+        aggs={"n": tm.count(), "s": tm.sum(x), "s2": tm.sum(x), "t": tm.sum(i)},
+        watermark=tm.BoundedOutOfOrderness("1s", per="key"),
+    )
+    assert preaggregation(pipe, df.schema, "UTC", False) is not None
+    with taken_as_large("aggregate", lambda: True):
+        got = aggregate(df, pipe, preaggregate=True).windows.toArrow()
+    want = aggregate(df, pipe).windows.toArrow()
+    order = [(c, "ascending") for c in [key, "window_start"]]
+    assert got.num_rows > 3
+    assert got.sort_by(order).equals(want.sort_by(order))
 
 
 def test_preaggregate_changes_nothing_where_it_would_not_be_exact(spark: Any) -> None:

@@ -68,6 +68,9 @@ _PANE = "__tm_pane"
 #: Whether a group is folded per pane (else per event time): groups of both kinds
 #: may share a key and a pane number.
 _BY_PANE = "__tm_by_pane"
+#: Where :meth:`Preaggregation.rows`' statement reads the micro-batch (a character no
+#: SQL text of it holds otherwise).
+_SOURCE = "\x00"
 #: The input rows a group row stands for (its weight in the batch's counts).
 WEIGHT = "__tm_rows"
 
@@ -75,9 +78,12 @@ WEIGHT = "__tm_rows"
 # The exact fold of a float sum (see the module docs): per row, the value as a double
 # (_FX), its kind (_FK: 0 finite and not zero, 1000 not finite, 1001 zero, NULL null),
 # the exponent of its last mantissa bit (_FLOW: at most the true one), its mantissa as a
-# long (_FM) and the bucket it groups by (_FBUCKET).
+# long (_FM) and the bucket it groups by (_FBUCKET: the kind where not 0, so that each
+# group holds values of one kind).
 _FX, _FK, _FLOW, _FM = (f"__tm_f{n}" for n in ("x", "k", "low", "m"))
 _FBUCKET = "__tm_fbucket"
+#: Per row: the value where it is not finite, 1 for a positive zero, else 0.
+_FS = "__tm_fs"
 _BITS = 14  # binary orders of magnitude per bucket
 _INF = "CAST('Infinity' AS DOUBLE)"
 
@@ -114,36 +120,52 @@ def _float_stages(col: str) -> list[list[str]]:
             f"WHEN {_FLOW} >= -1023 THEN {x} * power(2, -{_FLOW}) "
             f"ELSE {x} * {_pow2(f'-{_FLOW}')} END AS BIGINT) AS {_FM}",
             f"IF({_FK} = 0, ({_FLOW} - pmod({_FLOW}, {_BITS})) div {_BITS}, {_FK}) AS {_FBUCKET}",
+            # 1 / -0.0 is -inf (power: Spark's atan2 adds 0.0 to its arguments; a
+            # division by zero fails under ANSI).
+            f"CASE WHEN {_FK} = 1000 THEN {x} WHEN {_FK} = 1001 AND power({x}, -1.0D) > 0 "
+            f"THEN 1.0D ELSE 0.0D END AS {_FS}",
         ],
     ]
 
 
-def _float_parts() -> str:
-    """A group's partial of the float sum (aggregates over :func:`_float_stages`'
-    columns): ``NULL`` without values, the non-finite values' sum, the zeros' sign, or
-    six exactly representable doubles whose exact sum is the group's."""
+#: A group's sums of the float fold (the aggregation's columns): the three limbs (see
+#: the module docs) and ``_FS``.
+_FSUMS = tuple(f"__tm_fsum{i}" for i in range(4))
+
+
+def _float_sums() -> list[str]:
+    """The aggregates of a group's float fold over :func:`_float_stages`' columns (named
+    ``_FSUMS``): its three limb sums, each shifted into place within the bucket, and
+    the sum of ``_FS``."""
     r = f"pmod({_FLOW}, {_BITS})"
     limbs = [
-        (f"shiftleft(shiftright({_FM}, 36), {r})", 36),
-        (f"shiftleft(shiftright({_FM}, 18) & 262143, {r})", 18),
-        (f"shiftleft({_FM} & 262143, {r})", 0),
+        f"shiftleft(shiftright({_FM}, 36), {r})",
+        f"shiftleft(shiftright({_FM}, 18) & 262143, {r})",
+        f"shiftleft({_FM} & 262143, {r})",
     ]
-    scale = f"max({_FBUCKET}) * {_BITS}"
+    return [f"sum({e}) AS {n}" for e, n in zip([*limbs, _FS], _FSUMS, strict=True)]
+
+
+def _float_parts() -> str:
+    """A group's partial of the float sum, from its :func:`_float_sums` (the group's
+    exponent bucket ``_FBUCKET``, one of its keys, tells its kind): ``NULL`` without
+    values, the non-finite values' sum, the zeros' sign, or six exactly representable
+    doubles whose exact sum is the group's."""
+    scale = f"{_FBUCKET} * {_BITS}"
     terms = []
-    for limb, at in limbs:
-        total = f"sum({limb})"
+    for total, at in zip(_FSUMS[:3], (36, 18, 0), strict=True):
         for half, extra in ((f"shiftright({total}, 32)", 32), (f"({total} & 4294967295)", 0)):
             terms.append(f"CAST({half} AS DOUBLE) * {_pow2(f'{scale} + {at + extra}')}")
-    # 1 / -0.0 is -inf (power: Spark's atan2 adds 0.0 to its arguments; a division by
-    # zero fails under ANSI).
-    positive_zero = f"max(IF({_FK} = 1001 AND power({_FX}, -1.0D) > 0, 1, 0)) = 1"
+    # _FS sums the non-finite values (in their own groups: the sum does not depend on
+    # the order) and counts the positive zeros (in theirs). A zero group's sum is
+    # 0.0 times that count, negated where it is 0 (every zero -0.0): not IF(c, 0.0D,
+    # -0.0D), whose branches Spark's optimizer takes as equal (it keeps 0.0D).
+    special = _FSUMS[3]
     return (
-        f"CASE WHEN count({_FX}) = 0 THEN NULL "
-        f"WHEN max({_FK}) = 1000 THEN array(sum({_FX})) "
-        # (Not IF(c, 0.0D, -0.0D): Spark's optimizer takes its branches as equal and
-        # keeps 0.0D; abs(min(x)) of zeros is 0.0 and cannot be folded.)
-        f"WHEN max({_FK}) = 1001 THEN array(IF({positive_zero}, abs(min({_FX})), "
-        f"-abs(min({_FX})))) "
+        f"CASE WHEN {_FBUCKET} IS NULL THEN NULL "
+        f"WHEN {_FBUCKET} = 1000 THEN array({special}) "
+        f"WHEN {_FBUCKET} = 1001 THEN array(IF({special} > 0, {special} * 0.0D, "
+        f"-({special} * 0.0D))) "
         f"ELSE array({', '.join(terms)}) END"
     )
 
@@ -163,8 +185,9 @@ class Preaggregation:
     offset: int
     #: The window's offset as the core reads it (``ts - offset`` must fit 64 bits).
     window_offset: int
-    #: ``(partial column, Spark SQL aggregate of a group, the column's Spark type,
-    #: the aggregate's kind: count, sum, min or max, its input column)``.
+    #: ``(partial column, Spark SQL aggregate of a group (a float sum's: its
+    #: expression over :func:`_float_sums`), the column's Spark type, the aggregate's
+    #: kind: count, sum, fsum, min or max, its input column)``.
     partials: tuple[tuple[str, str, Any, str, str], ...]
     #: The columns a group is keyed by besides its pane: keys and source partition.
     group_by: tuple[str, ...]
@@ -189,10 +212,9 @@ class Preaggregation:
         """``df``'s rows as the pipeline's input, in one scan and one aggregation: rows
         folded per (key, pane) where the core reads their event time, the others per
         (key, event time), each then an error row as in the raw path (see the module
-        docs). Built from SQL expressions: a dozen calls into the JVM, about 200 fewer
-        per micro-batch than from column functions."""
-        from pyspark.sql import functions as F
-
+        docs). One SQL statement over ``df``: Spark analyzes it once, where a chain of
+        DataFrame calls is analyzed call by call (measured on 400,000 rows with a float
+        sum: 0.06 s against 0.12 s, and the fold's run 10% shorter)."""
         ts = quoted(self.pipe.event_time)
         us, p, o = f"unix_micros({ts})", self.pane, self.window_offset
         # The core reads ts - offset; i64::MIN and i64::MAX are reserved values.
@@ -201,24 +223,36 @@ class Preaggregation:
         index = (
             f"({us} div {p}) - IF({us} % {p} < 0, 1, 0) - IF(pmod({us}, {p}) < {self.offset}, 1, 0)"
         )
-        by = [F.expr(quoted(c)) for c in self.group_by]
+        keys = [quoted(c) for c in self.group_by]
+        source = _SOURCE
+        by = [*keys]
         if self.split is not None:
             for stage in _float_stages(self.split):
-                df = df.selectExpr("*", *stage)
-            by.append(F.expr(_FBUCKET))
-        return (
-            df.groupBy(
-                *by,
-                F.expr(f"CASE WHEN {fold} THEN {index} ELSE {us} END AS {_PANE}"),
-                F.expr(f"coalesce({fold}, false) AS {_BY_PANE}"),
-            )
-            .agg(
-                F.expr(f"max({ts}) AS {ts}"),
-                *[F.expr(f"{sql} AS {n}") for n, sql, *_ in self.partials],
-                F.expr(f"count(1) AS {WEIGHT}"),
-            )
-            .drop(_PANE, _BY_PANE, *([_FBUCKET] if self.split is not None else []))
+                source = f"(SELECT *, {', '.join(stage)} FROM {source})"
+            by.append(_FBUCKET)
+        by += [f"CASE WHEN {fold} THEN {index} ELSE {us} END", f"coalesce({fold}, false)"]
+        # The aggregation, then each group's partials from its aggregates (analyzed in
+        # half the time of aggregates within the float fold's expression). Float sums
+        # fold one column (``split``): its sums serve each of them.
+        aggs = [f"max({ts}) AS {ts}", *(_float_sums() if self.split is not None else [])]
+        outer = [*keys, ts]
+        for n, sql, _, kind, _ in self.partials:
+            if kind == "fsum":
+                outer.append(f"{_FLOAT_PARTS} AS {n}")
+            else:
+                aggs.append(f"{sql} AS {n}")
+                outer.append(n)
+        inner = [*keys, *([_FBUCKET] if self.split is not None else []), *aggs]
+        inner.append(f"count(1) AS {WEIGHT}")
+        outer.append(WEIGHT)
+        text = (
+            f"SELECT {', '.join(outer)} FROM (SELECT {', '.join(inner)} FROM {source} "
+            f"GROUP BY {', '.join(by)})"
         )
+        # ``spark.sql`` formats the text (``{rows}``: ``df``, a temporary view while the
+        # statement is analyzed, also under Spark Connect): braces in names are doubled.
+        text = text.replace("{", "{{").replace("}", "}}").replace(_SOURCE, "{rows}")
+        return df.sparkSession.sql(text, rows=df)
 
     def lift(self) -> Callable[[pa.Table], pa.Table]:
         """A function of raw rows (Arrow, as Spark hands a micro-batch to Python) to the
