@@ -64,10 +64,6 @@ from tidemark.spark._types import spark_type, type_name
 
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
-_PANE = "__tm_pane"
-#: Whether a group is folded per pane (else per event time): groups of both kinds
-#: may share a key and a pane number.
-_BY_PANE = "__tm_by_pane"
 #: Where :meth:`Preaggregation.rows`' statement reads the micro-batch (a character no
 #: SQL text of it holds otherwise).
 _SOURCE = "\x00"
@@ -230,6 +226,8 @@ class Preaggregation:
             for stage in _float_stages(self.split):
                 source = f"(SELECT *, {', '.join(stage)} FROM {source})"
             by.append(_FBUCKET)
+        # The pane (else the event time), and whether it is the pane: groups of both
+        # kinds may share a key and a number.
         by += [f"CASE WHEN {fold} THEN {index} ELSE {us} END", f"coalesce({fold}, false)"]
         # The aggregation, then each group's partials from its aggregates (analyzed in
         # half the time of aggregates within the float fold's expression). Float sums
