@@ -229,17 +229,12 @@ def test_row_order_cores_and_a_restore_change_nothing(seed: int, cores: int, cut
 
 def test_a_jittery_key_waits_longer_than_an_orderly_one() -> None:
     # Two keys, 4,000 rows each: one in order, one up to 30 s behind. Before a key has
-    # min_rows rows (1,000 here) it waits max_delay; then the orderly key's windows
-    # close half a second after their end, the jittery key's within 30 s x 1.41.
-    pipe = tm.Pipeline(
-        "k",
-        "ts",
-        window=tm.Tumbling("10s"),
-        aggs={"n": tm.count()},
-        watermark=tm.AdaptiveOutOfOrderness(
-            quantile=0.999, min_delay="500ms", max_delay="5m", horizon="1h", min_rows=1000
-        ),
-    )
+    # min_rows rows (by default 999 for the 0.999 quantile) it waits max_delay; then the
+    # orderly key's windows close half a second after their end, the jittery key's
+    # within 30 s x 1.41.
+    wm = tm.AdaptiveOutOfOrderness(quantile=0.999, min_delay="500ms", max_delay="5m", horizon="1h")
+    assert wm.min_rows == 999
+    pipe = tm.Pipeline("k", "ts", window=tm.Tumbling("10s"), aggs={"n": tm.count()}, watermark=wm)
     op = pipe.operator()
     rnd = random.Random(7)
     i = 0
@@ -251,9 +246,14 @@ def test_a_jittery_key_waits_longer_than_an_orderly_one() -> None:
             rows.append(("jittery", max(0, now - rnd.randrange(30 * S)), i + 1))
             i += 2
         op.process(table(rows))
-        if b == 3:
+        if b in (3, 8):
+            # 400 and 900 rows: still max_delay (5 minutes) behind its newest event.
             calm_early = op.key_watermark("calm")
-            assert calm_early is not None and calm_early <= 40 * S - 5 * 60 * S
+            assert calm_early is not None and calm_early <= (b + 1) * 10 * S - 5 * 60 * S
+        if b == 9:
+            # 1,000 rows: learned.
+            calm_learned = op.key_watermark("calm")
+            assert calm_learned is not None and calm_learned > 100 * S - 2 * S
     calm, jittery = op.key_watermark("calm"), op.key_watermark("jittery")
     assert calm is not None and jittery is not None
     assert calm > 400 * S - 2 * S, "the orderly key: about min_delay behind"

@@ -150,6 +150,13 @@ class BoundedOutOfOrderness:
         return out
 
 
+def _rows_for(quantile: float) -> int:
+    """The rows a ``quantile`` of lateness is learned from: ``q / (1 - q)``, rounded up
+    (in parts per billion, as the core reads the quantile; at most 2**32 - 1)."""
+    ppb = round(quantile * 1_000_000_000)
+    return min(max(1, -(-ppb // max(1, 1_000_000_000 - ppb))), 2**32 - 1)
+
+
 @dataclass(frozen=True, init=False, repr=False)
 class AdaptiveOutOfOrderness(BoundedOutOfOrderness):
     """A watermark per key whose delay each key learns from its own lateness.
@@ -159,8 +166,11 @@ class AdaptiveOutOfOrderness(BoundedOutOfOrderness):
     lateness over the last ``horizon`` of its event time; after each batch that
     touched it, its delay is the ``quantile`` of that histogram (rounded up to a
     bucket bound, at most 1.41x above; from fewer than ``1 / (1 - quantile)`` rows, the
-    largest lateness seen), clamped to ``[min_delay, max_delay]``. A key seen in fewer
-    than ``min_rows`` rows waits ``max_delay``. Its watermark is then ``max(its
+    largest lateness seen), clamped to ``[min_delay, max_delay]``. A key with fewer
+    than ``min_rows`` rows in its histogram waits ``max_delay``: by default the rows
+    its quantile needs, ``quantile / (1 - quantile)`` (999 for 0.999: the largest
+    lateness of ``n`` rows keeps on average ``n / (n + 1)`` of a key's rows on time).
+    Its watermark is then ``max(its
     watermark, max event time - delay)``: never moved back, so a longer delay holds it
     until the key's events pass it.
 
@@ -170,7 +180,7 @@ class AdaptiveOutOfOrderness(BoundedOutOfOrderness):
     rule, ``max_keys`` and idleness work as with :class:`BoundedOutOfOrderness`
     ``(per="key")``; Spark's fold (``preaggregate``) does not apply (it keeps no
     row's own event time). State: about 180 bytes per key with the defaults (see
-    docs/guide/late-data.md).
+    docs/guide/watermark-scopes.md).
 
     Parameters
     ----------
@@ -184,8 +194,12 @@ class AdaptiveOutOfOrderness(BoundedOutOfOrderness):
     horizon : str, timedelta or int
         How much of a key's event time its lateness is learned over (between
         ``horizon / 2`` and ``horizon``): how fast a key's delay follows a change.
-    min_rows : int
-        Rows a key is seen in before its delay is learned (default 100).
+    min_rows : int, optional
+        Rows a key's histogram must hold before its delay is learned (default:
+        ``quantile / (1 - quantile)``, rounded up). The horizon must hold that many of
+        a key's rows for it to learn (999 rows in 30 minutes with the defaults: a row
+        every 1.8 s); for sparser keys lower ``quantile`` or ``min_rows``, or lengthen
+        ``horizon``.
     idle_timeout, idleness, max_ahead
         As for :class:`BoundedOutOfOrderness`.
 
@@ -193,15 +207,17 @@ class AdaptiveOutOfOrderness(BoundedOutOfOrderness):
     --------
     >>> import tidemark as tm
     >>> wm = tm.AdaptiveOutOfOrderness(quantile=0.999, min_delay="1s", max_delay="10m")
-    >>> wm.per, wm.delay, wm.horizon
-    ('key', '10m', '1h')
+    >>> wm.per, wm.delay, wm.horizon, wm.min_rows
+    ('key', '10m', '1h', 999)
+    >>> tm.AdaptiveOutOfOrderness(quantile=0.99).min_rows
+    99
     """
 
     quantile: float = 0.999
     min_delay: Duration = "1s"
     max_delay: Duration = "10m"
     horizon: Duration = "1h"
-    min_rows: int = 100
+    min_rows: int = 999
 
     def __init__(
         self,
@@ -211,7 +227,7 @@ class AdaptiveOutOfOrderness(BoundedOutOfOrderness):
         min_delay: Duration = "1s",
         max_delay: Duration = "10m",
         horizon: Duration = "1h",
-        min_rows: int = 100,
+        min_rows: int | None = None,
         idle_timeout: Duration | None = None,
         idleness: str = "event_time",
         max_ahead: Duration | None = None,
@@ -234,6 +250,8 @@ class AdaptiveOutOfOrderness(BoundedOutOfOrderness):
             )
         if to_micros(horizon, "watermark.horizon") < 2:
             raise ConfigError(f"horizon must be positive, got {horizon!r}")
+        if min_rows is None:
+            min_rows = _rows_for(float(quantile))
         if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
             raise ConfigError(f"min_rows must be an int >= 1, got {min_rows!r}")
         values = {
@@ -269,7 +287,7 @@ class AdaptiveOutOfOrderness(BoundedOutOfOrderness):
             f"AdaptiveOutOfOrderness(quantile={self.quantile!r}, min_delay={self.min_delay!r}, "
             f"max_delay={self.max_delay!r}, horizon={self.horizon!r}"
         )
-        if self.min_rows != 100:
+        if self.min_rows != _rows_for(self.quantile):
             out += f", min_rows={self.min_rows!r}"
         return out + self._idle_repr() + ")"
 
