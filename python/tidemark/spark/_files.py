@@ -39,6 +39,7 @@ A stream that falls silent gets micro-batches without rows from :func:`heartbeat
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -167,10 +168,22 @@ def batch_files(df: Any, plan: Any = None) -> list[str] | str:
     node = micro_batch_plan(df) if plan is None else plan
     if isinstance(node, str):
         return node
+    scan = _bare_scan(node)
+    if scan is None or isinstance(scan, str):
+        return [] if scan is None else scan
+    try:
+        return [str(f) for f in scan.relation().location().inputFiles()]
+    except Exception as e:  # Spark internals it does not promise: read through Spark
+        return f"Spark's plan could not be read ({type(e).__name__})"
+
+
+def _bare_scan(node: Any) -> Any:
+    """The Parquet file scan under plan ``node`` where the plan is a bare scan (see the
+    module's text); ``None`` where no branch reads a file; else why not (a ``str``)."""
     try:
         while simple_name(node) != "FileSourceScanExec":
             if never_rows(node):
-                return []
+                return None
             if simple_name(node) == "UnionExec":
                 children = node.children()
                 rows = [
@@ -205,9 +218,64 @@ def batch_files(df: Any, plan: Any = None) -> list[str] | str:
             key = str(keys.next())
             if key.lower() not in _FILE_CHOICE_OPTIONS:
                 return f"reading option {key!r}"
-        return [str(f) for f in rel.location().inputFiles()]
+        return node
     except Exception as e:  # Spark internals it does not promise: read through Spark
         return f"Spark's plan could not be read ({type(e).__name__})"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The first rows of a batch input's first Parquet file (:func:`scan_sample`)."""
+
+    rows: pa.Table
+    #: Rows in that file.
+    file_rows: int
+
+
+def scan_sample(df: Any, columns: list[str], rows: int) -> Sample | str:
+    """The first ``rows`` rows or so of ``columns`` (the first row groups of the first
+    file) of a batch DataFrame that is a bare Parquet file scan (as :func:`batch_files`
+    sees a micro-batch's: at most a selection of plain columns over it), read by
+    pyarrow as the files store them, with the file's size; else why not. A sample for
+    an estimate only: the rows Spark reads from the files are not checked against it."""
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    try:
+        version = ".".join(str(df.sparkSession.version).split(".")[:2])
+        if version not in SPARK_VERSIONS:
+            return f"Spark {version}: tidemark knows the plans of Spark {_known()}"
+        plan = df._jdf.queryExecution().executedPlan()
+        if simple_name(plan) == "AdaptiveSparkPlanExec":
+            plan = plan.inputPlan()
+    except Exception as e:  # Spark internals it does not promise (or Spark Connect)
+        return f"Spark's plan could not be read ({type(e).__name__})"
+    if any("." in c for c in columns):
+        return "a column name with a dot"  # pyarrow would take it for a nested path
+    scan = _bare_scan(plan)
+    if scan is None or isinstance(scan, str):
+        return scan or "no files"
+    try:
+        # The first file alone (a table's listing may run to many thousands).
+        files = scan.relation().location().inputFiles()
+        if len(files) == 0:
+            return "no files"
+        first = str(files[0])
+    except Exception as e:  # Spark internals it does not promise
+        return f"Spark's plan could not be read ({type(e).__name__})"
+    try:
+        fs, path = pafs.FileSystem.from_uri(first)
+        with fs.open_input_file(path) as f:
+            pf = pq.ParquetFile(f)
+            if any(c not in pf.schema_arrow.names for c in columns):
+                return "a column is not in the file under its name"
+            batch = next(pf.iter_batches(batch_size=rows, columns=columns), None)
+            file_rows = pf.metadata.num_rows
+    except Exception as e:  # unreadable here: no sample
+        return f"pyarrow cannot read the files ({type(e).__name__})"
+    if batch is None:
+        return "an empty file"
+    return Sample(pa.Table.from_batches([batch]), file_rows)
 
 
 def _known() -> str:

@@ -163,7 +163,7 @@ def aggregate(
     storage_level: Any = None,
     cores: int | None = None,
     cache: bool = True,
-    preaggregate: bool = False,
+    preaggregate: bool | None = None,
 ) -> AggregateResult:
     """Runs a pipeline over a batch DataFrame on Spark.
 
@@ -211,7 +211,7 @@ def aggregate(
         fastest way to read one output (typically ``windows``, whose job reads only
         the input columns the windows need), but every output read runs the pipeline
         over the input again.
-    preaggregate : bool
+    preaggregate : bool or None
         ``True``: where it gives the same windows (``count``, ``sum`` of 8-32-bit
         integers, exact ``sum`` of floats (of one column), ``min`` / ``max`` of
         integers, dates and timestamps, over tumbling or sliding windows of a Spark
@@ -224,8 +224,12 @@ def aggregate(
         cores, against 1.65-2.14 s without, and Spark's own ``groupBy`` at
         0.71-0.86 s), slower where they have few (1.6-1.8x slower with one row per key
         and window: the fold saves nothing and Spark's aggregation is paid on top);
-        see the deployment guide. Elsewhere it changes nothing. Default ``False``:
-        every row goes through the pipeline.
+        see the deployment guide. Elsewhere it changes nothing. ``False``: every row
+        goes through the pipeline. Default ``None``: folded where it gives the same
+        windows, the input is too large for one task, and a sample says it pays:
+        ``df`` is a bare Parquet scan (at most a selection of its columns) whose first
+        file's first 65,536 rows, extrapolated to the file, fold into at most a tenth
+        as many groups as rows; any other input (cached, filtered, computed) runs raw.
 
     Returns
     -------
@@ -265,8 +269,13 @@ def aggregate(
         return out if order_by is None else out.sortWithinPartitions(column(order_by))
 
     shipped = ShippedPipeline(pipe, spark)
-    fold = preaggregate and order_by is None
+    fold = preaggregate is not False and order_by is None
     pre = preaggregation(pipe, df.schema, tz, large) if fold else None
+    if pre is not None and preaggregate is None and (single or not pre.pays_on(df)):
+        # By default: an input small enough for one task runs raw there (no shuffle
+        # either way; the fold's aggregation costs more than it saves), a larger one
+        # folds where a sample of it says the fold pays.
+        pre = None
 
     def windows_job() -> Any:
         if pre is not None:
