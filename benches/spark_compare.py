@@ -24,7 +24,8 @@ Batch (same Parquet data, each run forced with the ``noop`` sink):
   transfer back into the JVM, which tidemark pays for its windows;
 * aggregates Spark's ``groupBy`` folds exactly (count, max, float sum), on dense data (1,000 keys
   over 100 s: 200 rows per key and window) and on the sparse data above: Spark's own,
-  tidemark's with ``preaggregate=True`` (folded by Spark before Python) and without.
+  tidemark's with ``preaggregate=True`` (folded by Spark before Python), without
+  (``False``) and by default (``None``: folded where a sample of the input says so).
   Their ratios are against the floor and Spark of the sparse data.
 
 Streaming (the demo's generator: half of the tenants report late; one file per
@@ -139,19 +140,31 @@ def batch_part(spark: Any, rows: int, keys: int, repeat: int, work: Path) -> Non
     )
     dense = spark.read.parquet(str(dense_path))
 
-    def pipeline(max_keys: int | None = None) -> tm.Pipeline:
+    def pipeline(aggs: dict[str, Any], max_keys: int | None = None) -> tm.Pipeline:
         return tm.Pipeline(
             key="device",
             event_time="ts",
             watermark=tm.BoundedOutOfOrderness("5s", per="key"),
             window=tm.Tumbling("10s"),
-            aggs={"n": tm.count(), "s": tm.sum("value")},
+            aggs=aggs,
             max_keys=max_keys,
         )
 
-    pipe = pipeline()
+    def spark_groupby(data: Any, *aggs: Any) -> None:
+        """Spark's own windowed aggregation of ``data``, run into the ``noop`` sink."""
+        (
+            data.groupBy(F.window("ts", "10 seconds"), "device")
+            .agg(*aggs)
+            .write.format("noop")
+            .mode("overwrite")
+            .save()
+        )
+
+    count_sum = {"n": tm.count(), "s": tm.sum("value")}
+
+    pipe = pipeline(count_sum)
     # max_keys: which rows fail depends on the others, so the result is persisted.
-    capped = pipeline(max_keys=1 << 30)
+    capped = pipeline(count_sum, max_keys=1 << 30)
 
     def windows_of(p: tm.Pipeline) -> None:
         res = aggregate(df, p)
@@ -171,47 +184,38 @@ def batch_part(spark: Any, rows: int, keys: int, repeat: int, work: Path) -> Non
     # Aggregates Spark's groupBy folds exactly (count, max, float sum), on data with
     # many rows per key and window and on the sparse data above: Spark's own, tidemark
     # with preaggregate=True, and without.
-    folded = tm.Pipeline(
-        key="device",
-        event_time="ts",
-        watermark=tm.BoundedOutOfOrderness("5s", per="key"),
-        window=tm.Tumbling("10s"),
-        aggs={"n": tm.count(), "top": tm.max("device"), "s": tm.sum("value")},
-    )
+    folded = pipeline({"n": tm.count(), "top": tm.max("device"), "s": tm.sum("value")})
+    # The same without the float sum (count and max: an integer fold), on dense data.
+    counted = pipeline({"n": tm.count(), "top": tm.max("device")})
 
     def folded_runs(data: Any) -> tuple[Callable[[], None], ...]:
         def spark_folded() -> None:
-            (
-                data.groupBy(F.window("ts", "10 seconds"), "device")
-                .agg(
-                    F.count("*").alias("n"),
-                    F.max("device").alias("top"),
-                    F.sum("value").alias("s"),
-                )
-                .write.format("noop")
-                .mode("overwrite")
-                .save()
+            spark_groupby(
+                data,
+                F.count("*").alias("n"),
+                F.max("device").alias("top"),
+                F.sum("value").alias("s"),
             )
 
-        def tidemark(pre: bool) -> Callable[[], None]:
+        def tidemark(pre: bool | None) -> Callable[[], None]:
             def run() -> None:
                 res = aggregate(data, folded, preaggregate=pre)
                 res.windows.write.format("noop").mode("overwrite").save()
 
             return run
 
-        return spark_folded, tidemark(True), tidemark(False)
+        return spark_folded, tidemark(True), tidemark(False), tidemark(None)
 
     dense_runs, sparse_runs = folded_runs(dense), folded_runs(df)
 
+    def spark_counted() -> None:
+        spark_groupby(dense, F.count("*").alias("n"), F.max("device").alias("top"))
+
+    def tidemark_counted() -> None:
+        aggregate(dense, counted).windows.write.format("noop").mode("overwrite").save()
+
     def spark_run() -> None:
-        (
-            df.groupBy(F.window("ts", "10 seconds"), "device")
-            .agg(F.count("*").alias("n"), F.sum("value").alias("s"))
-            .write.format("noop")
-            .mode("overwrite")
-            .save()
-        )
+        spark_groupby(df, F.count("*").alias("n"), F.sum("value").alias("s"))
 
     def count_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         n = sum(b.num_rows for b in batches)
@@ -251,9 +255,13 @@ def batch_part(spark: Any, rows: int, keys: int, repeat: int, work: Path) -> Non
             "dense: Spark groupBy count, max, sum": dense_runs[0],
             "dense: tidemark preaggregate=True": dense_runs[1],
             "dense: tidemark preaggregate=False": dense_runs[2],
+            "dense: tidemark default (sampled)": dense_runs[3],
             "sparse: Spark groupBy count, max, sum": sparse_runs[0],
             "sparse: tidemark preaggregate=True": sparse_runs[1],
             "sparse: tidemark preaggregate=False": sparse_runs[2],
+            "sparse: tidemark default (sampled)": sparse_runs[3],
+            "dense: Spark groupBy count, max": spark_counted,
+            "dense: tidemark default, count, max": tidemark_counted,
         },
         repeat,
     )
