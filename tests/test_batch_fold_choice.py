@@ -54,9 +54,9 @@ def estimate(t: pa.Table, sample: int, pane: int = 10 * S) -> float:
     [(1_000, 100), (5_000, 100), (20_000, 100), (10_000, 3_600), (100, 10_000)],
 )
 def test_a_shuffled_samples_share_is_extrapolated_to_the_whole(keys: int, span_s: int) -> None:
-    # Rows in random order: the first 20,000 of 400,000 are a random sample, whose own
+    # Rows in random order: the first 20,000 of 200,000 are a random sample, whose own
     # share of groups is far above the whole's where keys have many rows per pane.
-    t = rows(400_000, keys, span_s, ordered=False)
+    t = rows(200_000, keys, span_s, ordered=False)
     want, got = true_share(t, 10 * S), estimate(t, 20_000)
     head = t.slice(0, 20_000)
     own = fold_share(head.select(["k"]), head.column("ts").cast(pa.int64()), 10 * S, 0, 0)
@@ -67,7 +67,7 @@ def test_a_shuffled_samples_share_is_extrapolated_to_the_whole(keys: int, span_s
 @pytest.mark.parametrize(("keys", "span_s"), [(1_000, 100), (10_000, 3_600), (100, 10_000)])
 def test_a_time_ordered_samples_share_is_its_own(keys: int, span_s: int) -> None:
     # Rows in event-time order: the sample is a stretch of time, as dense as the whole.
-    t = rows(400_000, keys, span_s, ordered=True)
+    t = rows(200_000, keys, span_s, ordered=True)
     head = t.slice(0, 20_000)
     assert estimate(t, 20_000) == pytest.approx(true_share(head, 10 * S))
     assert true_share(t, 10 * S) / 2 <= estimate(t, 20_000) <= 2 * true_share(t, 10 * S)
@@ -94,21 +94,20 @@ def test_by_default_a_dense_parquet_input_folds_and_a_sparse_one_does_not(
         aggs={"n": tm.count(), "total": tm.sum("v"), "top": tm.max("v")},
     )
     cases = {
-        "dense": rows(200_000, 200, 100, ordered=False),  # 1,000 rows per key and pane
-        "dense_in_order": rows(200_000, 200, 100, ordered=True),
-        "sparse": rows(200_000, 20_000, 3_600, ordered=False),  # 0.03
-        "sparse_in_order": rows(200_000, 20_000, 3_600, ordered=True),
+        "dense": rows(100_000, 100, 100, ordered=False),  # 1,000 rows per key and pane
+        "dense_in_order": rows(100_000, 100, 100, ordered=True),
+        "sparse": rows(100_000, 10_000, 3_600, ordered=False),  # 0.03
+        "sparse_in_order": rows(100_000, 10_000, 3_600, ordered=True),
     }
     for name, table in cases.items():
         path = tmp_path / f"{name}.parquet"
-        pq.write_table(table, path, row_group_size=50_000)
+        pq.write_table(table, path, row_group_size=25_000)
         df = spark.read.parquet(str(path))
-        # 200,000 rows fit one task, where the default runs raw (no shuffle either
+        # 100,000 rows fit one task, where the default runs raw (no shuffle either
         # way); spread over 4 tasks (as a larger input is), the sample decides.
         assert not folded(aggregate(df, pipe)), name
         res = aggregate(df, pipe, 4)
         assert folded(res) == name.startswith("dense"), name
-        assert folded(aggregate(df, pipe, 4, preaggregate=True))
         raw = aggregate(df, pipe, 4, preaggregate=False)
         assert not folded(raw)
         assert windows(res.windows) == windows(raw.windows), name
