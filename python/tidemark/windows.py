@@ -150,10 +150,15 @@ class BoundedOutOfOrderness:
         return out
 
 
+def _ppb(quantile: float) -> int:
+    """``quantile`` in parts per billion, as the core reads it."""
+    return round(quantile * 1_000_000_000)
+
+
 def _rows_for(quantile: float) -> int:
     """The rows a ``quantile`` of lateness is learned from: ``q / (1 - q)``, rounded up
     (in parts per billion, as the core reads the quantile; at most 2**32 - 1)."""
-    ppb = round(quantile * 1_000_000_000)
+    ppb = _ppb(quantile)
     return min(max(1, -(-ppb // max(1, 1_000_000_000 - ppb))), 2**32 - 1)
 
 
@@ -276,7 +281,7 @@ class AdaptiveOutOfOrderness(BoundedOutOfOrderness):
         """``(quantile in parts per billion, min_delay, horizon, min_rows)`` as the core
         reads them (durations in microseconds)."""
         return (
-            round(self.quantile * 1_000_000_000),
+            _ppb(self.quantile),
             to_micros(self.min_delay, "watermark.min_delay"),
             to_micros(self.horizon, "watermark.horizon"),
             self.min_rows,

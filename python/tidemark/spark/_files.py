@@ -109,9 +109,8 @@ def micro_batch_plan(df: Any) -> Any:
     Spark's plan through the JVM: under Spark Connect, or on a Spark release whose
     plans were not checked (``SPARK_VERSIONS``), a reason."""
     try:
-        version = ".".join(str(df.sparkSession.version).split(".")[:2])
-        if version not in SPARK_VERSIONS:
-            return f"Spark {version}: tidemark knows the plans of Spark {_known()}"
+        if (unknown := _unchecked_spark(df)) is not None:
+            return unknown
         jdf = df._jdf
         analyzed = jdf.queryExecution().analyzed()
         # A selection of plain columns of the micro-batch (df.select("a", "b")).
@@ -242,9 +241,8 @@ def scan_sample(df: Any, columns: list[str], rows: int) -> Sample | str:
     import pyarrow.parquet as pq
 
     try:
-        version = ".".join(str(df.sparkSession.version).split(".")[:2])
-        if version not in SPARK_VERSIONS:
-            return f"Spark {version}: tidemark knows the plans of Spark {_known()}"
+        if (unknown := _unchecked_spark(df)) is not None:
+            return unknown
         plan = df._jdf.queryExecution().executedPlan()
         if simple_name(plan) == "AdaptiveSparkPlanExec":
             plan = plan.inputPlan()
@@ -278,8 +276,13 @@ def scan_sample(df: Any, columns: list[str], rows: int) -> Sample | str:
     return Sample(pa.Table.from_batches([batch]), file_rows)
 
 
-def _known() -> str:
-    return ", ".join(sorted(SPARK_VERSIONS))
+def _unchecked_spark(df: Any) -> str | None:
+    """Why ``df``'s Spark is one whose plans this module was not checked against
+    (``SPARK_VERSIONS``); ``None`` where it was."""
+    version = ".".join(str(df.sparkSession.version).split(".")[:2])
+    if version in SPARK_VERSIONS:
+        return None
+    return f"Spark {version}: tidemark knows the plans of Spark {', '.join(sorted(SPARK_VERSIONS))}"
 
 
 def _readable_as(file_type: pa.DataType, want: pa.DataType) -> bool:

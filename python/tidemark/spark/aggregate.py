@@ -269,12 +269,12 @@ def aggregate(
         return out if order_by is None else out.sortWithinPartitions(column(order_by))
 
     shipped = ShippedPipeline(pipe, spark)
-    fold = preaggregate is not False and order_by is None
+    # By default an input small enough for one task runs raw there (no shuffle either
+    # way; the fold's aggregation costs more than it saves), a larger one folds where a
+    # sample of it says the fold pays.
+    fold = order_by is None and (preaggregate is True or (preaggregate is None and not single))
     pre = preaggregation(pipe, df.schema, tz, large) if fold else None
-    if pre is not None and preaggregate is None and (single or not pre.pays_on(df)):
-        # By default: an input small enough for one task runs raw there (no shuffle
-        # either way; the fold's aggregation costs more than it saves), a larger one
-        # folds where a sample of it says the fold pays.
+    if pre is not None and preaggregate is None and not pre.pays_on(df):
         pre = None
 
     def windows_job() -> Any:
