@@ -34,8 +34,10 @@ Spark sums as longs with no overflow for fewer than 2^31 rows per group. A group
 a list of six doubles, each a 32-bit half of such a long sum times a power of two, so
 exactly representable, whose exact sum is the group's; the pipeline's exact float
 ``sum`` adds every element of the list (the core's ``sum`` of a list of floats).
-Non-finite values fold apart (their sum does not depend on the order), as do zeros
-(``[-0.0]`` where every zero is ``-0.0``, else ``[0.0]``). A sum of huge values of mixed
+Non-finite values fold apart, counted in the same three long sums (+inf, -inf, NaN: the
+group's sum is NaN where a NaN or both infinities are among them, else the infinity),
+as do zeros (the positive ones counted: ``[-0.0]`` where every zero is ``-0.0``, else
+``[0.0]``): three sums per row in all. A sum of huge values of mixed
 signs whose partial sum leaves the double range becomes infinite, as the core's own
 exact sum does on the raw path. Values spread over many buckets (more than about 14
 binary orders of magnitude per key and pane) fold into more groups.
@@ -76,14 +78,17 @@ SAMPLE_ROWS = 65_536
 
 # The exact fold of a float sum (see the module docs): per row, the value as a double
 # (_FX), its kind (_FK: 0 finite and not zero, 1000 not finite, 1001 zero, NULL null),
-# the exponent of its last mantissa bit (_FLOW: at most the true one), its mantissa as a
-# long (_FM) and the bucket it groups by (_FBUCKET: the kind where not 0, so that each
+# the exponent of its last mantissa bit (_FLOW: at most the true one; 0 for the other
+# kinds), its mantissa as a long (_FM; for the other kinds, a count in one limb: see
+# _SPECIAL) and the bucket it groups by (_FBUCKET: the kind where not 0, so that each
 # group holds values of one kind).
 _FX, _FK, _FLOW, _FM = (f"__tm_f{n}" for n in ("x", "k", "low", "m"))
 _FBUCKET = "__tm_fbucket"
-#: Per row: the value where it is not finite, 1 for a positive zero, else 0.
-_FS = "__tm_fs"
 _BITS = 14  # binary orders of magnitude per bucket
+#: ``_FM`` of a value that is not finite or zero, one in each limb's place: with the
+#: limbs unshifted (``_FLOW`` 0), a group of such values counts +inf in the first limb,
+#: -inf in the second, NaN (or, in a group of zeros, +0.0) in the third.
+_SPECIAL = ("68719476736L", "262144L", "1L")  # 2^36, 2^18, 1
 _INF = "CAST('Infinity' AS DOUBLE)"
 
 
@@ -106,43 +111,43 @@ def _float_stages(col: str) -> list[list[str]]:
             f"WHEN {x} = 0 THEN 1001 ELSE 0 END AS {_FK}",
         ],
         [
-            f"IF({_FK} = 0, greatest(CAST(floor(log2(abs({x}))) AS INT) - 53, -1074), NULL) "
-            f"AS {_FLOW}"
+            f"CASE WHEN {_FK} = 0 THEN greatest(CAST(floor(log2(abs({x}))) AS INT) - 53, -1074) "
+            f"WHEN {_FK} IS NOT NULL THEN 0 END AS {_FLOW}"
         ],
         [
             # x * 2^-E: by a power of two made from a long where it fits one (Math.pow is
             # most of a row's cost), else power() (one factor where 2^-E is a finite
             # double, else two). Each is exact: x's bits only move.
-            f"CAST(CASE WHEN {_FLOW} BETWEEN -62 AND 0 "
+            f"CASE WHEN {_FK} = 0 THEN CAST(CASE WHEN {_FLOW} BETWEEN -62 AND 0 "
             f"THEN {x} * CAST(shiftleft(1L, -{_FLOW}) AS DOUBLE) "
             f"WHEN {_FLOW} BETWEEN 1 AND 62 THEN {x} / CAST(shiftleft(1L, {_FLOW}) AS DOUBLE) "
             f"WHEN {_FLOW} >= -1023 THEN {x} * power(2, -{_FLOW}) "
-            f"ELSE {x} * {_pow2(f'-{_FLOW}')} END AS BIGINT) AS {_FM}",
-            f"IF({_FK} = 0, ({_FLOW} - pmod({_FLOW}, {_BITS})) div {_BITS}, {_FK}) AS {_FBUCKET}",
+            f"ELSE {x} * {_pow2(f'-{_FLOW}')} END AS BIGINT) "
             # 1 / -0.0 is -inf (power: Spark's atan2 adds 0.0 to its arguments; a
             # division by zero fails under ANSI).
-            f"CASE WHEN {_FK} = 1000 THEN {x} WHEN {_FK} = 1001 AND power({x}, -1.0D) > 0 "
-            f"THEN 1.0D ELSE 0.0D END AS {_FS}",
+            f"WHEN {_FK} = 1001 THEN IF(power({x}, -1.0D) > 0, {_SPECIAL[2]}, 0L) "
+            f"WHEN isnan({x}) THEN {_SPECIAL[2]} "
+            f"WHEN {_FK} = 1000 THEN IF({x} > 0, {_SPECIAL[0]}, {_SPECIAL[1]}) END AS {_FM}",
+            f"IF({_FK} = 0, ({_FLOW} - pmod({_FLOW}, {_BITS})) div {_BITS}, {_FK}) AS {_FBUCKET}",
         ],
     ]
 
 
 #: A group's sums of the float fold (the aggregation's columns): the three limbs (see
-#: the module docs) and ``_FS``.
-_FSUMS = tuple(f"__tm_fsum{i}" for i in range(4))
+#: the module docs).
+_FSUMS = tuple(f"__tm_fsum{i}" for i in range(3))
 
 
 def _float_sums() -> list[str]:
     """The aggregates of a group's float fold over :func:`_float_stages`' columns (named
-    ``_FSUMS``): its three limb sums, each shifted into place within the bucket, and
-    the sum of ``_FS``."""
+    ``_FSUMS``): its three limb sums, each shifted into place within the bucket."""
     r = f"pmod({_FLOW}, {_BITS})"
     limbs = [
         f"shiftleft(shiftright({_FM}, 36), {r})",
         f"shiftleft(shiftright({_FM}, 18) & 262143, {r})",
         f"shiftleft({_FM} & 262143, {r})",
     ]
-    return [f"sum({e}) AS {n}" for e, n in zip([*limbs, _FS], _FSUMS, strict=True)]
+    return [f"sum({e}) AS {n}" for e, n in zip(limbs, _FSUMS, strict=True)]
 
 
 def _float_parts() -> str:
@@ -152,19 +157,22 @@ def _float_parts() -> str:
     doubles whose exact sum is the group's."""
     scale = f"{_FBUCKET} * {_BITS}"
     terms = []
-    for total, at in zip(_FSUMS[:3], (36, 18, 0), strict=True):
+    for total, at in zip(_FSUMS, (36, 18, 0), strict=True):
         for half, extra in ((f"shiftright({total}, 32)", 32), (f"({total} & 4294967295)", 0)):
             terms.append(f"CAST({half} AS DOUBLE) * {_pow2(f'{scale} + {at + extra}')}")
-    # _FS sums the non-finite values (in their own groups: the sum does not depend on
-    # the order) and counts the positive zeros (in theirs). A zero group's sum is
-    # 0.0 times that count, negated where it is 0 (every zero -0.0): not IF(c, 0.0D,
-    # -0.0D), whose branches Spark's optimizer takes as equal (it keeps 0.0D).
-    special = _FSUMS[3]
+    # Not finite: NaN where a NaN is among the values, else their sum (both infinities:
+    # inf - inf computed per group, as the core computes it; a constant NaN would be
+    # Java's), else the infinity. Zeros: 0.0 times the count of positive zeros, negated
+    # where it is 0 (every zero -0.0): not IF(c, 0.0D, -0.0D), whose branches Spark's
+    # optimizer takes as equal (it keeps 0.0D).
+    pos, neg, nan = _FSUMS
+    zero = f"CAST({nan} AS DOUBLE) * 0.0D"
     return (
         f"CASE WHEN {_FBUCKET} IS NULL THEN NULL "
-        f"WHEN {_FBUCKET} = 1000 THEN array({special}) "
-        f"WHEN {_FBUCKET} = 1001 THEN array(IF({special} > 0, {special} * 0.0D, "
-        f"-({special} * 0.0D))) "
+        f"WHEN {_FBUCKET} = 1000 THEN array(CASE WHEN {nan} > 0 THEN CAST('NaN' AS DOUBLE) "
+        f"WHEN {pos} > 0 AND {neg} > 0 THEN {pos} * {_INF} - {neg} * {_INF} "
+        f"WHEN {pos} > 0 THEN {_INF} ELSE -{_INF} END) "
+        f"WHEN {_FBUCKET} = 1001 THEN array(IF({nan} > 0, {zero}, -({zero}))) "
         f"ELSE array({', '.join(terms)}) END"
     )
 
