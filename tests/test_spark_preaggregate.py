@@ -226,6 +226,39 @@ def test_tumbling_folds_are_merged_where_sparks_aggregation_left_them(spark: Any
     assert sum(counts) == len(times) - 1  # all but the null time
 
 
+@pytest.mark.parametrize("size", ["1us", "3us", "10s"])
+def test_panes_and_unreadable_event_times_never_share_a_group(spark: Any, size: str) -> None:
+    # Rows whose event time the core cannot read (the 64-bit bounds, a window end that
+    # does not fit, null) group by their event time, other rows by their pane number,
+    # with no flag to tell the two apart: the windows and errors are the raw path's
+    # whatever the pane (a microsecond's pane number is the event time itself).
+    times = [-(2**63), -(2**63) + 1, -(2**63) + 2, 2**63 - 2, 2**63 - 1, None, T0, T0 + 1, T0 + 5]
+    times += [-(2**62), 2**62, 0, 1, 2, 3]
+    df = spark.createDataFrame(
+        pa.table(
+            {
+                "k": ["a"] * len(times),
+                "ts": pa.array(times, pa.timestamp("us", tz="UTC")),
+                "v": pa.array(range(len(times)), pa.int32()),
+            }
+        )
+    )
+    window = tm.Tumbling(size)
+    watermark = tm.BoundedOutOfOrderness("1s")
+    pipe = tm.Pipeline(
+        "k", "ts", window=window, aggs={"n": tm.count(), "s": tm.sum("v")}, watermark=watermark
+    )
+    with taken_as_large("aggregate", lambda: True):
+        folded = aggregate(df, pipe, preaggregate=True)
+    raw = aggregate(df, pipe)
+    for kind in ("windows", "errors"):
+        a, b = getattr(raw, kind).toArrow(), getattr(folded, kind).toArrow()
+        order = [(c, "ascending") for c in a.column_names if c != "error"]
+        assert a.sort_by(order).equals(b.sort_by(order)), kind
+        if kind == "errors":
+            assert a.num_rows > 0
+
+
 def test_the_fold_takes_any_column_names(spark: Any) -> None:
     # The fold is one SQL statement that PySpark formats: names with braces, backticks
     # and dots (a key, the event time, a float and an integer column) stay names.

@@ -258,9 +258,11 @@ class Preaggregation:
             for stage in _float_stages(self.split):
                 source = f"(SELECT *, {', '.join(stage)} FROM {source})"
             by.append(_FBUCKET)
-        # The pane (else the event time), and whether it is the pane: groups of both
-        # kinds may share a key and a number.
-        by += [f"CASE WHEN {fold} THEN {index} ELSE {us} END", f"coalesce({fold}, false)"]
+        # The pane, else the event time: the two never meet. A pane number lies within
+        # the readable event times [L, U] (floor((us - off) / p) is at most us where us
+        # >= 0, negative where us < 0, at least us where us < 0, at least -1 where us >=
+        # 0; and L <= -1 <= U), an unreadable event time outside them (or null).
+        by.append(f"CASE WHEN {fold} THEN {index} ELSE {us} END")
         # The aggregation, then each group's partials from its aggregates (analyzed in
         # half the time of aggregates within the float fold's expression). Float sums
         # fold one column (``split``): its sums serve each of them.
