@@ -150,16 +150,35 @@ def _float_sums() -> list[str]:
     return [f"sum({e}) AS {n}" for e, n in zip(limbs, _FSUMS, strict=True)]
 
 
-def _float_parts() -> str:
-    """A group's partial of the float sum, from its :func:`_float_sums` (the group's
-    exponent bucket ``_FBUCKET``, one of its keys, tells its kind): ``NULL`` without
-    values, the non-finite values' sum, the zeros' sign, or six exactly representable
-    doubles whose exact sum is the group's."""
+#: Per group, the bucket's power of two ``2^(bucket * _BITS)`` as two factors, each a
+#: finite double (:func:`_float_scale`), which :func:`_float_parts` reads.
+_FH = ("__tm_fh0", "__tm_fh1")
+
+
+def _float_scale() -> list[str]:
+    """The columns ``_FH`` of a group, from its bucket: computed once per group, where
+    each of the six terms took two ``power`` calls of its own."""
     scale = f"{_FBUCKET} * {_BITS}"
+    return [
+        f"power(2, ({scale}) div 2) AS {_FH[0]}",
+        f"power(2, ({scale}) - ({scale}) div 2) AS {_FH[1]}",
+    ]
+
+
+def _float_parts() -> str:
+    """A group's partial of the float sum, from its :func:`_float_sums` and
+    :func:`_float_scale` (the group's exponent bucket ``_FBUCKET``, one of its keys,
+    tells its kind): ``NULL`` without values, the non-finite values' sum, the zeros'
+    sign, or six exactly representable doubles whose exact sum is the group's. Each is
+    a 32-bit half of a limb sum times ``2^at`` (exact: below 2^100), times each of the
+    bucket's two factors (exact: the first keeps it a normal double, the second gives
+    the term, which is representable)."""
     terms = []
     for total, at in zip(_FSUMS, (36, 18, 0), strict=True):
         for half, extra in ((f"shiftright({total}, 32)", 32), (f"({total} & 4294967295)", 0)):
-            terms.append(f"CAST({half} AS DOUBLE) * {_pow2(f'{scale} + {at + extra}')}")
+            terms.append(
+                f"CAST({half} AS DOUBLE) * {float(2 ** (at + extra))!r}D * {_FH[0]} * {_FH[1]}"
+            )
     # Not finite: NaN where a NaN is among the values, else their sum (both infinities:
     # inf - inf computed per group, as the core computes it; a constant NaN would be
     # Java's), else the infinity. Zeros: 0.0 times the count of positive zeros, negated
@@ -277,10 +296,10 @@ class Preaggregation:
         inner = [*keys, *([_FBUCKET] if self.split is not None else []), *aggs]
         inner.append(f"count(1) AS {WEIGHT}")
         outer.append(WEIGHT)
-        text = (
-            f"SELECT {', '.join(outer)} FROM (SELECT {', '.join(inner)} FROM {source} "
-            f"GROUP BY {', '.join(by)})"
-        )
+        groups = f"(SELECT {', '.join(inner)} FROM {source} GROUP BY {', '.join(by)})"
+        if self.split is not None:
+            groups = f"(SELECT *, {', '.join(_float_scale())} FROM {groups})"
+        text = f"SELECT {', '.join(outer)} FROM {groups}"
         # ``spark.sql`` formats the text (``{rows}``: ``df``, a temporary view while the
         # statement is analyzed, also under Spark Connect): braces in names are doubled.
         text = text.replace("{", "{{").replace("}", "}}").replace(_SOURCE, "{rows}")
