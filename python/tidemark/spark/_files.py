@@ -235,7 +235,7 @@ def scan_sample(df: Any, columns: list[str], rows: int) -> Sample | str:
     """The first ``rows`` rows or so of ``columns`` (the first row groups of the first
     file) of a batch DataFrame that is a bare Parquet file scan (as :func:`batch_files`
     sees a micro-batch's: at most a selection of plain columns over it), read by
-    pyarrow as the files store them, with the file's size; else why not. A sample for
+    pyarrow as the files store them, with the file's row count; else why not. A sample for
     an estimate only: the rows Spark reads from the files are not checked against it."""
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
