@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,7 +27,7 @@ from hypothesis import strategies as st
 import tidemark as tm
 from tidemark.spark import aggregate
 from tidemark.spark._driver import session_settings
-from tidemark.spark._preagg import preaggregation
+from tidemark.spark._preagg import _MAIN_BITS, _MAIN_LOW, preaggregation
 
 pytestmark = pytest.mark.spark
 
@@ -46,12 +47,16 @@ SCHEMA = pa.schema(
 )
 
 # Doubles whose exact sums the fold must keep: every binary order of magnitude (subnormal
-# to 1e300, so that 60 of them cannot overflow), both zeros, the non-finite values, and
-# values that cancel (Spark's own double sum depends on the order of these).
+# to 1e300, so that 60 of them cannot overflow), the fold's main window and its bounds,
+# both zeros, the non-finite values, and values that cancel (Spark's own double sum
+# depends on the order of these).
+_LOW, _HIGH = 2.0**_MAIN_LOW, 2.0 ** (_MAIN_LOW + _MAIN_BITS)
 floats = st.one_of(
     st.none(),
     st.floats(min_value=-1e300, max_value=1e300, allow_nan=False),
+    st.floats(min_value=-_HIGH, max_value=_HIGH, allow_nan=False),
     st.sampled_from([0.0, -0.0, 5e-324, -5e-324, 2.0**-1022, 1e300, -1e300, 0.1, 0.2, -0.3]),
+    st.sampled_from([_LOW, -_LOW, math.nextafter(_LOW, 0), -math.nextafter(_HIGH, 0), _HIGH]),
     st.sampled_from([float("inf"), float("-inf"), float("nan")]),
 )
 
@@ -257,6 +262,56 @@ def test_panes_and_unreadable_event_times_never_share_a_group(spark: Any, size: 
         assert a.sort_by(order).equals(b.sort_by(order)), kind
         if kind == "errors":
             assert a.num_rows > 0
+
+
+def test_float_folds_keep_every_bit_in_and_around_the_main_window(spark: Any) -> None:
+    # Values in the fold's main window (split into limbs with no logarithm) and outside
+    # it (bucketed by exponent) in one key and pane, at the window's bounds, zeros of
+    # both signs, sums that cancel, a key's 50 largest values of the window: the
+    # folded sums are the raw path's, bit for bit.
+    up, low = math.nextafter(_HIGH, 0), _LOW
+    groups = {
+        "bounds": [low, -low, math.nextafter(low, 0), up, -up, _HIGH, -_HIGH],
+        "largest": [up] * 50 + [math.nextafter(low, 1)],
+        "negative": [-up] * 7 + [-0.0],
+        "cancel": [0.1, -0.1],
+        "zeros": [-0.0, 0.0, -0.0],
+        "negative zeros": [-0.0, -0.0],
+        "negative zero": [-0.0],
+        "zero": [0.0],
+        "cancel to zero": [1.0, -1.0, -0.0],
+        "below and zero": [math.nextafter(low, 0), -0.0],
+        "tiny and zero": [-0.0, 1e-300],
+        "far apart": [-up, 1e30, -1e30, low * 3, 5e-324],
+    }
+    rows = [(k, v) for k, values in groups.items() for v in values]
+    df = spark.createDataFrame(
+        pa.table(
+            {
+                "k": [k for k, _ in rows],
+                "ts": pa.array([T0] * len(rows), pa.timestamp("us", tz="UTC")),
+                "f": pa.array([v for _, v in rows], pa.float64()),
+            }
+        )
+    )
+    pipe = tm.Pipeline(
+        "k",
+        "ts",
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count(), "s": tm.sum("f")},
+        watermark=tm.BoundedOutOfOrderness("1s"),
+    )
+    with taken_as_large("aggregate", lambda: True):
+        folded = aggregate(df, pipe, preaggregate=True).windows.toArrow()
+    raw = aggregate(df, pipe, preaggregate=False).windows.toArrow()
+    assert folded.num_rows == len(groups)
+    a, b = float_bits(raw).sort_by("k"), float_bits(folded).sort_by("k")
+    assert a.equals(b)
+    ordered = folded.sort_by("k")
+    sums = dict(zip(ordered.column("k").to_pylist(), ordered.column("s").to_pylist(), strict=True))
+    assert math.copysign(1, sums["negative zeros"]) == -1
+    assert math.copysign(1, sums["zeros"]) == 1
+    assert sums["largest"] == math.fsum(groups["largest"])
 
 
 def test_the_fold_takes_any_column_names(spark: Any) -> None:

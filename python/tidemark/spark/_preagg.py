@@ -25,22 +25,27 @@ cannot read (null, a reserved value, ``ts - offset`` beyond 64 bits) fold only w
 of the same key and event time, so that each is an error row as in the raw path.
 
 A float sum folds exactly, which Spark's own double ``sum`` does not (its result
-depends on the order of the rows): each value ``x`` is ``m * 2^E`` with ``m`` an integer
-of at most 55 bits and ``E`` at most the exponent of its last mantissa bit (one below
+depends on the order of the rows). Most values fall in a *main window* (``2^-18 <= |x|
+< 2^26``, about 3.8e-6 to 6.7e7, and the zeros): there ``x`` is an integer of at most
+96 bits in units of ``2^-70``, which exact double operations (a scale by a literal
+power of two, truncations and subtractions: no logarithm per row) split into three
+integers below 2^32, which Spark sums as longs with no overflow for fewer than 2^31
+rows per group. Outside it each value ``x`` is ``m * 2^E`` with ``m`` an integer of
+at most 55 bits and ``E`` at most the exponent of its last mantissa bit (one below
 ``floor(log2(|x|)) - 52``, which a rounded ``log2`` may put one too high); rows are also
-grouped by ``E``'s *bucket* (``floor(E / 14)``), and within a bucket each value is three
-integers of at most 33 bits (``m``'s 19 + 18 + 18 bits, shifted by ``E mod 14``), which
-Spark sums as longs with no overflow for fewer than 2^31 rows per group. A group's partial is then
-a list of six doubles, each a 32-bit half of such a long sum times a power of two, so
+grouped by ``E``'s *bucket* (``floor(E / 14)``; the main window is one more bucket),
+and within a bucket each value is three integers of at most 33 bits (``m``'s 19 + 18 +
+18 bits, shifted by ``E mod 14``), summed the same way. A group's partial is then a
+list of six doubles, each a 32-bit half of such a long sum times a power of two, so
 exactly representable, whose exact sum is the group's; the pipeline's exact float
 ``sum`` adds every element of the list (the core's ``sum`` of a list of floats).
 Non-finite values fold apart, counted in the same three long sums (+inf, -inf, NaN: the
-group's sum is NaN where a NaN or both infinities are among them, else the infinity),
-as do zeros (the positive ones counted: ``[-0.0]`` where every zero is ``-0.0``, else
-``[0.0]``): three sums per row in all. A sum of huge values of mixed
-signs whose partial sum leaves the double range becomes infinite, as the core's own
-exact sum does on the raw path. Values spread over many buckets (more than about 14
-binary orders of magnitude per key and pane) fold into more groups.
+group's sum is NaN where a NaN or both infinities are among them, else the infinity);
+a fourth sum counts the negative zeros (``[-0.0]`` where every value of a group is
+``-0.0``). A sum of huge values of mixed signs whose partial sum leaves the double
+range becomes infinite, as the core's own exact sum does on the raw path. A key and
+pane whose values lie outside the main window fold into a group per bucket (more than
+about 14 binary orders of magnitude apart: more groups).
 
 Where a batch is one arrival unit (``aggregate`` without ``order_by``) no row is late, so
 a window's result depends on its own rows alone: a tumbling window's rows are one group,
@@ -77,17 +82,27 @@ SAMPLE_ROWS = 65_536
 
 
 # The exact fold of a float sum (see the module docs): per row, the value as a double
-# (_FX), its kind (_FK: 0 finite and not zero, 1000 not finite, 1001 zero, NULL null),
-# the exponent of its last mantissa bit (_FLOW: at most the true one; 0 for the other
-# kinds), its mantissa as a long (_FM; for the other kinds, a count in one limb: see
+# (_FX); where it lies in the main window (or is a zero), the value as an integer in
+# units of the window's last bit, as a double (_FY), else NULL; its kind (_FK: _MAIN in
+# the window, 0 finite outside it, 1000 not finite, NULL null); outside the window, the
+# exponent of its last mantissa bit (_FLOW: at most the true one; 0 for the other
+# kinds), its mantissa as a long (_FM; for a value not finite, a count in one limb: see
 # _SPECIAL) and the bucket it groups by (_FBUCKET: the kind where not 0, so that each
-# group holds values of one kind).
-_FX, _FK, _FLOW, _FM = (f"__tm_f{n}" for n in ("x", "k", "low", "m"))
+# group holds values of one kind); in the window, the limbs of _FY (_FT, _FR: the
+# double split below).
+_FX, _FY, _FK, _FLOW, _FM = (f"__tm_f{n}" for n in ("x", "y", "k", "low", "m"))
+_FT = tuple(f"__tm_ft{i}" for i in range(3))
+_FR = "__tm_fr"
 _FBUCKET = "__tm_fbucket"
-_BITS = 14  # binary orders of magnitude per bucket
-#: ``_FM`` of a value that is not finite or zero, one in each limb's place: with the
-#: limbs unshifted (``_FLOW`` 0), a group of such values counts +inf in the first limb,
-#: -inf in the second, NaN (or, in a group of zeros, +0.0) in the third.
+_BITS = 14  # binary orders of magnitude per bucket outside the main window
+#: The main window: finite values ``2^_MAIN_LOW <= |x| < 2^(_MAIN_LOW + _MAIN_BITS)``
+#: (about 3.8e-6 to 6.7e7) and the zeros, one bucket (``_MAIN``) whose scale is a
+#: literal. Each such ``x`` is ``_FY * 2^(_MAIN_LOW - 52)`` with ``_FY`` an integer
+#: below 2^96, split into three limbs below 2^32 with no log and no shift per row.
+_MAIN_LOW, _MAIN_BITS, _MAIN = -18, 44, 2000
+#: ``_FM`` of a value that is not finite, one in each limb's place: with the limbs
+#: unshifted (``_FLOW`` 0), a group of such values counts +inf in the first limb, -inf
+#: in the second, NaN in the third.
 _SPECIAL = ("68719476736L", "262144L", "1L")  # 2^36, 2^18, 1
 _INF = "CAST('Infinity' AS DOUBLE)"
 
@@ -97,22 +112,39 @@ def _pow2(shift: str) -> str:
     return f"power(2, ({shift}) div 2) * power(2, ({shift}) - ({shift}) div 2)"
 
 
+def _lit(x: float) -> str:
+    return f"{x!r}D"
+
+
 def _float_stages(col: str) -> list[list[str]]:
     """The per-row columns of the fold of ``col``'s sum, one projection per stage.
 
-    ``floor(log2(|x|))`` may be one off either way near a power of two: the exponent
-    taken is one below it, never above the true one, so the mantissa ``m`` is an exact
-    integer of at most 55 bits (two more than needed, which the limbs have room for)."""
-    x = _FX
+    In the main window ``_FY = x * 2^(52 - _MAIN_LOW)`` is an exact integer (``x``'s
+    last bit is at least ``2^(_MAIN_LOW - 52)``) below ``2^(_MAIN_BITS + 52)`` = 2^96,
+    and its limbs come from exact double operations: ``t2 = trunc(_FY / 2^64)``, the
+    rest ``_FR = _FY - t2 * 2^64`` (exact: a part of ``_FY``'s bits), ``t1 =
+    trunc(_FR / 2^32)``, ``t0 = _FR - t1 * 2^32``; each below 2^32 in magnitude, with
+    ``_FY``'s sign. Outside it, ``floor(log2(|x|))`` may be one off either way near a
+    power of two: the exponent taken is one below it, never above the true one, so the
+    mantissa ``m`` is an exact integer of at most 55 bits (two more than needed, which
+    the limbs have room for)."""
+    x, lo, hi = _FX, _lit(2.0**_MAIN_LOW), _lit(2.0 ** (_MAIN_LOW + _MAIN_BITS))
     return [
         [f"CAST({quoted(col)} AS DOUBLE) AS {x}"],
         [
-            f"CASE WHEN {x} IS NULL THEN NULL WHEN isnan({x}) OR abs({x}) = {_INF} THEN 1000 "
-            f"WHEN {x} = 0 THEN 1001 ELSE 0 END AS {_FK}",
+            # NULL, NaN and the infinities fail both tests.
+            f"IF(abs({x}) < {hi} AND (abs({x}) >= {lo} OR {x} = 0.0D), "
+            f"{x} * {_lit(2.0 ** (52 - _MAIN_LOW))}, NULL) AS {_FY}"
+        ],
+        [
+            f"CASE WHEN {_FY} IS NOT NULL THEN {_MAIN} WHEN {x} IS NULL THEN NULL "
+            f"WHEN isnan({x}) OR abs({x}) = {_INF} THEN 1000 ELSE 0 END AS {_FK}",
+            f"CAST({_FY} * {_lit(2.0**-64)} AS BIGINT) AS {_FT[2]}",
         ],
         [
             f"CASE WHEN {_FK} = 0 THEN greatest(CAST(floor(log2(abs({x}))) AS INT) - 53, -1074) "
-            f"WHEN {_FK} IS NOT NULL THEN 0 END AS {_FLOW}"
+            f"WHEN {_FK} = 1000 THEN 0 END AS {_FLOW}",
+            f"{_FY} - CAST({_FT[2]} AS DOUBLE) * {_lit(2.0**64)} AS {_FR}",
         ],
         [
             # x * 2^-E: by a power of two made from a long where it fits one (Math.pow is
@@ -123,31 +155,38 @@ def _float_stages(col: str) -> list[list[str]]:
             f"WHEN {_FLOW} BETWEEN 1 AND 62 THEN {x} / CAST(shiftleft(1L, {_FLOW}) AS DOUBLE) "
             f"WHEN {_FLOW} >= -1023 THEN {x} * power(2, -{_FLOW}) "
             f"ELSE {x} * {_pow2(f'-{_FLOW}')} END AS BIGINT) "
-            # 1 / -0.0 is -inf (power: Spark's atan2 adds 0.0 to its arguments; a
-            # division by zero fails under ANSI).
-            f"WHEN {_FK} = 1001 THEN IF(power({x}, -1.0D) > 0, {_SPECIAL[2]}, 0L) "
             f"WHEN isnan({x}) THEN {_SPECIAL[2]} "
             f"WHEN {_FK} = 1000 THEN IF({x} > 0, {_SPECIAL[0]}, {_SPECIAL[1]}) END AS {_FM}",
             f"IF({_FK} = 0, ({_FLOW} - pmod({_FLOW}, {_BITS})) div {_BITS}, {_FK}) AS {_FBUCKET}",
+            f"CAST({_FR} * {_lit(2.0**-32)} AS BIGINT) AS {_FT[1]}",
         ],
+        [f"CAST({_FR} - CAST({_FT[1]} AS DOUBLE) * {_lit(2.0**32)} AS BIGINT) AS {_FT[0]}"],
     ]
 
 
 #: A group's sums of the float fold (the aggregation's columns): the three limbs (see
-#: the module docs).
+#: the module docs), and the count of its ``-0.0`` values.
 _FSUMS = tuple(f"__tm_fsum{i}" for i in range(3))
+_FNEG = "__tm_fneg"
 
 
 def _float_sums() -> list[str]:
     """The aggregates of a group's float fold over :func:`_float_stages`' columns (named
-    ``_FSUMS``): its three limb sums, each shifted into place within the bucket."""
+    ``_FSUMS`` and ``_FNEG``): its three limb sums (in the main window the limbs of
+    ``_FY``, else ``_FM``'s, each shifted into place within the bucket) and the count
+    of its negative zeros (``power(-0.0, -1)`` is -inf: a division by zero fails under
+    ANSI)."""
     r = f"pmod({_FLOW}, {_BITS})"
     limbs = [
-        f"shiftleft(shiftright({_FM}, 36), {r})",
-        f"shiftleft(shiftright({_FM}, 18) & 262143, {r})",
-        f"shiftleft({_FM} & 262143, {r})",
+        f"coalesce({_FT[2]}, shiftleft(shiftright({_FM}, 36), {r}))",
+        f"coalesce({_FT[1]}, shiftleft(shiftright({_FM}, 18) & 262143, {r}))",
+        f"coalesce({_FT[0]}, shiftleft({_FM} & 262143, {r}))",
     ]
-    return [f"sum({e}) AS {n}" for e, n in zip(limbs, _FSUMS, strict=True)]
+    negative = f"IF({_FX} = 0.0D AND power({_FX}, -1.0D) < 0, 1L, 0L)"
+    return [
+        *(f"sum({e}) AS {n}" for e, n in zip(limbs, _FSUMS, strict=True)),
+        f"sum({negative}) AS {_FNEG}",
+    ]
 
 
 #: Per group, the bucket's power of two ``2^(bucket * _BITS)`` as two factors, each a
@@ -156,43 +195,53 @@ _FH = ("__tm_fh0", "__tm_fh1")
 
 
 def _float_scale() -> list[str]:
-    """The columns ``_FH`` of a group, from its bucket: computed once per group, where
-    each of the six terms took two ``power`` calls of its own."""
-    scale = f"{_FBUCKET} * {_BITS}"
+    """The columns ``_FH`` of a group, from its bucket (outside the main window):
+    computed once per group, where each of the six terms took two ``power`` calls of its
+    own."""
+    scale = f"IF({_FBUCKET} < 1000, {_FBUCKET} * {_BITS}, 0)"
     return [
         f"power(2, ({scale}) div 2) AS {_FH[0]}",
         f"power(2, ({scale}) - ({scale}) div 2) AS {_FH[1]}",
     ]
 
 
+def _float_terms(places: tuple[int, int, int], scale: Callable[[int], str]) -> str:
+    """The six terms of a group's exact sum: each 32-bit half of a limb sum (the limbs
+    at ``2^p`` for ``p`` in ``places``), times ``scale(q)``, the factors that put a term
+    at ``2^q``."""
+    terms = []
+    for total, at in zip(_FSUMS, places, strict=True):
+        for half, extra in ((f"shiftright({total}, 32)", 32), (f"({total} & 4294967295)", 0)):
+            terms.append(f"CAST({half} AS DOUBLE) * {scale(at + extra)}")
+    return ", ".join(terms)
+
+
 def _float_parts() -> str:
     """A group's partial of the float sum, from its :func:`_float_sums` and
-    :func:`_float_scale` (the group's exponent bucket ``_FBUCKET``, one of its keys,
-    tells its kind): ``NULL`` without values, the non-finite values' sum, the zeros'
-    sign, or six exactly representable doubles whose exact sum is the group's. Each is
-    a 32-bit half of a limb sum times ``2^at`` (exact: below 2^100), times each of the
-    bucket's two factors (exact: the first keeps it a normal double, the second gives
-    the term, which is representable)."""
-    terms = []
-    for total, at in zip(_FSUMS, (36, 18, 0), strict=True):
-        for half, extra in ((f"shiftright({total}, 32)", 32), (f"({total} & 4294967295)", 0)):
-            terms.append(
-                f"CAST({half} AS DOUBLE) * {float(2 ** (at + extra))!r}D * {_FH[0]} * {_FH[1]}"
-            )
+    :func:`_float_scale` (the group's bucket ``_FBUCKET``, one of its keys, tells its
+    kind): ``NULL`` without values, the non-finite values' sum, or six exactly
+    representable doubles whose exact sum is the group's (``[-0.0]`` where every value
+    is ``-0.0``). Each is a 32-bit half of a limb sum times a power of two. In the main
+    window the limbs are ``_FY``'s, at ``2^(32 i + _MAIN_LOW - 52)``: one literal factor.
+    Outside it the limbs sit at ``2^36``, ``2^18``, ``1`` within the bucket: the half
+    times ``2^at`` (exact: below 2^100), times each of the bucket's two factors (exact:
+    the first keeps it a normal double, the second gives the term, which is
+    representable)."""
+    main = _float_terms((64, 32, 0), lambda at: _lit(2.0 ** (at + _MAIN_LOW - 52)))
+    bucket = _float_terms((36, 18, 0), lambda at: f"{_lit(2.0**at)} * {_FH[0]} * {_FH[1]}")
     # Not finite: NaN where a NaN is among the values, else their sum (both infinities:
     # inf - inf computed per group, as the core computes it; a constant NaN would be
-    # Java's), else the infinity. Zeros: 0.0 times the count of positive zeros, negated
-    # where it is 0 (every zero -0.0): not IF(c, 0.0D, -0.0D), whose branches Spark's
-    # optimizer takes as equal (it keeps 0.0D).
+    # Java's), else the infinity. Every value -0.0: -(n * 0.0), not a literal -0.0D,
+    # which Spark's optimizer takes as equal to 0.0D.
     pos, neg, nan = _FSUMS
-    zero = f"CAST({nan} AS DOUBLE) * 0.0D"
     return (
         f"CASE WHEN {_FBUCKET} IS NULL THEN NULL "
         f"WHEN {_FBUCKET} = 1000 THEN array(CASE WHEN {nan} > 0 THEN CAST('NaN' AS DOUBLE) "
         f"WHEN {pos} > 0 AND {neg} > 0 THEN {pos} * {_INF} - {neg} * {_INF} "
         f"WHEN {pos} > 0 THEN {_INF} ELSE -{_INF} END) "
-        f"WHEN {_FBUCKET} = 1001 THEN array(IF({nan} > 0, {zero}, -({zero}))) "
-        f"ELSE array({', '.join(terms)}) END"
+        f"WHEN {_FBUCKET} = {_MAIN} THEN IF({_FNEG} = {WEIGHT}, "
+        f"array(-(CAST({_FNEG} AS DOUBLE) * 0.0D)), array({main})) "
+        f"ELSE array({bucket}) END"
     )
 
 
@@ -266,10 +315,13 @@ class Preaggregation:
         us, p, o = f"unix_micros({ts})", self.pane, self.window_offset
         # The core reads ts - offset; i64::MIN and i64::MAX are reserved values.
         fold = f"({us} BETWEEN {_I64_MIN + max(1, o)}L AND {_I64_MAX + min(-1, o)}L)"
-        # floor((micros - offset) / pane) without overflow near the 64-bit bounds.
-        index = (
+        # floor((micros - offset) / pane) without overflow near the 64-bit bounds; one
+        # division where micros >= offset (>= 0: no overflow), as nearly always (three
+        # divisions per row were a fifth of the statement on 2M rows).
+        floor = (
             f"({us} div {p}) - IF({us} % {p} < 0, 1, 0) - IF(pmod({us}, {p}) < {self.offset}, 1, 0)"
         )
+        index = f"IF({us} >= {self.offset}, ({us} - {self.offset}) div {p}, {floor})"
         keys = [quoted(c) for c in self.group_by]
         source = _SOURCE
         by = [*keys]
