@@ -314,6 +314,52 @@ def test_float_folds_keep_every_bit_in_and_around_the_main_window(spark: Any) ->
     assert sums["largest"] == math.fsum(groups["largest"])
 
 
+@settings(
+    max_examples=8,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(rows=st.lists(row, min_size=1, max_size=60), window=windows, agg=aggs, scope=scopes)
+def test_a_kept_fold_plan_folds_as_the_statement(
+    spark: Any, rows: list[tuple[Any, ...]], window: Any, agg: dict[str, Any], scope: Any
+) -> None:
+    # A stream's later micro-batches (one output: here parts of one DataFrame) fold over
+    # the plan the first one's statement was analyzed to: the same groups as the
+    # statement over each. A micro-batch with another output takes the statement.
+    keys, watermark = scope
+    pipe = tm.Pipeline(keys, "ts", window=window, aggs=agg, watermark=watermark)
+    df = spark.createDataFrame(table(rows))
+    pre = preaggregation(pipe, df.schema, "UTC", False)
+    assert pre is not None
+    parts = [df.filter(df["g"] == 0), df.filter(df["g"] != 0), df, df.filter(df["i8"] < 0)]
+    assert pre.template.reused == 0
+    for i, part in enumerate(parts):
+        got = pre.rows(part, reuse=True)
+        assert pre.template.reused == i
+        assert folded_rows(got) == folded_rows(pre._statement(part))
+    other = spark.createDataFrame(table(rows))  # new attribute ids: the statement
+    got = pre.rows(other, reuse=True)
+    assert pre.template.reused == len(parts) - 1
+    assert folded_rows(got) == folded_rows(pre._statement(df))
+
+
+def folded_rows(df: Any) -> list[str]:
+    """``df``'s rows, doubles as their bits (``-0.0`` is not ``0.0``; NaN is NaN), in order."""
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, float):
+            return "nan" if math.isnan(v) else v.hex() + ("-" if math.copysign(1, v) < 0 else "")
+        if isinstance(v, list):
+            return [plain(x) for x in v]
+        return v
+
+    t = df.toArrow()
+    cols = [
+        (c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c).to_pylist() for c in t.columns
+    ]
+    return sorted(repr([plain(v) for v in r]) for r in zip(*cols, strict=True))
+
+
 def test_the_fold_takes_any_column_names(spark: Any) -> None:
     # The fold is one SQL statement that PySpark formats: names with braces, backticks
     # and dots (a key, the event time, a float and an integer column) stay names.
@@ -448,6 +494,24 @@ def test_a_preaggregating_stream_processor_equals_the_raw_one(
         ]
     )
     spark_schema = spark.createDataFrame(schema.empty_table()).schema
+    tables = []
+    for b, rows in enumerate(batches):
+        base = T0 + b * 10_000_000
+        t = pa.table(
+            {
+                "k": [r[0] for r in rows],
+                "ts": pa.array(
+                    [None if r[1] is None else base + r[1] for r in rows],
+                    pa.timestamp("us", tz="UTC"),
+                ),
+                "v": pa.array([r[2] for r in rows], pa.int32()),
+                # A float sum, exact whether folded or raw (rows lifted to folds).
+                "f": pa.array([None if r[2] is None else r[2] / 7 for r in rows]),
+            },
+            schema=schema,
+        )
+        tables.append(t.append_column("b", pa.repeat(pa.scalar(b, pa.int32()), t.num_rows)))
+    whole = spark.createDataFrame(pa.concat_tables(tables))
     runs: dict[bool | None, tuple[list[Any], list[Any]]] = {}  # None: the default
     for pre in (False, True, None):
         where = tmp_path_factory.mktemp("state")
@@ -468,25 +532,13 @@ def test_a_preaggregating_stream_processor_equals_the_raw_one(
         )
         share, retry = _layout.FOLD_SHARE, _layout.FOLD_RETRY
         progress, reads = [], []
-        for b, rows in enumerate(batches):
-            base = T0 + b * 10_000_000
-            t = pa.table(
-                {
-                    "k": [r[0] for r in rows],
-                    "ts": pa.array(
-                        [None if r[1] is None else base + r[1] for r in rows],
-                        pa.timestamp("us", tz="UTC"),
-                    ),
-                    "v": pa.array([r[2] for r in rows], pa.int32()),
-                    # A float sum, exact whether folded or raw (rows lifted to folds).
-                    "f": pa.array([None if r[2] is None else r[2] / 7 for r in rows]),
-                },
-                schema=schema,
-            )
+        for b in range(len(batches)):
             _layout.FOLD_SHARE, _layout.FOLD_RETRY = 0.0, 1
             try:
                 with taken_as_large("_layout", lambda b=b: large[b]):
-                    proc(spark.createDataFrame(t, schema=spark_schema), b)
+                    # One output for every micro-batch, as a stream's: a later fold
+                    # reuses the plan of the first (see FoldTemplate).
+                    proc(whole.filter(whole["b"] == b).drop("b"), b)
             finally:
                 _layout.FOLD_SHARE, _layout.FOLD_RETRY = share, retry
             last = dict(proc.last_progress or {})
@@ -498,6 +550,8 @@ def test_a_preaggregating_stream_processor_equals_the_raw_one(
         runs[pre] = (got, progress)
         folded = [r == "folds" for r in reads]
         assert all(pre is not False and large[b] for b, f in enumerate(folded) if f)
+        if sum(folded) > 1:
+            assert proc._fold is not None and proc._fold.template.reused == sum(folded) - 1
         first = pre is not False and any(large[: len(batches)])
         assert any(folded) == first, "the first large one folds"
     for pre in (True, None):

@@ -58,7 +58,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -266,6 +266,11 @@ class Preaggregation:
     partials: tuple[tuple[str, str, Any, str, str], ...]
     #: The columns a group is keyed by besides its pane: keys and source partition.
     group_by: tuple[str, ...]
+    #: The statement's analyzed plan, for a stream's next micro-batches (``rows(df,
+    #: reuse=True)``).
+    template: FoldTemplate = field(
+        default_factory=lambda: FoldTemplate(), compare=False, repr=False
+    )
 
     @property
     def split(self) -> str | None:
@@ -304,13 +309,23 @@ class Preaggregation:
         share = fold_share(keys, micros, self.pane, self.offset, sample.file_rows)
         return share <= FOLD_SHARE
 
-    def rows(self, df: Any) -> Any:
+    def rows(self, df: Any, reuse: bool = False) -> Any:
         """``df``'s rows as the pipeline's input, in one scan and one aggregation: rows
         folded per (key, pane) where the core reads their event time, the others per
         (key, event time), each then an error row as in the raw path (see the module
         docs). One SQL statement over ``df``: Spark analyzes it once, where a chain of
         DataFrame calls is analyzed call by call (measured on 400,000 rows with a float
-        sum: 0.06 s against 0.12 s, and the fold's run 10% shorter)."""
+        sum: 0.06 s against 0.12 s, and the fold's run 10% shorter). With ``reuse`` (a
+        stream's micro-batches, alike in their columns), the statement's analyzed plan
+        over an earlier ``df`` is reused where it can be (see :class:`FoldTemplate`)."""
+        if reuse and (again := self.template.over(df)) is not None:
+            return again
+        folded = self._statement(df)
+        if reuse:
+            self.template.learn(folded, df)
+        return folded
+
+    def _statement(self, df: Any) -> Any:
         ts = quoted(self.pipe.event_time)
         us, p, o = f"unix_micros({ts})", self.pane, self.window_offset
         # The core reads ts - offset; i64::MIN and i64::MAX are reserved values.
@@ -366,6 +381,80 @@ class Preaggregation:
         return functools.partial(
             _lift, tuple((n, kind, col) for n, _, _, kind, col in self.partials)
         )
+
+
+class FoldTemplate:
+    """The analyzed plan of a fold's statement over one micro-batch, reused over the
+    next ones: Spark's analysis of the statement (parsing, resolving its nested
+    projections) was about half of the driver's time per folded micro-batch (0.08-0.1 s
+    of 0.17 s at 400,000 rows from ``rate``). A stream's micro-batches are alike: the
+    DataFrame ``foreachBatch`` hands over has the same output (the same columns, with
+    the same attribute ids) in every micro-batch, and the statement's plan depends on
+    that output alone. So the plan is kept, and for a later micro-batch whose output
+    is the same its nodes are copied over the new micro-batch's plan (the one leaf that
+    changes; the copies are kept in turn), which Spark then checks as any plan.
+    Anything else (another output, Spark Connect, a plan of another shape, an error)
+    takes the statement."""
+
+    def __init__(self) -> None:
+        #: The plan's nodes from its root down to the one holding the micro-batch (a
+        #: temporary view's), each with one child; the micro-batch's output; its schema.
+        self._path: list[Any] | None = None
+        self._output: str | None = None
+        self._schema: Any = None
+        #: Micro-batches folded over the kept plan (for tests and measurements).
+        self.reused = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_path": None, "_output": None, "_schema": None, "reused": 0}
+
+    def learn(self, folded: Any, df: Any) -> None:
+        """Keeps ``folded``'s analyzed plan (the statement over micro-batch ``df``)."""
+        try:
+            output = _output_of(df)
+            node, path = folded._jdf.queryExecution().analyzed(), []
+            while node.children().size() == 1 and node.nodeName() != "View":
+                path.append(node)
+                node = node.children().apply(0)
+            if node.nodeName() != "View" or node.children().size() != 1:
+                return
+            if str(node.children().apply(0).output().toString()) != output:
+                return
+            path.append(node)
+            self._path, self._output, self._schema = path, output, df.schema
+        except Exception:  # an API Spark does not promise (or Spark Connect): no reuse
+            self._path = None
+
+    def over(self, df: Any) -> Any | None:
+        """The kept plan over micro-batch ``df`` as a DataFrame, or ``None``."""
+        if self._path is None:
+            return None
+        try:
+            if _output_of(df) != self._output or df.schema != self._schema:
+                return None
+            from pyspark.sql.classic.dataframe import DataFrame
+
+            spark = df.sparkSession
+            jvm = spark._jvm
+            node, seq, path = df._jdf.queryExecution().analyzed(), jvm.PythonUtils.toSeq, []
+            for parent in reversed(self._path):
+                node = parent.withNewChildren(seq([node]))  # a list: a java.util.List
+                path.append(node)
+            jdf = jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession, node)
+            out = DataFrame(jdf, spark)
+        except Exception:  # as in learn: the statement, from now on
+            self._path = None
+            return None
+        # The copies are kept: the plan over the last micro-batch (whose RDD, shuffle
+        # files included, the next one lets go of) rather than the first's for good.
+        self._path = path[::-1]
+        self.reused += 1
+        return out
+
+
+def _output_of(df: Any) -> str:
+    """The output of ``df``'s analyzed plan: names and attribute ids."""
+    return str(df._jdf.queryExecution().analyzed().output().toString())
 
 
 def fold_share(keys: pa.Table, micros: Any, pane: int, offset: int, total: int) -> float:

@@ -432,7 +432,7 @@ class StreamProcessor(MicroBatchDriver):
         fold, self._history = _layout.choose_fold(stats, self._history, self._options())
         if not fold:
             return df, fields, False
-        folded = self._fold.rows(df)
+        folded = self._fold.rows(df, reuse=True)
         return folded, folded.schema, True
 
     def _preaggregation(self, fields: Any, tz: str, large: bool, df: Any, plan: Any) -> Any:
