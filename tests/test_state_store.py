@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,3 +85,24 @@ def test_a_pickled_store_reopens_the_same_location(tmp_path: Path, uri: bool) ->
     assert copy.location == loc
     assert copy.read("meta.json") == b"{}"
     assert copy.path("meta.json") == str(tmp_path / "s" / "meta.json")
+
+
+def test_a_directory_created_while_it_is_listed_has_no_versions(tmp_path: Path) -> None:
+    # pyarrow lists a missing directory, then looks again and finds it (a stream's thread
+    # wrote its first file meanwhile): it raises FileNotFoundError where a directory
+    # missing at both looks lists empty. A progress poll then sees no batch yet.
+    store = StateStore(str(tmp_path / "state"))
+
+    class Racing:
+        def __init__(self, fs: Any) -> None:
+            self._fs = fs
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._fs, name)
+
+        def get_file_info(self, sel: Any) -> Any:
+            raise FileNotFoundError(f"[Errno 2] Cannot list directory '{sel.base_dir}'")
+
+    store.fs = Racing(store.fs)
+    assert store.versions("driver", ".json") == []
+    assert store.batch_progress() is None

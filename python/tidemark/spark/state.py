@@ -117,8 +117,14 @@ class StateStore:
     def versions(self, rel_dir: str, suffix: str) -> list[int]:
         """Batch ids that have a file ``<id><suffix>`` in ``rel_dir``, sorted."""
         sel = pafs.FileSelector(self.path(rel_dir), allow_not_found=True)
+        try:
+            infos = self.fs.get_file_info(sel)
+        except FileNotFoundError:
+            # Missing when listed, there when pyarrow looked again (another thread, such
+            # as the stream's, wrote its first file meanwhile): no version then.
+            return []
         out = []
-        for info in self.fs.get_file_info(sel):
+        for info in infos:
             name = info.base_name
             if name.endswith(suffix) and name[: -len(suffix)].isdigit():
                 out.append(int(name[: -len(suffix)]))
