@@ -340,7 +340,7 @@ def test_a_kept_fold_plan_folds_as_the_statement(
     other = spark.createDataFrame(table(rows))  # new attribute ids: the statement
     got = pre.rows(other, reuse=True)
     assert pre.template.reused == len(parts) - 1
-    assert folded_rows(got) == folded_rows(pre._statement(df))
+    assert folded_rows(got) == folded_rows(pre._statement(other))
 
 
 def folded_rows(df: Any) -> list[str]:
@@ -348,7 +348,7 @@ def folded_rows(df: Any) -> list[str]:
 
     def plain(v: Any) -> Any:
         if isinstance(v, float):
-            return "nan" if math.isnan(v) else v.hex() + ("-" if math.copysign(1, v) < 0 else "")
+            return "nan" if math.isnan(v) else v.hex()  # -0.0: "-0x0.0p+0"
         if isinstance(v, list):
             return [plain(x) for x in v]
         return v

@@ -114,17 +114,21 @@ class StateStore:
         except ValueError as e:
             raise StateCorruptedError(f"{self.path(rel)}: not valid JSON ({e})") from None
 
+    def listing(self, *rel_dir: str, recursive: bool = False) -> list[pafs.FileInfo]:
+        """What ``rel_dir`` (the root without it) holds: nothing where it is missing. A
+        directory another thread creates while it is listed (the stream's first write,
+        while a caller polls progress) made pyarrow raise ``FileNotFoundError`` in CI in
+        spite of ``allow_not_found``: it was missing when listed, so it holds nothing."""
+        sel = pafs.FileSelector(self.path(*rel_dir), recursive=recursive, allow_not_found=True)
+        try:
+            return list(self.fs.get_file_info(sel))
+        except FileNotFoundError:
+            return []
+
     def versions(self, rel_dir: str, suffix: str) -> list[int]:
         """Batch ids that have a file ``<id><suffix>`` in ``rel_dir``, sorted."""
-        sel = pafs.FileSelector(self.path(rel_dir), allow_not_found=True)
-        try:
-            infos = self.fs.get_file_info(sel)
-        except FileNotFoundError:
-            # Missing when listed, there when pyarrow looked again (another thread, such
-            # as the stream's, wrote its first file meanwhile): no version then.
-            return []
         out = []
-        for info in infos:
+        for info in self.listing(rel_dir):
             name = info.base_name
             if name.endswith(suffix) and name[: -len(suffix)].isdigit():
                 out.append(int(name[: -len(suffix)]))
@@ -278,8 +282,7 @@ class StateStore:
         """Deletes every batch's driver record and state version (``start_fresh``);
         ``meta.json`` stays."""
         for rel in ("driver", "partitions"):
-            sel = pafs.FileSelector(self.path(rel), recursive=True, allow_not_found=True)
-            for info in self.fs.get_file_info(sel):
+            for info in self.listing(rel, recursive=True):
                 if info.type == pafs.FileType.File:
                     self.fs.delete_file(info.path)
 
@@ -299,8 +302,7 @@ class StateStore:
     def clean_temp(self) -> None:
         """Deletes temporary files left by writers that died mid-write (call when no
         task is running)."""
-        sel = pafs.FileSelector(self.root, recursive=True, allow_not_found=True)
-        for info in self.fs.get_file_info(sel):
+        for info in self.listing(recursive=True):
             if info.type == pafs.FileType.File and info.base_name.startswith(".tmp-"):
                 self.fs.delete_file(info.path)
 
