@@ -63,6 +63,14 @@ def test_a_large_micro_batch_is_shuffled_unless_its_rows_are_spark_folds():
     assert (got.where, got.routes) == ("shuffled", False)
     folds = Stats(size=100 * MB, guess=100 * MB, folds=True)
     assert place(folds, History(), Options(num_partitions=8)).where == "one task"
+    # Folds of rows Spark cannot size (Kafka, rate): one task routes them (the optimizer
+    # sizes an input it knows is empty: 0); folds Spark sizes 0 it tags.
+    unsized_folds = Stats(size=None, guess=None, folds=True)
+    got = place(unsized_folds, History(), Options(num_partitions=8))
+    assert (got.where, got.routes) == ("one task", True)
+    assert not place(replace(unsized_folds, routable=False), History(), N).routes
+    empty_folds = Stats(size=0, guess=0, folds=True, spark_sized=True)
+    assert not place(empty_folds, History(), Options(8, on_driver=False)).routes
     assert place(LARGE, History(), Options(num_partitions=8, shuffle=False)).where == "one task"
     assert place(LARGE, History(), Options(num_partitions=1)).where == "one task"
     # Where Spark has no estimate the last micro-batch's rows go by (the guess).

@@ -1100,7 +1100,7 @@ def test_a_task_routes_keys_of_every_spark_type_as_a_shuffle_does(
     the unused fixed-width column of the small batches instead of a projection."""
     import decimal
 
-    from tidemark.spark._sizing import unused_columns_are_cheap
+    from tidemark.spark._sizing import micro_batch_size, unused_columns_are_cheap
 
     schema = (
         "by byte, sh short, i int, l long, f float, d double, bo boolean, bin binary, "
@@ -1161,7 +1161,7 @@ def test_a_task_routes_keys_of_every_spark_type_as_a_shuffle_does(
             mode = (0, 1, 0, 2)[b] if alternate else 0
             proc.shuffle = True if mode == 0 else None
             proc.on_driver = False if mode == 2 else None
-            placed, size = proc._placement(df), proc._sized(df)[0]
+            placed, size = proc._placement(df), micro_batch_size(df, None, None)[0]
             shuffled, untagged = placed.shuffled, placed.routes
             assert (shuffled, untagged) == (proc.shuffle is True, proc.shuffle is None)
             assert not untagged or unused_columns_are_cheap(df.schema, [*keys, "ts", "value"], size)

@@ -16,6 +16,7 @@ import importlib
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tidemark as tm
-from tidemark.spark import aggregate
+from tidemark.spark import StreamProcessor, aggregate
 from tidemark.spark._driver import session_settings
 from tidemark.spark._preagg import _MAIN_BITS, _MAIN_LOW, preaggregation
+from tidemark.spark._sizing import estimated_bytes
 
 pytestmark = pytest.mark.spark
 
@@ -343,6 +345,38 @@ def test_a_kept_fold_plan_folds_as_the_statement(
     assert folded_rows(got) == folded_rows(pre._statement(other))
 
 
+@settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(rows=st.lists(row, min_size=1, max_size=20), window=windows, agg=aggs, scope=scopes)
+def test_spark_sizes_the_folds_only_where_it_sizes_the_rows(
+    spark: Any,
+    tmp_path: Path,
+    rows: list[tuple[Any, ...]],
+    window: Any,
+    agg: dict[str, Any],
+    scope: Any,
+) -> None:
+    # A folded micro-batch Spark cannot size (Kafka, rate: here rows from an RDD) is
+    # placed with no estimate of its folds, which are not asked for: Spark's estimate
+    # of them would be its scaled placeholder (no estimate) too.
+    keys, watermark = scope
+    pipe = tm.Pipeline(keys, "ts", window=window, aggs=agg, watermark=watermark)
+    sized = spark.createDataFrame(table(rows))
+    unsized = spark.createDataFrame(sized.rdd, sized.schema)
+    pre = preaggregation(pipe, sized.schema, "UTC", False)
+    assert pre is not None
+    proc = StreamProcessor(pipe, str(tmp_path / "state"), sink=lambda d, b: None)
+    for df in (sized, unsized):
+        stats, folds = proc._stats(df, "rows"), pre.rows(df)
+        measured = replace(proc._stats(folds, "rows"), folds=True)
+        assert stats.spark_sized == (estimated_bytes(df) is not None) == (df is sized)
+        assert proc._stats(folds, "rows", rows=stats) == measured
+        assert (measured.size is None) == (df is unsized)
+
+
 def folded_rows(df: Any) -> list[str]:
     """``df``'s rows, doubles as their bits (``-0.0`` is not ``0.0``; NaN is NaN), in order."""
 
@@ -455,6 +489,7 @@ batch_rows = st.lists(
     per=st.sampled_from(["key", "global"]),
     on_driver=st.booleans(),
     large=st.lists(st.booleans(), min_size=4, max_size=4),
+    unsized=st.booleans(),
 )
 def test_a_preaggregating_stream_processor_equals_the_raw_one(
     spark: Any,
@@ -464,6 +499,7 @@ def test_a_preaggregating_stream_processor_equals_the_raw_one(
     per: str,
     on_driver: bool,
     large: list[bool],
+    unsized: bool,
 ) -> None:
     # Micro-batches whose rows run behind and ahead of the stream (late rows, windows
     # closing), null times and values: windows and counts equal batch by batch. The
@@ -512,6 +548,8 @@ def test_a_preaggregating_stream_processor_equals_the_raw_one(
         )
         tables.append(t.append_column("b", pa.repeat(pa.scalar(b, pa.int32()), t.num_rows)))
     whole = spark.createDataFrame(pa.concat_tables(tables))
+    if unsized:  # rows Spark cannot size (as Kafka's, rate's): one task routes the folds
+        whole = spark.createDataFrame(whole.rdd, whole.schema)
     runs: dict[bool | None, tuple[list[Any], list[Any]]] = {}  # None: the default
     for pre in (False, True, None):
         where = tmp_path_factory.mktemp("state")
@@ -531,9 +569,17 @@ def test_a_preaggregating_stream_processor_equals_the_raw_one(
             preaggregate=pre,
         )
         share, retry = _layout.FOLD_SHARE, _layout.FOLD_RETRY
-        progress, reads = [], []
+        progress, reads, routed = [], [], []
+        place = _layout.place
+
+        def placing(stats: Any, *a: Any, place: Any = place, routed: Any = routed) -> Any:
+            got = place(stats, *a)
+            routed.extend([got.routes] if stats.folds else [])
+            return got
+
         for b in range(len(batches)):
             _layout.FOLD_SHARE, _layout.FOLD_RETRY = 0.0, 1
+            _layout.place = placing
             try:
                 with taken_as_large("_layout", lambda b=b: large[b]):
                     # One output for every micro-batch, as a stream's: a later fold
@@ -541,6 +587,7 @@ def test_a_preaggregating_stream_processor_equals_the_raw_one(
                     proc(whole.filter(whole["b"] == b).drop("b"), b)
             finally:
                 _layout.FOLD_SHARE, _layout.FOLD_RETRY = share, retry
+                _layout.place = place
             last = dict(proc.last_progress or {})
             reads.append(last["read"])
             for k in ("layout", "read", "read_why"):
@@ -549,10 +596,15 @@ def test_a_preaggregating_stream_processor_equals_the_raw_one(
         proc.flush(spark, spark_schema)
         runs[pre] = (got, progress)
         folded = [r == "folds" for r in reads]
-        assert all(pre is not False and large[b] for b, f in enumerate(folded) if f)
+        # The first unsized micro-batch has no size to go by: too large for one task.
+        big = [x or (unsized and b == 0) for b, x in enumerate(large[: len(batches)])]
+        assert all(pre is not False and big[b] for b, f in enumerate(folded) if f)
+        # One task (or the driver) routes the folds, unless Spark sized them 0 (empty).
+        want = [on_driver or unsized or bool(batches[b]) for b, f in enumerate(folded) if f]
+        assert routed == want
         if sum(folded) > 1:
             assert proc._fold is not None and proc._fold.template.reused == sum(folded) - 1
-        first = pre is not False and any(large[: len(batches)])
+        first = pre is not False and any(big)
         assert any(folded) == first, "the first large one folds"
     for pre in (True, None):
         assert runs[pre][0] == runs[False][0], "windows, batch by batch and at the flush"

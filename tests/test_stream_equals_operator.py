@@ -422,13 +422,13 @@ def test_a_stream_spark_cannot_size_emits_the_operators_windows_once(
     import importlib
     from unittest import mock
 
-    streaming = importlib.import_module("tidemark.spark.streaming")
+    sizing = importlib.import_module("tidemark.spark._sizing")
     pipe, bounded = pipe
     if bounded:
         return  # max_keys bounds each state partition (see the module's text)
     want = by_operator(pipe, stream, cores=1)
     where = tmp_path_factory.mktemp("eq") / "state"
-    with mock.patch.object(streaming, "estimated_bytes", lambda df, plan=None: None):
+    with mock.patch.object(sizing, "estimated_bytes", lambda df, plan=None: None):
         got, progress = by_stream_processor(spark, pipe, stream, where, n, False)
     assert [p["layout"] for p in progress] == ["shuffled"] + ["one task"] * (len(stream) - 1)
     check_shuffled(got, want, pipe.late_rule)

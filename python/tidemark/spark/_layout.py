@@ -108,6 +108,8 @@ class Stats:
     #: The micro-batch is a bare scan of Parquet files (the driver may read them: see
     #: ``read_files``); measured only where it decides the fold.
     files: bool = False
+    #: ``size`` is Spark's estimate (not Kafka's records in Spark's width of a row).
+    spark_sized: bool = False
 
 
 @dataclass(frozen=True)
@@ -225,15 +227,18 @@ def place(stats: Stats, history: History, options: Options) -> Layout:
     else:
         # Spark's folds are few rows whatever the micro-batch's size (its aggregation
         # spreads the folding over its own tasks): one task takes them. A task routes
-        # only where the size is known and not 0: the optimizer drops the coalesce over
-        # an input it knows is empty, and the batch would then run no task at all.
+        # only where the input is not empty to the optimizer, which drops the coalesce
+        # over an input it knows is empty (the batch would then run no task at all):
+        # where the size is known and not 0, or Spark cannot size the rows it folds
+        # (an empty input's optimized plan is sized 0).
         shuffled = (
             n > 1
             and options.shuffle is None
             and not stats.folds
             and not fits_one_task(stats.guess, stats.cores)
         )
-        routes = not shuffled and bool(stats.size) and stats.routable
+        unsized_folds = stats.folds and stats.size is None and not stats.spark_sized
+        routes = not shuffled and (bool(stats.size) or unsized_folds) and stats.routable
     small = not shuffled and stats.size is not None and stats.size <= ON_DRIVER_BYTES
     driver = runs_on_driver(options.on_driver, history.last_on_driver, False, stats.routable, small)
     why = _why_not_files(stats, options)

@@ -82,16 +82,11 @@ from tidemark.spark._driver import (
     exact_partitions,
 )
 from tidemark.spark._files import batch_files, has_no_rows, heartbeat, micro_batch_plan
-from tidemark.spark._kafka import kafka_records, source_view
+from tidemark.spark._kafka import source_view
 from tidemark.spark._layout import Layout, Options, Stats
 from tidemark.spark._preagg import WEIGHT, Preaggregation, processor_fold
 from tidemark.spark._records import StreamRecord
-from tidemark.spark._sizing import (
-    cores_of,
-    estimated_bytes,
-    row_bytes,
-    unused_columns_are_cheap,
-)
+from tidemark.spark._sizing import cores_of, micro_batch_size, unused_columns_are_cheap
 from tidemark.spark._stream_store import combine, prepare, rescale, summarize
 from tidemark.spark._stream_task import (
     StreamTask,
@@ -452,32 +447,26 @@ class StreamProcessor(MicroBatchDriver):
             )
         return pre
 
-    def _sized(self, df: Any, plan: Any = None) -> tuple[int | None, int | None]:
-        """Micro-batch ``df``'s size (``plan``: its physical plan, if read): Spark's
-        estimate, else from Kafka its records (its offsets) in Spark's width of a row, else
-        ``None``; and the size its layout goes by: that, or (``rate``) the last one's rows
-        in that width, as a stream's micro-batches tend to be alike."""
-        size = estimated_bytes(df, plan)
-        if size is None and (records := kafka_records(plan)) is not None:
-            size = records * row_bytes(df.schema)
-        last = self._history.last_rows
-        return size, (last * row_bytes(df.schema) if size is None and last is not None else size)
-
     def _options(self) -> Options:
         return Options(self.num_partitions, self.shuffle, self.on_driver, self.read_files)
 
-    def _stats(self, df: Any, kind: str, plan: Any = None, folds: bool = False) -> Stats:
-        """Micro-batch ``df`` (its rows, or Spark's folds of them) as measured for the
-        layout (a flush or a quiet micro-batch reads no rows: nothing to measure)."""
+    def _stats(self, df: Any, kind: str, plan: Any = None, rows: Stats | None = None) -> Stats:
+        """Micro-batch ``df`` as measured for the layout (a flush or a quiet micro-batch
+        reads no rows: nothing to measure); ``rows``: ``df`` is Spark's folds of the
+        micro-batch so measured, which Spark sizes only where it sized the rows (from
+        Kafka or ``rate`` its estimate of the folds is a scaled placeholder: not asked)."""
         if kind != "rows":
             return Stats(kind=kind)
-        size, guess = self._sized(df, plan)
+        if rows is not None and not rows.spark_sized:
+            return replace(rows, size=None, guess=None, folds=True)
+        size, guess, sized = micro_batch_size(df, plan, self._history.last_rows)
         return Stats(
             size=size,
             guess=guess,
             cores=cores_of(df.sparkSession),
             routable=self._routable(df),
-            folds=folds,
+            folds=rows is not None,
+            spark_sized=sized,
         )
 
     def _placement(self, df: Any, flush: bool = False, plan: Any = None) -> Layout:
@@ -522,7 +511,7 @@ class StreamProcessor(MicroBatchDriver):
         stats = self._stats(df, kind, plan)
         df, fields, folds = self._folded(df, stats, fields, tz, large, plan)
         if folds:
-            stats = self._stats(df, kind, folds=True)
+            stats = self._stats(df, kind, rows=stats)
         # Raw rows of a processor that keeps merged folds: each row goes in as its own
         # fold (the task lifts it), read and encoded as the raw pipeline's input.
         lift = self._fold.lift() if self._fold is not None and not folds and not rowless else None
