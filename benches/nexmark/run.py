@@ -30,8 +30,8 @@ Each cell is events per second per core: events in a micro-batch (persons, aucti
 bids, as Nexmark counts them; the queries read the bids, 46 of every 50) over the median
 of Spark's ``triggerExecution`` time of the micro-batches after the first, divided by the
 session's cores (on a cluster: its executors' cores; ``--master standalone`` starts one
-here). No system is measured cold: each runs each query once, unmeasured, on the first
-source and size before its measured runs (the JVM's JIT, Spark's generated code, the
+here). No system is measured cold: each runs each query once per source, unmeasured, at
+the first size before its measured runs (the JVM's JIT, Spark's generated code, the
 Python workers warm up over the first few micro-batches, and the systems run in turn).
 Flink's published figures (Nexmark reference run, Flink 1.13, 8 cores per worker)
 stand beside them for scale: another engine on another machine.
@@ -272,7 +272,7 @@ def measure(args: argparse.Namespace, spark: Any, work: Path, cores: int) -> Non
         f"{'executors':>10} {'raw':>10} {'floor':>10} {'flink':>8}   (events/s per core)"
     )
     rows = []
-    warm: set[tuple[str, str]] = set()  # (query, system) run once unmeasured
+    warm: set[tuple[str, str, str]] = set()  # (query, source, system) run once unmeasured
     for events in args.events:
         for source_name in args.sources.split(","):
             for query in queries:
@@ -286,9 +286,9 @@ def measure(args: argparse.Namespace, spark: Any, work: Path, cores: int) -> Non
                 systems = ["floor"] if query == "q0" else ["spark", "tidemark", "executors", "raw"]
                 cell: dict[str, float] = {}
                 for system in systems:
-                    if (query, system) not in warm:
-                        warm.add((query, system))
-                        chk = work / f"warm-up-{query}-{system}"
+                    if (query, source_name, system) not in warm:
+                        warm.add((query, source_name, system))
+                        chk = work / f"warm-up-{query}-{source_name}-{system}"
                         w, _ = system_writer(spark, system, query, source, chk, args.partitions)
                         run_stream(source, w, args.batches)
                         shutil.rmtree(chk, ignore_errors=True)
