@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import tidemark as tm
@@ -491,6 +491,24 @@ batch_rows = st.lists(
     large=st.lists(st.booleans(), min_size=4, max_size=4),
     unsized=st.booleans(),
 )
+# Folds Spark knows are empty (a row without an event time: no fold), and folds of rows
+# Spark cannot size, routed by their task.
+@example(
+    batches=[[], [], [], [("a", None, None)]],
+    window=tm.Tumbling("5s"),
+    per="key",
+    on_driver=False,
+    large=[False, False, False, True],
+    unsized=False,
+)
+@example(
+    batches=[[("a", 1_000_000, 1), ("b", 2_000_000, None)], [("a", 9_000_000, 2)]],
+    window=tm.Sliding("6s", "2s"),
+    per="key",
+    on_driver=False,
+    large=[True, True, False, False],
+    unsized=True,
+)
 def test_a_preaggregating_stream_processor_equals_the_raw_one(
     spark: Any,
     tmp_path_factory: Any,
@@ -574,7 +592,7 @@ def test_a_preaggregating_stream_processor_equals_the_raw_one(
 
         def placing(stats: Any, *a: Any, place: Any = place, routed: Any = routed) -> Any:
             got = place(stats, *a)
-            routed.extend([got.routes] if stats.folds else [])
+            routed.extend([(got.routes, stats.size)] if stats.folds else [])
             return got
 
         for b in range(len(batches)):
@@ -599,9 +617,12 @@ def test_a_preaggregating_stream_processor_equals_the_raw_one(
         # The first unsized micro-batch has no size to go by: too large for one task.
         big = [x or (unsized and b == 0) for b, x in enumerate(large[: len(batches)])]
         assert all(pre is not False and big[b] for b, f in enumerate(folded) if f)
-        # One task (or the driver) routes the folds, unless Spark sized them 0 (empty).
-        want = [on_driver or unsized or bool(batches[b]) for b, f in enumerate(folded) if f]
-        assert routed == want
+        # One task (or the driver) routes the folds unless Spark sized them 0 (it knows
+        # them empty: its optimizer computes a filter over local rows); folds of rows
+        # Spark cannot size have no size, and are routed.
+        assert len(routed) == sum(folded)
+        assert all(routes == (on_driver or size != 0) for routes, size in routed)
+        assert not unsized or all(size is None for _, size in routed)
         if sum(folded) > 1:
             assert proc._fold is not None and proc._fold.template.reused == sum(folded) - 1
         first = pre is not False and any(big)
