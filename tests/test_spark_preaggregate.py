@@ -119,6 +119,16 @@ def taken_as_large(module_name: str, large: Callable[[], bool]) -> Iterator[None
         module.fits_one_task = fits
 
 
+def generated(
+    spark: Any, rows: list[tuple[Any, ...]], window: Any, agg: dict[str, Any], scope: Any
+) -> tuple[tm.Pipeline, Any]:
+    """The pipeline of a generated window, aggregates and scope (keys and watermark) over
+    ``rows`` (see ``row``), and the rows as a Spark DataFrame."""
+    keys, watermark = scope
+    pipe = tm.Pipeline(keys, "ts", window=window, aggs=agg, watermark=watermark)
+    return pipe, spark.createDataFrame(table(rows))
+
+
 def table(rows: list[tuple[Any, ...]]) -> pa.Table:
     cols = list(zip(*rows, strict=True)) if rows else [[] for _ in SCHEMA]
     arrays = []
@@ -149,9 +159,7 @@ def test_preaggregated_windows_equal_the_raw_paths(
     scope: Any,
     one_task: bool,
 ) -> None:
-    keys, watermark = scope
-    pipe = tm.Pipeline(keys, "ts", window=window, aggs=agg, watermark=watermark)
-    df = spark.createDataFrame(table(rows))
+    pipe, df = generated(spark, rows, window, agg, scope)
     raw = aggregate(df, pipe).windows
     # A small input is folded in one task; a large one (as these are taken to be,
     # unless one_task) by Spark's aggregation over several.
@@ -163,7 +171,7 @@ def test_preaggregated_windows_equal_the_raw_paths(
     # over several tasks (no coalescing), each window must still come out once.
     # (Not with a float sum: its groups are split by the values' magnitudes.)
     floats = any(a.kind == "sum" and a.column == "f" for a in agg.values())
-    in_place = isinstance(window, tm.Tumbling) and watermark.per != "partition" and not floats
+    in_place = isinstance(window, tm.Tumbling) and pipe.watermark.per != "partition" and not floats
     assert plan.count("Repartition 1, false") == (1 if one_task else 0)  # a coalesce
     reshuffled = "RepartitionByExpression" in plan or "Repartition 1, true" in plan
     assert reshuffled == (not in_place and not one_task)
@@ -328,9 +336,7 @@ def test_a_kept_fold_plan_folds_as_the_statement(
     # A stream's later micro-batches (one output: here parts of one DataFrame) fold over
     # the plan the first one's statement was analyzed to: the same groups as the
     # statement over each. A micro-batch with another output takes the statement.
-    keys, watermark = scope
-    pipe = tm.Pipeline(keys, "ts", window=window, aggs=agg, watermark=watermark)
-    df = spark.createDataFrame(table(rows))
+    pipe, df = generated(spark, rows, window, agg, scope)
     pre = preaggregation(pipe, df.schema, "UTC", False)
     assert pre is not None
     parts = [df.filter(df["g"] == 0), df.filter(df["g"] != 0), df, df.filter(df["i8"] < 0)]
@@ -362,9 +368,7 @@ def test_spark_sizes_the_folds_only_where_it_sizes_the_rows(
     # A folded micro-batch Spark cannot size (Kafka, rate: here rows from an RDD) is
     # placed with no estimate of its folds, which are not asked for: Spark's estimate
     # of them would be its scaled placeholder (no estimate) too.
-    keys, watermark = scope
-    pipe = tm.Pipeline(keys, "ts", window=window, aggs=agg, watermark=watermark)
-    sized = spark.createDataFrame(table(rows))
+    pipe, sized = generated(spark, rows, window, agg, scope)
     unsized = spark.createDataFrame(sized.rdd, sized.schema)
     pre = preaggregation(pipe, sized.schema, "UTC", False)
     assert pre is not None

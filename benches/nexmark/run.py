@@ -264,6 +264,18 @@ def system_writer(
     return writer, lambda: None
 
 
+def run_once(
+    spark: Any, system: str, query: str, source: Any, partitions: int, batches: int, chk: Path
+) -> list[float]:
+    """One system's run of ``query`` over ``source`` (see :func:`run_stream`), its
+    checkpoint and state under ``chk`` removed after it."""
+    writer, _ = system_writer(spark, system, query, source, chk, partitions)
+    try:
+        return run_stream(source, writer, batches)
+    finally:
+        shutil.rmtree(chk, ignore_errors=True)
+
+
 def measure(args: argparse.Namespace, spark: Any, work: Path, cores: int) -> None:
     cfg = gen.Config(seed=args.seed, rate=args.rate, late_fraction=args.late_fraction)
     queries = [q for q in args.queries.split(",") if q]
@@ -286,18 +298,13 @@ def measure(args: argparse.Namespace, spark: Any, work: Path, cores: int) -> Non
                 systems = ["floor"] if query == "q0" else ["spark", "tidemark", "executors", "raw"]
                 cell: dict[str, float] = {}
                 for system in systems:
+                    run = (spark, system, query, source, args.partitions, args.batches)
                     if (query, source_name, system) not in warm:
                         warm.add((query, source_name, system))
-                        chk = work / f"warm-up-{query}-{source_name}-{system}"
-                        w, _ = system_writer(spark, system, query, source, chk, args.partitions)
-                        run_stream(source, w, args.batches)
-                        shutil.rmtree(chk, ignore_errors=True)
-                    chk = work / f"chk-{query}-{source_name}-{events}-{system}"
-                    writer, _ = system_writer(spark, system, query, source, chk, args.partitions)
-                    secs = run_stream(source, writer, args.batches)
+                        run_once(*run, work / f"warm-up-{query}-{source_name}-{system}")
+                    secs = run_once(*run, work / f"chk-{query}-{source_name}-{events}-{system}")
                     steady = statistics.median(secs[1:] if len(secs) > 1 else secs)
                     cell[system] = events / steady / cores
-                    shutil.rmtree(chk, ignore_errors=True)
                     print(
                         f"  {query} {source_name} {events:,} {system}: "
                         f"{', '.join(f'{s:.2f}' for s in secs)} s per micro-batch",

@@ -14,6 +14,7 @@ from tidemark.pipeline import Pipeline
 from tidemark.spark import _layout
 from tidemark.spark._args import column, map_in_arrow, spark_context
 from tidemark.spark._codec import KIND_ERROR, OutputCodec
+from tidemark.spark._kafka import kafka_records
 from tidemark.spark._types import spark_type, type_name, value_bytes
 
 #: Spark's size estimate of a one-task input at most which its unused fixed-width
@@ -232,8 +233,6 @@ def micro_batch_size(
     row, else ``None``; the size its layout goes by: that, or (``rate``) the last one's
     ``last_rows`` in that width, as a stream's micro-batches tend to be alike; and
     whether Spark sized it."""
-    from tidemark.spark._kafka import kafka_records
-
     size = sized = estimated_bytes(df, plan)
     if size is None and (records := kafka_records(plan)) is not None:
         size = records * row_bytes(df.schema)
