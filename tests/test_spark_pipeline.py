@@ -1006,6 +1006,23 @@ def test_a_restart_under_another_time_zone_and_string_layout_goes_on(
     assert run(1, tmp_path / "restarted") == expect
 
 
+def test_placeholder_rows_run_under_the_session_that_asks_for_them(spark: Any) -> None:
+    """The placeholder rows of a flush or a tagged micro-batch are built once per
+    session: another session (another query's, as ``foreachBatch`` hands out) gets its
+    own, which runs under its own settings (the Arrow string types, the time zone)."""
+    from tidemark.spark._stream_task import placeholder_rows
+
+    other = spark.newSession()
+    other.conf.set("spark.sql.execution.arrow.useLargeVarTypes", "true")
+    theirs, ours = placeholder_rows(other, 3, 1), placeholder_rows(spark, 3, 1)
+    assert theirs.sparkSession._jsparkSession.equals(other._jsparkSession)
+    assert ours.sparkSession._jsparkSession.equals(spark._jsparkSession)
+    assert placeholder_rows(spark, 3, 1) is ours, "reused by the same session"
+    strings = ours.selectExpr("'x' AS s")
+    assert strings.toArrow().schema.field("s").type == pa.string()
+    assert theirs.selectExpr("'x' AS s").toArrow().schema.field("s").type == pa.large_string()
+
+
 def test_a_windows_only_flush_in_a_task_gives_the_same_rows_to_each_action(
     spark: Any, tmp_path: Path
 ) -> None:

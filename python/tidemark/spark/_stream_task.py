@@ -69,23 +69,31 @@ def pick_sql(values: tuple[int, ...], index_sql: str) -> str:
 
 def placeholder_rows(spark: Any, n: int, slices: int) -> Any:
     """One placeholder row per state partition (see :func:`tags`), in ``slices``
-    Spark partitions: built once per Spark application and reused by every
-    micro-batch (saving its driver-to-JVM calls). ``foreachBatch`` hands each
-    micro-batch a new session, so the cache is keyed by the SparkContext (a key by
-    session would miss every time and keep the sessions alive); under Spark Connect,
-    which has no SparkContext, by the session."""
-    key = (spark_context(spark) or spark, n, slices)
-    df = _PLACEHOLDERS.get(key)
-    if df is None:
-        if len(_PLACEHOLDERS) >= 16:
-            _PLACEHOLDERS.clear()  # a long-lived driver that keeps starting Spark
-        _, placeholder = tags(n)
-        ph_tag = f"{pick_sql(placeholder, 'id + 1')} AS {quoted(SP)}"
-        df = _PLACEHOLDERS[key] = spark.range(0, n, 1, slices).selectExpr(ph_tag)
+    Spark partitions: built once per session and reused by every micro-batch (saving
+    its driver-to-JVM calls). ``foreachBatch`` hands each micro-batch a new Python
+    session object over the query's one JVM session, so the cache is keyed by that
+    JVM session (two calls: its identity hash, then equality with the cached one's):
+    a DataFrame of another session (another query's, or the one ``flush`` is called
+    with) would run under that session's settings (its time zone, its Arrow string
+    types). Under Spark Connect, which has no JVM handle, by the session."""
+    jvm_session = getattr(spark, "_jsparkSession", None)
+    if jvm_session is None:
+        key: tuple[Any, ...] = (spark, n, slices)
+    else:
+        key = (spark_context(spark), jvm_session.hashCode(), n, slices)
+    got = _PLACEHOLDERS.get(key)
+    if got is not None and (jvm_session is None or got[0].equals(jvm_session)):
+        return got[1]
+    if len(_PLACEHOLDERS) >= 16:
+        _PLACEHOLDERS.clear()  # a long-lived driver that keeps starting sessions
+    _, placeholder = tags(n)
+    ph_tag = f"{pick_sql(placeholder, 'id + 1')} AS {quoted(SP)}"
+    df = spark.range(0, n, 1, slices).selectExpr(ph_tag)
+    _PLACEHOLDERS[key] = (jvm_session, df)
     return df
 
 
-_PLACEHOLDERS: dict[tuple[Any, int, int], Any] = {}
+_PLACEHOLDERS: dict[tuple[Any, ...], tuple[Any, Any]] = {}
 
 
 def tagged(
