@@ -54,8 +54,17 @@ def test_a_small_micro_batch_runs_in_the_driver_or_one_task_that_routes_its_rows
     foreign = Stats(size=MB, guess=MB, routable=False)
     got = place(foreign, History(), Options(num_partitions=8, on_driver=True))
     assert (got.where, got.routes) == ("one task", False)
-    # An estimate of 0 (an input the optimizer knows is empty): Spark tags the rows.
+    # An estimate of 0 (an input the optimizer knows is empty, or a Kafka micro-batch
+    # of no records): Spark tags the rows.
     assert not place(Stats(size=0, guess=0), History(), Options(8, on_driver=False)).routes
+    # Rows Spark cannot size (rate) that the last micro-batch's fit in one task: routed
+    # (the optimizer sizes an input it knows is empty 0), never in the driver (no size).
+    unsized = Stats(size=None, guess=MB, unsized=True)
+    got = place(unsized, History(), Options(num_partitions=8))
+    assert (got.where, got.routes) == ("one task", True)
+    assert not place(replace(unsized, routable=False), History(), N).routes
+    # No estimate read (Spark's API failed): maybe an input known empty, so tagged.
+    assert not place(replace(unsized, unsized=False), History(), N).routes
 
 
 def test_a_large_micro_batch_is_shuffled_unless_its_rows_are_spark_folds():
@@ -65,7 +74,7 @@ def test_a_large_micro_batch_is_shuffled_unless_its_rows_are_spark_folds():
     assert place(folds, History(), Options(num_partitions=8)).where == "one task"
     # Folds of rows Spark cannot size (Kafka, rate): one task routes them (the optimizer
     # sizes an input it knows is empty: 0); folds Spark sizes 0 it tags.
-    unsized_folds = Stats(size=None, guess=None, folds=True)
+    unsized_folds = Stats(size=None, guess=None, folds=True, unsized=True)
     got = place(unsized_folds, History(), Options(num_partitions=8))
     assert (got.where, got.routes) == ("one task", True)
     assert not place(replace(unsized_folds, routable=False), History(), N).routes

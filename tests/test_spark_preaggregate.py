@@ -377,6 +377,7 @@ def test_spark_sizes_the_folds_only_where_it_sizes_the_rows(
         stats, folds = proc._stats(df, "rows"), pre.rows(df)
         measured = replace(proc._stats(folds, "rows"), folds=True)
         assert stats.spark_sized == (estimated_bytes(df) is not None) == (df is sized)
+        assert stats.unsized == (df is unsized) == measured.unsized
         assert proc._stats(folds, "rows", rows=stats) == measured
         assert (measured.size is None) == (df is unsized)
 
@@ -596,7 +597,8 @@ def test_a_preaggregating_stream_processor_equals_the_raw_one(
 
         def placing(stats: Any, *a: Any, place: Any = place, routed: Any = routed) -> Any:
             got = place(stats, *a)
-            routed.extend([(got.routes, stats.size)] if stats.folds else [])
+            if stats.kind == "rows" and not got.shuffled:
+                routed.append((got.routes, stats.size, stats.folds))
             return got
 
         for b in range(len(batches)):
@@ -621,12 +623,12 @@ def test_a_preaggregating_stream_processor_equals_the_raw_one(
         # The first unsized micro-batch has no size to go by: too large for one task.
         big = [x or (unsized and b == 0) for b, x in enumerate(large[: len(batches)])]
         assert all(pre is not False and big[b] for b, f in enumerate(folded) if f)
-        # One task (or the driver) routes the folds unless Spark sized them 0 (it knows
-        # them empty: its optimizer computes a filter over local rows); folds of rows
-        # Spark cannot size have no size, and are routed.
-        assert len(routed) == sum(folded)
-        assert all(routes == (on_driver or size != 0) for routes, size in routed)
-        assert not unsized or all(size is None for _, size in routed)
+        # One task (or the driver) routes the rows or folds unless Spark sized them 0
+        # (it knows them empty: its optimizer computes a filter over local rows); rows
+        # Spark cannot size, and their folds, have no size, and are routed.
+        assert sum(f for _, _, f in routed) == sum(folded)
+        assert all(routes == (on_driver or size != 0) for routes, size, _ in routed)
+        assert all((size is None) == unsized for _, size, _ in routed)
         if sum(folded) > 1:
             assert proc._fold is not None and proc._fold.template.reused == sum(folded) - 1
         first = pre is not False and any(big)

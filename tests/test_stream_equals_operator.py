@@ -34,11 +34,11 @@ from unittest import mock
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import tidemark as tm
-from tidemark.spark import StreamProcessor, streaming
+from tidemark.spark import StreamProcessor, _layout, streaming
 
 pytestmark = pytest.mark.spark
 
@@ -411,26 +411,62 @@ def test_stream_processor_on_the_executors_equals_the_operator(
     derandomize=True,
 )
 @given(pipe=pipelines(), stream=streams(), n=st.sampled_from([2, 3]))
+# A micro-batch known empty between routed ones (Spark tags it: a task still runs).
+@example(
+    pipe=(
+        tm.Pipeline(
+            key="key",
+            event_time="ts",
+            window=tm.Tumbling("10s"),
+            aggs={"n": tm.count(), "s": tm.sum("v")},
+            watermark=tm.BoundedOutOfOrderness("2s", per="key"),
+        ),
+        False,
+    ),
+    stream=[(0, [(0, 5), (1, 7)]), (0, [(0, 14)]), (0, []), (0, [(1, 25), (0, 31)])],
+    n=3,
+)
 def test_a_stream_spark_cannot_size_emits_the_operators_windows_once(
     spark: Any, tmp_path_factory: Any, pipe: Any, stream: Any, n: int
 ) -> None:
-    """A source Spark cannot size (Kafka): the first micro-batch is shuffled, the next
-    ones run in one task sized by the last one's rows, their rows tagged with their
-    state partitions by Spark (the task does not route them itself). The windows are
-    the shuffled path's: each in the batch one operator emits it or the next, once;
-    late and error rows the operator's, batch by batch."""
+    """A source Spark cannot size (``rate``): the first micro-batch is shuffled, the
+    next ones run in one task sized by the last one's rows, which routes them itself
+    where it hashes the keys as Spark does (Spark tags the rows of a micro-batch its
+    optimizer knows is empty: its estimate is 0). The windows are the shuffled path's:
+    each in the batch one operator emits it or the next, once; late and error rows the
+    operator's, batch by batch."""
     import importlib
-    from unittest import mock
 
     sizing = importlib.import_module("tidemark.spark._sizing")
+    estimate = sizing.spark_estimate
     pipe, bounded = pipe
     if bounded:
         return  # max_keys bounds each state partition (see the module's text)
     want = by_operator(pipe, stream, cores=1)
     where = tmp_path_factory.mktemp("eq") / "state"
-    with mock.patch.object(sizing, "estimated_bytes", lambda df, plan=None: None):
+    place, routed = _layout.place, []
+
+    def placing(stats: Any, *a: Any) -> Any:
+        got = place(stats, *a)
+        if stats.kind == "rows":
+            routed.append((got.routes, stats.size, stats.unsized, stats.routable))
+        return got
+
+    def unsized(df: Any, plan: Any = None) -> tuple[int | None, bool]:
+        size, _ = estimate(df, plan)
+        return (size, False) if size == 0 else (None, True)
+
+    with (
+        mock.patch.object(sizing, "spark_estimate", unsized),
+        mock.patch.object(_layout, "place", placing),
+    ):
         got, progress = by_stream_processor(spark, pipe, stream, where, n, False)
-    assert [p["layout"] for p in progress] == ["shuffled"] + ["one task"] * (len(stream) - 1)
+    # The first has no size to go by (unless Spark knows it empty: sized 0).
+    first = "shuffled" if stream[0][1] else "one task"
+    assert [p["layout"] for p in progress] == [first] + ["one task"] * (len(stream) - 1)
+    # Every micro-batch after the first routed by its task, unless known empty.
+    assert [r for r, *_ in routed[1:]] == [u and k for _, _, u, k in routed[1:]]
+    assert all(u == (size is None) for _, size, u, _ in routed)
     check_shuffled(got, want, pipe.late_rule)
 
 

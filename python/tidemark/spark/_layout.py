@@ -110,6 +110,9 @@ class Stats:
     files: bool = False
     #: ``size`` is Spark's estimate (not Kafka's records in Spark's width of a row).
     spark_sized: bool = False
+    #: Spark cannot size the rows (its estimate is its placeholder: Kafka, ``rate``),
+    #: so neither does its optimizer know them empty; also said of their folds.
+    unsized: bool = False
 
 
 @dataclass(frozen=True)
@@ -229,16 +232,15 @@ def place(stats: Stats, history: History, options: Options) -> Layout:
         # spreads the folding over its own tasks): one task takes them. A task routes
         # only where the input is not empty to the optimizer, which drops the coalesce
         # over an input it knows is empty (the batch would then run no task at all):
-        # where the size is known and not 0, or Spark cannot size the rows it folds
-        # (an empty input's optimized plan is sized 0).
+        # where the size is known and not 0, or Spark cannot size the rows (Kafka,
+        # ``rate``, and their folds: the optimizer sizes an input it knows empty 0).
         shuffled = (
             n > 1
             and options.shuffle is None
             and not stats.folds
             and not fits_one_task(stats.guess, stats.cores)
         )
-        unsized_folds = stats.folds and stats.size is None and not stats.spark_sized
-        routes = not shuffled and (bool(stats.size) or unsized_folds) and stats.routable
+        routes = not shuffled and (bool(stats.size) or stats.unsized) and stats.routable
     small = not shuffled and stats.size is not None and stats.size <= ON_DRIVER_BYTES
     driver = runs_on_driver(options.on_driver, history.last_on_driver, False, stats.routable, small)
     why = _why_not_files(stats, options)

@@ -180,22 +180,36 @@ def estimated_bytes(df: Any, plan: Any = None) -> int | None:
     cost plan (one request to the server). ``plan``: the micro-batch's physical plan,
     if read (:func:`~tidemark.spark._files.micro_batch_plan`): branches of a union
     that give no rows (a :func:`~tidemark.spark.heartbeat`'s) are not counted."""
-    size: int | None
+    return spark_estimate(df, plan)[0]
+
+
+def spark_estimate(df: Any, plan: Any = None) -> tuple[int | None, bool]:
+    """:func:`estimated_bytes`, and whether Spark's estimate was its placeholder: it
+    cannot size the input (a Kafka or ``rate`` source), so neither does its optimizer
+    know it empty (it sizes an input it knows empty 0). ``(None, False)`` where the
+    estimate could not be read."""
+    size = _estimate(df, plan)
+    if size is not None and size >= NO_ESTIMATE_BYTES:
+        return None, True
+    return size, False
+
+
+def _estimate(df: Any, plan: Any) -> int | None:
+    """Spark's estimate as it gives it (its placeholder included), ``None`` where it
+    could not be read."""
     branches = _live_union_branches(plan)
     if branches is not None:
         try:
-            size = sum(int(b.logicalLink().get().stats().sizeInBytes()) for b in branches)
-            return None if size >= NO_ESTIMATE_BYTES else size
+            return sum(int(b.logicalLink().get().stats().sizeInBytes()) for b in branches)
         except Exception:  # an API Spark does not promise: the whole plan's estimate
             pass
     try:
-        size = int(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
+        return int(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
     except Exception:  # an API Spark does not promise: no estimate, not an error
         try:
-            size = size_in_cost_plan(df._explain_string(mode="cost"))
+            return size_in_cost_plan(df._explain_string(mode="cost"))
         except Exception:
             return None
-    return None if size is None or size >= NO_ESTIMATE_BYTES else size
 
 
 def _live_union_branches(plan: Any) -> list[Any] | None:
@@ -227,17 +241,18 @@ def row_bytes(schema: Any) -> int:
 
 def micro_batch_size(
     df: Any, plan: Any, last_rows: int | None
-) -> tuple[int | None, int | None, bool]:
+) -> tuple[int | None, int | None, bool, bool]:
     """Streaming micro-batch ``df``'s size (``plan``: its physical plan, if read):
     Spark's estimate, else from Kafka its records (its offsets) in Spark's width of a
     row, else ``None``; the size its layout goes by: that, or (``rate``) the last one's
-    ``last_rows`` in that width, as a stream's micro-batches tend to be alike; and
-    whether Spark sized it."""
-    size = sized = estimated_bytes(df, plan)
+    ``last_rows`` in that width, as a stream's micro-batches tend to be alike; whether
+    Spark sized it; and whether Spark cannot size it (see :func:`spark_estimate`)."""
+    sized, unsized = spark_estimate(df, plan)
+    size = sized
     if size is None and (records := kafka_records(plan)) is not None:
         size = records * row_bytes(df.schema)
     guess = last_rows * row_bytes(df.schema) if size is None and last_rows is not None else size
-    return size, guess, sized is not None
+    return size, guess, sized is not None, unsized
 
 
 _UNITS = {"B": 0, "KiB": 1, "MiB": 2, "GiB": 3, "TiB": 4, "PiB": 5, "EiB": 6}

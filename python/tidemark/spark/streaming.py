@@ -459,7 +459,7 @@ class StreamProcessor(MicroBatchDriver):
             return Stats(kind=kind)
         if rows is not None and not rows.spark_sized:
             return replace(rows, size=None, guess=None, folds=True)
-        size, guess, sized = micro_batch_size(df, plan, self._history.last_rows)
+        size, guess, sized, unsized = micro_batch_size(df, plan, self._history.last_rows)
         return Stats(
             size=size,
             guess=guess,
@@ -467,6 +467,7 @@ class StreamProcessor(MicroBatchDriver):
             routable=self._routable(df),
             folds=rows is not None,
             spark_sized=sized,
+            unsized=unsized,
         )
 
     def _placement(self, df: Any, flush: bool = False, plan: Any = None) -> Layout:
