@@ -180,7 +180,7 @@ def choose_fold(stats: Stats, history: History, options: Options) -> tuple[bool,
         return False, history
     if options.shuffle is not True and (
         fits_one_task(stats.guess, stats.cores)
-        or (stats.files and _why_not_files(stats, options) is None)
+        or (stats.files and why_not_files(stats, options) is None)
     ):
         return False, history
     if history.fold_share > FOLD_SHARE and history.raw_since < retry_after(history):
@@ -243,7 +243,7 @@ def place(stats: Stats, history: History, options: Options) -> Layout:
         routes = not shuffled and (bool(stats.size) or stats.unsized) and stats.routable
     small = not shuffled and stats.size is not None and stats.size <= ON_DRIVER_BYTES
     driver = runs_on_driver(options.on_driver, history.last_on_driver, False, stats.routable, small)
-    why = _why_not_files(stats, options)
+    why = why_not_files(stats, options)
     return Layout(
         shuffled=shuffled,
         routes=routes or driver,
@@ -253,7 +253,7 @@ def place(stats: Stats, history: History, options: Options) -> Layout:
     )
 
 
-def _why_not_files(stats: Stats, options: Options) -> str | None:
+def why_not_files(stats: Stats, options: Options) -> str | None:
     """Why a micro-batch is not read from its Parquet files in the driver (``None``: it
     is tried): with ``on_driver=True``, or by default up to ``FILES_ON_DRIVER_BYTES`` of
     Spark's estimate, unless ``shuffle=True``; only where the driver routes the keys as
