@@ -422,9 +422,9 @@ class StreamProcessor(MicroBatchDriver):
             return df, fields, False
         if stats.kind != "rows":
             return df, self._fold.rows(df.sparkSession.createDataFrame([], fields)).schema, False
-        if self.read_files and _layout.why_not_files(stats, self._options()) is None:
-            # Only where the driver may read the files (a walk of the plan: not for
-            # rows of Kafka or rate, which Spark cannot size).
+        if _layout.why_not_files(stats, self._options()) is None:
+            # Only where the driver may read the files (``read_files``; a walk of the
+            # plan: not for rows of Kafka or rate, which Spark cannot size).
             stats = replace(stats, files=isinstance(batch_files(df, plan), list))
         fold, self._history = _layout.choose_fold(stats, self._history, self._options())
         if not fold:
