@@ -78,7 +78,7 @@ def test_a_large_micro_batch_is_shuffled_unless_its_rows_are_spark_folds():
     got = place(unsized_folds, History(), Options(num_partitions=8))
     assert (got.where, got.routes) == ("one task", True)
     assert not place(replace(unsized_folds, routable=False), History(), N).routes
-    empty_folds = Stats(size=0, guess=0, folds=True, spark_sized=True)
+    empty_folds = Stats(size=0, guess=0, folds=True)
     assert not place(empty_folds, History(), Options(8, on_driver=False)).routes
     assert place(LARGE, History(), Options(num_partitions=8, shuffle=False)).where == "one task"
     assert place(LARGE, History(), Options(num_partitions=1)).where == "one task"

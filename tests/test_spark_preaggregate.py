@@ -376,8 +376,8 @@ def test_spark_sizes_the_folds_only_where_it_sizes_the_rows(
     for df in (sized, unsized):
         stats, folds = proc._stats(df, "rows"), pre.rows(df)
         measured = replace(proc._stats(folds, "rows"), folds=True)
-        assert stats.spark_sized == (estimated_bytes(df) is not None) == (df is sized)
-        assert stats.unsized == (df is unsized) == measured.unsized
+        assert stats.unsized == (estimated_bytes(df) is None) == (df is unsized)
+        assert measured.unsized == (df is unsized)
         assert proc._stats(folds, "rows", rows=stats) == measured
         assert (measured.size is None) == (df is unsized)
 

@@ -108,8 +108,6 @@ class Stats:
     #: The micro-batch is a bare scan of Parquet files (the driver may read them: see
     #: ``read_files``); measured only where it decides the fold.
     files: bool = False
-    #: ``size`` is Spark's estimate (not Kafka's records in Spark's width of a row).
-    spark_sized: bool = False
     #: Spark cannot size the rows (its estimate is its placeholder: Kafka, ``rate``),
     #: so neither does its optimizer know them empty; also said of their folds.
     unsized: bool = False

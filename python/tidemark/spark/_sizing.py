@@ -241,18 +241,17 @@ def row_bytes(schema: Any) -> int:
 
 def micro_batch_size(
     df: Any, plan: Any, last_rows: int | None
-) -> tuple[int | None, int | None, bool, bool]:
+) -> tuple[int | None, int | None, bool]:
     """Streaming micro-batch ``df``'s size (``plan``: its physical plan, if read):
     Spark's estimate, else from Kafka its records (its offsets) in Spark's width of a
     row, else ``None``; the size its layout goes by: that, or (``rate``) the last one's
-    ``last_rows`` in that width, as a stream's micro-batches tend to be alike; whether
-    Spark sized it; and whether Spark cannot size it (see :func:`spark_estimate`)."""
-    sized, unsized = spark_estimate(df, plan)
-    size = sized
+    ``last_rows`` in that width, as a stream's micro-batches tend to be alike; and
+    whether Spark cannot size it (see :func:`spark_estimate`)."""
+    size, unsized = spark_estimate(df, plan)
     if size is None and (records := kafka_records(plan)) is not None:
         size = records * row_bytes(df.schema)
     guess = last_rows * row_bytes(df.schema) if size is None and last_rows is not None else size
-    return size, guess, sized is not None, unsized
+    return size, guess, unsized
 
 
 _UNITS = {"B": 0, "KiB": 1, "MiB": 2, "GiB": 3, "TiB": 4, "PiB": 5, "EiB": 6}

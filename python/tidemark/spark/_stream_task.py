@@ -21,7 +21,7 @@ from tidemark import _native
 from tidemark.event_time import apply_user_parser
 from tidemark.operator import Output
 from tidemark.pipeline import Pipeline
-from tidemark.spark._args import ShippedPipeline, quoted, spark_context
+from tidemark.spark._args import ShippedPipeline, quoted
 from tidemark.spark._codec import (
     KIND_ERROR,
     KIND_LATE,
@@ -80,7 +80,7 @@ def placeholder_rows(spark: Any, n: int, slices: int) -> Any:
     if jvm_session is None:
         key: tuple[Any, ...] = (spark, n, slices)
     else:
-        key = (spark_context(spark), jvm_session.hashCode(), n, slices)
+        key = (jvm_session.hashCode(), n, slices)
     got = _PLACEHOLDERS.get(key)
     if got is not None and (jvm_session is None or got[0].equals(jvm_session)):
         return got[1]

@@ -455,20 +455,20 @@ class StreamProcessor(MicroBatchDriver):
     def _stats(self, df: Any, kind: str, plan: Any = None, rows: Stats | None = None) -> Stats:
         """Micro-batch ``df`` as measured for the layout (a flush or a quiet micro-batch
         reads no rows: nothing to measure); ``rows``: ``df`` is Spark's folds of the
-        micro-batch so measured, which Spark sizes only where it sized the rows (from
-        Kafka or ``rate`` its estimate of the folds is a scaled placeholder: not asked)."""
+        micro-batch so measured, which Spark cannot size where it cannot size the rows
+        (from Kafka or ``rate`` its estimate of the folds is a scaled placeholder: not
+        asked)."""
         if kind != "rows":
             return Stats(kind=kind)
-        if rows is not None and not rows.spark_sized:
+        if rows is not None and rows.unsized:
             return replace(rows, size=None, guess=None, folds=True)
-        size, guess, sized, unsized = micro_batch_size(df, plan, self._history.last_rows)
+        size, guess, unsized = micro_batch_size(df, plan, self._history.last_rows)
         return Stats(
             size=size,
             guess=guess,
             cores=cores_of(df.sparkSession),
             routable=self._routable(df),
             folds=rows is not None,
-            spark_sized=sized,
             unsized=unsized,
         )
 
