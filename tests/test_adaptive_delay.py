@@ -115,7 +115,11 @@ def pipeline(horizon: int = 120 * S, min_rows: int = 10) -> tm.Pipeline:
         window=tm.Tumbling("10s"),
         aggs={"n": tm.count()},
         watermark=tm.AdaptiveOutOfOrderness(
-            quantile=0.9, min_delay=S // 2, max_delay=60 * S, horizon=horizon, min_rows=min_rows
+            quantile=0.9,
+            min_delay=f"{S // 2}us",
+            max_delay=f"{60 * S}us",
+            horizon=f"{horizon}us",
+            min_rows=min_rows,
         ),
         late_rule="flink",
     )

@@ -114,8 +114,15 @@ ROW_CASES: list[tuple[str, dict[str, Any], Callable[[], list[Any]], tuple[int, i
         "",
     ),
     (
-        "null keys group together, as in a SQL GROUP BY",
+        "null keys are error rows naming the key column",
         {},
+        lambda: [pa.table({"k": ["a", None, None], "ts": pa.array([1, 2, 3], pa.int64())})],
+        (1, 0, 2),
+        'key column "k" is null',
+    ),
+    (
+        "null keys group together where asked, as in a SQL GROUP BY",
+        {"null_keys": "group"},
         lambda: [pa.table({"k": ["a", None, None], "ts": pa.array([1, 2, 3], pa.int64())})],
         (3, 0, 0),
         "",

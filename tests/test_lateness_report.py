@@ -70,10 +70,11 @@ def pipeline(
     delay: int = 10 * S,
     window: Any = None,
 ) -> tm.Pipeline:
+    # The model's stream time is the largest event time (quorum 1).
     wm = (
-        tm.BoundedOutOfOrderness(delay, per="partition", partition_column="p")
+        tm.BoundedOutOfOrderness(f"{delay}us", per="partition", partition_column="p", quorum=1)
         if per == "partition"
-        else tm.BoundedOutOfOrderness(delay, per=per)
+        else tm.BoundedOutOfOrderness(f"{delay}us", per=per, quorum=1)
     )
     return tm.Pipeline(
         "k",
@@ -82,7 +83,9 @@ def pipeline(
         aggs={"n": tm.count()},
         watermark=wm,
         late_rule=late_rule,  # type: ignore[arg-type]
-        lateness=tm.LatenessReport(top=top, spark_delay=spark_delay),
+        lateness=tm.LatenessReport(
+            top=top, spark_delay=None if spark_delay is None else f"{spark_delay}us"
+        ),
     )
 
 
@@ -194,7 +197,7 @@ def test_what_spark_would_drop_is_what_one_global_watermark_drops(seed: int, del
         "ts",
         window=tm.Tumbling("10s"),
         aggs={"n": tm.count()},
-        watermark=tm.BoundedOutOfOrderness(delay),
+        watermark=tm.BoundedOutOfOrderness(f"{delay}us", quorum=1),
     ).operator()
     mine: set[int] = set()
     sparks: set[int] = set()

@@ -137,8 +137,8 @@ def test_reprs_summarise_instead_of_printing_tables() -> None:
     assert repr(tm.BoundedOutOfOrderness("2s", per="key")) == (
         "BoundedOutOfOrderness(delay='2s', per='key')"
     )
-    assert repr(tm.BoundedOutOfOrderness(5, per="partition", idle_timeout="30s")) == (
-        "BoundedOutOfOrderness(delay=5, per='partition', idle_timeout='30s', "
+    assert repr(tm.BoundedOutOfOrderness("5us", per="partition", idle_timeout="30s")) == (
+        "BoundedOutOfOrderness(delay='5us', per='partition', idle_timeout='30s', "
         "partition_column='partition')"
     )
     assert "keys=2, windows_open=2" in repr(op)
@@ -751,7 +751,7 @@ LOOKUP = pa.table(
 )
 
 
-def _enrich_pipe(how: str = "left") -> tm.Pipeline:
+def _enrich_pipe(how: str = "left", null_keys: str = "group") -> tm.Pipeline:
     return tm.Pipeline(
         key="lk_site",
         event_time="ts",
@@ -759,6 +759,7 @@ def _enrich_pipe(how: str = "left") -> tm.Pipeline:
         watermark=tm.BoundedOutOfOrderness("1s"),
         window=tm.Tumbling("10s"),
         aggs={"n": tm.count(), "w": tm.sum("lk_w")},
+        null_keys=null_keys,  # type: ignore[arg-type]
     ).enrich(LOOKUP, on="device", how=how, prefix="lk_")
 
 
@@ -777,6 +778,13 @@ def test_enrich_joins_each_row_with_the_lookup_table(cores: int) -> None:
     left.process(_events())
     rows = {(r["lk_site"], r["n"], r["w"]) for r in left.flush().windows.to_pylist()}
     assert rows == {("n", 3, 5.0), ("s", 1, 2.0), (None, 1, None)}
+    # By default a row the lookup left without a key is an error row.
+    strict = _enrich_pipe("left", null_keys="error").operator(cores=cores)
+    out = strict.process(_events())
+    assert out.errors.column("device").to_pylist() == [4]
+    assert out.errors.column("reason").to_pylist() == [
+        'key column "lk_site" is null (null_keys="error"; "group" keeps such rows as one key)'
+    ]
     inner = _enrich_pipe("inner").operator(cores=cores)
     inner.process(_events())
     rows = {(r["lk_site"], r["n"], r["w"]) for r in inner.flush().windows.to_pylist()}

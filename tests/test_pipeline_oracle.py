@@ -58,6 +58,13 @@ class Oracle:
       joins its windows with ``end > X`` (sessions: late iff ``ts + gap <= X``); windows
       close at the watermark the call began with.
 
+    Progress is what ``quorum`` keys agree on: per call, each key counts with its
+    largest event time (over its rows on a partition, for that partition); the
+    scope's event time moves to the ``quorum``-th highest of the keys at or past it,
+    the lowest of them where fewer, and a source partition's watermark (``delay``
+    behind) likewise over its keys at or past it. A call is activity for a key or a
+    partition only where its rows reach the input's own watermark as the call began.
+
     Per key or partition, a session row at or before the end of a session its key
     closed is late (it would merge into it). Under idleness in event time
     (``idle``, ms) an input is idle when the scope's event time as the call began is
@@ -82,9 +89,11 @@ class Oracle:
         idle: int | None = None,
         max_keys: int | None = None,
         ttl: int | None = None,
+        quorum: int = 3,
     ):
         self.window, self.scope, self.delay, self.lateness = window, scope, delay, lateness
         self.rule, self.idle, self.max_keys, self.ttl = rule, idle, max_keys, ttl
+        self.quorum = quorum
         self.session = window[0] == "session"
         self.time: int | None = None  # the scope's event time
         self.max_global: int | None = None
@@ -224,19 +233,41 @@ class Oracle:
                 self.add_session(key, ts, v)
             else:
                 late.append((key, ts, v))
-        # The call's rows advance the maxima (every row counts, late or not).
+        # The call's rows advance the maxima (every row counts, late or not), as far as
+        # `quorum` keys agree.
         late_set = Counter(late)
         on_time = [r for r in rows if not late_set.pop(r, 0)] if late else rows
+        key_max: dict[str, int] = {}
+        key_part_max: dict[tuple[str, int], int] = {}
         for key, ts, _ in rows:
-            self.time = ts if self.time is None else max(self.time, ts)
+            key_max[key] = max(key_max.get(key, ts), ts)
+            kp = (key, PART[key])
+            key_part_max[kp] = max(key_part_max.get(kp, ts), ts)
+        agreed = self.agreed(key_max.values(), self.time)
+        if agreed is not None:
+            self.time = agreed if self.time is None else max(self.time, agreed)
+        part_progress: set[int] = set()
+        for p in sorted({PART[k] for k in batch_keys}):
+            wm = self.part_wm(p)
+            if wm is None or max(m for (k, q), m in key_part_max.items() if q == p) >= wm:
+                part_progress.add(p)
+            mine = [m for (k, q), m in key_part_max.items() if q == p]
+            a = self.agreed(mine, wm)
+            if a is not None:
+                self.part_max[p] = max(self.part_max.get(p, a), a)
+        # A key's rows all behind its own watermark are no activity for it (per key).
+        progressed = {
+            k
+            for k in batch_keys
+            if self.scope != "key" or start_k[k] is None or key_max[k] >= start_k[k]
+        }
+        for key, ts, _ in rows:
             self.max_key[key] = max(self.max_key.get(key, ts), ts)
-            p = PART[key]
-            self.part_max[p] = max(self.part_max.get(p, ts), ts)
         for _, ts, _ in on_time:
             self.max_global = ts if self.max_global is None else max(self.max_global, ts)
         # Activity: the call's keys move to the back (in key order: which of them is
         # evicted first must not depend on the order of the rows).
-        for key in sorted(batch_keys):
+        for key in sorted(progressed):
             self.lru.remove(key)
             self.lru.append(key)
             self.stamp[key] = now
@@ -244,7 +275,7 @@ class Oracle:
         if self.ttl is not None and now is not None:
             for key in list(self.lru):
                 t = self.stamp[key]
-                if key not in batch_keys and t is not None and now - t > self.ttl:
+                if key not in progressed and t is not None and now - t > self.ttl:
                     self.drop(key, out)
         if self.scope == "key":
             for key in batch_keys:
@@ -267,8 +298,7 @@ class Oracle:
                 w = self.max_global - self.delay
                 self.wm_global = w if self.wm_global is None else max(self.wm_global, w)
         else:
-            for key in batch_keys:
-                p = PART[key]
+            for p in part_progress:
                 self.part_stamp[p] = now
                 self.part_idle.discard(p)
             if self.idle is not None and now is not None:
@@ -320,6 +350,15 @@ class Oracle:
         self.prev = start_g
         return sorted(out, key=lambda c: (c[2], c[1], c[0])), late
 
+    def agreed(self, maxima: Any, floor: int | None) -> int | None:
+        """What the keys of a call at or past ``floor`` agree on: the ``quorum``-th
+        highest of their largest event times, the lowest where fewer."""
+        top = sorted((m for m in maxima if floor is None or m >= floor), reverse=True)
+        return top[: self.quorum][-1] if top else None
+
+    def part_wm(self, p: int) -> int | None:
+        return self.part_max[p] - self.delay if p in self.part_max else None
+
     def add_windows(self, key: str, ts: int, v: int, x: int | None) -> bool:
         """Adds a row to its windows that are open (``end > x``); whether there were any."""
         wins = self.open.setdefault(key, [])
@@ -352,28 +391,38 @@ def make_pipeline(
     idle: int | None = None,
     max_keys: int | None = None,
     ttl: int | None = None,
+    quorum: int = 3,
 ) -> tm.Pipeline:
     kind, size, slide = window
     w: Any = (
-        tm.Tumbling(size * UNIT)
+        tm.Tumbling(ms(size))
         if kind == "tumbling"
-        else tm.Sliding(size * UNIT, every=slide * UNIT)
+        else tm.Sliding(ms(size), every=ms(slide))
         if kind == "sliding"
-        else tm.Session(gap=size * UNIT)
+        else tm.Session(gap=ms(size))
     )
     return tm.Pipeline(
         key="k",
         event_time="ts",
         watermark=tm.BoundedOutOfOrderness(
-            delay * UNIT, per=scope, partition_column="p", idle_timeout=idle
+            ms(delay),
+            per=scope,
+            partition_column="p",
+            idle_timeout=None if idle is None or scope == "global" else ms(idle),
+            quorum=quorum,
         ),
         window=w,
         aggs={"n": tm.count(), "s": tm.sum("v")},
-        allowed_lateness=lateness * UNIT,
+        allowed_lateness=ms(lateness),
         late_rule=rule,
         max_keys=max_keys,
-        state_ttl=ttl,
+        state_ttl=None if ttl is None else ms(ttl),
     )
+
+
+def ms(n: int) -> str:
+    """``n`` of the model's milliseconds as a duration."""
+    return f"{n}ms"
 
 
 def table(rows: list[Row]) -> pa.Table:
@@ -441,13 +490,15 @@ def run_against_oracle(batches: list[list[Row]], pipe: tm.Pipeline, oracle: Orac
     st.lists(rows_st, min_size=1, max_size=6),
     config_st,
     st.sampled_from(["spark", "flink", "row"]),
+    st.sampled_from([1, 2, 3]),
 )
 def test_matches_oracle_and_each_window_once(
-    batches: list[list[Row]], config: Any, rule: str
+    batches: list[list[Row]], config: Any, rule: str, quorum: int
 ) -> None:
     window, scope, delay, lateness = config
-    pipe = make_pipeline(window, scope, delay, lateness, rule)
-    run_against_oracle(batches, pipe, Oracle(window, scope, delay, lateness, rule))
+    pipe = make_pipeline(window, scope, delay, lateness, rule, quorum=quorum)
+    oracle = Oracle(window, scope, delay, lateness, rule, quorum=quorum)
+    run_against_oracle(batches, pipe, oracle)
 
 
 def within(rows: list[Row], max_keys: int | None) -> list[Row]:
@@ -467,6 +518,7 @@ def within(rows: list[Row], max_keys: int | None) -> list[Row]:
     st.sampled_from([None, 3, 12, 40]),
     st.sampled_from([None, 1, 2]),
     st.sampled_from([None, 25, 60]),
+    st.sampled_from([1, 3]),
 )
 # A key idle when the global watermark passed its window, back before Spark's rule closes
 # it: its own watermark closes the window, not the global one (and not twice).
@@ -477,6 +529,17 @@ def within(rows: list[Row], max_keys: int | None) -> list[Row]:
     3,
     None,
     None,
+    1,
+)
+# Rows behind a key's own watermark keep it from going idle no more than silence does.
+@example(
+    [[("a", 50, 1), ("b", 50, 1)], [("a", 0, 1), ("b", 60, 1)], [("a", 1, 1), ("b", 70, 1)]],
+    (("tumbling", 10, 10), "key", 0, 0),
+    "spark",
+    3,
+    None,
+    None,
+    3,
 )
 def test_matches_oracle_under_idleness_eviction_and_expiry(
     batches: list[list[Row]],
@@ -485,14 +548,16 @@ def test_matches_oracle_under_idleness_eviction_and_expiry(
     idle: int | None,
     max_keys: int | None,
     ttl: int | None,
+    quorum: int,
 ) -> None:
     """The bug of issue 1.1 and its siblings: every window kind, late rule and scope,
     with keys and partitions idle in event time (milliseconds of it), the least
-    recently active key evicted by ``max_keys``, keys expired by ``state_ttl``."""
+    recently active key evicted by ``max_keys``, keys expired by ``state_ttl``; rows
+    behind an input's own watermark no activity for it."""
     window, scope, delay, lateness = config
     batches = [within(b, max_keys) for b in batches]
-    pipe = make_pipeline(window, scope, delay, lateness, rule, idle, max_keys, ttl)
-    oracle = Oracle(window, scope, delay, lateness, rule, idle, max_keys, ttl)
+    pipe = make_pipeline(window, scope, delay, lateness, rule, idle, max_keys, ttl, quorum)
+    oracle = Oracle(window, scope, delay, lateness, rule, idle, max_keys, ttl, quorum)
     run_against_oracle(batches, pipe, oracle)
 
 

@@ -24,7 +24,7 @@ def _pipe(per: str, window: Any, emit: str = "on_window_close") -> tm.Pipeline:
         watermark=tm.BoundedOutOfOrderness(
             "2s",
             per=per,
-            idle_timeout="5s",
+            idle_timeout=None if per == "global" else "5s",
             **({"partition_column": "p"} if per == "partition" else {}),
         ),
         window=window,

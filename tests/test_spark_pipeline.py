@@ -171,7 +171,10 @@ def test_error_rows_known_from_the_input_match_the_pipelines(spark: Any) -> None
     got = outputs(fast)
     assert got == outputs(ran)
     reasons = sorted((r["value"], r["_tidemark_reason"]) for r in fast.errors.collect())
+    null_key = 'key column "{}" is null (null_keys="error"; "group" keeps such rows as one key)'
     assert reasons == [
+        (2.0, null_key.format("k2")),
+        (3.0, null_key.format("dev.id")),
         (4.0, "event time is null"),
         (5.0, "event time is null"),
         (

@@ -145,8 +145,8 @@ class OperatorMachine(RuleBasedStateMachine):
         self.pipe = tm.Pipeline(
             key="k",
             event_time="ts",
-            watermark=tm.BoundedOutOfOrderness(self.DELAY),
-            window=tm.Tumbling(self.SIZE),
+            watermark=tm.BoundedOutOfOrderness(f"{self.DELAY}us"),
+            window=tm.Tumbling(f"{self.SIZE}us"),
             aggs={"n": tm.count()},
         )
         self.op = self.pipe.operator()

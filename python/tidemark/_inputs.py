@@ -13,17 +13,12 @@ import pyarrow as pa
 
 from tidemark import _native
 from tidemark._arrow import as_tabular
-from tidemark._duration import Duration, to_micros
-from tidemark.errors import ConfigError
+from tidemark._duration import Duration, ticks
 
 
 def delay(value: Duration, setting: str) -> int:
     """Event-time durations: ints are ticks as given; strings/timedeltas are microseconds."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value < 0:
-            raise ConfigError(f"{setting}: must not be negative, got {value}")
-        return value
-    return to_micros(value, setting)
+    return ticks(value, setting)
 
 
 def key_columns(keys: Any) -> list[Any] | None:

@@ -386,6 +386,7 @@ class MicroBatch:
         watermark: int | None = None,
         time: int | None = None,
         clock_ms: int = 0,
+        wall_clock: bool = False,
         scope: bytes | None = None,
         source: tuple[list[int], list[int]] | None = None,
         flush: bool = False,

@@ -90,7 +90,7 @@ class Pipeline:
         ``"on_window_close"`` (each window once, when the watermark passes
         ``end + allowed_lateness``) or ``"on_update"`` (every window a batch changed;
         an upsert changelog with a ``retract`` column for sessions merged away).
-    allowed_lateness : str, timedelta or int
+    allowed_lateness : str or timedelta
         Keep windows open this much longer, accepting rows up to this far behind the
         watermark.
     late : str
@@ -139,7 +139,7 @@ class Pipeline:
     time : str
         ``"event"`` (default) or ``"processing"``: rows are stamped with the clock at
         ingest and windows close in wall time.
-    state_ttl : str, timedelta or int, optional
+    state_ttl : str or timedelta, optional
         Drop a key's state (watermark, activity, open windows) once it has had no rows
         for this long, measured as the watermark's ``idleness`` says (by default in
         event time: while the stream's event time moved on this much). Windows still
@@ -152,6 +152,11 @@ class Pipeline:
         would have dropped): ``metrics()["lateness"]``.
     schema : pyarrow.Schema, optional
         The input schema, to check columns and types now rather than at the first batch.
+    null_keys : str
+        What a row whose key (any key column) is null becomes: ``"error"`` (default:
+        an error row whose reason names the column; a keyed window of no key is
+        rarely meant) or ``"group"`` (the nulls form one key, as in Spark's
+        ``groupBy``).
 
     Raises
     ------
@@ -180,6 +185,7 @@ class Pipeline:
         schema: pa.Schema | None = None,
         state_ttl: Duration | None = None,
         lateness: LatenessReport | None = None,
+        null_keys: Literal["error", "group"] = "error",
     ) -> None:
         # The arguments as given: a changed copy is built from them (see with_aggs).
         # The clock is the attribute's (a pipeline shipped to executors has none).
@@ -263,6 +269,11 @@ class Pipeline:
             "max_ahead": None
             if wm.max_ahead is None
             else to_micros(wm.max_ahead, "watermark.max_ahead"),
+            "max_behind": None
+            if wm.max_behind is None
+            else to_micros(wm.max_behind, "watermark.max_behind"),
+            "quorum": wm.quorum,
+            "null_keys": null_keys,
             "window": window_config(window),
             "aggs": [
                 (name, a.kind, a.column, a.ddof, a.by, a.quantile) for name, a in self.aggs.items()
@@ -315,6 +326,21 @@ class Pipeline:
         (['total'], 'key', 5000000)
         """
         return Pipeline(**{**self._args, "aggs": aggs, "schema": None, "clock": self.clock})
+
+    def unbounded(self) -> Pipeline:
+        """This pipeline without bounds on event times (``max_ahead`` and
+        ``max_behind`` ``None``): for a batch that is one arrival unit, which judges no
+        row late and whose windows are its rows' own, as Spark's ``groupBy`` gives
+        them. The same pipeline where it has none."""
+        wm = self._args.get("watermark")
+        if not isinstance(wm, BoundedOutOfOrderness) or (
+            wm.max_ahead is None and wm.max_behind is None
+        ):
+            return self
+        args = {**self._args, "watermark": wm.with_bounds(None, None), "clock": self.clock}
+        out = Pipeline(**args)
+        out.lookup = self.lookup
+        return out
 
     def without_lookup(self) -> Pipeline:
         """This pipeline without its lookup (:meth:`enrich`)."""

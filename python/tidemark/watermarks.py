@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from tidemark import _native
 from tidemark._arrow import ArrowData, as_tabular, column
-from tidemark._duration import Duration, to_micros, to_millis
+from tidemark._duration import Duration, clock_ticks, to_micros
 from tidemark._inputs import delay, keyed_call, time_value
 from tidemark.clock import Clock, native_clock
 from tidemark.errors import ConfigError
@@ -153,7 +153,7 @@ class PartitionedWatermarkTracker(_Restorable):
     _inner: _native.PartitionedWatermarkTracker
 
     def __init__(self, idle_timeout: Duration | None = None, clock: Clock | None = None) -> None:
-        timeout = None if idle_timeout is None else to_millis(idle_timeout, "idle_timeout")
+        timeout = None if idle_timeout is None else clock_ticks(idle_timeout, "idle_timeout")
         self._clock = clock
         self._inner = _native.PartitionedWatermarkTracker(timeout, native_clock(clock))
 
@@ -454,7 +454,7 @@ class KeyedWatermarkTracker(_Restorable):
     ) -> None:
         if max_keys is not None and max_keys < 1:
             raise ConfigError(f"max_keys must be >= 1 (or None for unlimited), got {max_keys}")
-        timeout = None if idle_timeout is None else to_millis(idle_timeout, "idle_timeout")
+        timeout = None if idle_timeout is None else clock_ticks(idle_timeout, "idle_timeout")
         self._clock = clock
         self._inner = _native.KeyedWatermarkTracker(
             delay(bounded_delay, "bounded_delay"), timeout, max_keys, eviction, native_clock(clock)
@@ -645,7 +645,7 @@ class CompactKeyedWatermarkTracker(_Restorable):
         idle_timeout: Duration | None = None,
         clock: Clock | None = None,
     ) -> None:
-        timeout = None if idle_timeout is None else to_millis(idle_timeout, "idle_timeout")
+        timeout = None if idle_timeout is None else clock_ticks(idle_timeout, "idle_timeout")
         self._clock = clock
         self._inner = _native.CompactKeyedWatermarkTracker(
             delay(bounded_delay, "bounded_delay"),

@@ -4,6 +4,7 @@ the delay, the scope, idleness) and its window (:class:`Tumbling`, :class:`Slidi
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,17 +32,19 @@ class BoundedOutOfOrderness:
 
     Parameters
     ----------
-    delay : str, timedelta or int
-        Bounded out-of-orderness (ints are microseconds).
+    delay : str or timedelta
+        Bounded out-of-orderness.
     per : str
         ``"global"`` (one watermark, Spark's behaviour), ``"partition"`` (one per source
         partition in ``partition_column``, combined by minimum over active partitions)
         or ``"key"`` (one per key: a key's windows close on its own watermark).
-    idle_timeout : str, timedelta or int, optional
+    idle_timeout : str or timedelta, optional
         Partitions (``per="partition"``) or keys (``per="key"``) that sent no rows
-        while the stream moved on this much are idle: excluded from the combined
-        watermark (an idle key's windows close on the global watermark), until they
-        send again. Measured as ``idleness`` says. Ints are milliseconds.
+        that were progress for them (rows behind their own watermark are not) while
+        the stream moved on this much are idle: excluded from the combined watermark
+        (an idle key's windows close on the global watermark), until they send again.
+        Measured as ``idleness`` says. A global watermark has no inputs to idle: refused
+        with ``per="global"``.
     idleness : str
         What ``idle_timeout`` (and the pipeline's ``state_ttl``) is measured in:
 
@@ -60,14 +63,25 @@ class BoundedOutOfOrderness:
           other windows.
 
         See docs/guide/watermark-scopes.md for what each risks.
-    max_ahead : str, timedelta or int, optional
-        Rows whose event time is more than this ahead of the stream's event time (the
-        largest event time the scope saw before the batch) go to the error output with
-        the reason, so that one absurd event time (a clock set to 2300) moves no
-        watermark and makes no input idle. The first batch has nothing to measure
-        from. ``None`` (default): no bound; for a live stream, a bound a few times the
-        longest gap between batches you expect is a sound choice (e.g. ``"1h"``).
-        Ints are microseconds.
+    max_ahead, max_behind : str, timedelta or None
+        Rows whose event time lies more than ``max_ahead`` (default one day) in the
+        future of the clock the batch began at, or more than ``max_behind`` (default
+        30 days) before the stream's event time, go to the error output with the
+        reason, so that one absurd event time (a device clock set to 2300, or reset to
+        1970) moves no watermark, makes no input idle and opens no window. On a manual
+        clock (a replay) ``max_ahead`` bounds rows ahead of the stream's event time. In
+        the stream's first batch its rows judge each other (a row far outside their
+        interquartile range). ``None``: no bound. See docs/guide/late-data.md.
+    quorum : int
+        How many keys' rows must reach an event time before it counts as the stream's
+        event time or a source partition's progress (default 3): per batch, a
+        partition's watermark follows the ``quorum``-th highest of its keys' largest
+        event times, so a few keys with wrong clocks, or stray rows on a partition that
+        lags, cannot move it while the partition's other keys are behind. Where fewer
+        keys sent rows, all of them must agree. ``1``: the largest event time counts
+        (Flink's and earlier tidemark's rule). ``per="global"`` keeps Spark's watermark
+        (its largest on-time event time); the stream's event time, which idleness and
+        the bounds above measure from, follows the quorum in every scope.
     partition_column : str
         The integer source-partition column for ``per="partition"``.
     partitions : int, optional
@@ -99,11 +113,28 @@ class BoundedOutOfOrderness:
     partition_column: str = "partition"
     partitions: int | None = None
     idleness: str = "event_time"
-    max_ahead: Duration | None = None
+    max_ahead: Duration | None = "1d"
+    max_behind: Duration | None = "30d"
+    quorum: int = 3
 
     def __post_init__(self) -> None:
         if self.per not in _SCOPES:
             raise ConfigError(f"per={self.per!r}: use one of {', '.join(map(repr, _SCOPES))}")
+        if self.idle_timeout is not None and self.per == "global":
+            raise ConfigError(
+                f"idle_timeout={self.idle_timeout!r} with per='global': one global watermark "
+                "has no inputs that could go idle; use per='partition' (idle source "
+                "partitions) or per='key' (idle keys), or drop idle_timeout"
+            )
+        if isinstance(self.quorum, bool) or not isinstance(self.quorum, int) or self.quorum < 1:
+            raise ConfigError(
+                f"watermark.quorum must be an int >= 1 (keys that must agree on progress; "
+                f"1: the largest event time counts), got {self.quorum!r}"
+            )
+        for name in ("delay", "idle_timeout", "max_ahead", "max_behind"):
+            value = getattr(self, name)
+            if value is not None:
+                to_micros(value, f"watermark.{name}")
         if self.idleness not in _IDLENESS:
             raise ConfigError(
                 f"watermark.idleness={self.idleness!r}: use {_IDLENESS[0]!r} (idle when the "
@@ -138,15 +169,27 @@ class BoundedOutOfOrderness:
             out += f", partitions={self.partitions!r}"
         return out + ")"
 
+    def with_bounds(self, max_ahead: Duration | None, max_behind: Duration | None) -> Any:
+        """This strategy with other bounds on event times (see ``max_ahead``)."""
+        out = copy.copy(self)
+        object.__setattr__(out, "max_ahead", max_ahead)
+        object.__setattr__(out, "max_behind", max_behind)
+        out.__post_init__()
+        return out
+
     def _idle_repr(self) -> str:
-        """The idleness and bound-ahead settings of ``repr``, where they are set."""
+        """The idleness, bounds and quorum settings of ``repr``, where not defaults."""
         out = ""
         if self.idle_timeout is not None:
             out += f", idle_timeout={self.idle_timeout!r}"
         if self.idleness != _IDLENESS[0]:
             out += f", idleness={self.idleness!r}"
-        if self.max_ahead is not None:
+        if self.max_ahead != "1d":
             out += f", max_ahead={self.max_ahead!r}"
+        if self.max_behind != "30d":
+            out += f", max_behind={self.max_behind!r}"
+        if self.quorum != 3:
+            out += f", quorum={self.quorum!r}"
         return out
 
 
@@ -193,10 +236,10 @@ class AdaptiveOutOfOrderness(BoundedOutOfOrderness):
         ``"key"`` (the only scope a delay is learned for).
     quantile : float
         The share of a key's rows its delay should keep on time (0 < quantile < 1).
-    min_delay, max_delay : str, timedelta or int
-        Bounds of every key's delay (ints are microseconds); ``max_delay`` is also the
-        delay of a key not seen enough yet.
-    horizon : str, timedelta or int
+    min_delay, max_delay : str or timedelta
+        Bounds of every key's delay; ``max_delay`` is also the delay of a key not seen
+        enough yet.
+    horizon : str or timedelta
         How much of a key's event time its lateness is learned over (between
         ``horizon / 2`` and ``horizon``): how fast a key's delay follows a change.
     min_rows : int, optional
@@ -205,7 +248,7 @@ class AdaptiveOutOfOrderness(BoundedOutOfOrderness):
         a key's rows for it to learn (999 rows in 30 minutes with the defaults: a row
         every 1.8 s); for sparser keys lower ``quantile`` or ``min_rows``, or lengthen
         ``horizon``.
-    idle_timeout, idleness, max_ahead
+    idle_timeout, idleness, max_ahead, max_behind, quorum
         As for :class:`BoundedOutOfOrderness`.
 
     Examples
@@ -235,7 +278,9 @@ class AdaptiveOutOfOrderness(BoundedOutOfOrderness):
         min_rows: int | None = None,
         idle_timeout: Duration | None = None,
         idleness: str = "event_time",
-        max_ahead: Duration | None = None,
+        max_ahead: Duration | None = "1d",
+        max_behind: Duration | None = "30d",
+        quorum: int = 3,
     ) -> None:
         if per != "key":
             raise ConfigError(
@@ -267,6 +312,8 @@ class AdaptiveOutOfOrderness(BoundedOutOfOrderness):
             "partitions": None,
             "idleness": idleness,
             "max_ahead": max_ahead,
+            "max_behind": max_behind,
+            "quorum": quorum,
             "quantile": float(quantile),
             "min_delay": min_delay,
             "max_delay": max_delay,

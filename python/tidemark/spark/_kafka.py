@@ -26,7 +26,7 @@ from typing import Any
 
 from tidemark.spark._files import micro_batch_plan, simple_name
 
-__all__ = ["KafkaOffsets", "kafka_offsets", "kafka_records", "source_view"]
+__all__ = ["KafkaOffsets", "NotKafkaPartition", "kafka_offsets", "kafka_records", "source_view"]
 
 _SCAN = "MicroBatchScanExec"
 _KAFKA_STREAM = "KafkaMicroBatchStream"
@@ -155,12 +155,18 @@ def kafka_offsets(df: Any) -> KafkaOffsets | str:
         return f"Spark's Kafka offsets could not be read ({type(e).__name__})"
 
 
+class NotKafkaPartition(str):
+    """Why not (:func:`source_view`): the micro-batch reads one Kafka source, but the
+    partition column is not that source's own ``partition`` column."""
+
+
 def source_view(plan: Any, column: str) -> tuple[list[int], list[int]] | str:
     """What a micro-batch's Kafka offsets tell the per-partition watermark (the core's
     ``SourceView``): every partition of the subscribed topics, and those with records
     this micro-batch left unread, where ``column`` of the micro-batch (its physical
     ``plan``, see :func:`~tidemark.spark._files.micro_batch_plan`) is the Kafka source's
-    own ``partition`` column; else why not (a ``str``). Partitions are numbers: several
+    own ``partition`` column; else why not (a ``str``; :class:`NotKafkaPartition` where
+    the column is another than that one). Partitions are numbers: several
     topics share them, as they share the column. Where Spark's latest offsets are
     unknown (a micro-batch planned by a run that died), every partition counts as
     waiting: none goes idle in it."""
@@ -172,7 +178,9 @@ def source_view(plan: Any, column: str) -> tuple[list[int], list[int]] | str:
             return scan
         theirs = _expr_id(scan.output(), "partition")
         if theirs is None or _expr_id(plan.output(), column) != theirs:
-            return f"column {column!r} is not the Kafka source's partition column"
+            return NotKafkaPartition(
+                f"column {column!r} is not the Kafka source's partition column"
+            )
         offsets = _offsets_of(scan)
     except Exception as e:  # Spark internals it does not promise
         return f"Spark's Kafka offsets could not be read ({type(e).__name__})"

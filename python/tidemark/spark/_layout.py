@@ -17,6 +17,9 @@ quiet (no rows)    in the driver (one task with ``on_driver=False``), every stat
 flush              as the last micro-batch did: in the driver after one that ran
                    there (or ``on_driver=True``), one task after a one-task one,
                    else one task per state partition
+first rows         one task, or the driver as for a small one: the stream has no event
+                   time yet and its first rows judge each other (the bounds on
+                   event times need every row of the micro-batch in one run)
 ``shuffle=True``   one task per state partition (rows shuffled to them)
 small              one task (``fits_one_task``) that routes the rows itself where
                    its hash is Spark's; in the driver (``on_driver`` default) up to
@@ -111,6 +114,9 @@ class Stats:
     #: Spark cannot size the rows (its estimate is its placeholder: Kafka, ``rate``),
     #: so neither does its optimizer know them empty; also said of their folds.
     unsized: bool = False
+    #: The stream has no event time yet: its first rows judge each other (the bounds
+    #: on event times), so every row of the micro-batch runs in one place.
+    first: bool = False
 
 
 @dataclass(frozen=True)
@@ -223,7 +229,7 @@ def place(stats: Stats, history: History, options: Options) -> Layout:
         driver = runs_on_driver(options.on_driver, history.last_on_driver, True, True, False)
         shuffled = n > 1 and history.last_shuffled is not False
         return Layout(shuffled=shuffled and not driver, routes=driver, driver=driver, files=False)
-    if n > 1 and options.shuffle is True:
+    if n > 1 and options.shuffle is True and not stats.first:
         shuffled, routes = True, False
     else:
         # Spark's folds are few rows whatever the micro-batch's size (its aggregation
@@ -236,6 +242,7 @@ def place(stats: Stats, history: History, options: Options) -> Layout:
             n > 1
             and options.shuffle is None
             and not stats.folds
+            and not stats.first
             and not fits_one_task(stats.guess, stats.cores)
         )
         routes = not shuffled and (bool(stats.size) or stats.unsized) and stats.routable

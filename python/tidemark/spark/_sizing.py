@@ -85,10 +85,11 @@ def _safe_event_time(pipe: Pipeline, schema: Any) -> Callable[[], Any] | None:
 def safe_rows(df: Any, pipe: Pipeline) -> Callable[[], Any] | None:
     """A builder of a Spark predicate true for rows that fail or not on their own and
     that the pipeline reads without fail: a non-null, well-ranged event time, a short
-    key and (partition scope) a source partition in range. ``None`` where a row's fate
-    depends on others or on state (``max_keys``, a lookup, ``state_ttl``), or where no
-    Spark filter can tell (string, float or user-parsed event times or partitions, key
-    types the core does not take). Decided now, from the schema alone."""
+    key with no null (``null_keys="error"``) and (partition scope) a source partition
+    in range. ``None`` where a row's fate depends on others or on state (``max_keys``,
+    a lookup, ``state_ttl``, bounds on event times), or where no Spark filter can tell
+    (string, float or user-parsed event times or partitions, key types the core does
+    not take). Decided now, from the schema alone."""
     from pyspark.sql import functions as F
 
     cfg = pipe.config
@@ -99,6 +100,8 @@ def safe_rows(df: Any, pipe: Pipeline) -> Callable[[], Any] | None:
         or pipe.state_ttl is not None
         or cfg["time"] != "event"
         or cfg["parsed_externally"]
+        or cfg["max_ahead"] is not None
+        or cfg["max_behind"] is not None
         or any(
             abs(v) > _native.SAFE_WINDOW
             for k, v in cfg["window"].items()
@@ -119,6 +122,9 @@ def safe_rows(df: Any, pipe: Pipeline) -> Callable[[], Any] | None:
 
     def build() -> Any:
         safe = safe_time()
+        if cfg["null_keys"] == "error":
+            for k in pipe.key:
+                safe = safe & column(k).isNotNull()
         if part is not None:
             pc = column(part)
             safe = safe & pc.isNotNull() & (pc >= 0) & (pc < F.lit(_native.SOURCE_PARTITIONS))

@@ -183,6 +183,9 @@ class StreamTask:
     settle: bool = False
     #: The source's partitions as the driver's record has them (``StreamRecord.source``).
     source: tuple[list[int], list[int]] | None = None
+    #: ``clock_ms`` is the wall clock's: event times more than ``max_ahead`` past it
+    #: come from the future (the core's bounds on event times).
+    wall_clock: bool = False
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         pipe = self.shipped.get()
@@ -236,6 +239,7 @@ class StreamTask:
             watermark=self.watermark,
             time=self.scope_time,
             clock_ms=self.clock_ms,
+            wall_clock=self.wall_clock,
             scope=None if self.scope_state is None else base64.b64decode(self.scope_state),
             source=self.source,
             flush=self.flush,

@@ -254,6 +254,10 @@ def aggregate(
         from tidemark.errors import ConfigError
 
         raise ConfigError("order_by and batch_rows go together")
+    if order_by is None:
+        # One arrival unit: no stream time to judge rows by, nothing late, each
+        # window its rows' own (Spark's groupBy); no bounds on event times either.
+        pipe = pipe.unbounded()
     spark = df.sparkSession
     tz, large = session_arrow_settings(spark)
     plan = OutputCodec.build(pipe, df.schema, tz, large)

@@ -73,6 +73,7 @@ from tidemark.spark._codec import (
     KIND_LATE,
     KIND_WINDOW,
     OutputCodec,
+    arrow_schema_of,
     session_arrow_settings,
 )
 from tidemark.spark._driver import (
@@ -82,7 +83,7 @@ from tidemark.spark._driver import (
     exact_partitions,
 )
 from tidemark.spark._files import batch_files, has_no_rows, heartbeat, micro_batch_plan
-from tidemark.spark._kafka import source_view
+from tidemark.spark._kafka import NotKafkaPartition, source_view
 from tidemark.spark._layout import Layout, Options, Stats
 from tidemark.spark._preagg import WEIGHT, Preaggregation, processor_fold
 from tidemark.spark._records import StreamRecord
@@ -246,6 +247,17 @@ class StreamProcessor(MicroBatchDriver):
         raw) or the state location was written by the raw pipeline (it stays raw).
         ``True``: also warns where it is not exact, and refuses a late or error sink
         (late and error rows are counted, not kept). ``False``: never.
+    kafka_offsets : bool
+        With a watermark per source partition over Spark's Kafka source: ``True``
+        (default) reads the topic's partitions, and those whose records a micro-batch
+        left unread, from its offsets (a partition that sends nothing holds the
+        watermark back until it goes idle; one whose records wait never goes idle).
+        That needs the pipeline's ``partition_column`` to be the Kafka source's own
+        ``partition`` column, selected as it is: any other column (renamed, or
+        computed such as ``partition % 3``) is a :class:`ConfigError` at the first
+        micro-batch, before any row is read. ``False``: the partitions are what the
+        column's values show (and ``partitions=`` declares), knowingly without the
+        offsets.
 
     Attributes
     ----------
@@ -259,7 +271,10 @@ class StreamProcessor(MicroBatchDriver):
         folds of them: see ``preaggregate``), or ``"none"`` (a flush); where they came
         from Spark, ``read_why`` says why not from the files (for a Parquet stream
         Spark wrote with its defaults: INT96 timestamps, which
-        ``spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS`` avoids). Counted by the
+        ``spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS`` avoids). With a
+        watermark per source partition, ``partitions`` says where the source's
+        partitions are known from: ``"offsets"`` (a Kafka micro-batch's) or, where
+        only the rows tell, why not (``"rows: ..."``). Counted by the
         batch's own job: reading it costs no Spark job. Also
         recorded in ``state_location``: see :meth:`progress`.
     """
@@ -281,6 +296,7 @@ class StreamProcessor(MicroBatchDriver):
         arrow_sinks: bool = False,
         read_files: bool = True,
         preaggregate: bool | None = None,
+        kafka_offsets: bool = True,
     ) -> None:
         require_args(
             "StreamProcessor()",
@@ -342,9 +358,18 @@ class StreamProcessor(MicroBatchDriver):
                 "micro-batch's windows (late_sink and error_sink the late and error rows); "
                 "without one nothing would be written"
             )
+        #: The clock is the wall clock (none was given): an event time more than
+        #: ``max_ahead`` past its reading comes from the future.
+        self._wall_clock = clock is None
         self._clock = clock or (lambda: int(time.time() * 1000))
         self.shuffle = shuffle
         self.read_files = read_files
+        self.kafka_offsets = kafka_offsets
+        # The input schema checked against the pipeline (at the first micro-batch, and
+        # again where it changes).
+        self._columns_checked: Any = None
+        # Where the last micro-batch's source partitions were known from (progress).
+        self._partitions_from: str | None = None
         # Said once: late rows dropped for want of a late_sink; Spark's watermark ignored.
         self._warned: set[str] = set()
         self._shipped: ShippedPipeline | None = None
@@ -393,7 +418,18 @@ class StreamProcessor(MicroBatchDriver):
         view = None
         if wm.per == "partition" and plan is not None and not flush:
             got = source_view(plan, wm.partition_column)
+            if isinstance(got, NotKafkaPartition) and self.kafka_offsets:
+                raise ConfigError(
+                    f"per-partition watermark on Spark's Kafka source: {got} (renamed or "
+                    "computed), so the topic's partitions and their unread records cannot "
+                    "be known from the offsets: a partition that sends nothing would not "
+                    "hold the watermark, and one whose records wait could go idle. Select "
+                    "the source's `partition` column as it is and name it in "
+                    "partition_column, or pass StreamProcessor(kafka_offsets=False) to use "
+                    "the column's values knowingly"
+                )
             view = None if isinstance(got, str) else got
+            self._partitions_from = "offsets" if view is not None else f"rows: {got}"
         return prepare(self.store, batch_id, flush, self.start_fresh, self._clock(), view)
 
     # --- the foreachBatch function -------------------------------------------------
@@ -507,6 +543,7 @@ class StreamProcessor(MicroBatchDriver):
         fields = schema if flush else df.schema
         if not flush:
             self._warn_spark_watermark(fields)
+            self._check_columns(fields, df.sparkSession)
         spark = df.sparkSession
         tz, large = session_arrow_settings(spark)
         # The micro-batch as the layout sees it, asked of Spark once (its size: a JVM
@@ -536,6 +573,12 @@ class StreamProcessor(MicroBatchDriver):
         token = uuid.uuid4().hex
         if self._shipped is None:
             self._shipped = ShippedPipeline(self.pipe, spark)  # one broadcast per query
+        # A stream's first rows judge each other (the core's bounds on event times):
+        # all of them in one run.
+        bounded = (
+            self.pipe.config["max_ahead"] is not None or self.pipe.config["max_behind"] is not None
+        )
+        stats = replace(stats, first=rec.time is None and kind == "rows" and bounded)
         placed = _layout.place(stats, self._history, self._options())
         table, read_why = (
             self._files_on_driver(df, codec, plan) if placed.files else (None, placed.why_not_files)
@@ -567,6 +610,7 @@ class StreamProcessor(MicroBatchDriver):
             lift=lift,
             settle=quiet,
             source=rec.source,
+            wall_clock=self._wall_clock,
         )
         return _StreamRun(
             batch_id=batch_id,
@@ -672,6 +716,8 @@ class StreamProcessor(MicroBatchDriver):
             self._history = self._history.folded(share)
         if run.read == "spark" and run.read_why is not None:
             counts["read_why"] = run.read_why
+        if self.pipe.watermark.per == "partition" and not run.flush:
+            counts["partitions"] = self._partitions_from
         self._warn_dropped(counts["late_rows"], batch_id)
         return counts
 
@@ -692,6 +738,17 @@ class StreamProcessor(MicroBatchDriver):
                 'the pipeline with late="drop" to drop them knowingly; '
                 "last_progress['late_rows'] counts them",
             )
+
+    def _check_columns(self, fields: Any, spark: Any) -> None:
+        """The pipeline's columns and their types checked against the micro-batch's
+        schema in the driver, before any task reads a row (a :class:`ConfigError`,
+        :class:`MissingColumnError` for a missing column, naming it); once per
+        schema."""
+        if fields == self._columns_checked:
+            return
+        tz, large = session_arrow_settings(spark)
+        self._raw_pipe.output_schema(arrow_schema_of(fields, tz, large))
+        self._columns_checked = fields
 
     def _warn_spark_watermark(self, schema: Any) -> None:
         """Says once that a ``withWatermark`` on the stream is not what judges its rows:

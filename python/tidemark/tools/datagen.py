@@ -18,11 +18,14 @@ from typing import Any
 import pyarrow as pa
 
 __all__ = [
+    "HOSTILE_KINDS",
     "StreamSpec",
     "batches",
     "check_spec",
     "differing_lateness_stream",
+    "dirty_iot",
     "iot_stream",
+    "librdkafka_partition",
     "mobile_sessions",
     "multi_tenant_stream",
     "spec_problem",
@@ -255,6 +258,148 @@ def iot_stream(
         start_us,
         rng,
     )
+
+
+#: The hostile records of :func:`dirty_iot`, by kind.
+HOSTILE_KINDS = ("not_json", "no_device", "year_2300", "as_strings", "year_1969")
+
+#: Event-time milliseconds of 2300-01-01 and of 1969-12-31T23:59:59.
+_YEAR_2300_MS = 10_413_792_000_000
+_YEAR_1969_MS = -1_000
+
+
+def librdkafka_partition(key: bytes, partitions: int) -> int:
+    """The partition confluent-kafka's (librdkafka's) default partitioner,
+    ``consistent_random``, gives a record with this key: CRC-32 of the key modulo the
+    partition count (a record without a key goes to a random partition). Java's
+    client hashes with murmur2 instead (:func:`tidemark.tools.kafka.partition_for`).
+
+    >>> [librdkafka_partition(f"d{i}".encode(), 4) for i in range(8)]
+    [0, 2, 0, 2, 1, 3, 1, 3]
+    """
+    import zlib
+
+    return zlib.crc32(key) % partitions
+
+
+def dirty_iot(
+    devices: int = 300,
+    partitions: int = 6,
+    minutes: float = 20.0,
+    lagging: int = 2,
+    lag_s: float = 90.0,
+    strays: int = 9,
+    silent: int = 5,
+    silent_after_min: float = 12.0,
+    hostile: float = 0.001,
+    jitter_s: float = 2.0,
+    start_ms: int = 1_796_083_200_000,
+    seed: int = 11,
+) -> tuple[pa.Table, pa.Table]:
+    """A dirty IoT topic, as a producer writes it: ``devices`` devices (``d0``...)
+    report a reading a second for ``minutes``, keyed by device and placed by
+    confluent-kafka's default partitioner (:func:`librdkafka_partition`) over
+    ``partitions`` partitions; partition ``lagging``'s devices arrive ``lag_s`` late,
+    but for ``strays`` of their readings (of as many devices), which arrive on time,
+    ahead of the rest of their partition, once its readings flow (at least 30 s after
+    they begin to arrive); partition ``silent`` stops after
+    ``silent_after_min`` minutes; every reading arrives up to ``jitter_s`` late. A
+    share ``hostile`` of extra records is bad, of each kind in
+    :data:`HOSTILE_KINDS` alike: values that are not JSON, records with no key and
+    no device (stamped with the time they are sent, on the lagging partition or a
+    random one), event times in the year 2300, numbers sent as strings, and 1969
+    event times (sent by devices of the silent partition, also after it fell silent).
+    The first second's records include one of each.
+
+    Returns ``(records, readings)``: the records in arrival order (``key`` binary or
+    null, ``value`` binary, ``partition`` int32, ``arrival`` float seconds from the
+    start, ``kind`` string: ``"reading"`` or a hostile kind), and the readings alone
+    (``device``, ``ts`` as ``timestamp[ms, UTC]``, ``temp``), the oracle's input.
+    Values are JSON ``{"device", "ts" (epoch ms), "temp"}``.
+    """
+    import json
+
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    names = [f"d{d}" for d in range(devices)]
+    part = np.array([librdkafka_partition(n.encode(), partitions) for n in names])
+    on_lagging = np.flatnonzero(part == lagging)
+    seconds = int(minutes * 60)
+    dev = np.repeat(np.arange(devices), seconds)
+    t = np.tile(np.arange(seconds), devices) + rng.uniform(0, 1, devices)[dev]
+    keep = ~((part[dev] == silent) & (t >= silent_after_min * 60))
+    dev, t = dev[keep], t[keep]
+    lag = np.where(part[dev] == lagging, lag_s, 0.0)
+    # Stray readings: one each of `strays` devices of the lagging partition, on time.
+    lagging_rows = np.flatnonzero((part[dev] == lagging) & (t >= lag_s + 30))
+    chosen: list[int] = []
+    for d in rng.permutation(on_lagging)[:strays]:
+        rows = lagging_rows[dev[lagging_rows] == d]
+        if len(rows):
+            chosen.append(int(rng.choice(rows)))
+    lag[chosen] = 0.0
+    arrival = t + lag + rng.uniform(0, jitter_s, len(t))
+    ts_ms = start_ms + (t * 1000).astype(np.int64)
+    temp = np.round(rng.normal(21.0, 2.0, len(t)), 2)
+    readings = pa.table(
+        {
+            "device": pa.array([names[d] for d in dev]),
+            "ts": pa.array(ts_ms, pa.timestamp("ms", tz="UTC")),
+            "temp": pa.array(temp),
+        }
+    )
+    keys: list[bytes | None] = [names[d].encode() for d in dev]
+    values = [
+        json.dumps({"device": names[d], "ts": int(ms), "temp": float(v)}).encode()
+        for d, ms, v in zip(dev, ts_ms, temp, strict=True)
+    ]
+    parts = part[dev].tolist()
+    arrivals = arrival.tolist()
+    kinds = ["reading"] * len(values)
+    n_bad = max(len(HOSTILE_KINDS), round(hostile * len(values)))
+    silent_devs = np.flatnonzero(part == silent)
+    for i in range(n_bad):
+        kind = HOSTILE_KINDS[i % len(HOSTILE_KINDS)]
+        at = float(rng.uniform(0, 1)) if i < len(HOSTILE_KINDS) else float(rng.uniform(0, seconds))
+        d = int(
+            silent_devs[rng.integers(len(silent_devs))]
+            if kind == "year_1969"
+            else rng.integers(devices)
+        )
+        now_ms = start_ms + int(at * 1000)
+        key: bytes | None = names[d].encode()
+        p = int(part[d])
+        if kind == "not_json":
+            value = b"\x00\xffnot json {"
+        elif kind == "no_device":
+            key = None
+            p = lagging if rng.uniform() < 0.5 else int(rng.integers(partitions))
+            value = json.dumps({"ts": now_ms, "temp": 20.0}).encode()
+        elif kind == "year_2300":
+            value = json.dumps(
+                {"device": names[d], "ts": _YEAR_2300_MS + now_ms - start_ms, "temp": 20.0}
+            ).encode()
+        elif kind == "as_strings":
+            value = json.dumps({"device": names[d], "ts": str(now_ms), "temp": "21.5"}).encode()
+        else:
+            value = json.dumps({"device": names[d], "ts": _YEAR_1969_MS, "temp": 20.0}).encode()
+        keys.append(key)
+        values.append(value)
+        parts.append(p)
+        arrivals.append(at)
+        kinds.append(kind)
+    order = np.argsort(np.array(arrivals), kind="stable")
+    records = pa.table(
+        {
+            "key": pa.array([keys[i] for i in order], pa.binary()),
+            "value": pa.array([values[i] for i in order], pa.binary()),
+            "partition": pa.array([parts[i] for i in order], pa.int32()),
+            "arrival": pa.array([arrivals[i] for i in order], pa.float64()),
+            "kind": pa.array([kinds[i] for i in order]),
+        }
+    )
+    return records, readings
 
 
 def mobile_sessions(

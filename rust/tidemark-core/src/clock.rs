@@ -21,6 +21,12 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 pub trait Clock: Send + Sync + std::fmt::Debug {
     /// The current time in ticks.
     fn now(&self) -> i64;
+
+    /// Whether the ticks are the wall clock's epoch milliseconds (an event time far
+    /// past them comes from the future: see `pipeline/bounds.rs`).
+    fn is_wall(&self) -> bool {
+        false
+    }
 }
 
 /// Shared handle to a clock.
@@ -75,6 +81,10 @@ impl Clock for SystemClock {
     fn now(&self) -> i64 {
         let a = anchor();
         a.epoch_ms + a.instant.elapsed().as_millis() as i64
+    }
+
+    fn is_wall(&self) -> bool {
+        true
     }
 }
 

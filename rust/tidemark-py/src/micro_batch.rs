@@ -41,8 +41,8 @@ impl PyMicroBatch {
     #[new]
     #[pyo3(signature = (
         config, partitions, *, tag_column = None, watermark = None, time = None,
-        clock_ms = 0, scope = None, source = None, flush = false, settle = false, threads = 1,
-        weight = None, lookup = None, run = String::new()
+        clock_ms = 0, wall_clock = false, scope = None, source = None, flush = false,
+        settle = false, threads = 1, weight = None, lookup = None, run = String::new()
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -53,6 +53,7 @@ impl PyMicroBatch {
         watermark: Option<i64>,
         time: Option<i64>,
         clock_ms: i64,
+        wall_clock: bool,
         scope: Option<Vec<u8>>,
         source: Option<SourceArgs>,
         flush: bool,
@@ -73,6 +74,7 @@ impl PyMicroBatch {
                 watermark,
                 time,
                 clock_ms,
+                wall_clock,
                 scope,
                 source: source.map(source_view),
                 flush,

@@ -167,15 +167,19 @@ impl PyOperator {
     /// Drives the operator with the scope's watermark combined elsewhere (`None`: the
     /// scope has none yet; see `External`).
     fn set_external_watermark(&mut self, watermark: Option<i64>) {
-        let time = self.inner.external().time;
         let watermark = Start::Scope(watermark);
-        self.inner.set_external(External { watermark, time });
+        self.inner.set_external(External {
+            watermark,
+            ..self.inner.external()
+        });
     }
 
     /// The scope's event time combined elsewhere (`None`: this operator's own).
     fn set_external_time(&mut self, time: Option<i64>) {
-        let watermark = self.inner.external().watermark;
-        self.inner.set_external(External { watermark, time });
+        self.inner.set_external(External {
+            time,
+            ..self.inner.external()
+        });
     }
 
     /// Off: each call's windows in the order they closed instead of sorted.

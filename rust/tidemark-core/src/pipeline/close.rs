@@ -274,10 +274,11 @@ impl Operator {
             for w in list.iter().copied() {
                 let f = &mut self.flags[w.state as usize];
                 // (Re)add the timers of new or moved windows (key scope: only idle keys
-                // need timers; see below).
+                // need timers, see below; a key stays idle through rows that were no
+                // progress for it).
                 if *f & RETIME != 0 {
                     *f &= !RETIME;
-                    if !key_scope {
+                    if !key_scope || self.keys.slot_is_idle(slot) {
                         let at = w.end.saturating_add(self.cfg.allowed_lateness);
                         self.timers.add(at, slot, w.start);
                     }

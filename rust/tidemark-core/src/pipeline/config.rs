@@ -128,6 +128,31 @@ pub enum Idleness {
 }
 
 named!(Idleness, "idleness", { "event_time" => Idleness::EventTime, "clock" => Idleness::Clock });
+
+/// What a row whose key (any key column) is null becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum NullKeys {
+    /// An error row, with the key column named (the default: a keyed window of no key
+    /// is rarely meant).
+    #[default]
+    Error,
+    /// A key like any other (Spark's `groupBy` groups nulls together).
+    Group,
+}
+
+named!(NullKeys, "null_keys", { "error" => NullKeys::Error, "group" => NullKeys::Group });
+
+/// One day in microseconds.
+const DAY: i64 = 86_400_000_000;
+
+/// The default `max_ahead`: one day (see [`PipelineConfig::max_ahead`]).
+pub const DEFAULT_MAX_AHEAD: i64 = DAY;
+
+/// The default `max_behind`: thirty days (see [`PipelineConfig::max_behind`]).
+pub const DEFAULT_MAX_BEHIND: i64 = 30 * DAY;
+
+/// The default `quorum`: keys whose rows must agree (see [`PipelineConfig::quorum`]).
+pub const DEFAULT_QUORUM: u32 = 3;
 named!(EmitMode, "emit", {
     "on_window_close" => EmitMode::OnWindowClose,
     "on_update" => EmitMode::OnUpdate,
@@ -157,10 +182,21 @@ pub struct PipelineConfig {
     pub idle_timeout: Option<i64>,
     /// What `idle_timeout` and `state_ttl` are measured in.
     pub idleness: Idleness,
-    /// Rows more than this ahead of the scope's event time (the largest event time
-    /// it saw before the call) are error rows, so that one absurd event time moves no
-    /// watermark (`None`: no bound).
+    /// Rows more than this ahead of the wall clock (on another clock: of the
+    /// stream's event time) are error rows, so that one absurd event time moves no
+    /// watermark (`None`: no bound; see `pipeline/bounds.rs`).
     pub max_ahead: Option<i64>,
+    /// Rows more than this behind the stream's event time are error rows, so that an
+    /// absurdly old event time (a clock reset to 1970) opens no window (`None`: no
+    /// bound; see `pipeline/bounds.rs`).
+    pub max_behind: Option<i64>,
+    /// Keys whose rows must reach an event time before it counts as the stream's or
+    /// a source partition's progress: per call, the `quorum`-th highest of the keys'
+    /// largest event times (the lowest where fewer keys sent rows). 1: the largest
+    /// event time.
+    pub quorum: u32,
+    /// What a row with a null key becomes.
+    pub null_keys: NullKeys,
     /// Partition scope: the source's partitions `0..n`, declared up front. Each holds
     /// the combined watermark back from the first batch until it reports rows or goes
     /// idle (`None`: partitions count from their first row on).
@@ -258,8 +294,10 @@ impl PipelineConfig {
     }
 
     /// A configuration with the defaults of `tidemark.Pipeline`: no delay, one global
-    /// watermark, no idle timeout (idleness in event time), no bound ahead, `on_window_close`, no allowed lateness, late rows
-    /// to the side output, Spark's late rule, no key bound, event time, no state TTL. Change fields with
+    /// watermark, no idle timeout (idleness in event time), event times believed
+    /// within a day ahead and thirty days behind, three keys agreeing on progress,
+    /// null keys refused, `on_window_close`, no allowed lateness, late rows to the
+    /// side output, Spark's late rule, no key bound, event time, no state TTL. Change fields with
     /// struct update syntax: `PipelineConfig { delay: 5_000, ..PipelineConfig::new(...) }`.
     pub fn new(keys: &[&str], event_time: &str, window: WindowSpec, aggs: Vec<AggSpec>) -> Self {
         Self {
@@ -271,7 +309,10 @@ impl PipelineConfig {
             scope: Scope::Global,
             idle_timeout: None,
             idleness: Idleness::EventTime,
-            max_ahead: None,
+            max_ahead: Some(DEFAULT_MAX_AHEAD),
+            max_behind: Some(DEFAULT_MAX_BEHIND),
+            quorum: DEFAULT_QUORUM,
+            null_keys: NullKeys::Error,
             source_partitions: None,
             window,
             aggs,
@@ -339,6 +380,18 @@ impl PipelineConfig {
             return Err(TidemarkError::config(
                 "watermark.max_ahead",
                 "must be positive (or None: no bound)",
+            ));
+        }
+        if self.max_behind.is_some_and(|t| t <= 0) {
+            return Err(TidemarkError::config(
+                "watermark.max_behind",
+                "must be positive (or None: no bound)",
+            ));
+        }
+        if self.quorum == 0 {
+            return Err(TidemarkError::config(
+                "watermark.quorum",
+                "must be at least 1 (1: the largest event time counts)",
             ));
         }
         for a in &self.aggs {
@@ -432,12 +485,6 @@ impl PipelineConfig {
                 ));
             }
         }
-        if self.time == TimeMode::Processing && self.max_ahead.is_some() {
-            return Err(TidemarkError::config(
-                "watermark.max_ahead",
-                "processing-time pipelines stamp rows with the clock: nothing is ahead",
-            ));
-        }
         if self.time == TimeMode::Processing && self.scope != Scope::Global {
             return Err(TidemarkError::config(
                 "time",
@@ -495,6 +542,20 @@ impl PipelineConfig {
         if let Some(a) = self.max_ahead {
             w.str("max_ahead");
             w.i64(a);
+        }
+        if let Some(b) = self.max_behind {
+            // Only when set, as the settings below: configurations without it keep
+            // their fingerprints.
+            w.str("max_behind");
+            w.i64(b);
+        }
+        if self.quorum != 1 {
+            w.str("quorum");
+            w.u32(self.quorum);
+        }
+        if self.null_keys != NullKeys::Group {
+            w.str("null_keys");
+            w.str(self.null_keys.name());
         }
         if let Some(n) = self.source_partitions {
             // Only when set: configurations without it keep their fingerprints.

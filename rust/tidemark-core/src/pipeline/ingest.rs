@@ -12,8 +12,9 @@ use super::judge::{CallRows, KeyCall, Seen};
 use super::order::{by_window_cell, rows_by_key, SKIP};
 use super::watch::WatchCall;
 use super::{
-    n_aggs, partition_error, Emit, EmitMode, KeyRef, LatePolicy, LateRule, Operator, Output,
-    Pending, Progress, Scope, TimeMode, DIRTY, EMITTED, NO_STATE, RETIME,
+    n_aggs, partition_error, Agreement, Bounds, Emit, EmitMode, KeyRef, LatePolicy, LateRule,
+    NullKeys, Operator, Output, Pending, PipelineConfig, Progress, Scope, Start, TimeMode, Top,
+    DIRTY, EMITTED, NO_STATE, RETIME,
 };
 use crate::agg::{BoundAgg, Input};
 use crate::batch::{error_batch, take_rows};
@@ -75,13 +76,23 @@ impl Operator {
         // 1. Event times (epoch microseconds), or the clock in processing-time mode.
         let times = self.event_times(batch, parsed_times, &bound, &mut errors)?;
         // The scope's event time as the call began: idleness (in event time) and the
-        // bound ahead are measured from it.
+        // bounds on event times are measured from it.
         let scope_time = self.scope_time();
         self.call_now = super::idle_reading(self.cfg.idleness, &self.clock, scope_time);
-        self.ahead_errors(&times, scope_time, &mut errors);
+        let mut bad_row = vec![false; n];
+        for &(r, _) in &errors {
+            bad_row[r] = true;
+        }
+        let refused = match self.call_bounds(&times, scope_time) {
+            Some(b) => b.judge(&self.cfg, &times, &mut bad_row, &mut errors),
+            None => Default::default(),
+        };
 
         // 2. Inputs of the aggregates, keys, partitions.
         let (inputs, keys) = bound.inputs_and_keys(batch)?;
+        if self.cfg.null_keys == NullKeys::Error {
+            null_key_errors(batch, &bound, &self.cfg.keys, &mut bad_row, &mut errors);
+        }
         let parts = match bound.part_idx {
             Some(i) => Some(arrow_cast::cast(batch.column(i), &DataType::Int64)?),
             None => None,
@@ -103,10 +114,6 @@ impl Operator {
             None => None,
         };
 
-        let mut bad_row = vec![false; n];
-        for &(r, _) in &errors {
-            bad_row[r] = true;
-        }
         let time_vals = times.values().clone();
         self.begin_call();
         if let Some(p) = parts {
@@ -143,6 +150,8 @@ impl Operator {
         // call began, then add the on-time rows to their windows.
         let mut seen = Seen {
             late_rows: Vec::new(),
+            key_top: Top::default(),
+            part_top: Vec::new(),
             part_max: Vec::new(),
             batch_max: i64::MIN,
         };
@@ -166,14 +175,8 @@ impl Operator {
         if let Some(w) = self.watch.as_mut() {
             w.end();
         }
-        let mut late_rows = seen.late_rows;
+        let mut late_rows = std::mem::take(&mut seen.late_rows);
         late_rows.sort_unstable();
-        let mut seen_max = i64::MIN;
-        for (row, &g) in group.iter().enumerate() {
-            if g != SKIP {
-                seen_max = seen_max.max(time_vals[row]);
-            }
-        }
         crate::keep_scratch(&mut self.group_scratch, group);
         self.keys.end_batch();
         if self.keys.has_evictions() {
@@ -184,12 +187,8 @@ impl Operator {
         }
 
         // 4. Advance the watermarks with this batch's rows.
-        self.advance_marks(
-            start,
-            seen_max.max(seen.batch_max),
-            seen.batch_max,
-            &seen.part_max,
-        )?;
+        let ahead_floor = refused.ahead_floor.filter(|_| seen.key_top.0.is_empty());
+        self.advance_marks(start, seen, ahead_floor)?;
         Ok(Pending {
             batch: batch.clone(),
             late_rows,
@@ -209,6 +208,23 @@ impl Operator {
             ));
         }
         Ok(())
+    }
+
+    /// A batch's event times as an operator of `cfg` reads them (null where a row has
+    /// none), for a coordinator that judges a call's rows before its operators do (see
+    /// `pipeline/bounds.rs`). Event time only.
+    pub fn event_times_of(
+        cfg: &PipelineConfig,
+        batch: &RecordBatch,
+        parsed: Option<&Int64Array>,
+    ) -> Result<Int64Array> {
+        if let Some(p) = parsed {
+            return Ok(p.clone());
+        }
+        let bound = Self::bind(cfg, batch.schema_ref())?;
+        let (_, ty) = bound.time_type.as_ref().expect("event time");
+        let col = batch.column(bound.time_idx.expect("event time"));
+        Ok(parse_event_time(col.as_ref(), *ty)?.values)
     }
 
     /// The call's event times (epoch microseconds; the clock's in processing-time
@@ -259,29 +275,29 @@ impl Operator {
         })
     }
 
-    /// Rows more than `max_ahead` ahead of the scope's event time as the call began
-    /// (`scope_time`) are error rows.
-    fn ahead_errors(&self, times: &Int64Array, scope_time: i64, errors: &mut Vec<(usize, String)>) {
-        let Some(ahead) = self.cfg.max_ahead else {
-            return;
-        };
-        if scope_time == i64::MIN {
-            return;
+    /// The bounds on the call's event times (see `pipeline/bounds.rs`): given by a
+    /// coordinator holding the whole call, else from the scope's event time
+    /// (`scope_time`) and the wall clock, or, before the scope has an event time and
+    /// where this operator holds the whole call, from its rows (`times`).
+    fn call_bounds(&self, times: &Int64Array, scope_time: i64) -> Option<Bounds> {
+        let ext = self.marks.external;
+        if ext.bounds.is_some() {
+            return ext.bounds;
         }
-        let bound = scope_time.saturating_add(ahead);
-        for (i, t) in times.iter().enumerate() {
-            if t.is_some_and(|t| t > bound) {
-                errors.push((
-                    i,
-                    format!(
-                        "event time is more than max_ahead ({}) ahead of the stream's \
-                         latest event time ({})",
-                        crate::duration::format_micros(ahead),
-                        crate::time::format_epoch_micros(scope_time)
-                    ),
-                ));
-            }
+        let driven = ext.watermark != Start::Own;
+        let wall = ext.wall.or_else(|| {
+            self.clock
+                .is_wall()
+                .then(|| self.clock.now().saturating_mul(1_000))
+        });
+        if scope_time == i64::MIN && !driven {
+            return Bounds::of_rows(&self.cfg, times, None, wall);
         }
+        Bounds::of_stream(
+            &self.cfg,
+            (scope_time != i64::MIN).then_some(scope_time),
+            wall,
+        )
     }
 
     /// The per-call scratch emptied, and the key table told a call begins.
@@ -373,24 +389,28 @@ impl Operator {
         Ok(group)
     }
 
-    /// The call's progress recorded (its largest event time, `max_event_time`; of its
-    /// on-time rows, `on_time_max`; per source partition, `part_max`, `i64::MIN` where
-    /// none) and this operator's watermarks advanced with it; the call began at `start`.
-    fn advance_marks(
-        &mut self,
-        start: i64,
-        max_event_time: i64,
-        on_time_max: i64,
-        part_max: &[i64],
-    ) -> Result<()> {
+    /// The call's progress recorded (what its keys agree on, `seen`; its on-time
+    /// rows' largest event time; see [`Progress`]) and this operator's watermarks
+    /// advanced with it; the call began at `start`.
+    fn advance_marks(&mut self, start: i64, seen: Seen, ahead_floor: Option<i64>) -> Result<()> {
         if self.cfg.scope == Scope::Key {
             self.keys.check_idle_keys_at(self.call_now);
         }
         let some = |t: i64| (t != i64::MIN).then_some(t);
         let (lowest_active, highest) = self.keys.global_parts();
         self.progress = Progress {
-            max_event_time: some(max_event_time),
-            partition_max: part_max
+            keys: Agreement {
+                time: seen.key_top,
+                partitions: seen
+                    .part_top
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(_, top)| !top.0.is_empty())
+                    .map(|(p, top)| (p as u32, top))
+                    .collect(),
+            },
+            partition_max: seen
+                .part_max
                 .iter()
                 .enumerate()
                 .filter(|&(_, &t)| t != i64::MIN)
@@ -400,8 +420,9 @@ impl Operator {
                 Scope::Key => self.keys.global_watermark().map(|w| w.timestamp()),
                 _ => None,
             },
-            on_time_max: some(on_time_max),
+            on_time_max: some(seen.batch_max),
             key_parts: (lowest_active, some(highest)),
+            ahead_floor,
         };
         let own_close = self.scope.advance([&self.progress])?;
         self.marks.ingested(start, own_close.unwrap_or(i64::MIN));
@@ -610,6 +631,37 @@ impl Operator {
                 state: NO_STATE,
                 retract: true,
             });
+        }
+    }
+}
+
+/// Rows whose key (any key column) is null become error rows naming the column
+/// (`null_keys="error"`).
+fn null_key_errors(
+    batch: &RecordBatch,
+    bound: &super::bind::Binding,
+    names: &[String],
+    bad: &mut [bool],
+    errors: &mut Vec<(usize, String)>,
+) {
+    for (&i, name) in bound.key_idx.iter().zip(names) {
+        let Some(nulls) = batch.column(i).logical_nulls() else {
+            continue;
+        };
+        if nulls.null_count() == 0 {
+            continue;
+        }
+        for (row, b) in bad.iter_mut().enumerate() {
+            if !*b && nulls.is_null(row) {
+                *b = true;
+                errors.push((
+                    row,
+                    format!(
+                        "key column {name:?} is null (null_keys=\"error\"; \"group\" keeps \
+                         such rows as one key)"
+                    ),
+                ));
+            }
         }
     }
 }

@@ -5,7 +5,7 @@
 use arrow_array::Int64Array;
 
 use super::watch::{RowSeen, WatchCall};
-use super::{LateRule, Operator, Scope};
+use super::{LateRule, Operator, Scope, Top};
 use crate::agg::{BoundAgg, Input};
 use crate::window::WindowSpec;
 
@@ -85,6 +85,10 @@ impl Operator {
         let threshold = self.late_before(j.rule, closed);
         self.row_closed = closed;
         let mut candidates: Vec<(i64, u32)> = Vec::new();
+        // The key's largest event time over its rows the call believed (late or not),
+        // overall and per source partition: what it tells of the stream's progress.
+        let mut key_max = i64::MIN;
+        let mut key_parts: Vec<(usize, i64)> = Vec::new();
         // Consecutive rows of a key mostly fall in the window of the previous row:
         // rows with `lo <= ts < hi` update its state directly.
         let (mut lo, mut hi, mut base) = (i64::MAX, i64::MIN, 0);
@@ -97,6 +101,7 @@ impl Operator {
                 }
             }
             let row = row as usize;
+            key_max = key_max.max(ts);
             if let Some(p) = call.parts {
                 // A source partition's rows all count towards its own watermark,
                 // late or not: a partition that lags holds the combined watermark
@@ -106,6 +111,10 @@ impl Operator {
                     seen.part_max.resize(pi + 1, i64::MIN);
                 }
                 seen.part_max[pi] = seen.part_max[pi].max(ts);
+                match key_parts.iter_mut().find(|e| e.0 == pi) {
+                    Some(e) => e.1 = e.1.max(ts),
+                    None => key_parts.push((pi, ts)),
+                }
             }
             if session_floor != i64::MIN && ts <= session_floor {
                 seen.late_rows.push(row as u32);
@@ -136,6 +145,27 @@ impl Operator {
         }
         if !candidates.is_empty() {
             self.flink_late_candidates(slot, candidates, call, seen, errors);
+        }
+        let q = self.cfg.quorum as usize;
+        let mut hash = None;
+        let mut key_hash = |keys: &crate::time::KeyedWatermarkTracker| {
+            *hash.get_or_insert_with(|| xxhash_rust::xxh3::xxh3_64(&keys.slot_key(slot)))
+        };
+        if key_max != i64::MIN && seen.key_top.takes(q, key_max) {
+            seen.key_top.push(q, key_max, key_hash(&self.keys));
+        }
+        for (pi, t) in key_parts {
+            if seen.part_top.len() <= pi {
+                seen.part_top.resize(pi + 1, Top::default());
+            }
+            if seen.part_top[pi].takes(q, t) {
+                seen.part_top[pi].push(q, t, key_hash(&self.keys));
+            }
+        }
+        if j.key_scope && key_max < wm {
+            // Rows behind the key's own watermark are no progress: they keep it from
+            // going idle no more than silence does.
+            self.keys.batch_no_progress(key.g);
         }
         if let Some(wc) = call.watch {
             self.watch_key(key, slot, wc, call.parts, &seen.late_rows[late_from..]);
@@ -245,11 +275,15 @@ pub(super) struct KeyCall<'a> {
     pub(super) ahead: &'a [(i64, u32)],
 }
 
-/// What a call's rows showed, gathered key by key.
+/// What a call's rows showed, gathered key by key (see [`super::Progress`]).
 pub(super) struct Seen {
     pub(super) late_rows: Vec<u32>,
-    /// The largest event time per source partition (dense: partitions are small;
-    /// `i64::MIN`: none), late rows included.
+    /// The keys with the `quorum` highest largest event times.
+    pub(super) key_top: Top,
+    /// The same per source partition (dense: partitions are small; empty: none).
+    pub(super) part_top: Vec<Top>,
+    /// The largest event time per source partition (dense; `i64::MIN`: none), late
+    /// rows included.
     pub(super) part_max: Vec<i64>,
     /// The largest event time of the on-time rows.
     pub(super) batch_max: i64,

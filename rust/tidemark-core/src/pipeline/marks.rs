@@ -10,7 +10,7 @@
 //! each key keeps the watermark its windows were closed at ([`Marks::key_closed`]),
 //! valid in the call after it.
 
-use super::{LateRule, Scope};
+use super::{Bounds, LateRule, Scope};
 
 /// A key with no closing mark in a snapshot (see [`Marks::key_closed`]).
 pub(super) const NOT_PENDING: i64 = i64::MAX;
@@ -27,8 +27,15 @@ pub struct External {
     /// closes when `close` is not set.
     pub watermark: Start,
     /// The scope's event time (when higher than the operator's own): what idleness in
-    /// event time and `max_ahead` measure from.
+    /// event time and the bounds on event times measure from.
     pub time: Option<i64>,
+    /// The wall clock's reading as the call begins (microseconds), for every operator
+    /// of the scope alike: what `max_ahead` bounds (see `pipeline/bounds.rs`). `None`:
+    /// the operator's own clock, if a wall clock.
+    pub wall: Option<i64>,
+    /// The bounds of the call, computed by whoever holds all of its rows (the stream's
+    /// first call: its rows judge each other); `None`: from the stream's event time.
+    pub bounds: Option<Bounds>,
 }
 
 /// Where the watermark a call begins with comes from.
@@ -157,9 +164,15 @@ impl Marks {
     }
 
     /// The scope's event time as a call begins: `own`, or the one given from outside
-    /// if higher.
+    /// if higher; where the watermark is given too (this operator holds part of the
+    /// scope), the one given alone: what this operator's keys agree on may run ahead
+    /// of what the scope's keys do.
     pub(super) fn scope_time(&self, own: i64) -> i64 {
-        own.max(self.external.time.unwrap_or(i64::MIN))
+        let given = self.external.time.unwrap_or(i64::MIN);
+        match self.external.watermark {
+            Start::Own => own.max(given),
+            Start::Scope(_) => given,
+        }
     }
 
     /// Spark's rule per key: the watermark the key's windows were closed at (the one

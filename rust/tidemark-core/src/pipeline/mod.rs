@@ -27,7 +27,9 @@ use crate::agg::codec::read_acc;
 use crate::pipeline::close::CloseIndex;
 
 mod adaptive;
+mod agree;
 mod bind;
+mod bounds;
 mod close;
 mod config;
 mod emit;
@@ -46,9 +48,11 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions};
 use arrow_schema::Schema;
 
+pub use agree::{Agreement, Top};
+pub use bounds::{Bounds, Reference};
 pub use config::{
-    AdaptiveDelay, EmitMode, Idleness, LatePolicy, LateRule, LatenessReport, PipelineConfig, Scope,
-    TimeMode,
+    AdaptiveDelay, EmitMode, Idleness, LatePolicy, LateRule, LatenessReport, NullKeys,
+    PipelineConfig, Scope, TimeMode, DEFAULT_MAX_AHEAD, DEFAULT_MAX_BEHIND, DEFAULT_QUORUM,
 };
 pub use marks::{External, Start};
 pub(crate) use scope::merged_partition_max;
@@ -199,9 +203,12 @@ impl PipelineMetrics {
 /// restore) it saw nothing: no event time, no key.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Progress {
-    /// Largest valid event time of the call (`None`: none).
-    pub max_event_time: Option<i64>,
-    /// Largest valid event time per source partition (partition scope).
+    /// The event times the call's keys moved on to (of its rows the call believed,
+    /// late or not): what the stream's event time and the source partitions'
+    /// watermarks advance with, as far as `quorum` keys agree (see [`Agreement`]).
+    pub keys: Agreement,
+    /// Largest believed event time of the call per source partition (partition scope):
+    /// a partition's activity.
     pub partition_max: Vec<(u32, i64)>,
     /// Key scope: the minimum watermark over this operator's active keys.
     pub key_global: Option<i64>,
@@ -212,6 +219,18 @@ pub struct Progress {
     /// the highest key watermark seen (`None`: none;
     /// [`KeyedWatermarkTracker::global_parts`]).
     pub key_parts: (Option<i64>, Option<i64>),
+    /// A call that believed none of its rows and refused some as too far ahead of the
+    /// stream's event time (no wall clock): the earliest cell start among those. Where
+    /// no operator of the scope believed a row, the stream's event time moves there
+    /// (see `pipeline/bounds.rs`).
+    pub ahead_floor: Option<i64>,
+}
+
+impl Progress {
+    /// The highest event time a key of the call moved on to (`None`: none).
+    pub fn max_event_time(&self) -> Option<i64> {
+        self.keys.time.max()
+    }
 }
 
 /// The first half of a [`Operator::process`] call: rows ingested, windows not yet
@@ -586,3 +605,6 @@ pub mod rows;
 #[cfg(test)]
 #[path = "tests.rs"]
 mod tests;
+
+#[cfg(test)]
+mod believed_tests;

@@ -8,26 +8,28 @@
 //!
 //! * global: `max(on-time event time) - delay` over every operator, monotonic (under
 //!   Spark's late rule the maximum counts in whole milliseconds, as in Spark);
-//! * per source partition: one watermark per partition (`max event time - delay`,
-//!   every row of the partition counting, late or not), combined by the minimum over
+//! * per source partition: one watermark per partition (`event time - delay`, the
+//!   event time its keys agree on, `pipeline/agree.rs`: every believed row counting,
+//!   late or not), combined by the minimum over
 //!   active partitions, idle ones excluded (all idle: the maximum); declared
-//!   partitions hold it back until they report or go idle;
+//!   partitions hold it back until they report or go idle; a call whose rows on a
+//!   partition are all behind its watermark is no activity for it;
 //! * per key: the minimum over every operator's active keys (none active: the highest
 //!   key watermark any reports), which closes idle keys' windows.
 //!
 //! The same rule serves one operator alone (it reports to itself), so a pipeline
 //! gives one answer on one core, on many, and spread over Spark tasks.
 //!
-//! The scope also keeps its **event time** ([`ScopeWatermark::time`]): the largest
-//! valid event time any operator reported. With idleness in event time (the default,
-//! [`Idleness::EventTime`]) it is the clock idleness is measured on: an input is idle
+//! The scope also keeps its **event time** ([`ScopeWatermark::time`]): the highest
+//! event time `quorum` keys agreed on (see `pipeline/agree.rs`). With idleness in
+//! event time (the default, [`Idleness::EventTime`]) it is the clock idleness is measured on: an input is idle
 //! at a call when the scope's event time as the call began is more than
 //! `idle_timeout` past the scope's event time as the call in which the input last
 //! sent rows began ([`idle_reading`]). Every operator of the scope reads the same
 //! value before a call, so sources replayed at any speed, on any number of cores or
 //! tasks, go idle in the same calls.
 
-use super::{Idleness, LateRule, PipelineConfig, Progress, Scope, TimeMode};
+use super::{Agreement, Idleness, LateRule, PipelineConfig, Progress, Scope, TimeMode};
 use crate::clock::ClockRef;
 use crate::error::Result;
 use crate::state::{Reader, Writer};
@@ -64,9 +66,11 @@ pub struct ScopeWatermark {
     /// millisecond is judged as Spark judges it).
     millis: bool,
     idleness: Idleness,
+    /// Keys that must agree on progress (see [`Progress`]).
+    quorum: u32,
     clock: ClockRef,
-    /// The largest valid event time reported (`i64::MIN`: none): the scope's event
-    /// time.
+    /// The highest event time `quorum` keys agreed on (`i64::MIN`: none): the scope's
+    /// event time.
     pub(crate) event_time: i64,
     /// Global scope (and processing time): the watermark.
     pub(crate) watermark: i64,
@@ -94,6 +98,7 @@ impl ScopeWatermark {
             declared: cfg.source_partitions.unwrap_or(0),
             millis: cfg.late_rule == LateRule::Spark,
             idleness: cfg.idleness,
+            quorum: cfg.quorum,
             clock,
             event_time: i64::MIN,
             watermark: i64::MIN,
@@ -139,8 +144,8 @@ impl ScopeWatermark {
         (w != i64::MIN).then_some(w)
     }
 
-    /// The scope's event time: the largest valid event time reported so far (`None`:
-    /// none), late rows included.
+    /// The scope's event time: the highest event time `quorum` keys agreed on so far
+    /// (`None`: none), late rows included (see `pipeline/agree.rs`).
     pub fn time(&self) -> Option<i64> {
         (self.event_time != i64::MIN).then_some(self.event_time)
     }
@@ -159,10 +164,23 @@ impl ScopeWatermark {
     ) -> Result<Option<i64>> {
         let progress: Vec<&Progress> = progress.into_iter().collect();
         // Idleness is judged at the time the call began: this call's rows move the
-        // scope's event time for the next one.
+        // scope's event time for the next one, as far as `quorum` keys agree.
         let now = self.idle_now();
-        let time = progress.iter().filter_map(|p| p.max_event_time).max();
+        let q = self.quorum as usize;
+        let mut call = Agreement::default();
+        for p in &progress {
+            call.merge(q, &p.keys);
+        }
+        // Keys behind the stream's event time neither move nor hold it back.
+        let time = call.time.agreed_from(self.event_time);
         self.event_time = self.event_time.max(time.unwrap_or(i64::MIN));
+        if call.time.0.is_empty() {
+            // No row of the call was believed and some were only too far ahead of the
+            // stream (no wall clock): the stream moved on (see `pipeline/bounds.rs`).
+            if let Some(f) = progress.iter().filter_map(|p| p.ahead_floor).min() {
+                self.event_time = self.event_time.max(f);
+            }
+        }
         match self.scope {
             Scope::Global => {
                 let on_time = progress.iter().filter_map(|p| p.on_time_max).max();
@@ -191,10 +209,24 @@ impl ScopeWatermark {
                     self.partitions
                         .ensure_partition_at(PartitionId::new(0, p), now)?;
                 }
-                let mut maxima = merged_partition_max(progress.iter().copied());
-                maxima.retain(|&(_, t)| t != i64::MIN);
+                // Per partition with rows in the call: the call's largest event time
+                // there, and what its keys agreed on.
+                // Keys behind the partition's own watermark neither move nor hold it
+                // back.
+                let evidence: Vec<(u32, Option<i64>, i64)> =
+                    merged_partition_max(progress.iter().copied())
+                        .into_iter()
+                        .map(|(p, max)| {
+                            let floor = self
+                                .partitions
+                                .partition_watermark(PartitionId::new(0, p))
+                                .unwrap_or(i64::MIN);
+                            let agreed = call.partition(p).and_then(|t| t.agreed_from(floor));
+                            (p, agreed, max)
+                        })
+                        .collect();
                 self.partitions
-                    .observe_max_event_times_at(0, &maxima, self.delay, true, now)?;
+                    .observe_evidence_at(0, &evidence, self.delay, now)?;
                 for &p in view.map_or(&[][..], |v| &v.waiting) {
                     // Records wait for it: not idle, whatever its rows.
                     let p = PartitionId::new(0, p);

@@ -35,8 +35,8 @@ use crate::error::{Result, TidemarkError};
 use crate::pipeline::lookup::Lookup;
 use crate::pipeline::rows::RowsOperator;
 use crate::pipeline::{
-    ArrivalOperator, External, LatenessSummary, Operator, Output, Pending, PipelineConfig,
-    Progress, ScopeWatermark, SourceView, Start,
+    ArrivalOperator, Bounds, External, LatenessSummary, Operator, Output, Pending, PipelineConfig,
+    Progress, ScopeWatermark, SourceView, Start, TimeMode,
 };
 use crate::route::{group_rows, hash_router, spark_tags, HashAlgo, RowGroups};
 use crate::window::WindowSpec;
@@ -75,6 +75,9 @@ pub struct MicroBatch {
     pub time: Option<i64>,
     /// The batch's clock reading (idleness on the clock), in milliseconds.
     pub clock_ms: i64,
+    /// `clock_ms` is the wall clock's (epoch milliseconds): an event time more than
+    /// `max_ahead` past it comes from the future (see `pipeline/bounds.rs`).
+    pub wall_clock: bool,
     /// The scope watermark's state before the batch ([`ScopeWatermark::to_bytes`];
     /// `None`: a new stream).
     pub scope: Option<Vec<u8>>,
@@ -383,6 +386,7 @@ impl MicroBatch {
             watermark: None,
             time: None,
             clock_ms: 0,
+            wall_clock: false,
             scope: None,
             source: None,
             flush: false,
@@ -408,8 +412,15 @@ impl MicroBatch {
         parsed: Option<&Int64Array>,
         held: Vec<Restore>,
     ) -> Result<Vec<PartitionResult>> {
-        let (empty, mut shards) = self.shards(rows, parsed)?;
         let whole = held.len() == self.partitions as usize;
+        // A stream's first rows judge each other where the run holds all of them.
+        let bounds = match self.time {
+            None if whole && !self.flush && !self.rows_windows() => {
+                self.first_bounds(rows, parsed)?
+            }
+            _ => None,
+        };
+        let (empty, mut shards) = self.shards(rows, parsed)?;
         let todo: Vec<_> = held
             .into_iter()
             .map(|h| {
@@ -418,7 +429,7 @@ impl MicroBatch {
             })
             .collect();
         let mut parts = par_each_owned(todo, self.threads, |(h, rows, parsed)| {
-            self.restore(h, rows, parsed)
+            self.restore(h, rows, parsed, bounds)
         })?;
         if self.flush || self.rows_windows() || !whole {
             let flush = self.flush;
@@ -452,7 +463,7 @@ impl MicroBatch {
                 before = close;
                 let start = External {
                     watermark: Start::Scope(before),
-                    time: self.time,
+                    ..self.external(None)
                 };
                 par_each(&mut parts, self.threads, |p| p.ingest(Some(start)))?;
                 close = self.advance(&mut scope, &parts)?;
@@ -464,6 +475,46 @@ impl MicroBatch {
         par_each_owned(parts, self.threads, |p| p.finish(self, settled))
     }
 
+    /// What every state partition's operator is given as the batch begins: its
+    /// starting watermark and event time, the wall clock, the first call's `bounds`.
+    fn external(&self, bounds: Option<Bounds>) -> External {
+        External {
+            watermark: Start::Scope(self.watermark),
+            time: self.time,
+            wall: self.wall_clock.then(|| self.clock_ms.saturating_mul(1_000)),
+            bounds,
+        }
+    }
+
+    /// The bounds of a stream's first call, from every row of it (folds weighing the
+    /// rows they stand for; see `pipeline/bounds.rs`).
+    fn first_bounds(
+        &self,
+        rows: &RecordBatch,
+        parsed: Option<&Int64Array>,
+    ) -> Result<Option<Bounds>> {
+        if self.cfg.time != TimeMode::Event || rows.num_rows() == 0 {
+            return Ok(None);
+        }
+        let times = Operator::event_times_of(&self.cfg, rows, parsed)?;
+        let col = self
+            .weight
+            .as_deref()
+            .and_then(|c| rows.schema().index_of(c).ok());
+        let weights: Option<Vec<i64>> = match col {
+            Some(i) => Some(
+                arrow_cast::cast(rows.column(i), &DataType::Int64)?
+                    .as_primitive::<Int64Type>()
+                    .iter()
+                    .map(|w| w.unwrap_or(1))
+                    .collect(),
+            ),
+            None => None,
+        };
+        let wall = self.wall_clock.then(|| self.clock_ms.saturating_mul(1_000));
+        Ok(Bounds::of_rows(&self.cfg, &times, weights.as_deref(), wall))
+    }
+
     /// The combined watermark after a call's ingest (`None`: none yet).
     fn advance(&self, scope: &mut ScopeWatermark, parts: &[Part]) -> Result<Option<i64>> {
         let progress: Vec<Progress> = parts.iter().map(Part::progress).collect();
@@ -473,7 +524,13 @@ impl MicroBatch {
     /// A held partition's operator as the batch begins, driven by the batch's
     /// starting watermark and event time (its own view of the rows it holds would run
     /// ahead of the scope's).
-    fn restore(&self, h: Restore, rows: RecordBatch, parsed: Option<Int64Array>) -> Result<Part> {
+    fn restore(
+        &self,
+        h: Restore,
+        rows: RecordBatch,
+        parsed: Option<Int64Array>,
+        bounds: Option<Bounds>,
+    ) -> Result<Part> {
         let named = |e: TidemarkError| match e {
             TidemarkError::StateCorrupted(m) => {
                 TidemarkError::StateCorrupted(format!("{}: {m}", h.name))
@@ -496,10 +553,7 @@ impl MicroBatch {
             op.set_lookup(self.lookup.clone());
             // A DataFrame has no row order: the windows need no sort.
             op.set_sorted_output(false);
-            op.set_external(External {
-                watermark: Start::Scope(self.watermark),
-                time: self.time,
-            });
+            op.set_external(self.external(bounds));
             Op::Time(Box::new(op))
         };
         Ok(Part {

@@ -42,7 +42,9 @@ use arrow_array::{Int64Array, RecordBatch, UInt32Array};
 
 use crate::clock::ClockRef;
 use crate::error::{Result, TidemarkError};
-use crate::pipeline::{merged_partition_max, ScopeWatermark, Start};
+use crate::pipeline::{
+    merged_partition_max, Agreement, Bounds, External, ScopeWatermark, Start, TimeMode,
+};
 use crate::pipeline::{
     LatenessSummary, Operator, Output, PipelineConfig, PipelineMetrics, Progress, Scope,
 };
@@ -327,13 +329,32 @@ impl ShardedOperator {
             ShardRows::Grouped(Arc::new(group_rows(&ids, n)))
         };
         let threshold = self.threshold();
+        // The bounds on event times, alike for every shard: the wall clock read once;
+        // a stream's first rows judge each other here, where all of them are.
+        let wall = self
+            .clock
+            .is_wall()
+            .then(|| self.clock.now().saturating_mul(1_000));
+        let bounds = match self.scope.time() {
+            None if self.cfg.time == TimeMode::Event => Bounds::of_rows(
+                &self.cfg,
+                &Operator::event_times_of(&self.cfg, batch, parsed_times)?,
+                None,
+                wall,
+            ),
+            _ => None,
+        };
         for w in &self.workers {
             w.send(Job::Ingest {
                 batch: batch.clone(),
                 parsed: parsed_times.cloned(),
                 rows: rows.clone(),
-                threshold,
-                time: self.scope.time(),
+                external: Box::new(External {
+                    watermark: threshold,
+                    time: self.scope.time(),
+                    wall,
+                    bounds,
+                }),
             })?;
         }
         let mut progress = Vec::with_capacity(n);
@@ -461,13 +482,17 @@ impl ShardedOperator {
     /// Combines the shards' progress into the watermark that closes windows now.
     fn combine<'a>(&mut self, progress: impl Iterator<Item = &'a Progress>) -> Result<Option<i64>> {
         let progress: Vec<&Progress> = progress.collect();
-        let max_event_time = progress.iter().filter_map(|p| p.max_event_time).max();
+        let mut keys = Agreement::default();
+        for p in &progress {
+            keys.merge(self.cfg.quorum as usize, &p.keys);
+        }
         let on_time_max = progress.iter().filter_map(|p| p.on_time_max).max();
         let partition_max = merged_partition_max(progress.iter().copied());
         let close = self.scope.advance(progress.iter().copied())?;
         self.progress = Progress {
-            max_event_time,
+            keys,
             partition_max,
+            ahead_floor: progress.iter().filter_map(|p| p.ahead_floor).min(),
             key_global: match self.cfg.scope {
                 Scope::Key => close,
                 _ => None,

@@ -3,7 +3,7 @@
 //! row counts, sealed as bytes for the state store.
 
 use crate::error::Result;
-use crate::pipeline::{LatenessSummary, PipelineConfig, Progress};
+use crate::pipeline::{Agreement, LatenessSummary, PipelineConfig, Progress};
 use crate::state::{self, Reader, SnapshotKind, Writer};
 
 /// What a state partition reports of a micro-batch: the progress the driver combines
@@ -84,13 +84,14 @@ impl Report {
         w.u32(self.partition);
         w.str(&self.run);
         let p = &self.progress;
-        write_opt(&mut w, p.max_event_time);
-        write_opt(&mut w, p.on_time_max);
+        p.keys.write(&mut w);
         w.len(p.partition_max.len());
         for &(part, t) in &p.partition_max {
             w.u32(part);
             w.i64(t);
         }
+        write_opt(&mut w, p.on_time_max);
+        write_opt(&mut w, p.ahead_floor);
         write_opt(&mut w, p.key_global);
         write_opt(&mut w, p.key_parts.0);
         write_opt(&mut w, p.key_parts.1);
@@ -113,12 +114,13 @@ impl Report {
         let mut r = Reader::new(payload);
         let partition = r.u32()?;
         let run = r.str()?.to_string();
-        let max_event_time = read_opt(&mut r)?;
-        let on_time_max = read_opt(&mut r)?;
+        let keys = Agreement::read(&mut r)?;
         let n = r.len(12)?;
         let partition_max = (0..n)
             .map(|_| Ok((r.u32()?, r.i64()?)))
             .collect::<Result<Vec<_>>>()?;
+        let on_time_max = read_opt(&mut r)?;
+        let ahead_floor = read_opt(&mut r)?;
         let key_global = read_opt(&mut r)?;
         let key_parts = (read_opt(&mut r)?, read_opt(&mut r)?);
         let mut counts = [0u64; 5];
@@ -136,11 +138,12 @@ impl Report {
             partition,
             run,
             progress: Progress {
-                max_event_time,
+                keys,
                 partition_max,
                 key_global,
                 on_time_max,
                 key_parts,
+                ahead_floor,
             },
             counts: Counts::from_array(counts),
             settled: has_settled.then_some(settled),

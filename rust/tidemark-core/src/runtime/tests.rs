@@ -84,6 +84,15 @@ fn windows() -> Vec<WindowSpec> {
 
 type Stream = Vec<(Vec<(u8, i32, Option<i64>, f64)>, i64)>;
 
+/// Bounds on event times (`max_ahead` and `max_behind` alike) that the generated
+/// streams' 60 ms cross (`None`: none), and the keys that must agree on progress.
+fn believed() -> impl proptest::strategy::Strategy<Value = (Option<i64>, u32)> {
+    (
+        prop_oneof![Just(None), (2_000i64..40_000).prop_map(Some)],
+        1u32..5,
+    )
+}
+
 fn stream() -> impl proptest::strategy::Strategy<Value = Stream> {
     let row = (
         0u8..12,
@@ -189,6 +198,7 @@ proptest! {
         snapshot_at in prop::option::of(0usize..8),
         restore_cores in 1usize..5,
         rule in prop_oneof![Just(LateRule::Spark), Just(LateRule::Flink), Just(LateRule::Row)],
+        (bound, quorum) in believed(),
     ) {
         let emit = if on_update { EmitMode::OnUpdate } else { EmitMode::OnWindowClose };
         // Idleness in event time: 1-6 ms of the stream's 60 ms (its clock advances
@@ -200,7 +210,7 @@ proptest! {
         };
         for scope in scopes() {
             for window in windows() {
-                let c = PipelineConfig { late_rule: rule, idleness, ..cfg(window, scope.clone(), emit, idle) };
+                let c = PipelineConfig { late_rule: rule, idleness, max_ahead: bound, max_behind: bound, quorum, ..cfg(window, scope.clone(), emit, idle) };
                 check_same_hot(c, cores, &s, snapshot_at, None, restore_cores);
             }
         }
@@ -558,7 +568,7 @@ impl Driven {
         &mut self,
         rows: Option<&RecordBatch>,
         settle: bool,
-    ) -> (Vec<String>, Vec<String>, Option<i64>) {
+    ) -> (Vec<String>, Vec<String>, Vec<String>, Option<i64>) {
         use micro_batch::{summarize, Report, Restore};
         let n = self.mb.partitions;
         self.mb.flush = rows.is_none();
@@ -579,13 +589,14 @@ impl Driven {
             .collect();
         let got = self.mb.run(&input, None, held).unwrap();
         let mut reports = Vec::new();
-        let (mut windows, mut late) = (Vec::new(), Vec::new());
+        let (mut windows, mut late, mut errors) = (Vec::new(), Vec::new(), Vec::new());
         for r in got {
             self.snapshots[r.partition as usize] = Some(r.snapshot);
             let bytes = r.report.to_bytes(&self.mb.cfg);
             reports.push(Report::from_bytes(&self.mb.cfg, &bytes).unwrap());
             windows.push(r.output.windows);
             late.push(r.output.late);
+            errors.push(r.output.errors);
         }
         let s = summarize(
             &self.mb.cfg,
@@ -608,7 +619,12 @@ impl Driven {
         }
         self.mb.time = s.time;
         self.mb.scope = Some(s.scope);
-        (window_rows(&windows), window_rows(&late), self.mb.watermark)
+        (
+            window_rows(&windows),
+            window_rows(&late),
+            window_rows(&errors),
+            self.mb.watermark,
+        )
     }
 }
 
@@ -627,9 +643,10 @@ proptest! {
         rule in prop_oneof![Just(LateRule::Spark), Just(LateRule::Flink), Just(LateRule::Row)],
         window in 0usize..3,
         waiting in 0u8..16,
+        (bound, quorum) in believed(),
     ) {
         for scope in scopes() {
-            let c = PipelineConfig { late_rule: rule, idleness: Idleness::EventTime, ..cfg(windows()[window], scope.clone(), EmitMode::OnWindowClose, Some(5)) };
+            let c = PipelineConfig { late_rule: rule, idleness: Idleness::EventTime, max_ahead: bound, max_behind: bound, quorum, ..cfg(windows()[window], scope.clone(), EmitMode::OnWindowClose, Some(5)) };
             let mut one = Driven::new(&c, 1, 1, false);
             let mut routed = Driven::new(&c, n, threads, false);
             let mut tagged = Driven::new(&c, n, 1, true);
@@ -734,17 +751,17 @@ fn a_sources_partitions_known_from_its_offsets_hold_the_watermark_and_waiting_on
     let mut blind = Driven::new(&c, 2, 1, false);
     known.mb.source = Some(view(&[0, 1, 2], &[]));
     let first = partition_rows(&[(0, 10_000), (1, 12_000)]);
-    assert_eq!(known.batch(Some(&first), false).2, None);
-    assert_eq!(blind.batch(Some(&first), false).2, Some(8_000));
+    assert_eq!(known.batch(Some(&first), false).3, None);
+    assert_eq!(blind.batch(Some(&first), false).3, Some(8_000));
     // It reports: the minimum over the three.
     let second = partition_rows(&[(0, 20_000), (1, 21_000), (2, 9_000)]);
-    assert_eq!(known.batch(Some(&second), false).2, Some(7_000));
+    assert_eq!(known.batch(Some(&second), false).3, Some(7_000));
     // A partition added mid-stream holds the watermark where it is, never lower.
     known.mb.source = Some(view(&[0, 1, 2, 3], &[]));
     let third = partition_rows(&[(0, 30_000), (1, 31_000), (2, 30_000)]);
-    assert_eq!(known.batch(Some(&third), false).2, Some(7_000));
+    assert_eq!(known.batch(Some(&third), false).3, Some(7_000));
     let fourth = partition_rows(&[(0, 40_000), (1, 41_000), (2, 40_000), (3, 35_000)]);
-    assert_eq!(known.batch(Some(&fourth), false).2, Some(33_000));
+    assert_eq!(known.batch(Some(&fourth), false).3, Some(33_000));
 
     // Idleness: partition 1 sends nothing while the others move on (event time),
     // once with its records waiting unread, once without.
@@ -752,7 +769,7 @@ fn a_sources_partitions_known_from_its_offsets_hold_the_watermark_and_waiting_on
     let start = partition_rows(&[(0, 1_000), (1, 1_000)]);
     for d in [&mut waits, &mut quiet] {
         d.mb.source = Some(view(&[0, 1], &[]));
-        assert_eq!(d.batch(Some(&start), false).2, Some(-1_000));
+        assert_eq!(d.batch(Some(&start), false).3, Some(-1_000));
     }
     waits.mb.source = Some(view(&[0, 1], &[1]));
     for t in [20_000, 40_000, 60_000] {
@@ -766,8 +783,8 @@ fn a_sources_partitions_known_from_its_offsets_hold_the_watermark_and_waiting_on
     // Its records come: nothing of them is late where they waited.
     let late1 = partition_rows(&[(1, 1_500)]);
     waits.mb.source = Some(view(&[0, 1], &[]));
-    let (_, late, _) = waits.batch(Some(&late1), false);
+    let (_, late, _, _) = waits.batch(Some(&late1), false);
     assert!(late.is_empty(), "{late:?}");
-    let (_, late, _) = quiet.batch(Some(&late1), false);
+    let (_, late, _, _) = quiet.batch(Some(&late1), false);
     assert_eq!(late.len(), 1);
 }

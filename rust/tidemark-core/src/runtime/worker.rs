@@ -11,9 +11,7 @@ use super::merge::{with_merge_keys, MergeKeys};
 use super::metrics::LatencyHistogram;
 use super::{shard_rows, stopwatch};
 use crate::error::{Result, TidemarkError};
-use crate::pipeline::{
-    External, LatenessSummary, Operator, Output, PipelineMetrics, Progress, Start,
-};
+use crate::pipeline::{External, LatenessSummary, Operator, Output, PipelineMetrics, Progress};
 use crate::route::{group_rows, Router, RowGroups};
 use crate::time::KeyedWatermarkMetrics;
 
@@ -25,9 +23,9 @@ pub(super) enum Job {
         parsed: Option<Int64Array>,
         /// This shard's rows.
         rows: ShardRows,
-        threshold: Start,
-        /// The scope's event time as the call begins (the coordinator's; `None`: none).
-        time: Option<i64>,
+        /// The coordinator's values for the call: the combined watermark, the scope's
+        /// event time, the wall clock, the first call's bounds.
+        external: Box<External>,
     },
     Complete {
         close: Option<i64>,
@@ -182,14 +180,10 @@ impl Worker {
                             batch,
                             parsed,
                             rows,
-                            threshold,
-                            time,
+                            external,
                         } => {
                             started = Some(t0);
-                            op.set_external(External {
-                                watermark: threshold,
-                                time,
-                            });
+                            op.set_external(*external);
                             let r =
                                 shard_rows(batch, parsed, rows, index).and_then(|(b, p, rows)| {
                                     sh.records.fetch_add(b.num_rows() as u64, Ordering::Relaxed);

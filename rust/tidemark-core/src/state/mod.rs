@@ -22,7 +22,7 @@ use crate::error::{Result, TidemarkError};
 /// Magic bytes at the start of every snapshot.
 pub const MAGIC: &[u8; 4] = b"TDMK";
 /// Snapshot format version this build writes and reads.
-pub const FORMAT_VERSION: u16 = 5;
+pub const FORMAT_VERSION: u16 = 6;
 const HEADER: usize = 4 + 2 + 1 + 8 + 8;
 
 /// What a snapshot holds.

@@ -6,7 +6,7 @@ use arrow_array::RecordBatch;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use pyo3_arrow::PyTable;
-use tidemark_core::pipeline::{Output, Progress};
+use tidemark_core::pipeline::{Agreement, Output, Progress, Top};
 
 use crate::convert::config::get;
 
@@ -36,22 +36,38 @@ pub fn progress_dict<'py>(
     p: &tidemark_core::pipeline::Progress,
 ) -> Result<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    d.set_item("max_event_time", p.max_event_time)?;
+    d.set_item("max_event_time", p.max_event_time())?;
     d.set_item("partition_max", p.partition_max.clone())?;
+    // The keys the call moved on to: (over the stream, per source partition), each a
+    // list of (event time, key hash) (see the core's `Agreement`).
+    let parts: Vec<(u32, Vec<(i64, u64)>)> = p
+        .keys
+        .partitions
+        .iter()
+        .map(|(part, top)| (*part, top.0.clone()))
+        .collect();
+    d.set_item("keys", (p.keys.time.0.clone(), parts))?;
     d.set_item("key_global", p.key_global)?;
     d.set_item("on_time_max", p.on_time_max)?;
     d.set_item("key_parts", p.key_parts)?;
+    d.set_item("ahead_floor", p.ahead_floor)?;
     Ok(d)
 }
 
 /// A progress dict (see [`progress_dict`]) read back.
 pub fn progress_from_dict(d: &Bound<'_, PyDict>) -> Result<Progress> {
+    type Keys = (Vec<(i64, u64)>, Vec<(u32, Vec<(i64, u64)>)>);
+    let (time, parts): Keys = get(d, "keys")?;
     Ok(Progress {
-        max_event_time: get(d, "max_event_time")?,
+        keys: Agreement {
+            time: Top(time),
+            partitions: parts.into_iter().map(|(p, t)| (p, Top(t))).collect(),
+        },
         partition_max: get(d, "partition_max")?,
         key_global: get(d, "key_global")?,
         on_time_max: get(d, "on_time_max")?,
         key_parts: get(d, "key_parts")?,
+        ahead_floor: get(d, "ahead_floor")?,
     })
 }
 

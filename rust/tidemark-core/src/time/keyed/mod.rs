@@ -349,6 +349,11 @@ pub struct KeyedWatermarkTracker {
     /// holds the batch's events (one cache line per row); watermarks and activity
     /// change only in [`Self::end_batch`], from the saved value.
     pending: Vec<(u32, i64)>,
+    /// Per `pending` entry: the key's last activity before the batch.
+    pending_activity: Vec<i64>,
+    /// The batch's keys (indexes into `pending`) whose rows were no progress
+    /// ([`Self::batch_no_progress`]): their activity stays as it was.
+    stale: Vec<u32>,
     batch_now: i64,
     /// The batch's keys were all folded by [`Self::batch_fold_rows`], which leaves
     /// their activity (list position, last activity) to [`Self::end_batch`].

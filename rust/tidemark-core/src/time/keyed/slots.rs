@@ -40,6 +40,8 @@ impl KeyedWatermarkTracker {
             metrics: KeyedWatermarkMetrics::default(),
             scratch: Vec::new(),
             pending: Vec::new(),
+            pending_activity: Vec::new(),
+            stale: Vec::new(),
             batch_now: 0,
             activity_deferred: false,
             group_scratch: Vec::new(),
@@ -210,6 +212,52 @@ impl KeyedWatermarkTracker {
             self.tail = p;
         } else {
             self.cold[n as usize].prev = p;
+        }
+    }
+
+    /// Puts keys that had rows without progress in a batch folded one at a time back
+    /// where their (restored) last activity belongs in the activity list: they were
+    /// moved to its back when folded. Keys of one activity lie in key order (a batch's
+    /// keys end the list so). `keys` in any order; one walk from the back.
+    pub(super) fn reposition(&mut self, mut keys: Vec<u32>) {
+        let place = |t: &Self, s: u32| (t.cold[s as usize].last_activity, t.keys.key(s).to_vec());
+        keys.sort_unstable_by(|&a, &b| place(self, b).cmp(&place(self, a)));
+        for &s in &keys {
+            self.unlink(s);
+        }
+        // Walk from the back: each key goes after the last node before it in (last
+        // activity, key) order.
+        let mut at = self.tail;
+        let mut passed_cursor = false;
+        for s in keys {
+            let here = place(self, s);
+            while at != NIL && place(self, at) > here {
+                passed_cursor |= at == self.cursor;
+                at = self.cold[at as usize].prev;
+            }
+            let next = if at == NIL {
+                self.head
+            } else {
+                self.cold[at as usize].next
+            };
+            self.cold[s as usize].prev = at;
+            self.cold[s as usize].next = next;
+            if at == NIL {
+                self.head = s;
+            } else {
+                self.cold[at as usize].next = s;
+            }
+            if next == NIL {
+                self.tail = s;
+            } else {
+                self.cold[next as usize].prev = s;
+            }
+            // Slots before the cursor are all idle: an active key placed there is
+            // where the next scan starts.
+            if (passed_cursor || self.cursor == NIL) && !self.keys[s as usize].idle {
+                self.cursor = s;
+            }
+            at = s;
         }
     }
 
@@ -429,7 +477,7 @@ impl KeyedWatermarkTracker {
         let leaf = (self.cfg.max_keys.is_none() && !h.idle && h.pending == NIL).then_some(before);
         self.keys[s].max_event = self.keys[s].max_event.max(event_time);
         self.move_to_back(slot);
-        self.settle(slot, before, now, leaf);
+        self.settle(slot, before, now, leaf, true);
     }
 
     /// Moves `slot` to the most recently active end of the activity list.
@@ -449,10 +497,19 @@ impl KeyedWatermarkTracker {
     /// for the slot, when known (the watermark only rose since): unless the key held
     /// the minimum, the tree then records the rise lazily.
     #[inline]
-    pub(super) fn settle(&mut self, slot: u32, before: i64, now: i64, leaf: Option<i64>) {
+    pub(super) fn settle(
+        &mut self,
+        slot: u32,
+        before: i64,
+        now: i64,
+        leaf: Option<i64>,
+        progress: bool,
+    ) {
         let s = slot as usize;
-        self.cold[s].last_activity = now;
-        if self.keys[s].idle {
+        if progress {
+            self.cold[s].last_activity = now;
+        }
+        if progress && self.keys[s].idle {
             self.keys[s].idle = false;
             self.metrics.idle_keys -= 1;
             self.metrics.active_keys += 1;

@@ -168,6 +168,8 @@ impl KeyedWatermarkTracker {
             }
         }
         self.pending.clear();
+        self.pending_activity.clear();
+        self.stale.clear();
         self.activity_deferred = false;
         self.stamp_unstamped(now);
         self.batch_now = now;
@@ -291,6 +293,7 @@ impl KeyedWatermarkTracker {
             let i = self.pending.len() as u32;
             h.pending = i;
             self.pending.push((slot, before));
+            self.pending_activity.push(self.cold[s].last_activity);
             // Out of eviction candidacy until the batch ends (settle() puts it back):
             // out of the minimum, and behind every key the batch has not touched in the
             // activity list, so least-recently-active eviction finds an untouched key
@@ -307,6 +310,13 @@ impl KeyedWatermarkTracker {
             }
             i
         }
+    }
+
+    /// The batch's `index`-th key had no progress in it (every row behind its own
+    /// watermark as the batch began): its activity stays as it was, so rows that are
+    /// late for the key keep it from going idle no more than silence does.
+    pub fn batch_no_progress(&mut self, index: u32) {
+        self.stale.push(index);
     }
 
     /// Number of keys the batch being applied has touched (evicted ones included).
@@ -362,6 +372,20 @@ impl KeyedWatermarkTracker {
         let now = self.batch_now;
         let pending = std::mem::take(&mut self.pending);
         let deferred = std::mem::take(&mut self.activity_deferred);
+        let mut stale = vec![
+            false;
+            if self.stale.is_empty() {
+                0
+            } else {
+                pending.len()
+            }
+        ];
+        for &i in &self.stale {
+            stale[i as usize] = true;
+        }
+        // Keys folded one at a time moved to the back as they were touched: those
+        // without progress go back to their place.
+        let mut misplaced = Vec::new();
         const AHEAD: usize = 8;
         for (i, &(slot, before)) in pending.iter().enumerate() {
             if let Some(&(next, _)) = pending.get(i + AHEAD) {
@@ -375,7 +399,12 @@ impl KeyedWatermarkTracker {
             if slot == NIL {
                 continue;
             }
-            if deferred {
+            let progress = !stale.get(i).copied().unwrap_or(false);
+            if !progress && !deferred {
+                self.cold[slot as usize].last_activity = self.pending_activity[i];
+                misplaced.push(slot);
+            }
+            if deferred && progress {
                 // Half-way: the list neighbours the move relinks.
                 if let Some(&(near, _)) = pending.get(i + AHEAD / 2) {
                     if near != NIL {
@@ -409,7 +438,7 @@ impl KeyedWatermarkTracker {
             // is fixed in full.
             let leaf =
                 (self.cfg.max_keys.is_none() && !self.keys[slot as usize].idle).then_some(before);
-            self.settle(slot, before, now, leaf);
+            self.settle(slot, before, now, leaf, progress);
         }
         if self.cfg.max_keys.is_some()
             && self.cfg.eviction_policy == KeyEvictionPolicy::LeastRecentlyActive
@@ -419,16 +448,22 @@ impl KeyedWatermarkTracker {
             // activity list in the order of their encoded keys.
             let mut batch: Vec<u32> = pending
                 .iter()
-                .map(|&(s, _)| s)
-                .filter(|&s| s != NIL)
+                .enumerate()
+                .filter(|&(i, &(s, _))| s != NIL && !stale.get(i).copied().unwrap_or(false))
+                .map(|(_, &(s, _))| s)
                 .collect();
             batch.sort_unstable_by(|&a, &b| self.keys.key(a).cmp(&self.keys.key(b)));
             for slot in batch {
                 self.move_to_back(slot);
             }
         }
+        if !misplaced.is_empty() {
+            self.reposition(misplaced);
+        }
         self.pending = pending;
         self.pending.clear();
+        self.pending_activity.clear();
+        self.stale.clear();
         self.batch_targets.clear();
         self.recalc()
     }

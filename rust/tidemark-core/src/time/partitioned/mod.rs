@@ -478,6 +478,45 @@ impl PartitionedWatermarkTracker {
         Ok((self.combined > before).then(|| Watermark::new(self.combined)))
     }
 
+    /// Applies one call per partition at the time `now` given by the caller: for each
+    /// `(partition, agreed, max)` the partition's watermark becomes `agreed -
+    /// max_lateness` (never lower; `None`: unchanged), where `agreed` is what its keys
+    /// agreed on and `max` the call's largest event time on it. The call is activity
+    /// for the partition only where `max` reached its watermark as the call began: rows
+    /// all behind it are no progress and keep it from going idle no more than silence
+    /// does. Unknown partitions are added (their rows are their first activity).
+    pub fn observe_evidence_at(
+        &mut self,
+        source_id: usize,
+        observations: &[(u32, Option<i64>, i64)],
+        max_lateness: i64,
+        now: i64,
+    ) -> Result<Option<Watermark>> {
+        let before = self.combined;
+        for &(partition, agreed, max) in observations {
+            let p = PartitionId::new(source_id, partition);
+            if matches!(self.slot_of(p), Err(TidemarkError::UnknownPartition { .. })) {
+                self.add_partition_at(p, now)?;
+            }
+            let idx = self.slot_of(p)?;
+            let s = self.slots[idx];
+            if s.watermark == i64::MIN || max >= s.watermark {
+                self.touch(idx, now);
+            }
+            let s = &mut self.slots[idx];
+            s.last_event_time = s.last_event_time.max(max);
+            if let Some(a) = agreed {
+                s.watermark = s.watermark.max(a.saturating_sub(max_lateness));
+            }
+            if !s.idle {
+                let wm = s.watermark;
+                self.active.set(idx, wm);
+            }
+        }
+        self.recalculate();
+        Ok((self.combined > before).then(|| Watermark::new(self.combined)))
+    }
+
     /// Marks a partition idle, excluding it from the minimum. Returns the new combined
     /// watermark if that advanced it.
     pub fn mark_partition_idle(&mut self, p: PartitionId) -> Result<Option<Watermark>> {
