@@ -245,10 +245,10 @@ def test_hostile_records_go_to_errors_with_their_partition_and_offset(
     spark: Any, kafka: Any, tmp_path: Path
 ) -> None:
     """Values that are not the expected JSON, event times that are not numbers or are
-    years ahead, records without a device (a null key), and a partition whose records
-    are all bad: every bad record comes out in the error output with its Kafka
-    partition and offset, the rest in windows (or late), none lost, and the windows of
-    the good partitions close (the bad partition goes idle)."""
+    years ahead, records without a device (a null key: an error row by default), and a
+    partition whose records are all bad: every bad record comes out in the error
+    output with its Kafka partition and offset, the rest in windows (or late), none
+    lost, and the windows of the good partitions close (the bad partition goes idle)."""
     topic, partitions = topic_name(), 8
     kafka.create_topic(topic, partitions)
     good = lagging_events(devices=21, seconds=120, partitions=7, lagging=())
@@ -296,8 +296,9 @@ def test_hostile_records_go_to_errors_with_their_partition_and_offset(
                 ahead = t + 10 * 365 * 86_400_000
                 hostile.append(json.dumps({"device": "dev-x", "ts": ahead, "value": 1}).encode())
             bad.update(kafka.produce(topic, ((None, v, None) for v in hostile), i % 7))
-            # No device: a null key, counted in its own windows.
-            kafka.produce(topic, [(None, json.dumps({"ts": t, "value": 1}).encode(), None)], 3)
+            # No device: a null key, an error row.
+            no_key = json.dumps({"ts": t, "value": 1}).encode()
+            bad.update(kafka.produce(topic, [(None, no_key, None)], 3))
             nulls += 1
             # Partition 7 sends garbage only.
             bad.update(kafka.produce(topic, [(b"k", b"\x00\xff\xfe", None)] * 5, 7))
@@ -313,9 +314,12 @@ def test_hostile_records_go_to_errors_with_their_partition_and_offset(
     counted = pa.compute.sum(windows["n"]).as_py()
     late = sum(t.num_rows for t in out["late"])
     # Every record but the end markers (whose windows stay open) came out once.
-    assert counted + late + errors.num_rows == good.num_rows + nulls + len(bad)
-    no_key = windows.filter(pa.compute.is_null(windows["device"]))
-    assert pa.compute.sum(no_key["n"]).as_py() == nulls
+    assert counted + late + errors.num_rows == good.num_rows + len(bad)
+    assert windows.filter(pa.compute.is_null(windows["device"])).num_rows == 0
+    assert (
+        sum(r.startswith('key column "device" is null') for r in errors["reason"].to_pylist())
+        == nulls
+    )
     good_counted = pa.compute.sum(
         windows.filter(pa.compute.starts_with(windows["device"], "dev-0"))["n"]
     ).as_py()
@@ -428,3 +432,132 @@ def test_a_small_kafka_micro_batch_is_sized_by_its_records_and_runs_in_the_drive
     assert layouts == ["driver"] * 2  # 240 records, 120 a micro-batch
     assert sum(n for *_, n in windows) == events.num_rows
     assert len(set(w[:2] for w in windows)) == len(windows), "each window once"
+
+
+@pytest.mark.slow
+def test_a_dirty_topic_loses_no_reading_through_stream_processor(
+    spark: Any, kafka: Any, tmp_path: Path
+) -> None:
+    """The dirty IoT topic of ``tests/test_dirty.py`` on a real broker (6 partitions,
+    devices placed by confluent-kafka's partitioner, partition 2 arriving 90 s late
+    with stray on-time rows, partition 5 silent after 3.5 minutes, 0.1% hostile
+    records of five kinds from the first second on), read live by Spark's Kafka source
+    into the pipeline as a user writes it: a watermark per partition (not declared:
+    the offsets tell), no bound, no filter. Two queries read it, one in micro-batches
+    of 5 s of arrival and one of a minute: each counts every reading of every window
+    its watermarks closed, with no spurious window and none twice, and sends exactly
+    the hostile records to its error output with their partition and offset."""
+    from pyspark.sql import functions as F
+
+    from tidemark.tools import dirty
+    from tidemark.tools.datagen import dirty_iot
+
+    records, readings = dirty_iot(devices=60, minutes=6.0, silent_after_min=3.5, strays=4)
+    topic = topic_name()
+    kafka.create_topic(topic, 6)
+    ev = F.from_json(F.col("value").cast("string"), dirty.READING)
+    stream = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", kafka.bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .options(**FETCH_WAIT)
+        .load()
+        .select(
+            "partition",
+            "offset",
+            ev["device"].alias("device"),
+            F.timestamp_millis(ev["ts"]).alias("ts"),
+            ev["temp"].alias("temp"),
+        )
+    )
+    outs: dict[str, dict[str, list[pa.Table]]] = {}
+    queries = {}
+    for name in ("seconds", "minute"):
+        got: dict[str, list[pa.Table]] = {"windows": [], "late": [], "errors": []}
+        outs[name] = got
+        proc = StreamProcessor(
+            dirty.user_pipeline(),
+            str(tmp_path / f"state-{name}"),
+            2,
+            sink=lambda t, _b, g=got: g["windows"].append(t),
+            late_sink=lambda t, _b, g=got: g["late"].append(t),
+            error_sink=lambda t, _b, g=got: g["errors"].append(t),
+            arrow_sinks=True,
+        )
+        queries[name] = (
+            stream.writeStream.foreachBatch(proc)
+            .option("checkpointLocation", str(tmp_path / f"chk-{name}"))
+            .start()
+        )
+    hostile: set[tuple[int, int]] = set()
+    try:
+        for i, batch in enumerate(dirty.slices(records, 5)):
+            for p in range(6):
+                part = batch.filter(pa.compute.equal(batch["partition"], p))
+                sent = kafka.produce(
+                    topic,
+                    zip(
+                        part["key"].to_pylist(),
+                        part["value"].to_pylist(),
+                        [None] * part.num_rows,
+                        strict=True,
+                    ),
+                    p,
+                )
+                kinds = part["kind"].to_pylist()
+                hostile.update(at for at, k in zip(sent, kinds, strict=True) if k != "reading")
+            queries["seconds"].processAllAvailable()
+            if i % 12 == 11:
+                queries["minute"].processAllAvailable()
+        queries["minute"].processAllAvailable()
+    finally:
+        for q in queries.values():
+            q.stop()
+    until = dirty.closed_by(readings, 90)
+    for name, got in outs.items():
+        windows = pa.concat_tables(got["windows"])
+        s = dirty.score(windows, readings, until)
+        errors = pa.concat_tables(got["errors"])
+        print(
+            f"\n{name}: {s.counted_share:.4%} of {s.events} readings counted, "
+            f"{s.exact_share:.4%} of {s.windows} windows exact, {s.spurious} spurious, "
+            f"{s.twice} twice, {errors.num_rows} error rows"
+        )
+        assert s.windows > 100
+        assert s.counted >= 0.999 * s.events, name
+        assert (s.spurious, s.twice) == (0, 0), name
+        assert (
+            set(zip(errors["partition"].to_pylist(), errors["offset"].to_pylist(), strict=True))
+            == hostile
+        )
+
+
+def test_the_kafka_guide_says_where_the_producer_puts_each_device(kafka: Any) -> None:
+    """The guide's statement of where its producer (confluent-kafka, default settings)
+    puts devices ``d0`` to ``d11`` on a topic of 4 partitions, checked on a broker."""
+    import re
+
+    from confluent_kafka import Producer
+
+    from tidemark.tools.datagen import librdkafka_partition
+
+    guide = (Path(__file__).parent.parent / "docs" / "guide" / "kafka-to-delta.md").read_text()
+    said = re.search(r"devices `d0` to `d11` land on partitions ([\d, ]+)\.", guide)
+    assert said is not None
+    quoted = [int(p) for p in said.group(1).split(", ")]
+    topic = topic_name()
+    kafka.create_topic(topic, 4)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    placed: dict[str, int] = {}
+
+    def delivered(err: Any, msg: Any) -> None:
+        assert err is None
+        placed[msg.key().decode()] = msg.partition()
+
+    for d in range(12):
+        producer.produce(topic, key=f"d{d}", value=b"{}", on_delivery=delivered)
+    producer.flush()
+    got = [placed[f"d{d}"] for d in range(12)]
+    assert got == quoted
+    assert got == [librdkafka_partition(f"d{d}".encode(), 4) for d in range(12)]

@@ -156,7 +156,8 @@ def test_a_topics_partitions_hold_the_watermark_without_being_declared(
         assert run.sources[-1] == ([0, 1, 2, 3], [])
         step((3,), 0, 180)  # three minutes behind
         held = run.proc.watermark()
-        assert held == (T0 + 179_001 - 5_000) * 1000  # the last reading - 5 s, in µs
+        # The last reading its two devices agree on (quorum: the lower of two), less 5 s.
+        assert held == (T0 + 179_000 - 5_000) * 1000
         kafka.add_partitions(topic, 6)
         for start in (180, 240):
             step(range(4), start, start + 60)
@@ -262,10 +263,11 @@ def test_a_quiet_topic_emits_its_closed_windows_and_a_backfill_closes_the_live_w
     sent: list[pa.Table] = []
 
     def closed_ones_out(last_s: int) -> int:
-        """Waits until the watermark reached the last reading at ``last_s`` seconds less
-        the delay, and the windows out are those it closed; their number."""
+        """Waits until the watermark reached the last reading at ``last_s`` seconds (of
+        both devices of a partition: the quorum) less the delay, and the windows out
+        are those it closed; their number."""
         deadline = time.monotonic() + 60
-        until = (T0 + last_s * 1000 + 1 - 5_000) * 1000
+        until = (T0 + last_s * 1000 - 5_000) * 1000
         while True:
             w = live.proc.watermark()
             closed = {
@@ -315,3 +317,49 @@ def test_a_quiet_topic_emits_its_closed_windows_and_a_backfill_closes_the_live_w
     assert len(backfill.batches) > 2
     assert backfill.late_rows() == 0
     assert as_counted(backfill) == as_counted(live)
+
+
+def test_another_partition_column_on_a_kafka_source_fails_before_a_row_is_read(
+    spark: Any, kafka: Any, tmp_path: Path
+) -> None:
+    """A per-partition watermark over a column that is not the Kafka source's own
+    ``partition`` (renamed, or computed as ``partition % 3``) cannot know the topic's
+    partitions from the offsets: a ConfigError at the first micro-batch, with nothing
+    written; ``kafka_offsets=False`` takes the column's values knowingly and says so in
+    ``last_progress``."""
+    from pyspark.sql import functions as F
+
+    topic = topic_name()
+    kafka.create_topic(topic, 4)
+    produce_rows(kafka, topic, readings(0, 2, 0, 5), 0)
+    for i, column in enumerate([F.col("partition"), F.col("partition") % 3]):
+        stream = kafka_stream(spark, kafka.bootstrap, topic).withColumn("part", column)
+        pipe = pipeline("1m", partition_column="part")
+        state = tmp_path / f"state-{i}"
+        proc = StreamProcessor(pipe, str(state), 2, sink=lambda t, _b: None, arrow_sinks=True)
+        q = (
+            stream.writeStream.foreachBatch(proc)
+            .option("checkpointLocation", str(tmp_path / f"chk-{i}"))
+            .start()
+        )
+        with pytest.raises(Exception, match="kafka_offsets=False") as err:
+            q.processAllAvailable()
+        q.stop()
+        assert "column 'part' is not the Kafka source's partition column" in str(err.value)
+        assert not list(state.rglob("*.snap")), "no state partition ran"
+        knowing = StreamProcessor(
+            pipe, str(tmp_path / f"knowing-{i}"), 2, sink=lambda t, _b: None, kafka_offsets=False
+        )
+        q = (
+            stream.writeStream.foreachBatch(knowing)
+            .option("checkpointLocation", str(tmp_path / f"chk-knowing-{i}"))
+            .start()
+        )
+        try:
+            q.processAllAvailable()
+        finally:
+            q.stop()
+        assert knowing.last_progress is not None
+        assert knowing.last_progress["partitions"] == (
+            "rows: column 'part' is not the Kafka source's partition column"
+        )

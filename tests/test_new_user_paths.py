@@ -256,3 +256,55 @@ def test_one_absurd_event_time_moves_no_watermark_with_max_ahead() -> None:
             aggs={"n": tm.count()},
             watermark=tm.BoundedOutOfOrderness("5s", max_ahead="0s"),
         )
+
+
+def test_a_bare_int_duration_is_refused_with_how_to_write_it() -> None:
+    # BoundedOutOfOrderness(5000, idle_timeout=60000) read as 5 ms and 60 s: refused.
+    with pytest.raises(tm.ConfigError, match=r"watermark\.delay=5000: a bare int names no unit"):
+        tm.BoundedOutOfOrderness(5000, per="partition", idle_timeout="1m")
+    with pytest.raises(tm.ConfigError, match=r"'60000ms'"):
+        tm.BoundedOutOfOrderness("5s", per="partition", idle_timeout=60000)
+    with pytest.raises(tm.ConfigError, match=r"window\.size"):
+        tm.Pipeline(
+            key="k",
+            event_time="ts",
+            window=tm.Tumbling(10_000),
+            aggs={"n": tm.count()},
+            watermark=tm.BoundedOutOfOrderness("5s"),
+        )
+    # Zero names no unit and means nothing else; strings and timedeltas say theirs.
+    import datetime as dt
+
+    wm = tm.BoundedOutOfOrderness(0, per="key", idle_timeout=dt.timedelta(minutes=1))
+    assert wm.delay == 0
+    # The trackers count in their caller's own ticks: ints as given.
+    assert tm.KeyedWatermarkTracker(bounded_delay=5, idle_timeout=10) is not None
+
+
+def test_settings_that_would_do_nothing_are_refused() -> None:
+    with pytest.raises(tm.ConfigError, match="per='global'"):
+        tm.BoundedOutOfOrderness("5s", idle_timeout="1m")
+    with pytest.raises(tm.ConfigError, match="quorum"):
+        tm.BoundedOutOfOrderness("5s", per="partition", quorum=0)
+
+
+@pytest.mark.spark
+def test_a_column_the_stream_lacks_is_named_before_any_task_runs(spark: Any, tmp_path: Any) -> None:
+    from tidemark.spark import StreamProcessor
+
+    pipe = tm.Pipeline(
+        key="device",
+        event_time="ts",
+        watermark=tm.BoundedOutOfOrderness("5s", per="partition", partition_column="part"),
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count(), "avg": tm.mean("temp")},
+    )
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame(
+        [("d1", 0, 20.0)], "device string, partition int, temp double"
+    ).withColumn("ts", F.current_timestamp())
+    proc = StreamProcessor(pipe, str(tmp_path / "state"), 2, sink=lambda t, _b: None)
+    with pytest.raises(tm.MissingColumnError, match="part"):
+        proc(df, 0)
+    assert not list((tmp_path / "state").rglob("*.snap")), "no task ran"

@@ -236,11 +236,10 @@ def test_a_micro_batch_read_from_its_files_runs_in_the_driver_up_to_a_larger_siz
     assert (got, reads) == (want, ["one task/spark"] * 3)
     got, reads = _run(spark, tmp_path, "shuffled", inp, same, {}, shuffle=True)
     # shuffle=True folds by default; the fold kept more than FOLD_SHARE of this
-    # stream's rows, so the next micro-batches run raw. The first rows of a stream run
-    # in one task (they judge each other: the bounds on event times).
-    assert (got, reads) == (want, ["one task/folds"] + ["shuffled/spark"] * 2)
+    # stream's rows, so the next micro-batches run raw.
+    assert (got, reads) == (want, ["shuffled/folds"] + ["shuffled/spark"] * 2)
     got, reads = _run(spark, tmp_path, "raw", inp, same, {}, shuffle=True, preaggregate=False)
-    assert (got, reads) == (want, ["one task/spark"] + ["shuffled/spark"] * 2)
+    assert (got, reads) == (want, ["shuffled/spark"] * 3)
 
 
 @pytest.mark.parametrize(

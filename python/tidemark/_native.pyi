@@ -387,6 +387,7 @@ class MicroBatch:
         time: int | None = None,
         clock_ms: int = 0,
         wall_clock: bool = False,
+        quartiles: tuple[int, int] | None = None,
         scope: bytes | None = None,
         source: tuple[list[int], list[int]] | None = None,
         flush: bool = False,

@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from tidemark import _native
+from tidemark.errors import ConfigError
 from tidemark.pipeline import Pipeline
 
 
@@ -222,3 +223,76 @@ def used_input(pipe: Pipeline, schema: Any) -> Any:
         return schema
     used = set(_native.pipeline_input_columns(pipe.config))
     return StructType([f for f in schema.fields if f.name in used])
+
+
+def processor_partitions(
+    pipe: Pipeline,
+    num_partitions: int | None,
+    sinks: tuple[Any, Any, Any],
+    shuffle: bool | None,
+    on_driver: bool | None,
+    preaggregate: bool | None,
+) -> int:
+    """``StreamProcessor``'s arguments checked (a :class:`ConfigError` that says what to
+    change), and its number of state partitions: ``num_partitions``, by default 8 for
+    a keyed pipeline and 1 for a global aggregate."""
+    sink, late_sink, error_sink = sinks
+    require_args(
+        "StreamProcessor()",
+        ("pipe", pipe, Pipeline),
+        {"num_partitions": num_partitions},
+        {"sink": sink, "late_sink": late_sink, "error_sink": error_sink},
+    )
+    if num_partitions is None:
+        num_partitions = 8 if pipe.key else 1
+    if not pipe.key and num_partitions != 1:
+        raise ConfigError(
+            "a global aggregate (key=None) keeps its windows in one state partition: "
+            f"use num_partitions=1 (got {num_partitions})"
+        )
+    if pipe.time != "event":
+        raise ConfigError(
+            "StreamProcessor runs event-time pipelines: for windows by arrival time, "
+            'stamp the rows in the query, e.g. stream.withColumn("arrived", '
+            "F.current_timestamp()) (Spark records a micro-batch's timestamp, so a "
+            'replay sees the same one), and use event_time="arrived"'
+        )
+    if shuffle is True and on_driver is True:
+        raise ConfigError(
+            "shuffle=True sends the rows to one task per state partition and "
+            "on_driver=True processes them in the driver: choose one"
+        )
+    if preaggregate is True and (late_sink is not None or error_sink is not None):
+        raise ConfigError(
+            "preaggregate=True folds each micro-batch's rows per key and window pane "
+            "in Spark before the pipeline sees them: late and error rows are counted "
+            "(last_progress), not kept; drop late_sink and error_sink, or "
+            "preaggregate"
+        )
+    return num_partitions
+
+
+def dropped_late_rows(late_rows: int, batch_id: int) -> str:
+    """What a ``StreamProcessor`` says, once, when it drops late rows that its pipeline
+    keeps (``late="side_output"``) for want of a ``late_sink``."""
+    return (
+        f"StreamProcessor dropped {late_rows} late rows in batch {batch_id} (rows "
+        "behind the watermark): pass late_sink=f(df, batch_id) to keep them, or build "
+        'the pipeline with late="drop" to drop them knowingly; '
+        "last_progress['late_rows'] counts them"
+    )
+
+
+def ignored_spark_watermark(schema: Any, watermark: Any) -> str | None:
+    """What a ``StreamProcessor`` says, once, of a stream that carries Spark's own
+    ``withWatermark`` (Spark marks the column with its delay): the pipeline's
+    ``watermark`` applies instead. ``None``: the stream has none."""
+    for f in schema.fields:
+        delay = (f.metadata or {}).get("spark.watermarkDelayMs")
+        if delay is not None:
+            return (
+                f"the stream has Spark's withWatermark on {f.name!r} ({delay} ms): "
+                "StreamProcessor ignores it; the pipeline's own watermark "
+                f"({watermark!r}) judges late rows and closes windows"
+            )
+    return None

@@ -89,6 +89,14 @@ def to_arrow_schema(task_schema: pa.Schema) -> pa.Schema:
     return pa.schema([f.with_type(utc(f.type)).with_nullable(True) for f in task_schema])
 
 
+def check_columns(pipe: Any, fields: Any, spark: Any) -> None:
+    """``pipe``'s columns and their types checked against a micro-batch's Spark schema
+    ``fields`` in the driver, before any task reads a row: a :class:`ConfigError`
+    (:class:`MissingColumnError` for a missing column) naming it."""
+    tz, large = session_arrow_settings(spark)
+    pipe.output_schema(arrow_schema_of(fields, tz, large))
+
+
 def arrow_schema_of(spark_schema: Any, tz: str, large: bool) -> pa.Schema:
     """The Arrow schema Spark uses for ``spark_schema`` in ``mapInArrow``."""
     from pyspark.sql.pandas.types import to_arrow_schema

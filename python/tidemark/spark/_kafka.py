@@ -26,7 +26,14 @@ from typing import Any
 
 from tidemark.spark._files import micro_batch_plan, simple_name
 
-__all__ = ["KafkaOffsets", "NotKafkaPartition", "kafka_offsets", "kafka_records", "source_view"]
+__all__ = [
+    "KafkaOffsets",
+    "NotKafkaPartition",
+    "kafka_offsets",
+    "kafka_records",
+    "partitions_known",
+    "source_view",
+]
 
 _SCAN = "MicroBatchScanExec"
 _KAFKA_STREAM = "KafkaMicroBatchStream"
@@ -188,3 +195,27 @@ def source_view(plan: Any, column: str) -> tuple[list[int], list[int]] | str:
     if offsets.latest is None:
         return every, every
     return every, sorted({p for t, p in offsets.end if (offsets.unread(t, p) or 0) > 0})
+
+
+def partitions_known(
+    plan: Any, column: str, kafka_offsets: bool
+) -> tuple[tuple[list[int], list[int]] | None, str]:
+    """What a per-partition watermark knows of a micro-batch's source partitions
+    besides its rows (:func:`source_view`), and where from (``"offsets"``, or
+    ``"rows: "`` and why not). A column that is not the Kafka source's own
+    ``partition`` is a :class:`ConfigError` unless ``kafka_offsets`` is ``False``."""
+    from tidemark.errors import ConfigError
+
+    got = source_view(plan, column)
+    if isinstance(got, NotKafkaPartition) and kafka_offsets:
+        raise ConfigError(
+            f"per-partition watermark on Spark's Kafka source: {got} (renamed or "
+            "computed), so the topic's partitions and their unread records cannot be "
+            "known from the offsets: a partition that sends nothing would not hold the "
+            "watermark, and one whose records wait could go idle. Select the source's "
+            "`partition` column as it is and name it in partition_column, or pass "
+            "StreamProcessor(kafka_offsets=False) to use the column's values knowingly"
+        )
+    if isinstance(got, str):
+        return None, f"rows: {got}"
+    return got, "offsets"

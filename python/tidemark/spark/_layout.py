@@ -17,9 +17,9 @@ quiet (no rows)    in the driver (one task with ``on_driver=False``), every stat
 flush              as the last micro-batch did: in the driver after one that ran
                    there (or ``on_driver=True``), one task after a one-task one,
                    else one task per state partition
-first rows         one task, or the driver as for a small one: the stream has no event
-                   time yet and its first rows judge each other (the bounds on
-                   event times need every row of the micro-batch in one run)
+first rows         one task, or the driver as for a small one, where Spark cannot
+                   estimate their event times' quartiles (a string event time): a new
+                   stream's first rows judge each other (the bounds on event times)
 ``shuffle=True``   one task per state partition (rows shuffled to them)
 small              one task (``fits_one_task``) that routes the rows itself where
                    its hash is Spark's; in the driver (``on_driver`` default) up to
@@ -114,8 +114,9 @@ class Stats:
     #: Spark cannot size the rows (its estimate is its placeholder: Kafka, ``rate``),
     #: so neither does its optimizer know them empty; also said of their folds.
     unsized: bool = False
-    #: The stream has no event time yet: its first rows judge each other (the bounds
-    #: on event times), so every row of the micro-batch runs in one place.
+    #: The stream has no event time yet and its first rows judge each other (the
+    #: bounds on event times) where Spark cannot estimate their quartiles: every row
+    #: of the micro-batch runs in one place.
     first: bool = False
 
 

@@ -83,6 +83,11 @@ class StreamRecord(BatchRecord):
     #: partition, and those with records left unread: the core's ``SourceView``);
     #: ``None``: only what the rows show.
     source: tuple[list[int], list[int]] | None = None
+    #: A new stream's first micro-batch run in parts (shuffled): the lower and upper
+    #: quartiles of its event times (epoch microseconds), by which its rows are
+    #: judged (the core's bounds on event times); recorded so that a replay decides
+    #: the same. ``None``: not estimated (the run that holds every row finds them).
+    quartiles: tuple[int, int] | None = None
 
     @property
     def finished(self) -> bool:
@@ -109,6 +114,8 @@ class StreamRecord(BatchRecord):
         }
         if self.source is not None:
             doc["source"] = {"partitions": self.source[0], "waiting": self.source[1]}
+        if self.quartiles is not None:
+            doc["quartiles"] = list(self.quartiles)
         return doc
 
     def _finished_json(self) -> dict[str, Any]:
@@ -123,6 +130,7 @@ class StreamRecord(BatchRecord):
     def from_json(cls, doc: dict[str, Any]) -> StreamRecord:
         after = doc.get("state_after")
         src = doc.get("source")
+        q = doc.get("quartiles")
         return cls(
             batch_id=doc["batch_id"],
             prev_batch=doc.get("prev_batch"),
@@ -137,6 +145,7 @@ class StreamRecord(BatchRecord):
             next_time=doc.get("next_time"),
             settled=bool(doc.get("settled")),
             source=None if src is None else (list(src["partitions"]), list(src["waiting"])),
+            quartiles=None if q is None else (int(q[0]), int(q[1])),
         )
 
 

@@ -82,6 +82,36 @@ def _safe_event_time(pipe: Pipeline, schema: Any) -> Callable[[], Any] | None:
     return None
 
 
+def event_micros(pipe: Pipeline, schema: Any) -> Callable[[], Any] | None:
+    """A builder of the event time as the core reads it, epoch microseconds, as a Spark
+    column (null where the row has none), or ``None`` where only the core can read it
+    (strings, floats, user parsers, timestamps without a time zone)."""
+    from pyspark.sql import functions as F
+
+    if pipe.config["parsed_externally"] or pipe.event_time not in schema.fieldNames():
+        return None
+    dt = schema[pipe.event_time].dataType
+    kind, integer = type_name(dt), spark_type(dt).integer
+    name = pipe.event_time_type
+    if name is None and kind == "TimestampType":
+        return lambda: F.unix_micros(column(pipe.event_time))
+    if name is None and kind == "DateType":
+        return lambda: F.unix_date(column(pipe.event_time)).cast("long") * F.lit(86_400_000_000)
+    if name == "unixtimestamp_ns" and integer:
+        return lambda: F.floor(column(pipe.event_time) / F.lit(1_000))
+    if name in _native.EPOCH_UNIT_MICROS and integer:
+        return lambda: column(pipe.event_time).cast("long") * F.lit(_native.EPOCH_UNIT_MICROS[name])
+    return None
+
+
+def event_quartiles(df: Any, micros: Callable[[], Any]) -> tuple[int, int] | None:
+    """The lower and upper quartiles of ``df``'s event times (``micros``, see
+    :func:`event_micros`), estimated by Spark (``approxQuantile``: one job); ``None``
+    for a micro-batch without an event time."""
+    got = df.select(micros().alias("t")).approxQuantile("t", [0.25, 0.75], 0.001)
+    return (int(got[0]), int(got[1])) if len(got) == 2 else None
+
+
 def safe_rows(df: Any, pipe: Pipeline) -> Callable[[], Any] | None:
     """A builder of a Spark predicate true for rows that fail or not on their own and
     that the pipeline reads without fail: a non-null, well-ranged event time, a short

@@ -186,6 +186,9 @@ class StreamTask:
     #: ``clock_ms`` is the wall clock's: event times more than ``max_ahead`` past it
     #: come from the future (the core's bounds on event times).
     wall_clock: bool = False
+    #: A new stream's first micro-batch run in parts (shuffled): its event times'
+    #: quartiles, estimated by the driver and recorded (``StreamRecord.quartiles``).
+    quartiles: tuple[int, int] | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         pipe = self.shipped.get()
@@ -240,6 +243,7 @@ class StreamTask:
             time=self.scope_time,
             clock_ms=self.clock_ms,
             wall_clock=self.wall_clock,
+            quartiles=self.quartiles,
             scope=None if self.scope_state is None else base64.b64decode(self.scope_state),
             source=self.source,
             flush=self.flush,

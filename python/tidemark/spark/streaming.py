@@ -63,8 +63,10 @@ from tidemark.pipeline import Pipeline
 from tidemark.spark import _layout
 from tidemark.spark._args import (
     ShippedPipeline,
+    dropped_late_rows,
+    ignored_spark_watermark,
     map_in_arrow,
-    require_args,
+    processor_partitions,
     spark_hash_matches,
     used_input,
 )
@@ -73,7 +75,7 @@ from tidemark.spark._codec import (
     KIND_LATE,
     KIND_WINDOW,
     OutputCodec,
-    arrow_schema_of,
+    check_columns,
     session_arrow_settings,
 )
 from tidemark.spark._driver import (
@@ -83,11 +85,17 @@ from tidemark.spark._driver import (
     exact_partitions,
 )
 from tidemark.spark._files import batch_files, has_no_rows, heartbeat, micro_batch_plan
-from tidemark.spark._kafka import NotKafkaPartition, source_view
+from tidemark.spark._kafka import partitions_known
 from tidemark.spark._layout import Layout, Options, Stats
 from tidemark.spark._preagg import WEIGHT, Preaggregation, processor_fold
 from tidemark.spark._records import StreamRecord
-from tidemark.spark._sizing import cores_of, micro_batch_size, unused_columns_are_cheap
+from tidemark.spark._sizing import (
+    cores_of,
+    event_micros,
+    event_quartiles,
+    micro_batch_size,
+    unused_columns_are_cheap,
+)
 from tidemark.spark._stream_store import combine, prepare, rescale, summarize
 from tidemark.spark._stream_task import (
     StreamTask,
@@ -204,6 +212,9 @@ class StreamProcessor(MicroBatchDriver):
         estimate (Kafka, ``rate``), the last micro-batch sizes the next: its input
         rows at Spark's default width of a row (8 bytes plus 20 per string, 8 per long
         or timestamp, ...); the first micro-batch this processor runs is shuffled.
+        A new stream's first micro-batch is judged by its own rows' quartiles
+        (``BoundedOutOfOrderness``'s bounds): run in parts, Spark estimates them first
+        (one more job, once); where it cannot (string event times), it runs in one task.
         Outputs and state are the same either way. The
         one task routes the rows to their state partitions itself (by Spark's hash of
         the keys, as a shuffle would) where tidemark hashes the key types as Spark
@@ -248,16 +259,11 @@ class StreamProcessor(MicroBatchDriver):
         ``True``: also warns where it is not exact, and refuses a late or error sink
         (late and error rows are counted, not kept). ``False``: never.
     kafka_offsets : bool
-        With a watermark per source partition over Spark's Kafka source: ``True``
-        (default) reads the topic's partitions, and those whose records a micro-batch
-        left unread, from its offsets (a partition that sends nothing holds the
-        watermark back until it goes idle; one whose records wait never goes idle).
-        That needs the pipeline's ``partition_column`` to be the Kafka source's own
-        ``partition`` column, selected as it is: any other column (renamed, or
-        computed such as ``partition % 3``) is a :class:`ConfigError` at the first
-        micro-batch, before any row is read. ``False``: the partitions are what the
-        column's values show (and ``partitions=`` declares), knowingly without the
-        offsets.
+        Per source partition over Spark's Kafka source, ``True`` (default) knows the
+        topic's partitions, and those with records left unread, from each micro-batch's
+        offsets: the ``partition_column`` must be the source's own ``partition``, and
+        another (renamed, or ``partition % 3``) is a :class:`ConfigError` at the first
+        micro-batch. ``False``: what the column's values show, knowingly.
 
     Attributes
     ----------
@@ -298,38 +304,9 @@ class StreamProcessor(MicroBatchDriver):
         preaggregate: bool | None = None,
         kafka_offsets: bool = True,
     ) -> None:
-        require_args(
-            "StreamProcessor()",
-            ("pipe", pipe, Pipeline),
-            {"num_partitions": num_partitions},
-            {"sink": sink, "late_sink": late_sink, "error_sink": error_sink},
+        num_partitions = processor_partitions(
+            pipe, num_partitions, (sink, late_sink, error_sink), shuffle, on_driver, preaggregate
         )
-        if num_partitions is None:
-            num_partitions = 8 if pipe.key else 1
-        if not pipe.key and num_partitions != 1:
-            raise ConfigError(
-                "a global aggregate (key=None) keeps its windows in one state partition: "
-                f"use num_partitions=1 (got {num_partitions})"
-            )
-        if pipe.time != "event":
-            raise ConfigError(
-                "StreamProcessor runs event-time pipelines: for windows by arrival time, "
-                'stamp the rows in the query, e.g. stream.withColumn("arrived", '
-                "F.current_timestamp()) (Spark records a micro-batch's timestamp, so a "
-                'replay sees the same one), and use event_time="arrived"'
-            )
-        if shuffle is True and on_driver is True:
-            raise ConfigError(
-                "shuffle=True sends the rows to one task per state partition and "
-                "on_driver=True processes them in the driver: choose one"
-            )
-        if preaggregate is True and (late_sink is not None or error_sink is not None):
-            raise ConfigError(
-                "preaggregate=True folds each micro-batch's rows per key and window pane "
-                "in Spark before the pipeline sees them: late and error rows are counted "
-                "(last_progress), not kept; drop late_sink and error_sink, or "
-                "preaggregate"
-            )
         if pipe.clock is not None:
             # The pipeline's clock, read once per micro-batch on the driver (a clock
             # does not travel to executors: the pipeline is shipped without it).
@@ -417,19 +394,9 @@ class StreamProcessor(MicroBatchDriver):
         wm = self.pipe.watermark
         view = None
         if wm.per == "partition" and plan is not None and not flush:
-            got = source_view(plan, wm.partition_column)
-            if isinstance(got, NotKafkaPartition) and self.kafka_offsets:
-                raise ConfigError(
-                    f"per-partition watermark on Spark's Kafka source: {got} (renamed or "
-                    "computed), so the topic's partitions and their unread records cannot "
-                    "be known from the offsets: a partition that sends nothing would not "
-                    "hold the watermark, and one whose records wait could go idle. Select "
-                    "the source's `partition` column as it is and name it in "
-                    "partition_column, or pass StreamProcessor(kafka_offsets=False) to use "
-                    "the column's values knowingly"
-                )
-            view = None if isinstance(got, str) else got
-            self._partitions_from = "offsets" if view is not None else f"rows: {got}"
+            view, self._partitions_from = partitions_known(
+                plan, wm.partition_column, self.kafka_offsets
+            )
         return prepare(self.store, batch_id, flush, self.start_fresh, self._clock(), view)
 
     # --- the foreachBatch function -------------------------------------------------
@@ -543,12 +510,15 @@ class StreamProcessor(MicroBatchDriver):
         fields = schema if flush else df.schema
         if not flush:
             self._warn_spark_watermark(fields)
-            self._check_columns(fields, df.sparkSession)
+            if fields != self._columns_checked:
+                check_columns(self._raw_pipe, fields, df.sparkSession)
+                self._columns_checked = fields
         spark = df.sparkSession
         tz, large = session_arrow_settings(spark)
         # The micro-batch as the layout sees it, asked of Spark once (its size: a JVM
         # call) for the fold's choice and the layout of raw rows.
         stats = self._stats(df, kind, plan)
+        raw = df
         df, fields, folds = self._folded(df, stats, fields, tz, large, plan)
         if folds:
             stats = self._stats(df, kind, rows=stats)
@@ -573,18 +543,24 @@ class StreamProcessor(MicroBatchDriver):
         token = uuid.uuid4().hex
         if self._shipped is None:
             self._shipped = ShippedPipeline(self.pipe, spark)  # one broadcast per query
-        # A stream's first rows judge each other (the core's bounds on event times):
-        # all of them in one run.
-        bounded = (
-            self.pipe.config["max_ahead"] is not None or self.pipe.config["max_behind"] is not None
+        # A new stream's first rows judge each other (the core's bounds on event
+        # times): in parts, by the quartiles Spark estimates, else all in one run.
+        cfg = self.pipe.config
+        judged = cfg["max_behind"] is not None or (
+            cfg["max_ahead"] is not None and not self._wall_clock
         )
-        stats = replace(stats, first=rec.time is None and kind == "rows" and bounded)
+        first = rec.time is None and kind == "rows" and judged
+        micros = event_micros(self._raw_pipe, raw.schema) if first else None
+        stats = replace(stats, first=first and micros is None)
         placed = _layout.place(stats, self._history, self._options())
         table, read_why = (
             self._files_on_driver(df, codec, plan) if placed.files else (None, placed.why_not_files)
         )
         driver = table is not None or placed.driver
         shuffled = placed.shuffled and not driver
+        if shuffled and micros is not None and rec.quartiles is None:
+            rec.quartiles = event_quartiles(raw, micros)  # once; a replay reads it
+            self.store.write_record(rec)
         untagged = placed.routes or driver  # the driver routes the rows as a one-task batch
         columns = fields.fieldNames() if windows_only else None
         size = stats.size
@@ -611,6 +587,7 @@ class StreamProcessor(MicroBatchDriver):
             settle=quiet,
             source=rec.source,
             wall_clock=self._wall_clock,
+            quartiles=rec.quartiles if shuffled else None,
         )
         return _StreamRun(
             batch_id=batch_id,
@@ -731,37 +708,12 @@ class StreamProcessor(MicroBatchDriver):
         """Says once that late rows were dropped where the pipeline keeps them
         (``late="side_output"``) but no ``late_sink`` takes them."""
         if late_rows and self.late_sink is None and self.pipe.late == "side_output":
-            self._warn(
-                "late",
-                f"StreamProcessor dropped {late_rows} late rows in batch {batch_id} (rows "
-                "behind the watermark): pass late_sink=f(df, batch_id) to keep them, or build "
-                'the pipeline with late="drop" to drop them knowingly; '
-                "last_progress['late_rows'] counts them",
-            )
-
-    def _check_columns(self, fields: Any, spark: Any) -> None:
-        """The pipeline's columns and their types checked against the micro-batch's
-        schema in the driver, before any task reads a row (a :class:`ConfigError`,
-        :class:`MissingColumnError` for a missing column, naming it); once per
-        schema."""
-        if fields == self._columns_checked:
-            return
-        tz, large = session_arrow_settings(spark)
-        self._raw_pipe.output_schema(arrow_schema_of(fields, tz, large))
-        self._columns_checked = fields
+            self._warn("late", dropped_late_rows(late_rows, batch_id))
 
     def _warn_spark_watermark(self, schema: Any) -> None:
-        """Says once that a ``withWatermark`` on the stream is not what judges its rows:
-        Spark marks the column with its delay; tidemark's watermark applies."""
-        for f in schema.fields:
-            delay = (f.metadata or {}).get("spark.watermarkDelayMs")
-            if delay is not None:
-                self._warn(
-                    "spark-watermark",
-                    f"the stream has Spark's withWatermark on {f.name!r} ({delay} ms): "
-                    "StreamProcessor ignores it; the pipeline's own watermark "
-                    f"({self.pipe.watermark!r}) judges late rows and closes windows",
-                )
+        """Says once that a ``withWatermark`` on the stream is not what judges its rows."""
+        if (said := ignored_spark_watermark(schema, self.pipe.watermark)) is not None:
+            self._warn("spark-watermark", said)
 
     def _routable(self, df: Any) -> bool:
         """Whether this process routes ``df``'s keys to the state partitions Spark's

@@ -41,7 +41,7 @@ impl PyMicroBatch {
     #[new]
     #[pyo3(signature = (
         config, partitions, *, tag_column = None, watermark = None, time = None,
-        clock_ms = 0, wall_clock = false, scope = None, source = None, flush = false,
+        clock_ms = 0, wall_clock = false, quartiles = None, scope = None, source = None, flush = false,
         settle = false, threads = 1, weight = None, lookup = None, run = String::new()
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -54,6 +54,7 @@ impl PyMicroBatch {
         time: Option<i64>,
         clock_ms: i64,
         wall_clock: bool,
+        quartiles: Option<(i64, i64)>,
         scope: Option<Vec<u8>>,
         source: Option<SourceArgs>,
         flush: bool,
@@ -75,6 +76,7 @@ impl PyMicroBatch {
                 time,
                 clock_ms,
                 wall_clock,
+                quartiles,
                 scope,
                 source: source.map(source_view),
                 flush,

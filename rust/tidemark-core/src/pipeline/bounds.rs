@@ -152,8 +152,20 @@ impl Bounds {
             }
             cells[cells.len() - 1].0
         };
-        let low = at((total - 1) / 4);
-        let high = cell(at(3 * (total - 1) / 4), g).1;
+        Self::of_quartiles(cfg, at((total - 1) / 4), at(3 * (total - 1) / 4), wall)
+    }
+
+    /// The bounds of a stream's first call from its rows' lower and upper quartiles
+    /// (`q1`, `q3`: event times, as [`Self::of_rows`] finds them or as an estimate
+    /// made where the rows are, recorded with the micro-batch so that a replay
+    /// decides the same) and the wall clock `wall`.
+    pub fn of_quartiles(cfg: &PipelineConfig, q1: i64, q3: i64, wall: Option<i64>) -> Option<Self> {
+        if cfg.time == TimeMode::Processing || (cfg.max_ahead.is_none() && cfg.max_behind.is_none())
+        {
+            return None;
+        }
+        let g = grid(cfg);
+        let (low, high) = (cell(q1, g).0, cell(q3, g).1);
         let spread = high.saturating_sub(low).saturating_mul(3);
         let ahead = match wall {
             Some(w) => cfg.max_ahead.map(|a| w.saturating_add(a)),
@@ -206,9 +218,7 @@ impl Bounds {
         let t = format_epoch_micros(t);
         match self.reference {
             Reference::Stream { wall: Some(w), .. }
-            | Reference::FirstRows {
-                wall: Some(w), ..
-            } => format!(
+            | Reference::FirstRows { wall: Some(w), .. } => format!(
                 "event time {t} is more than max_ahead ({d}) ahead of the clock ({}): an \
                  event cannot come from the future",
                 format_epoch_micros(w)

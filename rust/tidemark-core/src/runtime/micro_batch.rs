@@ -78,6 +78,11 @@ pub struct MicroBatch {
     /// `clock_ms` is the wall clock's (epoch milliseconds): an event time more than
     /// `max_ahead` past it comes from the future (see `pipeline/bounds.rs`).
     pub wall_clock: bool,
+    /// A stream's first micro-batch (`time` `None`): the lower and upper quartiles of
+    /// its event times, estimated where its rows are and recorded with it, for runs
+    /// that hold part of it (see `pipeline/bounds.rs`; `None`: a run that holds every
+    /// state partition finds them in its rows).
+    pub quartiles: Option<(i64, i64)>,
     /// The scope watermark's state before the batch ([`ScopeWatermark::to_bytes`];
     /// `None`: a new stream).
     pub scope: Option<Vec<u8>>,
@@ -387,6 +392,7 @@ impl MicroBatch {
             time: None,
             clock_ms: 0,
             wall_clock: false,
+            quartiles: None,
             scope: None,
             source: None,
             flush: false,
@@ -413,12 +419,15 @@ impl MicroBatch {
         held: Vec<Restore>,
     ) -> Result<Vec<PartitionResult>> {
         let whole = held.len() == self.partitions as usize;
-        // A stream's first rows judge each other where the run holds all of them.
-        let bounds = match self.time {
-            None if whole && !self.flush && !self.rows_windows() => {
-                self.first_bounds(rows, parsed)?
-            }
-            _ => None,
+        // A stream's first rows judge each other: by their quartiles, given or found
+        // where the run holds all of them.
+        let wall = self.wall_clock.then(|| self.clock_ms.saturating_mul(1_000));
+        let bounds = match (self.time, self.quartiles) {
+            (Some(_), _) => None,
+            (None, _) if self.flush || self.rows_windows() => None,
+            (None, Some((q1, q3))) => Bounds::of_quartiles(&self.cfg, q1, q3, wall),
+            (None, None) if whole => self.first_bounds(rows, parsed)?,
+            (None, None) => None,
         };
         let (empty, mut shards) = self.shards(rows, parsed)?;
         let todo: Vec<_> = held

@@ -788,3 +788,59 @@ fn a_sources_partitions_known_from_its_offsets_hold_the_watermark_and_waiting_on
     let (_, late, _, _) = quiet.batch(Some(&late1), false);
     assert_eq!(late.len(), 1);
 }
+
+/// A new stream's first micro-batch run in parts (a shuffled batch: one run per state
+/// partition) judges its rows by the quartiles given with it as the run holding every
+/// state partition judges them by its own rows': the same error rows.
+#[test]
+fn a_first_micro_batch_in_parts_judges_by_the_quartiles_given() {
+    use micro_batch::{MicroBatch, Restore};
+    let c = PipelineConfig {
+        max_ahead: Some(1_000),
+        max_behind: Some(1_000),
+        ..cfg(
+            windows()[2],
+            Scope::Partition { column: "p".into() },
+            EmitMode::OnWindowClose,
+            None,
+        )
+    };
+    let mut rows: Vec<(u8, i32, Option<i64>, f64)> = (0..40)
+        .map(|i| (i as u8 % 12, i % 3, Some(50_000 + i as i64 * 10), 1.0))
+        .collect();
+    rows.push((3, 1, Some(5_000), 1.0)); // far behind the others
+    rows.push((4, 2, Some(900_000), 1.0)); // far ahead
+    let b = batch(&rows);
+    let errors = |runs: Vec<Vec<Restore>>, mb: &MicroBatch| -> Vec<String> {
+        let mut out = Vec::new();
+        for held in runs {
+            for r in mb.run(&b, None, held).unwrap() {
+                out.push(r.output.errors);
+            }
+        }
+        window_rows(&out)
+    };
+    let held = |p: u32| Restore {
+        partition: p,
+        snapshot: None,
+        name: format!("p{p}"),
+    };
+    let whole = MicroBatch::new(c.clone(), 3);
+    let want = errors(vec![(0..3).map(held).collect()], &whole);
+    assert_eq!(want.len(), 2, "{want:?}");
+    let mut times: Vec<i64> = rows.iter().filter_map(|r| r.2).collect();
+    times.sort_unstable();
+    let n = times.len() - 1;
+    let parts = MicroBatch {
+        quartiles: Some((times[n / 4], times[3 * n / 4])),
+        ..MicroBatch::new(c, 3)
+    };
+    let got = errors((0..3).map(|p| vec![held(p)]).collect(), &parts);
+    assert_eq!(got, want);
+    // Without them, a part alone has nothing to judge its first rows by.
+    let blind = errors(
+        (0..3).map(|p| vec![held(p)]).collect(),
+        &MicroBatch::new(parts.cfg.clone(), 3),
+    );
+    assert!(blind.is_empty());
+}

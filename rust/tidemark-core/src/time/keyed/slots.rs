@@ -221,7 +221,7 @@ impl KeyedWatermarkTracker {
     /// keys end the list so). `keys` in any order; one walk from the back.
     pub(super) fn reposition(&mut self, mut keys: Vec<u32>) {
         let place = |t: &Self, s: u32| (t.cold[s as usize].last_activity, t.keys.key(s).to_vec());
-        keys.sort_unstable_by(|&a, &b| place(self, b).cmp(&place(self, a)));
+        keys.sort_unstable_by_key(|&s| std::cmp::Reverse(place(self, s)));
         for &s in &keys {
             self.unlink(s);
         }
