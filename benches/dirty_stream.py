@@ -22,7 +22,10 @@ arrived (one micro-batch per slice). Queries, side by side on one topic:
 * ``spark + filter``: the same, after the filter a user writes against bad records
   (a device, an event time between 2020 and 2030);
 * ``operator``: tidemark's operator on the same slices parsed in Python (the topic's
-  partitions declared: the operator has no offsets).
+  partitions declared: the operator has no offsets);
+* ``operator, rules off``: the same with no bounds on event times and one key's rows
+  enough to move a watermark (``max_ahead=None, max_behind=None, quorum=1``): what
+  tidemark did before it guarded against dirty data.
 
 Each cell: the share of the readings counted in their window over the windows every
 watermark should have closed by the end (less the lagging partition's lag), and the
@@ -48,27 +51,6 @@ from tidemark.tools.datagen import dirty_iot
 from tidemark.tools.jars import kafka_delta_conf
 from tidemark.tools.kafka import Broker
 from tidemark.tools.session import local_session
-
-
-def source(spark: Any, bootstrap: str, topic: str) -> Any:
-    from pyspark.sql import functions as F
-
-    ev = F.from_json(F.col("value").cast("string"), dirty.READING)
-    return (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .option("kafka.fetch.max.wait.ms", "10")
-        .load()
-        .select(
-            "partition",
-            "offset",
-            ev["device"].alias("device"),
-            F.timestamp_millis(ev["ts"]).alias("ts"),
-            ev["temp"].alias("temp"),
-        )
-    )
 
 
 def spark_query(stream: Any, out: list[pa.Table], chk: Path, filtered: bool) -> Any:
@@ -135,7 +117,7 @@ def run_width(
 ) -> dict[str, dirty.Score]:
     topic = f"dirty-{int(time.time() * 1000)}"
     broker.create_topic(topic, 6)
-    stream = source(spark, broker.bootstrap, topic)
+    stream = dirty.kafka_source(spark, broker.bootstrap, topic)
     outs: dict[str, list[pa.Table]] = {k: [] for k in ("tidemark", "spark", "spark + filter")}
     queries = {
         "tidemark": tidemark_query(stream, outs["tidemark"], work / "tidemark"),
@@ -163,6 +145,9 @@ def run_width(
     }
     op = dirty.operator_windows(dirty.user_pipeline(partitions=6), records, width)
     scores["operator"] = dirty.score(op["windows"], readings, until)
+    off = dirty.user_pipeline(partitions=6, max_ahead=None, max_behind=None, quorum=1)
+    op = dirty.operator_windows(off, records, width)
+    scores["operator, rules off"] = dirty.score(op["windows"], readings, until)
     return scores
 
 
@@ -198,7 +183,7 @@ def main() -> None:
         if not args.bootstrap:
             broker.stop()
         shutil.rmtree(work, ignore_errors=True)
-    names = ["tidemark", "operator", "spark", "spark + filter"]
+    names = ["tidemark", "operator", "operator, rules off", "spark", "spark + filter"]
     print()
     print(
         f"Dirty IoT topic ({args.devices} devices, {args.minutes:g} minutes, {bad} hostile "

@@ -447,30 +447,13 @@ def test_a_dirty_topic_loses_no_reading_through_stream_processor(
     of 5 s of arrival and one of a minute: each counts every reading of every window
     its watermarks closed, with no spurious window and none twice, and sends exactly
     the hostile records to its error output with their partition and offset."""
-    from pyspark.sql import functions as F
-
     from tidemark.tools import dirty
     from tidemark.tools.datagen import dirty_iot
 
     records, readings = dirty_iot(devices=60, minutes=6.0, silent_after_min=3.5, strays=4)
     topic = topic_name()
     kafka.create_topic(topic, 6)
-    ev = F.from_json(F.col("value").cast("string"), dirty.READING)
-    stream = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", kafka.bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .options(**FETCH_WAIT)
-        .load()
-        .select(
-            "partition",
-            "offset",
-            ev["device"].alias("device"),
-            F.timestamp_millis(ev["ts"]).alias("ts"),
-            ev["temp"].alias("temp"),
-        )
-    )
+    stream = dirty.kafka_source(spark, kafka.bootstrap, topic)
     outs: dict[str, dict[str, list[pa.Table]]] = {}
     queries = {}
     for name in ("seconds", "minute"):

@@ -25,6 +25,7 @@ __all__ = [
     "READING",
     "Score",
     "closed_by",
+    "kafka_source",
     "operator_windows",
     "parsed",
     "score",
@@ -50,6 +51,31 @@ def user_pipeline(**watermark: Any) -> tm.Pipeline:
         watermark=tm.BoundedOutOfOrderness(DELAY, per="partition", idle_timeout="2m", **watermark),
         window=tm.Tumbling(f"{WINDOW_S}s"),
         aggs={"n": tm.count(), "avg_temp": tm.mean("temp")},
+    )
+
+
+def kafka_source(spark: Any, bootstrap: str, topic: str) -> Any:
+    """The topic as a user's query reads it with Spark's Kafka source: the record's
+    ``partition`` and ``offset``, and the value's fields by ``from_json`` (``ts`` a
+    timestamp from epoch milliseconds)."""
+    from pyspark.sql import functions as F
+
+    ev = F.from_json(F.col("value").cast("string"), READING)
+    return (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        # A small read waits for the consumer's fetch.max.wait.ms (500 ms by default).
+        .option("kafka.fetch.max.wait.ms", "10")
+        .load()
+        .select(
+            "partition",
+            "offset",
+            ev["device"].alias("device"),
+            F.timestamp_millis(ev["ts"]).alias("ts"),
+            ev["temp"].alias("temp"),
+        )
     )
 
 

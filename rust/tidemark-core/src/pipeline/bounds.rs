@@ -191,11 +191,17 @@ impl Bounds {
         let g = grid(cfg);
         let mut refused = Refused::default();
         let stream_ahead = matches!(self.reference, Reference::Stream { wall: None, .. });
+        // A row's cell lies beyond a bound only if the row does: most rows are
+        // cleared by two comparisons, without their cell.
+        let (hi, lo) = (
+            self.ahead.unwrap_or(i64::MAX),
+            self.behind.unwrap_or(i64::MIN),
+        );
         for (i, b) in bad.iter_mut().enumerate() {
-            if *b || times.is_null(i) {
+            let t = times.value(i);
+            if (lo..=hi).contains(&t) || *b || times.is_null(i) {
                 continue;
             }
-            let t = times.value(i);
             let (start, end) = cell(t, g);
             let why = if self.ahead.is_some_and(|a| start > a) {
                 if stream_ahead {
@@ -226,7 +232,7 @@ impl Bounds {
             Reference::Stream { time, .. } => format!(
                 "event time {t} is more than max_ahead ({d}) ahead of the stream's event \
                  time ({})",
-                time.map_or_else(|| "none".into(), format_epoch_micros)
+                stream_time(time)
             ),
             Reference::FirstRows { high, .. } => format!(
                 "event time {t} lies far after the stream's first rows (their upper \
@@ -244,7 +250,7 @@ impl Bounds {
             Reference::Stream { time, .. } => format!(
                 "event time {t} is more than max_behind ({d}) behind the stream's event \
                  time ({})",
-                time.map_or_else(|| "none".into(), format_epoch_micros)
+                stream_time(time)
             ),
             Reference::FirstRows { low, .. } => format!(
                 "event time {t} lies far before the stream's first rows (their lower \
@@ -254,6 +260,11 @@ impl Bounds {
             ),
         }
     }
+}
+
+/// The stream's event time in a reason (`None`: none yet).
+fn stream_time(time: Option<i64>) -> String {
+    time.map_or_else(|| "none".into(), format_epoch_micros)
 }
 
 #[cfg(test)]

@@ -86,9 +86,11 @@ impl Operator {
         self.row_closed = closed;
         let mut candidates: Vec<(i64, u32)> = Vec::new();
         // The key's largest event time over its rows the call believed (late or not),
-        // overall and per source partition: what it tells of the stream's progress.
+        // overall and per source partition (a key mostly sends on one): what it tells
+        // of the stream's progress.
         let mut key_max = i64::MIN;
-        let mut key_parts: Vec<(usize, i64)> = Vec::new();
+        let mut key_part: Option<(usize, i64)> = None;
+        let mut key_more_parts: Vec<(usize, i64)> = Vec::new();
         // Consecutive rows of a key mostly fall in the window of the previous row:
         // rows with `lo <= ts < hi` update its state directly.
         let (mut lo, mut hi, mut base) = (i64::MAX, i64::MIN, 0);
@@ -111,9 +113,13 @@ impl Operator {
                     seen.part_max.resize(pi + 1, i64::MIN);
                 }
                 seen.part_max[pi] = seen.part_max[pi].max(ts);
-                match key_parts.iter_mut().find(|e| e.0 == pi) {
-                    Some(e) => e.1 = e.1.max(ts),
-                    None => key_parts.push((pi, ts)),
+                match &mut key_part {
+                    Some(e) if e.0 == pi => e.1 = e.1.max(ts),
+                    None => key_part = Some((pi, ts)),
+                    Some(_) => match key_more_parts.iter_mut().find(|e| e.0 == pi) {
+                        Some(e) => e.1 = e.1.max(ts),
+                        None => key_more_parts.push((pi, ts)),
+                    },
                 }
             }
             if session_floor != i64::MIN && ts <= session_floor {
@@ -154,7 +160,7 @@ impl Operator {
         if key_max != i64::MIN && seen.key_top.takes(q, key_max) {
             seen.key_top.push(q, key_max, key_hash(&self.keys));
         }
-        for (pi, t) in key_parts {
+        for (pi, t) in key_part.into_iter().chain(key_more_parts) {
             if seen.part_top.len() <= pi {
                 seen.part_top.resize(pi + 1, Top::default());
             }
