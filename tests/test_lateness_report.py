@@ -70,11 +70,10 @@ def pipeline(
     delay: int = 10 * S,
     window: Any = None,
 ) -> tm.Pipeline:
-    # The model's stream time is the largest event time (quorum 1).
     wm = (
-        tm.BoundedOutOfOrderness(f"{delay}us", per="partition", partition_column="p", quorum=1)
+        tm.BoundedOutOfOrderness(f"{delay}us", per="partition", partition_column="p")
         if per == "partition"
-        else tm.BoundedOutOfOrderness(f"{delay}us", per=per, quorum=1)
+        else tm.BoundedOutOfOrderness(f"{delay}us", per=per)
     )
     return tm.Pipeline(
         "k",
@@ -197,7 +196,7 @@ def test_what_spark_would_drop_is_what_one_global_watermark_drops(seed: int, del
         "ts",
         window=tm.Tumbling("10s"),
         aggs={"n": tm.count()},
-        watermark=tm.BoundedOutOfOrderness(f"{delay}us", quorum=1),
+        watermark=tm.BoundedOutOfOrderness(f"{delay}us"),
     ).operator()
     mine: set[int] = set()
     sparks: set[int] = set()

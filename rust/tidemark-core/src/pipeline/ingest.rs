@@ -105,9 +105,10 @@ impl Operator {
         self.marks.key_starts.clear();
         let watch = match self.watch.as_mut() {
             Some(w) => {
-                let spark = w.begin(scope_time);
+                let newest = self.marks.newest(self.scope.max_time().unwrap_or(i64::MIN));
+                let spark = w.begin(newest);
                 Some(WatchCall {
-                    stream_time: scope_time,
+                    stream_time: newest,
                     spark_before: self.late_before(LateRule::Spark, spark),
                 })
             }

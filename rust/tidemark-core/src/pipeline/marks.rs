@@ -36,6 +36,9 @@ pub struct External {
     /// The bounds of the call, computed by whoever holds all of its rows (the stream's
     /// first call: its rows judge each other); `None`: from the stream's event time.
     pub bounds: Option<Bounds>,
+    /// The scope's newest event time (its largest believed one, when higher than the
+    /// operator's own): what a lateness report measures against.
+    pub newest: Option<i64>,
 }
 
 /// Where the watermark a call begins with comes from.
@@ -173,6 +176,12 @@ impl Marks {
             Start::Own => own.max(given),
             Start::Scope(_) => given,
         }
+    }
+
+    /// The scope's newest event time as a call begins: `own`, or the one given from
+    /// outside if higher.
+    pub(super) fn newest(&self, own: i64) -> i64 {
+        own.max(self.external.newest.unwrap_or(i64::MIN))
     }
 
     /// Spark's rule per key: the watermark the key's windows were closed at (the one

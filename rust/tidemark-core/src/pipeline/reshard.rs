@@ -68,6 +68,8 @@ pub struct Parsed {
     key_reported: i64,
     /// The scope's event time ([`super::ScopeWatermark::time`]).
     pub event_time: i64,
+    /// The scope's largest event time ([`super::ScopeWatermark::max_time`]).
+    pub max_time: i64,
     /// With a lateness report: the source partitions' entries and Spark's watermark
     /// as the last call began.
     watch_tail: Option<(Vec<LatenessEntry>, i64)>,
@@ -84,6 +86,8 @@ pub struct Shared {
     pub key_reported: i64,
     /// The scope's event time ([`super::ScopeWatermark::time`]).
     pub event_time: i64,
+    /// The scope's largest event time ([`super::ScopeWatermark::max_time`]).
+    pub max_time: i64,
     /// Windows emitted so far (`None`: the sum over the snapshots).
     pub windows_emitted: Option<u64>,
 }
@@ -140,6 +144,7 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
     let watermark = (r.i64()?, r.i64()?);
     let key_reported = r.i64()?;
     let event_time = r.i64()?;
+    let max_time = r.i64()?;
     let mut pt = PartitionedWatermarkTracker::new();
     pt.read_state(&mut r)?;
     let mut pw = Writer::new();
@@ -168,6 +173,7 @@ pub fn parse(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Parsed> {
         late_mark,
         key_reported,
         event_time,
+        max_time,
         watch_tail,
     })
 }
@@ -316,6 +322,7 @@ pub fn redistribute(
         w.i64(shared.watermark.1);
         w.i64(shared.key_reported);
         w.i64(shared.event_time);
+        w.i64(shared.max_time);
         w.raw(&shared.partitions);
         for (i, m) in metrics.iter().enumerate() {
             w.u64(if first || i == 0 { *m } else { 0 });
@@ -384,6 +391,7 @@ pub fn shared_of(p: &Parsed) -> Shared {
         partitions: p.partitions.clone(),
         key_reported: p.key_reported.max(p.tracker_tail.1),
         event_time: p.event_time,
+        max_time: p.max_time,
         windows_emitted: None,
     }
 }
@@ -439,6 +447,7 @@ pub fn reshard_snapshots(
             .map(|p| p.event_time)
             .max()
             .unwrap_or(i64::MIN),
+        max_time: parsed.iter().map(|p| p.max_time).max().unwrap_or(i64::MIN),
         windows_emitted: None,
     };
     let keys = cfg.keys.clone();

@@ -72,6 +72,9 @@ pub struct ScopeWatermark {
     /// The highest event time `quorum` keys agreed on (`i64::MIN`: none): the scope's
     /// event time.
     pub(crate) event_time: i64,
+    /// The largest believed event time reported (`i64::MIN`: none): the newest event,
+    /// what Spark's one watermark follows (a `LatenessReport` measures against it).
+    pub(crate) max_time: i64,
     /// Global scope (and processing time): the watermark.
     pub(crate) watermark: i64,
     /// Global scope: the largest on-time event time seen.
@@ -101,6 +104,7 @@ impl ScopeWatermark {
             quorum: cfg.quorum,
             clock,
             event_time: i64::MIN,
+            max_time: i64::MIN,
             watermark: i64::MIN,
             global_max: i64::MIN,
             partitions,
@@ -150,6 +154,11 @@ impl ScopeWatermark {
         (self.event_time != i64::MIN).then_some(self.event_time)
     }
 
+    /// The largest believed event time so far (`None`: none): the newest event.
+    pub fn max_time(&self) -> Option<i64> {
+        (self.max_time != i64::MIN).then_some(self.max_time)
+    }
+
     /// The time idleness is measured at in the next call (see [`idle_reading`]).
     pub fn idle_now(&self) -> i64 {
         idle_reading(self.idleness, &self.clock, self.event_time)
@@ -172,6 +181,7 @@ impl ScopeWatermark {
             call.merge(q, &p.keys);
         }
         // Keys behind the stream's event time neither move nor hold it back.
+        self.max_time = self.max_time.max(call.time.max().unwrap_or(i64::MIN));
         let time = call.time.agreed_from(self.event_time);
         self.event_time = self.event_time.max(time.unwrap_or(i64::MIN));
         if call.time.0.is_empty() {
@@ -256,6 +266,7 @@ impl ScopeWatermark {
         w.i64(self.global_max);
         w.i64(self.key_reported);
         w.i64(self.event_time);
+        w.i64(self.max_time);
         self.partitions.write_state(w);
     }
 
@@ -265,6 +276,7 @@ impl ScopeWatermark {
         self.global_max = r.i64()?;
         self.key_reported = r.i64()?;
         self.event_time = r.i64()?;
+        self.max_time = r.i64()?;
         self.partitions = PartitionedWatermarkTracker::new()
             .idle_timeout_ticks(self.partitions.idle_timeout())
             .with_clock(self.clock.clone());

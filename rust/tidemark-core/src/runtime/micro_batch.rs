@@ -429,6 +429,12 @@ impl MicroBatch {
             (None, None) if whole => self.first_bounds(rows, parsed)?,
             (None, None) => None,
         };
+        let newest = match &self.scope {
+            Some(b) => {
+                ScopeWatermark::from_bytes(&self.cfg, Arc::new(ManualClock::new(0)), b)?.max_time()
+            }
+            None => None,
+        };
         let (empty, mut shards) = self.shards(rows, parsed)?;
         let todo: Vec<_> = held
             .into_iter()
@@ -438,7 +444,15 @@ impl MicroBatch {
             })
             .collect();
         let mut parts = par_each_owned(todo, self.threads, |(h, rows, parsed)| {
-            self.restore(h, rows, parsed, bounds)
+            self.restore(
+                h,
+                rows,
+                parsed,
+                External {
+                    newest,
+                    ..self.external(bounds)
+                },
+            )
         })?;
         if self.flush || self.rows_windows() || !whole {
             let flush = self.flush;
@@ -472,6 +486,7 @@ impl MicroBatch {
                 before = close;
                 let start = External {
                     watermark: Start::Scope(before),
+                    newest,
                     ..self.external(None)
                 };
                 par_each(&mut parts, self.threads, |p| p.ingest(Some(start)))?;
@@ -492,6 +507,7 @@ impl MicroBatch {
             time: self.time,
             wall: self.wall_clock.then(|| self.clock_ms.saturating_mul(1_000)),
             bounds,
+            newest: None,
         }
     }
 
@@ -538,7 +554,7 @@ impl MicroBatch {
         h: Restore,
         rows: RecordBatch,
         parsed: Option<Int64Array>,
-        bounds: Option<Bounds>,
+        external: External,
     ) -> Result<Part> {
         let named = |e: TidemarkError| match e {
             TidemarkError::StateCorrupted(m) => {
@@ -562,7 +578,7 @@ impl MicroBatch {
             op.set_lookup(self.lookup.clone());
             // A DataFrame has no row order: the windows need no sort.
             op.set_sorted_output(false);
-            op.set_external(self.external(bounds));
+            op.set_external(external);
             Op::Time(Box::new(op))
         };
         Ok(Part {

@@ -354,6 +354,7 @@ impl ShardedOperator {
                     time: self.scope.time(),
                     wall,
                     bounds,
+                    newest: self.scope.max_time(),
                 }),
             })?;
         }

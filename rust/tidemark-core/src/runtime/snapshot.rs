@@ -17,6 +17,8 @@ struct SavedState {
     key_reported: i64,
     /// The coordinator's scope event time.
     event_time: i64,
+    /// The coordinator's scope largest event time.
+    max_time: i64,
     hot: Option<f64>,
     windows_out: u64,
     hot_rows: u64,
@@ -37,6 +39,7 @@ impl SavedState {
                 global_max: p.watermark.1,
                 key_reported: shared.key_reported,
                 event_time: shared.event_time,
+                max_time: shared.max_time,
                 hot: None,
                 windows_out: p.metrics[4],
                 hot_rows: 0,
@@ -52,6 +55,7 @@ impl SavedState {
         let global_max = r.i64()?;
         let key_reported = r.i64()?;
         let event_time = r.i64()?;
+        let max_time = r.i64()?;
         let hot = r.f64()?;
         let hot = (!hot.is_nan()).then_some(hot);
         let windows_out = r.u64()?;
@@ -72,6 +76,7 @@ impl SavedState {
             global_max,
             key_reported,
             event_time,
+            max_time,
             hot,
             windows_out,
             hot_rows,
@@ -93,6 +98,7 @@ impl SavedState {
             partitions: self.partitions.clone(),
             key_reported: self.key_reported,
             event_time: self.event_time,
+            max_time: self.max_time,
             // Two-phase shards count partial windows: the coordinator counted the
             // merged ones.
             windows_emitted: (self.shards.len() > 1 && (cfg.keys.is_empty() || self.hot.is_some()))
@@ -140,6 +146,7 @@ impl ShardedOperator {
         wr.i64(self.scope.global_max);
         wr.i64(self.scope.key_reported);
         wr.i64(self.scope.event_time);
+        wr.i64(self.scope.max_time);
         wr.f64(self.hot_share.unwrap_or(f64::NAN));
         wr.u64(self.windows_out);
         wr.u64(self.hot_rows);
@@ -187,6 +194,7 @@ impl ShardedOperator {
         op.scope.global_max = s.global_max;
         op.scope.key_reported = s.key_reported;
         op.scope.event_time = s.event_time;
+        op.scope.max_time = s.max_time;
         op.windows_out = s.windows_out;
         op.hot_rows = s.hot_rows;
         op.rows_unmatched = s.rows_unmatched;
