@@ -308,3 +308,48 @@ def test_a_column_the_stream_lacks_is_named_before_any_task_runs(spark: Any, tmp
     with pytest.raises(tm.MissingColumnError, match="part"):
         proc(df, 0)
     assert not list((tmp_path / "state").rglob("*.snap")), "no task ran"
+
+
+@pytest.mark.spark
+def test_a_new_streams_first_micro_batch_shuffled_is_judged_by_spark_estimated_quartiles(
+    spark: Any, tmp_path: Any
+) -> None:
+    """Run in parts (one task per state partition), a new stream's first micro-batch
+    has no task holding all its rows: Spark estimates its event times' quartiles first
+    (recorded with the batch, so a replay judges alike), and a 1969 and a 2300 event
+    time among them are error rows, as in one task."""
+    import datetime as dt
+
+    from tidemark.spark import StreamProcessor
+
+    t0 = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+    rows = [(f"d{i % 20}", t0 + dt.timedelta(seconds=i)) for i in range(400)]
+    rows += [("d1", dt.datetime(1969, 12, 31, tzinfo=dt.timezone.utc))]
+    rows += [("d2", dt.datetime(2300, 1, 1, tzinfo=dt.timezone.utc))]
+    df = spark.createDataFrame(rows, "device string, ts timestamp")
+    pipe = tm.Pipeline(
+        key="device",
+        event_time="ts",
+        watermark=tm.BoundedOutOfOrderness("5s", per="key"),
+        window=tm.Tumbling("10s"),
+        aggs={"n": tm.count()},
+    )
+    errors: list[pa.Table] = []
+    for shuffle in (True, False):
+        proc = StreamProcessor(
+            pipe,
+            str(tmp_path / f"state-{shuffle}"),
+            4,
+            sink=lambda t, _b: None,
+            error_sink=lambda t, _b: errors.append(t),
+            arrow_sinks=True,
+            shuffle=shuffle,
+            on_driver=False,
+        )
+        proc(df, 0)
+        assert proc.last_progress is not None
+        assert proc.last_progress["layout"] == ("shuffled" if shuffle else "one task")
+        rec = proc.store.read_record(0)
+        assert (rec.quartiles is not None) == shuffle
+    first, second = ([e.year for e in t["ts"].to_pylist()] for t in errors)
+    assert sorted(first) == sorted(second) == [1969, 2300]
