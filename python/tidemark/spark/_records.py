@@ -83,10 +83,11 @@ class StreamRecord(BatchRecord):
     #: partition, and those with records left unread: the core's ``SourceView``);
     #: ``None``: only what the rows show.
     source: tuple[list[int], list[int]] | None = None
-    #: A new stream's first micro-batch run in parts (shuffled): the lower and upper
-    #: quartiles of its event times (epoch microseconds), by which its rows are
-    #: judged (the core's bounds on event times); recorded so that a replay decides
-    #: the same. ``None``: not estimated (the run that holds every row finds them).
+    #: A new stream's first micro-batch: the lower and upper quartiles of its event
+    #: times (epoch microseconds) as Spark estimated them, by which its rows are
+    #: judged (the core's bounds on event times); recorded so that a replay, in any
+    #: layout, decides the same. ``None``: not estimated (a string event time: the
+    #: batch runs in one task, which finds them in its rows).
     quartiles: tuple[int, int] | None = None
 
     @property

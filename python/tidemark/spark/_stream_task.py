@@ -186,8 +186,8 @@ class StreamTask:
     #: ``clock_ms`` is the wall clock's: event times more than ``max_ahead`` past it
     #: come from the future (the core's bounds on event times).
     wall_clock: bool = False
-    #: A new stream's first micro-batch run in parts (shuffled): its event times'
-    #: quartiles, estimated by the driver and recorded (``StreamRecord.quartiles``).
+    #: A new stream's first micro-batch: its event times' quartiles, estimated by the
+    #: driver and recorded (``StreamRecord.quartiles``).
     quartiles: tuple[int, int] | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -213,8 +213,8 @@ class StreamProcessor(MicroBatchDriver):
         rows at Spark's default width of a row (8 bytes plus 20 per string, 8 per long
         or timestamp, ...); the first micro-batch this processor runs is shuffled.
         A new stream's first micro-batch is judged by its own rows' quartiles
-        (``BoundedOutOfOrderness``'s bounds): run in parts, Spark estimates them first
-        (one more job, once); where it cannot (string event times), it runs in one task.
+        (``BoundedOutOfOrderness``'s bounds), which Spark estimates first (one more
+        job, once); where it cannot (string event times), it runs in one task.
         Outputs and state are the same either way. The
         one task routes the rows to their state partitions itself (by Spark's hash of
         the keys, as a shuffle would) where tidemark hashes the key types as Spark
@@ -543,8 +543,8 @@ class StreamProcessor(MicroBatchDriver):
         token = uuid.uuid4().hex
         if self._shipped is None:
             self._shipped = ShippedPipeline(self.pipe, spark)  # one broadcast per query
-        # A new stream's first rows judge each other (the core's bounds on event
-        # times): in parts, by the quartiles Spark estimates, else all in one run.
+        # A new stream's first rows judge each other (the bounds on event times): by
+        # the quartiles Spark estimates (recorded: a replay judges alike), or in one run.
         cfg = self.pipe.config
         judged = cfg["max_behind"] is not None or (
             cfg["max_ahead"] is not None and not self._wall_clock
@@ -552,15 +552,15 @@ class StreamProcessor(MicroBatchDriver):
         first = rec.time is None and kind == "rows" and judged
         micros = event_micros(self._raw_pipe, raw.schema) if first else None
         stats = replace(stats, first=first and micros is None)
+        if micros is not None and rec.quartiles is None:
+            rec.quartiles = event_quartiles(raw, micros)  # once; a replay reads it
+            self.store.write_record(rec)
         placed = _layout.place(stats, self._history, self._options())
         table, read_why = (
             self._files_on_driver(df, codec, plan) if placed.files else (None, placed.why_not_files)
         )
         driver = table is not None or placed.driver
         shuffled = placed.shuffled and not driver
-        if shuffled and micros is not None and rec.quartiles is None:
-            rec.quartiles = event_quartiles(raw, micros)  # once; a replay reads it
-            self.store.write_record(rec)
         untagged = placed.routes or driver  # the driver routes the rows as a one-task batch
         columns = fields.fieldNames() if windows_only else None
         size = stats.size
@@ -587,7 +587,7 @@ class StreamProcessor(MicroBatchDriver):
             settle=quiet,
             source=rec.source,
             wall_clock=self._wall_clock,
-            quartiles=rec.quartiles if shuffled else None,
+            quartiles=rec.quartiles,
         )
         return _StreamRun(
             batch_id=batch_id,
