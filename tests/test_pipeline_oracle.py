@@ -541,6 +541,28 @@ def within(rows: list[Row], max_keys: int | None) -> list[Row]:
     None,
     3,
 )
+# A key with no progress keeps its place among keys active at the same reading of
+# the (event-time) clock: "c" was active before "b", so "a" evicts "c".
+@example(
+    [[("c", 1, 0)], [("b", 0, 0), ("c", 0, 0)], [("a", 0, 0)]],
+    (("tumbling", 10, 10), "key", 0, 0),
+    "spark",
+    None,
+    2,
+    None,
+    1,
+)
+# A key expired after its rows were judged leaves no closing mark to the key that
+# takes its slot next ("b" is a new key: nothing of it is late).
+@example(
+    [[("a", 0, 0)], [("a", 26, 0)], [("a", 0, 0)], [("b", 0, 0)]],
+    (("tumbling", 10, 10), "key", 0, 0),
+    "spark",
+    None,
+    None,
+    25,
+    3,
+)
 def test_matches_oracle_under_idleness_eviction_and_expiry(
     batches: list[list[Row]],
     config: Any,

@@ -147,6 +147,14 @@ impl Operator {
     pub(super) fn expire_keys(&mut self, ttl: i64) {
         let expired = self.keys.expire_older_than_at(ttl, self.call_now);
         self.metrics.keys_expired += expired.len() as u64;
+        if !expired.is_empty() {
+            // A key dropped after its rows were judged sets no closing mark for the
+            // next call: that would hold for whichever key takes its slot.
+            let keys = &self.keys;
+            self.marks
+                .key_starts
+                .retain(|&(slot, _)| keys.holds_slot(slot));
+        }
         let before = self.metrics.windows_evicted;
         self.close_dropped(expired);
         let n = self.metrics.windows_evicted - before;

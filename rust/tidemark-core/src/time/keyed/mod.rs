@@ -349,15 +349,15 @@ pub struct KeyedWatermarkTracker {
     /// holds the batch's events (one cache line per row); watermarks and activity
     /// change only in [`Self::end_batch`], from the saved value.
     pending: Vec<(u32, i64)>,
-    /// Per `pending` entry: the key's last activity before the batch.
-    pending_activity: Vec<i64>,
     /// The batch's keys (indexes into `pending`) whose rows were no progress
     /// ([`Self::batch_no_progress`]): their activity stays as it was.
     stale: Vec<u32>,
     batch_now: i64,
-    /// The batch's keys were all folded by [`Self::batch_fold_rows`], which leaves
-    /// their activity (list position, last activity) to [`Self::end_batch`].
-    activity_deferred: bool,
+    /// During a batch, where the search for the least recently active key the batch
+    /// has not touched goes on from (`None`: the head): every key before it in the
+    /// activity list is one the batch touched. Keys keep their place in the list
+    /// until [`Self::end_batch`].
+    evict_from: Option<u32>,
     /// Key indexes of a batch's rows (reused between batches).
     group_scratch: Vec<u32>,
     /// Key hashes of a batch's rows, for lookups with the index prefetched (reused).

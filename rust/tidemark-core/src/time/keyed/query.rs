@@ -45,6 +45,11 @@ impl KeyedWatermarkTracker {
         self.keys.key(slot)
     }
 
+    /// Whether `slot` holds a key.
+    pub fn holds_slot(&self, slot: u32) -> bool {
+        self.keys.is_live(slot)
+    }
+
     /// Live slots, in slot order.
     pub fn live_slots(&self) -> impl Iterator<Item = u32> + '_ {
         self.keys.slots()

@@ -40,10 +40,9 @@ impl KeyedWatermarkTracker {
             metrics: KeyedWatermarkMetrics::default(),
             scratch: Vec::new(),
             pending: Vec::new(),
-            pending_activity: Vec::new(),
             stale: Vec::new(),
             batch_now: 0,
-            activity_deferred: false,
+            evict_from: None,
             group_scratch: Vec::new(),
             hash_scratch: Vec::new(),
             event_scratch: Default::default(),
@@ -203,6 +202,9 @@ impl KeyedWatermarkTracker {
         if self.cursor == s {
             self.cursor = n;
         }
+        if self.evict_from == Some(s) {
+            self.evict_from = Some(n);
+        }
         if p == NIL {
             self.head = n;
         } else {
@@ -212,52 +214,6 @@ impl KeyedWatermarkTracker {
             self.tail = p;
         } else {
             self.cold[n as usize].prev = p;
-        }
-    }
-
-    /// Puts keys that had rows without progress in a batch folded one at a time back
-    /// where their (restored) last activity belongs in the activity list: they were
-    /// moved to its back when folded. Keys of one activity lie in key order (a batch's
-    /// keys end the list so). `keys` in any order; one walk from the back.
-    pub(super) fn reposition(&mut self, mut keys: Vec<u32>) {
-        let place = |t: &Self, s: u32| (t.cold[s as usize].last_activity, t.keys.key(s).to_vec());
-        keys.sort_unstable_by_key(|&s| std::cmp::Reverse(place(self, s)));
-        for &s in &keys {
-            self.unlink(s);
-        }
-        // Walk from the back: each key goes after the last node before it in (last
-        // activity, key) order.
-        let mut at = self.tail;
-        let mut passed_cursor = false;
-        for s in keys {
-            let here = place(self, s);
-            while at != NIL && place(self, at) > here {
-                passed_cursor |= at == self.cursor;
-                at = self.cold[at as usize].prev;
-            }
-            let next = if at == NIL {
-                self.head
-            } else {
-                self.cold[at as usize].next
-            };
-            self.cold[s as usize].prev = at;
-            self.cold[s as usize].next = next;
-            if at == NIL {
-                self.head = s;
-            } else {
-                self.cold[at as usize].next = s;
-            }
-            if next == NIL {
-                self.tail = s;
-            } else {
-                self.cold[next as usize].prev = s;
-            }
-            // Slots before the cursor are all idle: an active key placed there is
-            // where the next scan starts.
-            if (passed_cursor || self.cursor == NIL) && !self.keys[s as usize].idle {
-                self.cursor = s;
-            }
-            at = s;
         }
     }
 
@@ -391,17 +347,22 @@ impl KeyedWatermarkTracker {
     }
 
     /// The least recently active key not touched by the batch being applied (if every
-    /// key was touched, the one the batch touched first): the head of the activity
-    /// list, because [`Self::batch_fold`] moves a key behind every untouched key when
-    /// the batch first touches it. O(1), however many keys the batch touched.
-    fn least_recently_active_slot(&self) -> Option<u32> {
-        debug_assert!(
-            self.head == NIL
-                || !self.in_batch(self.head)
-                || self.keys.slots().all(|s| self.in_batch(s)),
-            "batch keys are behind untouched keys"
-        );
-        (self.head != NIL).then_some(self.head)
+    /// key was touched, the one the batch touched first). The batch's keys keep their
+    /// place in the activity list until it ends: the search walks past them once per
+    /// batch, going on from where the last one stopped.
+    fn least_recently_active_slot(&mut self) -> Option<u32> {
+        if self.pending.is_empty() {
+            return (self.head != NIL).then_some(self.head);
+        }
+        let mut s = self.evict_from.unwrap_or(self.head);
+        while s != NIL && self.in_batch(s) {
+            s = self.cold[s as usize].next;
+        }
+        self.evict_from = Some(s);
+        if s != NIL {
+            return Some(s);
+        }
+        self.pending.iter().map(|&(s, _)| s).find(|&s| s != NIL)
     }
 
     /// The key with the lowest watermark among those not touched by the batch being

@@ -998,3 +998,44 @@ fn a_key_delay_moves_its_watermark_on_at_once_and_never_back() {
     t.set_slot_delay(a, 0);
     assert_eq!(t.watermark_for_encoded(&key("a")), Some(115_000));
 }
+
+#[test]
+fn a_batch_without_progress_keeps_a_keys_place_among_keys_of_the_same_activity() {
+    // Every batch reads the same clock: only the order of the batches tells which key
+    // was active last. "c" is active first; "b" comes next, in a batch where "c" has
+    // only rows behind its watermark (no progress); a third key evicts "c", the least
+    // recently active, whether the batch could evict (rows folded one at a time) or not.
+    for max_keys in [Some(2), None] {
+        let (mut t, _) = tracker(0, None, max_keys, KeyEvictionPolicy::LeastRecentlyActive);
+        t = t.with_eviction_log();
+        let batch = |t: &mut KeyedWatermarkTracker, rows: &[(&str, i64)]| {
+            t.begin_batch_at(1);
+            for &(k, ts) in rows {
+                let slot = t.batch_slot(k.as_bytes()).unwrap();
+                let i = t.batch_fold(slot, ts);
+                let (_, wm) = t.batch_key(i).unwrap();
+                if ts < wm {
+                    t.batch_no_progress(i);
+                }
+            }
+            t.end_batch();
+        };
+        batch(&mut t, &[("c", 1)]);
+        batch(&mut t, &[("b", 0), ("c", 0)]);
+        let order: Vec<Vec<u8>> = t
+            .activity_order()
+            .into_iter()
+            .map(|s| t.slot_key(s).to_vec())
+            .collect();
+        assert_eq!(
+            order,
+            [b"c".to_vec(), b"b".to_vec()],
+            "max_keys {max_keys:?}"
+        );
+        if max_keys.is_some() {
+            batch(&mut t, &[("a", 0)]);
+            let evicted: Vec<Vec<u8>> = t.drain_evictions().into_iter().map(|e| e.key).collect();
+            assert_eq!(evicted, [b"c".to_vec()]);
+        }
+    }
+}

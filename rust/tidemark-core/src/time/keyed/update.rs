@@ -168,9 +168,8 @@ impl KeyedWatermarkTracker {
             }
         }
         self.pending.clear();
-        self.pending_activity.clear();
         self.stale.clear();
-        self.activity_deferred = false;
+        self.evict_from = None;
         self.stamp_unstamped(now);
         self.batch_now = now;
         self.batch_now
@@ -260,13 +259,6 @@ impl KeyedWatermarkTracker {
             groups.push(slot);
         });
         crate::keep_scratch(&mut self.hash_scratch, hashes);
-        // Nothing is evicted before the batch ends, so the keys' activity can wait
-        // for end_batch: once per key there, in order of first touch (the same list
-        // order), instead of on the rows here. Only from the batch's first key on: a
-        // key folded earlier was already moved, and the moves must keep their order.
-        if self.pending.is_empty() {
-            self.activity_deferred = true;
-        }
         const AHEAD: usize = 16;
         for i in 0..groups.len() {
             if let Some(&next) = groups.get(i + AHEAD) {
@@ -293,20 +285,15 @@ impl KeyedWatermarkTracker {
             let i = self.pending.len() as u32;
             h.pending = i;
             self.pending.push((slot, before));
-            self.pending_activity.push(self.cold[s].last_activity);
             // Out of eviction candidacy until the batch ends (settle() puts it back):
-            // out of the minimum, and behind every key the batch has not touched in the
-            // activity list, so least-recently-active eviction finds an untouched key
-            // at the head without walking past the batch's keys.
+            // out of the minimum; least-recently-active eviction walks past the
+            // batch's keys (see least_recently_active_slot), which keep their place in
+            // the activity list until end_batch knows which of them made progress.
             // (Only a bounded tracker evicts: without max_keys the tree is left as it
             // was until settle() fixes it, one tree update instead of two. Nothing
             // reads the minimum during a batch.)
             if self.cfg.max_keys.is_some() {
                 self.fix(s, None);
-            }
-            if !self.activity_deferred {
-                self.cold[s].last_activity = self.batch_now;
-                self.move_to_back(slot);
             }
             i
         }
@@ -371,7 +358,7 @@ impl KeyedWatermarkTracker {
     pub fn end_batch(&mut self) -> Option<Watermark> {
         let now = self.batch_now;
         let pending = std::mem::take(&mut self.pending);
-        let deferred = std::mem::take(&mut self.activity_deferred);
+        self.evict_from = None;
         let mut stale = vec![
             false;
             if self.stale.is_empty() {
@@ -383,28 +370,19 @@ impl KeyedWatermarkTracker {
         for &i in &self.stale {
             stale[i as usize] = true;
         }
-        // Keys folded one at a time moved to the back as they were touched: those
-        // without progress go back to their place.
-        let mut misplaced = Vec::new();
         const AHEAD: usize = 8;
         for (i, &(slot, before)) in pending.iter().enumerate() {
             if let Some(&(next, _)) = pending.get(i + AHEAD) {
                 if next != NIL {
                     self.active.prefetch(next as usize);
-                    if deferred {
-                        crate::prefetch_at(&self.cold, next as usize);
-                    }
+                    crate::prefetch_at(&self.cold, next as usize);
                 }
             }
             if slot == NIL {
                 continue;
             }
             let progress = !stale.get(i).copied().unwrap_or(false);
-            if !progress && !deferred {
-                self.cold[slot as usize].last_activity = self.pending_activity[i];
-                misplaced.push(slot);
-            }
-            if deferred && progress {
+            if progress {
                 // Half-way: the list neighbours the move relinks.
                 if let Some(&(near, _)) = pending.get(i + AHEAD / 2) {
                     if near != NIL {
@@ -457,12 +435,8 @@ impl KeyedWatermarkTracker {
                 self.move_to_back(slot);
             }
         }
-        if !misplaced.is_empty() {
-            self.reposition(misplaced);
-        }
         self.pending = pending;
         self.pending.clear();
-        self.pending_activity.clear();
         self.stale.clear();
         self.batch_targets.clear();
         self.recalc()
