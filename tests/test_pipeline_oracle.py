@@ -287,8 +287,11 @@ class Oracle:
                     t = self.stamp[key]
                     if key not in self.idle_keys and t is not None and now - t > self.idle:
                         self.idle_keys.add(key)
-                        for w in self.open.get(key, []):
-                            self.timers.add((w[1] + self.lateness, key, w[0]))
+            # An idle key's windows, those its rows opened while it stays idle included,
+            # close on the combined watermark.
+            for key in self.idle_keys:
+                for w in self.open.get(key, []):
+                    self.timers.add((w[1] + self.lateness, key, w[0]))
             active = [self.key_wm(k) for k in self.lru if k not in self.idle_keys]
             g = min(w for w in active if w is not None) if active else self.max_seen
             if g is not None:
@@ -321,6 +324,7 @@ class Oracle:
                 for w in [w for w in self.open.get(key, []) if w[1] + self.lateness <= w_close]:
                     self.close(key, w, out)
             c = start_g if self.rule == "spark" else g
+            raised: set[str] = set()  # keys whose window the combined watermark closed
             if c is not None:
                 for at, key, st in sorted(self.timers):
                     if at > c:
@@ -332,11 +336,13 @@ class Oracle:
                         if w[0] == st and w[1] + self.lateness == at:
                             self.close(key, w, out)
                             self.max_key[key] = max(self.max_key[key], at + self.delay)
+                            raised.add(key)
             # Spark's rule: a key's windows close at the watermark the call began with;
-            # the next call judges its rows against the one that closed them.
+            # the next call judges its rows against the one that closed them (an idle
+            # key's, against the combined watermark that closed them).
             self.moved = set()
             for key in self.lru:
-                if key in batch_keys and start_k.get(key) != self.key_wm(key):
+                if key in batch_keys and key not in raised and start_k.get(key) != self.key_wm(key):
                     self.key_prev[key] = start_k.get(key)
                     self.moved.add(key)  # what its watermark passed closes next call
                 else:
@@ -562,6 +568,28 @@ def within(rows: list[Row], max_keys: int | None) -> list[Row]:
     None,
     25,
     3,
+)
+# An idle key's row behind its own watermark opens a window and leaves the key idle:
+# the combined watermark closes that window too ("b" [3, 12) at 12).
+@example(
+    [[("b", 0, 0)], [("a", 12, 0)], [], [], [("b", 3, 0)]],
+    (("sliding", 9, 3), "key", 0, 0),
+    "spark",
+    3,
+    None,
+    None,
+    1,
+)
+# An idle key's window the combined watermark closed in a call with its rows: its
+# next rows in that window are late, not a new window.
+@example(
+    [[("b", 1, 0)], [("a", 10, 0)], [], [("b", 0, 0)], [("b", 0, 0)]],
+    (("tumbling", 10, 10), "key", 0, 0),
+    "spark",
+    3,
+    None,
+    None,
+    1,
 )
 def test_matches_oracle_under_idleness_eviction_and_expiry(
     batches: list[list[Row]],
