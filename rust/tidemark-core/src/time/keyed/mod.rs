@@ -358,6 +358,10 @@ pub struct KeyedWatermarkTracker {
     /// activity list is one the batch touched. Keys keep their place in the list
     /// until [`Self::end_batch`].
     evict_from: Option<u32>,
+    /// During a batch, once every key in the activity list is one the batch touched:
+    /// where the search for the first-touched key still in the state goes on from in
+    /// `pending` (every entry before it was removed).
+    pending_from: usize,
     /// Key indexes of a batch's rows (reused between batches).
     group_scratch: Vec<u32>,
     /// Key hashes of a batch's rows, for lookups with the index prefetched (reused).

@@ -43,6 +43,7 @@ impl KeyedWatermarkTracker {
             stale: Vec::new(),
             batch_now: 0,
             evict_from: None,
+            pending_from: 0,
             group_scratch: Vec::new(),
             hash_scratch: Vec::new(),
             event_scratch: Default::default(),
@@ -362,7 +363,16 @@ impl KeyedWatermarkTracker {
         if s != NIL {
             return Some(s);
         }
-        self.pending.iter().map(|&(s, _)| s).find(|&s| s != NIL)
+        // Entries only ever turn NIL (a removed key), and new ones are appended: the
+        // search goes on from where the last one stopped (a batch of new keys past
+        // `max_keys` evicts its own first keys in one pass).
+        let from = self.pending_from;
+        let skip = self.pending[from..]
+            .iter()
+            .take_while(|&&(s, _)| s == NIL)
+            .count();
+        self.pending_from = from + skip;
+        self.pending.get(self.pending_from).map(|&(s, _)| s)
     }
 
     /// The key with the lowest watermark among those not touched by the batch being

@@ -170,6 +170,7 @@ impl KeyedWatermarkTracker {
         self.pending.clear();
         self.stale.clear();
         self.evict_from = None;
+        self.pending_from = 0;
         self.stamp_unstamped(now);
         self.batch_now = now;
         self.batch_now
@@ -359,6 +360,7 @@ impl KeyedWatermarkTracker {
         let now = self.batch_now;
         let pending = std::mem::take(&mut self.pending);
         self.evict_from = None;
+        self.pending_from = 0;
         let mut stale = vec![
             false;
             if self.stale.is_empty() {
