@@ -66,7 +66,7 @@ def pipeline(
     per: str = "key",
     late_rule: str = "spark",
     spark_delay: int | None = 5 * S,
-    top: int = 100,
+    top: int | None = 100,
     delay: int = 10 * S,
     window: Any = None,
 ) -> tm.Pipeline:
@@ -288,6 +288,27 @@ def test_prometheus_shows_the_stream_the_top_keys_and_the_partitions() -> None:
     assert 'tidemark_source_partition_lateness_behind_seconds{partition="1",quantile="0.99"}' in (
         text
     )
+
+
+@pytest.mark.parametrize("cores", [1, 3])
+def test_top_none_lists_every_key_that_lost_rows_to_sparks_rule(cores: int) -> None:
+    """Beyond the default ten: 25 keys 60 s behind the stream, whose rows Spark's one
+    watermark would drop, and 5 prompt ones; ``top=None`` lists all 30, the 25 among
+    them with Spark's drops."""
+    ops = [pipeline(top=None).operator(cores=cores), pipeline(top=10).operator(cores=cores)]
+    for b in range(4):
+        rows: Rows = [(f"ok{i}", b * 10 * S + 70 * S, 1, 0) for i in range(5)]
+        if b:  # the stream's newest event is 70 s in: Spark's watermark 65 s
+            rows += [(f"late{i:02}", b * 10 * S, 1, 0) for i in range(25)]
+        for op in ops:
+            op.process(table(rows))
+    every, default = ops
+    keys = every.metrics()["lateness"]["keys"]
+    assert len(keys) == 30
+    lost = sorted(k["key"] for k in keys if k["spark_dropped"])
+    assert lost == [f"late{i:02}" for i in range(25)]
+    assert len(default.metrics()["lateness"]["keys"]) == 10
+    assert every.metrics()["lateness"]["late_rows"] == 0  # per key, none is late
 
 
 def test_configuration_errors_say_what_to_set() -> None:

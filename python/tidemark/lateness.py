@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from tidemark._duration import Duration, to_micros
 from tidemark.errors import ConfigError
 
+_EVERY_KEY = 2**32 - 1  # the core's count of keys listed: u32
+
 
 @dataclass(frozen=True)
 class LatenessReport:
@@ -60,23 +62,27 @@ class LatenessReport:
 
     Parameters
     ----------
-    top : int
-        Keys listed (the furthest behind first).
+    top : int or None
+        Keys listed (the furthest behind first); ``None``: every key in the state, to
+        find each key that lost rows to Spark's rule
+        (``[k for k in report["keys"] if k["spark_dropped"]]``); a report's size then
+        grows with the keys.
     spark_delay : str, timedelta, int or None
         The delay of the Spark query to compare with (``withWatermark``'s; ints are
         microseconds); ``None``: no comparison.
     """
 
-    top: int = 10
+    top: int | None = 10
     spark_delay: Duration | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.top, bool) or not isinstance(self.top, int) or self.top < 0:
-            raise ConfigError(f"LatenessReport top must be an int >= 0, got {self.top!r}")
+        top = self.top
+        if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 0):
+            raise ConfigError(f"LatenessReport top must be an int >= 0 or None, got {top!r}")
         if self.spark_delay is not None:
             to_micros(self.spark_delay, "lateness.spark_delay")
 
     def core_config(self) -> tuple[int, int | None]:
         """(top, Spark's delay in microseconds or ``None``): the core's settings."""
         spark = None if self.spark_delay is None else to_micros(self.spark_delay, "spark_delay")
-        return self.top, spark
+        return _EVERY_KEY if self.top is None else min(self.top, _EVERY_KEY), spark
