@@ -11,7 +11,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export CARGO_TARGET_DIR := $(abspath target)
 CARGO_PROFILE := --release
 
-.PHONY: help demo test setup jars kafka build lint fmt docs rust-test py-test wheel wheel-check bench bench-rust bench-py clean
+.PHONY: help demo test setup jars kafka build lint fmt docs rust-test py-test tests-and-wheel wheel wheel-build wheel-check bench bench-rust bench-py clean
 
 help:
 	@echo "make demo   - set up, build, run the main job (a local Spark pipeline)"
@@ -29,18 +29,19 @@ UV := uv==0.13.8
 WARM_UP := cargo fetch --quiet
 test: WARM_UP := cargo test --workspace --exclude tidemark-py $(CARGO_PROFILE) --no-run --quiet
 # For the tests, also the archive of Spark's classes their JVMs map
-# (tidemark/tools/class_archive.py): made while cargo compiles, checked again before them.
-CLASS_ARCHIVE := $(BIN)/python python/tidemark/tools/class_archive.py target/jvm/spark.jsa
+# (tidemark_tools/class_archive.py): made while cargo compiles, checked again before them.
+CLASS_ARCHIVE := $(BIN)/python tools/tidemark_tools/class_archive.py target/jvm/spark.jsa
 ARCHIVE := true
 test: ARCHIVE := $(CLASS_ARCHIVE)
 
-$(BIN)/.deps-stamp: requirements-dev.txt
+$(BIN)/.deps-stamp: requirements-dev.txt tools/pyproject.toml
 	@mkdir -p target
 	$(WARM_UP) >target/warm-up.log 2>&1 & warm=$$!; \
 	{ test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); } && \
 	$(BIN)/python -m pip install --quiet $(UV) && \
 	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements-dev.txt && \
-	$(BIN)/python python/tidemark/tools/jars.py && \
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e tools && \
+	$(BIN)/python tools/tidemark_tools/jars.py && \
 	$(ARCHIVE); \
 	deps=$$?; wait $$warm; exit $$deps
 	touch $@
@@ -50,11 +51,11 @@ setup: $(BIN)/.deps-stamp
 # The jars of Spark's Kafka connector, Delta Lake and Kafka's broker, resolved by Maven
 # into .cache/ (git-ignored) once; again only when a POM in scripts/maven/ changes.
 jars: setup
-	$(BIN)/python python/tidemark/tools/jars.py
+	$(BIN)/python tools/tidemark_tools/jars.py
 
 # A Kafka broker on 127.0.0.1 for the benchmarks and trying things out (Ctrl-C stops it).
 kafka: build jars
-	$(BIN)/python -m tidemark.tools.kafka serve --dir target/kafka
+	$(BIN)/python -m tidemark_tools.kafka serve --dir target/kafka
 
 # The module is abi3 (`_native.abi3.so`); a per-version build left by an older checkout
 # (`_native.cpython-*.so`) would shadow it on import.
@@ -72,8 +73,10 @@ PY_CHECKS := $(BIN)/mypy && $(BIN)/python -m mypy.stubtest tidemark._native && \
 
 lint: build
 	cargo fmt --all -- --check
-	$(BIN)/ruff check python tests benches docs scripts
-	$(BIN)/ruff format --check python tests benches docs scripts
+	$(BIN)/ruff check python tools tests benches docs scripts
+	$(BIN)/ruff format --check python tools tests benches docs scripts
+	$(BIN)/python scripts/check_links.py
+	$(BIN)/python benches/results.py --check
 	{ $(PY_CHECKS); } >target/py-checks.log 2>&1 & checks=$$!; \
 	cargo clippy --workspace --all-targets $(CARGO_PROFILE) -- -D warnings; clippy=$$?; \
 	wait $$checks; py=$$?; cat target/py-checks.log; \
@@ -84,11 +87,23 @@ rust-test:
 
 # Two pytest processes (pytest-xdist), each with its own local[2] SparkSession: much of
 # a Spark test is one core's work (the driver, a JVM starting), so two overlap well.
+PYTEST := $(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=15 \
+	--doctest-modules python/tidemark tools/tidemark_tools tests
 py-test: build jars
 	$(CLASS_ARCHIVE)
-	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=15 --doctest-modules python/tidemark tests
+	$(PYTEST)
 
-test: build lint rust-test py-test wheel-check
+# make test runs the wheel check (below) beside the test suite: its Spark runs wait on
+# the JVM as much as the suite's do.
+tests-and-wheel: build jars wheel-build
+	$(CLASS_ARCHIVE)
+	{ $(WHEEL_CHECK); } >target/wheel-check.log 2>&1 & wheel=$$!; \
+	$(PYTEST); tests=$$?; \
+	wait $$wheel; wheel=$$?; \
+	if test $$wheel = 0; then tail -n 4 target/wheel-check.log; else cat target/wheel-check.log; fi; \
+	test $$tests = 0 && test $$wheel = 0
+
+test: build lint rust-test tests-and-wheel
 
 # The wheel a user ships: one abi3 wheel for every CPython >= 3.10, its native module
 # stripped, linked by zig (`ziglang` from PyPI) against glibc 2.17's symbols so that it
@@ -99,22 +114,30 @@ wheel: setup
 	rm -rf dist
 	CARGO_TARGET_DIR=$(abspath target/zig) $(BIN)/maturin build --release --strip --zig \
 		--compatibility manylinux2014 -o dist
+	$(BIN)/uv build --quiet --wheel tools -o dist && rm -rf tools/build
 	$(BIN)/python scripts/check_wheel.py dist --max-glibc 2.17
 
-# make test's check of the packaging (abi3, stripped, installs into a fresh venv and
-# runs a pipeline there), from the build the tests already made: no second compile.
-wheel-check: build
+# make test's check of the packaging (abi3, stripped, the library alone in its wheel;
+# installed into fresh virtual environments: a pipeline on pyarrow, and with the spark
+# and demo extras at the lowest PySpark the library supports, the README's first example
+# and `tidemark demo`), from the build the tests already made: no second compile.
+PYSPARK_LOW := $(shell sed -n 's/.*"pyspark>=\([0-9.]*\),.*/\1/p' pyproject.toml | head -1)
+WHEEL_CHECK := $(BIN)/python scripts/check_wheel.py target/wheel-check --spark $(PYSPARK_LOW)
+wheel-build: build
 	rm -rf target/wheel-check
 	$(BIN)/maturin build --release --strip --quiet -o target/wheel-check
-	$(BIN)/python scripts/check_wheel.py target/wheel-check
+	$(BIN)/uv build --quiet --wheel tools -o target/wheel-check && rm -rf tools/build
+
+wheel-check: wheel-build
+	$(WHEEL_CHECK)
 
 docs: build
 	$(BIN)/python docs/gen_api.py
 
 fmt:
 	cargo fmt --all
-	$(BIN)/ruff format python tests benches docs scripts
-	$(BIN)/ruff check --fix python tests benches docs scripts
+	$(BIN)/ruff format python tools tests benches docs scripts
+	$(BIN)/ruff check --fix python tools tests benches docs scripts
 
 bench: bench-rust bench-py
 

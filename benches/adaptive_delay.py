@@ -6,7 +6,7 @@ Run from the repository root (after ``make build``)::
     python benches/adaptive_delay.py                      # 200 keys, 60 min, the table
     python benches/adaptive_delay.py --keys 50 --minutes 20
 
-The stream (``tidemark.tools.datagen.differing_lateness_stream``): every key sends an
+The stream (``tidemark_tools.datagen.differing_lateness_stream``): every key sends an
 event a second; 80% of keys arrive within 0.3 s, 15% upload out of order over 0-60 s,
 5% send 5% of their minutes in bursts 2-10 min late, and one key changes from steady to
 uploads halfway. It is read in arrival order, one micro-batch per ``--batch-s`` seconds
@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import tidemark as tm
-from tidemark.tools.datagen import differing_lateness_stream
+from tidemark_tools.datagen import differing_lateness_stream
 
 WINDOW_US = 10_000_000
 FIXED = ("1s", "5s", "30s", "2m", "10m")

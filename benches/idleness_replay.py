@@ -1,6 +1,6 @@
 """Idleness in event time against idleness on the clock, replayed at two speeds.
 
-The IoT stream of the progress issue (``tidemark.tools.datagen.iot_stream``: 12 partitions of
+The IoT stream of the progress issue (``tidemark_tools.datagen.iot_stream``: 12 partitions of
 20 devices, one partition 60 s behind, two that fall silent after minute 8) is replayed
 in micro-batches of ``--rows`` rows, through a per-partition watermark (5 s of delay,
 partitions idle after ``--idle``, one-minute windows per device), with the clock
@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 import tidemark as tm
-from tidemark.tools.datagen import batches, iot_stream
+from tidemark_tools.datagen import batches, iot_stream
 
 
 def pipeline(idleness: str, idle: str) -> tm.Pipeline:
@@ -73,7 +73,7 @@ def by_stream_processor(
 ) -> list[list[tuple[Any, ...]]]:
     """The windows of each micro-batch through ``StreamProcessor`` in the driver."""
     from tidemark.spark import StreamProcessor
-    from tidemark.tools.session import local_session
+    from tidemark_tools.session import local_session
 
     spark = local_session("local[2]", app_name="idleness-replay", shuffle_partitions=2)
     now = [0]

@@ -6,7 +6,7 @@ Run from the repository root (after ``make build jars``)::
     python benches/kafka_delta.py --sizes 10000 --batches 3
     python benches/kafka_delta.py --bootstrap 127.0.0.1:9092   # a broker already running
 
-With no ``--bootstrap`` it starts one Apache Kafka broker here (``tidemark.tools.kafka``)
+With no ``--bootstrap`` it starts one Apache Kafka broker here (``tidemark_tools.kafka``)
 and stops it at the end. A topic of 8 partitions holds JSON readings (1,000 devices, keys
 hashed to partitions by the producer, 10,000 readings a second of event time). Each
 system reads it from the start with ``maxOffsetsPerTrigger`` = the micro-batch size, on
@@ -36,9 +36,9 @@ from typing import Any
 
 # A script's own directory is on sys.path: benches/stream_sources.py.
 from stream_sources import run
-from tidemark.tools.jars import kafka_delta_conf
-from tidemark.tools.kafka import Broker
-from tidemark.tools.session import local_session
+from tidemark_tools.jars import kafka_delta_conf
+from tidemark_tools.kafka import Broker
+from tidemark_tools.session import local_session
 
 EVENT = "device STRING, ts LONG, value LONG"
 T0 = 1_767_225_600_000

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 
-from tidemark.tools.cli import main
+from tidemark_tools.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["accuracy", *sys.argv[1:]]))

@@ -29,7 +29,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import tidemark as tm
-from tidemark.tools.demo_streaming import demo_stream, micro_batches, spark_rule_share
+from record import record
+from tidemark_tools.demo_streaming import demo_stream, micro_batches, spark_rule_share
 
 
 def tidemark_share(batches: list[pa.Table], per: str, lateness: str, rule: str) -> float:
@@ -56,6 +57,7 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--tenants", type=int, default=200)
     ap.add_argument("--batches", type=int, default=20)
+    ap.add_argument("--record", action="store_true", help="record even with other settings")
     args = ap.parse_args()
     batches = micro_batches(demo_stream(args.events, args.tenants), args.batches)
     total = sum(b.num_rows for b in batches)
@@ -73,6 +75,23 @@ def main() -> None:
     print(f"{total:,} events, {len(batches)} micro-batches, 1-minute windows, 5 s delay")
     for label, share in rules:
         print(f"  {label:<70} {share:7.2%} of events counted")
+    if args.record or vars(args) == {**vars(ap.parse_args([])), "record": False}:
+        record(
+            "late_rules",
+            title="Late rules on the demo's stream",
+            what=(
+                f"Which events each late rule counts: the demo's stream ({total:,} events, "
+                f"{args.tenants} tenants, half of them 30-300 s late, {len(batches)} "
+                "micro-batches, 1-minute windows, 5 s delay) through tidemark's operator "
+                "under each `late_rule`, global and per key, beside Spark's rule replayed "
+                "in plain Python (no Spark: the demo and `tests/test_spark_parity.py` hold "
+                "tidemark's `\"spark\"` rule to Spark's own output)."
+            ),
+            command="python benches/late_rules.py",
+            master=None,
+            columns=["rule", "events counted"],
+            rows=[[label, f"{share:.2%}"] for label, share in rules],
+        )
 
 
 if __name__ == "__main__":

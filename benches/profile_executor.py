@@ -46,7 +46,7 @@ import pyarrow as pa
 
 import tidemark as tm
 from tidemark.spark import StreamProcessor
-from tidemark.tools.session import local_session
+from tidemark_tools.session import local_session
 
 
 def events(ids: Any, id_column: str, keys: int) -> Any:

@@ -1,6 +1,6 @@
 """How late per-key sessions close, and what the remedies cost.
 
-Mobile users (``tidemark.tools.datagen.mobile_sessions``: 5,000 users over 24 hours, a tenth
+Mobile users (``tidemark_tools.datagen.mobile_sessions``: 5,000 users over 24 hours, a tenth
 of whom upload each session 2-6 hours late) in micro-batches of one minute of arrival
 time, 30-minute session windows. Per key, a user's session closes when the user's own
 watermark passes its end: when the user sends again, which may be hours later. The
@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import tidemark as tm
-from tidemark.tools.datagen import mobile_sessions
+from tidemark_tools.datagen import mobile_sessions
 
 GAP_S = 30 * 60
 

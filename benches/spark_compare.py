@@ -82,8 +82,8 @@ import tidemark as tm
 # A script's own directory is on sys.path: benches/stream_sources.py.
 from stream_sources import SYSTEMS, compare
 from tidemark.spark import aggregate
-from tidemark.tools.jars import kafka_delta_conf
-from tidemark.tools.session import local_session
+from tidemark_tools.jars import kafka_delta_conf
+from tidemark_tools.session import local_session
 
 
 def _interleaved(fns: dict[str, Callable[[], None]], repeat: int) -> dict[str, list[float]]:
@@ -297,7 +297,7 @@ def _run_floor(spark: Any, source: Path, schema: Any, chk: Path) -> Any:
     ``mapInArrow`` job counting the batch's rows and collects the count (no state, no
     windows). It reads the columns tidemark's pipeline reads (the key and the event
     time)."""
-    from tidemark.tools.demo_streaming import SystemResult, _intervals, _run_file_stream
+    from tidemark_tools.demo_streaming import SystemResult, _intervals, _run_file_stream
 
     marks: list[float] = []
     seen = [0]
@@ -325,8 +325,8 @@ def streaming_part(
     work: Path,
     on_driver: bool | None = None,
 ) -> None:
-    from tidemark.tools.datagen import StreamSpec, multi_tenant_stream
-    from tidemark.tools.demo_streaming import (
+    from tidemark_tools.datagen import StreamSpec, multi_tenant_stream
+    from tidemark_tools.demo_streaming import (
         _run_spark_native,
         _run_tidemark,
         _score,
@@ -445,8 +445,8 @@ def reorder_part(spark: Any, batch_rows: int, batches: int, repeat: int, work: P
     sizes) against the same stream with ``on_driver=False`` (a shuffle to one task per
     state partition), runs alternating; the sink counts the released rows."""
     from tidemark.spark import ReorderStream
-    from tidemark.tools.datagen import StreamSpec, multi_tenant_stream
-    from tidemark.tools.demo_streaming import _intervals, _run_file_stream, _write_files
+    from tidemark_tools.datagen import StreamSpec, multi_tenant_stream
+    from tidemark_tools.demo_streaming import _intervals, _run_file_stream, _write_files
 
     stream = multi_tenant_stream(
         StreamSpec(

@@ -110,7 +110,7 @@ def _tail(path: Path) -> str:
 def session(url: str, executors: int, app_name: str = "tidemark-standalone") -> Any:
     """A SparkSession on the cluster at ``url`` with ``executors`` one-core executors
     (``spark.cores.max``), once they have all registered."""
-    from tidemark.tools.session import local_session
+    from tidemark_tools.session import local_session
 
     spark = local_session(
         url,

@@ -32,7 +32,7 @@ Sources, each giving every system the same micro-batches:
 * ``file``: one Parquet file per micro-batch (``maxFilesPerTrigger=1``);
 * ``kafka``: the same rows as JSON on an 8-partition topic, keyed (and so partitioned) by
   tenant, read with ``maxOffsetsPerTrigger``; a broker is started here
-  (``tidemark.tools.kafka``) unless ``--bootstrap`` names one;
+  (``tidemark_tools.kafka``) unless ``--bootstrap`` names one;
 * ``rate``: Spark's ``rate-micro-batch`` source (``rowsPerBatch``), the rows made from
   its counter in SQL: 2,000 tenants, 90 s of event time per micro-batch, every other
   tenant 60 s late.
@@ -68,7 +68,7 @@ def make_stream(size: int, batches: int) -> pa.Table:
     """The multi-tenant stream (arrival order) of ``batches`` micro-batches of ``size``
     rows, ``SPAN_S`` of event time each, with ``value`` a double and ``ivalue`` the same
     number before it was divided (an int)."""
-    from tidemark.tools.datagen import StreamSpec, multi_tenant_stream
+    from tidemark_tools.datagen import StreamSpec, multi_tenant_stream
 
     t = multi_tenant_stream(
         StreamSpec(
@@ -253,7 +253,7 @@ def compare(
     bootstrap: str | None = None,
 ) -> None:
     """Runs every (source, size, system) and prints the table."""
-    from tidemark.tools.kafka import Broker
+    from tidemark_tools.kafka import Broker
 
     broker = None
     if "kafka" in sources:
@@ -316,8 +316,8 @@ def compare(
 
 
 def main() -> None:
-    from tidemark.tools.jars import kafka_delta_conf
-    from tidemark.tools.session import local_session
+    from tidemark_tools.jars import kafka_delta_conf
+    from tidemark_tools.session import local_session
 
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 import tidemark as tm
-from tidemark.tools.datagen import tenant_names
+from tidemark_tools.datagen import tenant_names
 
 ROWS = 65_536
 KEYS = 10_000
@@ -43,7 +43,7 @@ def test_keyed_update_batch_64k_rows_1m_zipf_keys(benchmark: Any, kind: str) -> 
     exact tracker holds them all; the compact one holds 10K exactly and the rest in
     its sketch. Each round updates the next of 16 batches (event times rising), so
     most keys' watermarks move."""
-    from tidemark.tools.datagen import StreamSpec, multi_tenant_stream
+    from tidemark_tools.datagen import StreamSpec, multi_tenant_stream
 
     spec = StreamSpec(keys=1_000_000, events=16 * ROWS, skew=1.0, seed=11)
     tenants = multi_tenant_stream(spec).column("tenant").combine_chunks()

@@ -14,7 +14,7 @@ from pathlib import Path
 import tidemark as tm
 import tidemark.metrics as tmm
 import tidemark.spark as tms
-import tidemark.tools.session as tts
+import tidemark_tools.session as tts
 
 OUT = Path(__file__).parent / "api.md"
 
@@ -85,6 +85,8 @@ SECTIONS: list[tuple[str, object, list[str]]] = [
             "StreamProcessor",
             "heartbeat",
             "delta_sink",
+            "kafka_delta_conf",
+            "spark_packages",
             "reorder",
             "ReorderResult",
             "ReorderStream",
@@ -110,7 +112,7 @@ SECTIONS: list[tuple[str, object, list[str]]] = [
             "InternalError",
         ],
     ),
-    ("Tools (tidemark.tools: tests, demos and benches; not the library)", tts, ["local_session"]),
+    ("Tools (tidemark_tools: tests, demos and benches; not the library)", tts, ["local_session"]),
 ]
 
 

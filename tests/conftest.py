@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tidemark.tools.class_archive import JVM_OPTIONS, jvm_options, with_options
+from tidemark_tools.class_archive import JVM_OPTIONS, jvm_options, with_options
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -19,7 +19,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 # Every JVM the tests start (the test sessions', the clusters', the crash tests', the
 # demo's) runs small jobs, many of them once: the quick JIT alone, one GC thread, and
-# Spark's classes mapped from the archive `make test` made (tidemark.tools.class_archive).
+# Spark's classes mapped from the archive `make test` made (tidemark_tools.class_archive).
 _ARCHIVE = Path(__file__).resolve().parents[1] / "target" / "jvm" / "spark.jsa"
 os.environ["JAVA_TOOL_OPTIONS"] = with_options(  # once: xdist's workers inherit them
     os.environ.get("JAVA_TOOL_OPTIONS", ""), JVM_OPTIONS, jvm_options(_ARCHIVE)
@@ -36,8 +36,8 @@ def spark_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def spark(spark_workdir: Path) -> Iterator[Any]:
     """The one local SparkSession of the test run (its JVM started in
     ``spark_workdir``, so no relative path of a test lands in the checkout)."""
-    from tidemark.tools.jars import kafka_delta_conf
-    from tidemark.tools.session import local_session
+    from tidemark_tools.jars import kafka_delta_conf
+    from tidemark_tools.session import local_session
 
     before = os.getcwd()
     os.chdir(spark_workdir)
@@ -93,14 +93,14 @@ def switchable_sink() -> SwitchableSink:
 
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One Apache Kafka broker for the whole test run (``tidemark.tools.kafka``), on
+    """One Apache Kafka broker for the whole test run (``tidemark_tools.kafka``), on
     127.0.0.1: the first pytest process to ask starts it, the others connect, and it
     stops when the run's main process ends. Tests create their own topics."""
     import fcntl
     import json
     import time
 
-    from tidemark.tools.kafka import Broker
+    from tidemark_tools.kafka import Broker
 
     # pytest-xdist's workers share their base temp directory's parent and are children
     # of the run's main process; without xdist this process is the run.
@@ -115,7 +115,7 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             with open(logs[0], "w") as log:  # the server keeps its own copy
                 server = subprocess.Popen(
                     [
-                        *(sys.executable, "-m", "tidemark.tools.kafka", "serve"),
+                        *(sys.executable, "-m", "tidemark_tools.kafka", "serve"),
                         *("--dir", str(shared / "kafka"), "--info", str(info)),
                         *("--owner", str(owner)),
                     ],

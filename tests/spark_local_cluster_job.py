@@ -11,7 +11,7 @@ import pyarrow as pa
 
 import tidemark as tm
 from tidemark.spark import StreamProcessor
-from tidemark.tools.session import local_session
+from tidemark_tools.session import local_session
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 

@@ -9,9 +9,9 @@ import pyarrow as pa
 import pytest
 
 import tidemark as tm
-from tidemark.tools.accuracy import compare_compact, measure_accuracy
-from tidemark.tools.cli import main
-from tidemark.tools.datagen import StreamSpec, batches, check_spec, multi_tenant_stream
+from tidemark_tools.accuracy import compare_compact, measure_accuracy
+from tidemark_tools.cli import main
+from tidemark_tools.datagen import StreamSpec, batches, check_spec, multi_tenant_stream
 
 
 def model(stream: pa.Table, delay_us: int, rows: int) -> tuple[int, int, int, int]:

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 import tidemark as tm
-from tidemark.tools.crashtest import micro_batches_read, outputs, run, run_job, write_input
+from tidemark_tools.crashtest import micro_batches_read, outputs, run, run_job, write_input
 
 
 def test_sigkilled_streaming_query_restarts_to_identical_output(spark: Any, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from tidemark.errors import ConfigError
 from tidemark.spark import StreamProcessor, delta_sink
-from tidemark.tools.crashtest import pipeline
+from tidemark_tools.crashtest import pipeline
 
 pytestmark = pytest.mark.spark
 

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from tidemark.tools.cli import build_parser, main
-from tidemark.tools.demo_streaming import (
+from tidemark_tools.cli import build_parser, main
+from tidemark_tools.demo_streaming import (
+    _bar_pairs,
     demo_stream,
     lateness_by_group,
     micro_batches,
@@ -56,6 +57,26 @@ def test_demo_runs_end_to_end(spark: Any, tmp_path: Path) -> None:
         assert (tmp_path / "report" / png).stat().st_size > 1_000
 
 
+def test_a_group_whose_values_are_all_zero_reads_zero_not_an_empty_place(
+    tmp_path: Path,
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    drawn = _bar_pairs(
+        plt,
+        tmp_path / "lateness.png",
+        ["late tenants (10)", "tenants on time (10)"],
+        [("Spark would drop", [41.5, 0.0]), ("tidemark dropped", [0.0, 0.0])],
+        "per group",
+        ("%", "upper left", 3.5),
+    )
+    assert drawn == ["41.5%", "0%", "0%", "0%"]
+    assert (tmp_path / "lateness.png").stat().st_size > 1_000
+
+
 def test_cli_documents_every_command() -> None:
     parser = build_parser()
     help_text = parser.format_help()
@@ -94,7 +115,7 @@ def test_every_count_flag_refuses_zero_before_anything_runs(
     # Events, keys, batches, partitions, rows, kills: 0 is a usage error naming the
     # flag (exit 2), not a traceback from deep inside a run (a division by zero, a
     # Spark error about an empty Parquet directory).
-    from tidemark.tools.cli import _count
+    from tidemark_tools.cli import _count
 
     parser = build_parser()
     subparsers = next(a for a in parser._actions if a.dest == "command").choices

@@ -11,8 +11,8 @@ import pyarrow.compute as pc
 import pytest
 
 import tidemark as tm
-from tidemark.tools import dirty
-from tidemark.tools.datagen import HOSTILE_KINDS, dirty_iot, librdkafka_partition
+from tidemark_tools import dirty
+from tidemark_tools.datagen import HOSTILE_KINDS, dirty_iot, librdkafka_partition
 
 #: A small topic of the issue's shape: 60 devices on 6 partitions for 6 minutes,
 #: partition 2 arriving 90 s late, partition 5 silent after 3.5 minutes.

@@ -37,7 +37,9 @@ BLOCK = re.compile(r"(?:<!-- example: (.*?) -->\n)?```python\n(.*?)```", re.S)
 
 #: Blocks this machine cannot run, and why (each says so in its marker).
 NOT_RUN = {
-    "deployment.md#0": "Spark Connect",
+    "README.md#0": "from the installed wheel",
+    "deployment.md#0": "Maven Central",
+    "deployment.md#1": "Spark Connect",
     "watermark-scopes.md#2": "Kafka",
 }
 

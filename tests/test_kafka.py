@@ -1,5 +1,5 @@
 """tidemark on a real Kafka topic: a broker started by the test session
-(``tidemark.tools.kafka``, the ``kafka`` fixture), records written by a real producer
+(``tidemark_tools.kafka``, the ``kafka`` fixture), records written by a real producer
 (confluent-kafka), read by Spark's own Kafka source (``spark-sql-kafka-0-10``)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 import tidemark as tm
 from tidemark.spark import StreamProcessor
-from tidemark.tools.kafka import murmur2, partition_for
+from tidemark_tools.kafka import murmur2, partition_for
 
 pytestmark = pytest.mark.spark
 
@@ -447,8 +447,8 @@ def test_a_dirty_topic_loses_no_reading_through_stream_processor(
     of 5 s of arrival and one of a minute: each counts every reading of every window
     its watermarks closed, with no spurious window and none twice, and sends exactly
     the hostile records to its error output with their partition and offset."""
-    from tidemark.tools import dirty
-    from tidemark.tools.datagen import dirty_iot
+    from tidemark_tools import dirty
+    from tidemark_tools.datagen import dirty_iot
 
     records, readings = dirty_iot(devices=60, minutes=6.0, silent_after_min=3.5, strays=4)
     topic = topic_name()
@@ -523,7 +523,7 @@ def test_the_kafka_guide_says_where_the_producer_puts_each_device(kafka: Any) ->
 
     from confluent_kafka import Producer
 
-    from tidemark.tools.datagen import librdkafka_partition
+    from tidemark_tools.datagen import librdkafka_partition
 
     guide = (Path(__file__).parent.parent / "docs" / "guide" / "kafka-to-delta.md").read_text()
     said = re.search(r"devices `d0` to `d11` land on partitions ([\d, ]+)\.", guide)

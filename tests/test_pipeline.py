@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tidemark as tm
-from tidemark.tools.datagen import StreamSpec, batches, multi_tenant_stream
+from tidemark_tools.datagen import StreamSpec, batches, multi_tenant_stream
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 

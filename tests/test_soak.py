@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 
 import tidemark as tm
-from tidemark.tools.cli import main
-from tidemark.tools.soak import SoakReport, soak
+from tidemark_tools.cli import main
+from tidemark_tools.soak import SoakReport, soak
 
 
 def soak_alone(**kw: Any) -> SoakReport:
     """:func:`soak` in a process of its own: its RSS is the soak's alone, not that of
     whatever else a test process holds or frees meanwhile (a Spark test's buffers)."""
     code = (
-        "import dataclasses, json, sys; from tidemark.tools.soak import soak; "
+        "import dataclasses, json, sys; from tidemark_tools.soak import soak; "
         "print(json.dumps(dataclasses.asdict(soak(**json.loads(sys.argv[1])))))"
     )
     out = subprocess.run(

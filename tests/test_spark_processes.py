@@ -1,6 +1,6 @@
 """What tidemark does to the processes Spark runs it in: a Python worker's import-time
 objects frozen once (``tidemark.spark._args.settled``), and the JVMs of the tests mapping
-the class archive ``make test`` made (``tidemark.tools.class_archive``)."""
+the class archive ``make test`` made (``tidemark_tools.class_archive``)."""
 
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ import generator as gen
 import queries as qs
 
 from tidemark.spark import StreamProcessor
-from tidemark.tools.session import local_session
+from tidemark_tools.session import local_session
 
 DELAY = "0 seconds"  # the generator's events arrive in event-time order
 
@@ -431,8 +431,8 @@ def main() -> None:
 def run_all(args: argparse.Namespace) -> None:
     extra = None
     if "kafka" in args.sources.split(","):
-        from tidemark.tools.jars import kafka_delta_conf
-        from tidemark.tools.kafka import Broker
+        from tidemark_tools.jars import kafka_delta_conf
+        from tidemark_tools.kafka import Broker
 
         extra = kafka_delta_conf()
         args.broker = Broker.start(Path(tempfile.mkdtemp(prefix="tidemark-nexmark-kafka-")))

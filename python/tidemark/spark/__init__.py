@@ -11,6 +11,7 @@ between tasks; the native module starts no threads at import.
 from __future__ import annotations
 
 from tidemark.spark.aggregate import AggregateResult, aggregate
+from tidemark.spark.connectors import kafka_delta_conf, spark_packages
 from tidemark.spark.reorder import ReorderResult, ReorderStream, reorder
 from tidemark.spark.sinks import delta_sink
 from tidemark.spark.streaming import StreamProcessor, heartbeat
@@ -25,6 +26,8 @@ __all__ = [
     "aggregate",
     "delta_sink",
     "heartbeat",
+    "kafka_delta_conf",
     "observe_partitions",
     "reorder",
+    "spark_packages",
 ]

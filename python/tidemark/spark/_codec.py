@@ -98,10 +98,37 @@ def check_columns(pipe: Any, fields: Any, spark: Any) -> None:
 
 
 def arrow_schema_of(spark_schema: Any, tz: str, large: bool) -> pa.Schema:
-    """The Arrow schema Spark uses for ``spark_schema`` in ``mapInArrow``."""
+    """The Arrow schema Spark uses for ``spark_schema`` in ``mapInArrow``: timestamps
+    in the session's zone ``tz``."""
+    import inspect
+
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(spark_schema, timezone=tz, prefers_large_types=large)
+    if "timezone" in inspect.signature(to_arrow_schema).parameters:
+        return to_arrow_schema(spark_schema, timezone=tz, prefers_large_types=large)
+    # PySpark 4.0 names every zoned timestamp UTC; the batches carry the session's zone.
+    schema = to_arrow_schema(spark_schema, prefers_large_types=large)
+    return pa.schema([f.with_type(_zoned(f.type, tz)) for f in schema], schema.metadata)
+
+
+def _zoned(t: pa.DataType, tz: str) -> pa.DataType:
+    """``t`` with each zoned timestamp in it (nested ones too) in zone ``tz``."""
+    if pa.types.is_timestamp(t):
+        return pa.timestamp(t.unit, tz=tz) if t.tz is not None else t
+    if pa.types.is_struct(t):
+        return pa.struct(
+            [t.field(i).with_type(_zoned(t.field(i).type, tz)) for i in range(t.num_fields)]
+        )
+    if pa.types.is_map(t):
+        return pa.map_(
+            t.key_field.with_type(_zoned(t.key_type, tz)),
+            t.item_field.with_type(_zoned(t.item_type, tz)),
+        )
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(_zoned(t.value_type, tz)))
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_zoned(t.value_type, tz)))
+    return t
 
 
 def spark_schema_of(arrow_schema: pa.Schema) -> Any:

@@ -1,7 +1,7 @@
 """Crash and restart: a Structured Streaming query killed with SIGKILL, restarted from
 its checkpoints, must produce exactly the output of an uninterrupted run.
 
-The job (``python -m tidemark.tools.crashtest job WORKDIR``) is a real driver process: a
+The job (``python -m tidemark_tools.crashtest job WORKDIR``) is a real driver process: a
 local Spark session reading one Parquet file per micro-batch, a :class:`StreamProcessor`
 with per-key watermarks over two state partitions, and sinks that write each batch's
 windows and late rows to ``out/<kind>/batch=<id>`` (overwrite: idempotent, as an
@@ -19,7 +19,7 @@ batch); the reference then reads the crash run's micro-batches as read
 (:func:`micro_batches_read`), so the comparison is about tidemark's state, not Spark's
 batching.
 
-Long version (documented in the README)::
+Long version (documented in the reliability guide)::
 
     tidemark crash-test --kills 40 --batches 120 --rows 2000
 """
@@ -41,7 +41,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tidemark.tools.class_archive import JVM_OPTIONS, jvm_options, with_options
+from tidemark_tools.class_archive import JVM_OPTIONS, jvm_options, with_options
 
 __all__ = [
     "CrashReport",
@@ -95,7 +95,7 @@ def write_input(inp: Path, batches: int, rows: int, seed: int = 7) -> None:
 def run_job(work: Path, spark: Any = None) -> None:
     """The streaming job over ``work/in``; resumes from ``work/chk`` and ``work/state``."""
     from tidemark.spark import StreamProcessor
-    from tidemark.tools.session import local_session, stop_with_jvm
+    from tidemark_tools.session import local_session, stop_with_jvm
 
     own = spark is None
     if spark is None:
@@ -220,7 +220,7 @@ def _start(
     jvm = with_options(os.environ.get("JAVA_TOOL_OPTIONS", ""), JVM_OPTIONS, jvm_extra)
     extra = {_DRIVER_OPTIONS: driver} if driver else {}
     return subprocess.Popen(
-        [sys.executable, "-m", "tidemark.tools.crashtest", "job", str(work)],
+        [sys.executable, "-m", "tidemark_tools.crashtest", "job", str(work)],
         stdout=subprocess.PIPE,
         stderr=log,
         text=True,
@@ -234,7 +234,7 @@ def _class_archive(work: Path, log: Any) -> str | None:
     by one short job run to its end in ``work/cds``: a restart that maps it reaches its
     query's start in about 4 s instead of 8-10 here. ``None`` where no archive came
     out (a JVM without dynamic archives), or where the JVMs already map one
-    (``JAVA_TOOL_OPTIONS``, as under ``make test``: :mod:`tidemark.tools.class_archive`):
+    (``JAVA_TOOL_OPTIONS``, as under ``make test``: :mod:`tidemark_tools.class_archive`):
     the restarts then start as the others do."""
     if "-XX:SharedArchiveFile=" in os.environ.get("JAVA_TOOL_OPTIONS", ""):
         return None
@@ -328,7 +328,7 @@ def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "job":
         run_job(Path(argv[1]))
         return 0
-    print("usage: python -m tidemark.tools.crashtest job WORKDIR", file=sys.stderr)
+    print("usage: python -m tidemark_tools.crashtest job WORKDIR", file=sys.stderr)
     return 2
 
 

@@ -75,7 +75,7 @@ def tenant_names(keys: int) -> pa.Array:
 
     Examples
     --------
-    >>> from tidemark.tools.datagen import tenant_names
+    >>> from tidemark_tools.datagen import tenant_names
     >>> tenant_names(3).to_pylist()
     ['tenant-0000000', 'tenant-0000001', 'tenant-0000002']
     """
@@ -107,7 +107,7 @@ def spec_problem(spec: StreamSpec) -> tuple[str, str] | None:
 
     Examples
     --------
-    >>> from tidemark.tools.datagen import StreamSpec, spec_problem
+    >>> from tidemark_tools.datagen import StreamSpec, spec_problem
     >>> spec_problem(StreamSpec(delay_min_s=60, delay_max_s=30))
     ('delay_max_s', 'delay_max_s must be >= delay_min_s, got 30')
     """
@@ -123,7 +123,7 @@ def check_spec(spec: StreamSpec) -> None:
 
     Examples
     --------
-    >>> from tidemark.tools.datagen import StreamSpec, check_spec
+    >>> from tidemark_tools.datagen import StreamSpec, check_spec
     >>> check_spec(StreamSpec(burst_on_fraction=0.0))
     Traceback (most recent call last):
     ...
@@ -145,7 +145,7 @@ def multi_tenant_stream(spec: StreamSpec) -> pa.Table:
 
     Examples
     --------
-    >>> from tidemark.tools.datagen import StreamSpec, multi_tenant_stream
+    >>> from tidemark_tools.datagen import StreamSpec, multi_tenant_stream
     >>> t = multi_tenant_stream(StreamSpec(keys=10, events=1_000, seed=1))
     >>> t.num_rows, t.column_names
     (1000, ['tenant', 'event_time', 'arrival_time', 'value', 'delayed'])
@@ -230,7 +230,7 @@ def iot_stream(
 
     Examples
     --------
-    >>> from tidemark.tools.datagen import iot_stream
+    >>> from tidemark_tools.datagen import iot_stream
     >>> t = iot_stream(partitions=3, devices_per_partition=2, minutes=1, silent=(2,),
     ...                silent_after_min=0.5, lagging=())
     >>> t.num_rows, t.column_names
@@ -272,7 +272,7 @@ def librdkafka_partition(key: bytes, partitions: int) -> int:
     """The partition confluent-kafka's (librdkafka's) default partitioner,
     ``consistent_random``, gives a record with this key: CRC-32 of the key modulo the
     partition count (a record without a key goes to a random partition). Java's
-    client hashes with murmur2 instead (:func:`tidemark.tools.kafka.partition_for`).
+    client hashes with murmur2 instead (:func:`tidemark_tools.kafka.partition_for`).
 
     >>> [librdkafka_partition(f"d{i}".encode(), 4) for i in range(8)]
     [0, 2, 0, 2, 1, 3, 1, 3]
@@ -423,7 +423,7 @@ def mobile_sessions(
 
     Examples
     --------
-    >>> from tidemark.tools.datagen import mobile_sessions
+    >>> from tidemark_tools.datagen import mobile_sessions
     >>> t = mobile_sessions(users=10, hours=4, sessions_per_user=2)
     >>> t.column_names
     ['user', 'ts', 'arrival', 'offline']
@@ -505,7 +505,7 @@ def differing_lateness_stream(
 
     Examples
     --------
-    >>> from tidemark.tools.datagen import differing_lateness_stream
+    >>> from tidemark_tools.datagen import differing_lateness_stream
     >>> t = differing_lateness_stream(keys=20, minutes=2)
     >>> t.num_rows, sorted(set(t.column("kind").to_pylist()))
     (2520, ['bursts', 'changing', 'steady', 'uploads'])

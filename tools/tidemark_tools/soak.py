@@ -159,7 +159,7 @@ def describe(r: SoakReport) -> list[str]:
 
 
 def main_args(args: Any) -> int:
-    """``tidemark soak`` (see :mod:`tidemark.tools.cli`)."""
+    """``tidemark soak`` (see :mod:`tidemark_tools.cli`)."""
     from tidemark.errors import ConfigError
 
     churn = {

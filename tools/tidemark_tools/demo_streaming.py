@@ -32,8 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tidemark.tools.datagen import StreamSpec, multi_tenant_stream
-from tidemark.tools.datagen import batches as split_rows
+from tidemark_tools.datagen import StreamSpec, multi_tenant_stream
+from tidemark_tools.datagen import batches as split_rows
 
 __all__ = [
     "DemoResult",
@@ -595,14 +595,20 @@ def _bar_pairs(
     series: list[tuple[str, list[float]]],
     title: str,
     look: tuple[str, str, float],
-) -> None:
+) -> list[str]:
     """A chart of two bars (percentages) per label, written to ``path``; ``look``: the
-    y axis's label, the legend's place, the height."""
+    y axis's label, the legend's place, the height. Each bar carries its value, so a
+    label whose values are all zero reads "0%", not as an empty place; returns those
+    values as drawn."""
     ylabel, legend, height = look
     fig, ax = plt.subplots(figsize=(8, height))
     x = range(len(labels))
+    drawn: list[str] = []
     for (name, values), shift in zip(series, (-0.2, 0.2), strict=True):
-        ax.bar([i + shift for i in x], values, 0.4, label=name)
+        bars = ax.bar([i + shift for i in x], values, 0.4, label=name)
+        texts = [f"{v:.3g}%" for v in values]
+        ax.bar_label(bars, labels=texts, fontsize=7, padding=1)
+        drawn += texts
     ax.set_xticks(list(x))
     ax.set_xticklabels(labels, fontsize=8)
     ax.set_ylabel(ylabel)
@@ -612,3 +618,4 @@ def _bar_pairs(
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return drawn

@@ -1,4 +1,4 @@
-"""A dirty IoT topic (:func:`tidemark.tools.datagen.dirty_iot`) read as a user reads
+"""A dirty IoT topic (:func:`tidemark_tools.datagen.dirty_iot`) read as a user reads
 it, and its windows scored against the truth: the test and the bench of
 "one bad record costs one record" (``tests/test_dirty.py``, ``tests/test_kafka.py``,
 ``benches/dirty_stream.py``).

@@ -7,9 +7,16 @@ import socket
 import sys
 from typing import Any
 
-_LOCAL_CHECKPOINTS = (
-    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
-)
+
+def _local_checkpoints() -> str:
+    """Spark's ``FileSystem``-based checkpoint manager (its package moved in 4.1)."""
+    import pyspark
+
+    major, minor = (int(x) for x in pyspark.__version__.split(".")[:2])
+    package = "org.apache.spark.sql.execution.streaming"
+    if (major, minor) >= (4, 1):
+        package += ".checkpointing"
+    return f"{package}.FileSystemBasedCheckpointFileManager"
 
 
 def local_session(
@@ -58,7 +65,7 @@ def local_session(
         .config("spark.driver.memory", "2g")
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.python.worker.reuse", "true")
-        .config("spark.sql.streaming.checkpointFileManagerClass", _LOCAL_CHECKPOINTS)
+        .config("spark.sql.streaming.checkpointFileManagerClass", _local_checkpoints())
     )
     if hasattr(socket, "AF_UNIX"):  # not on Windows
         builder = builder.config("spark.python.unix.domain.socket.enabled", "true")

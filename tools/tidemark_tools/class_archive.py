@@ -3,7 +3,7 @@
 Every Spark JVM parses, verifies and links thousands of classes from Spark's jars while
 it starts; the test suite starts dozens of them (its sessions, the clusters' masters,
 workers and executors, the crash tests' drivers). ``make test`` runs
-``python python/tidemark/tools/class_archive.py target/jvm/spark.jsa`` while Rust
+``python tools/tidemark_tools/class_archive.py target/jvm/spark.jsa`` while Rust
 compiles: one short Spark job (a session with the Kafka and Delta jars, Arrow
 transfers, a Python ``mapInArrow``, a file stream through ``foreachBatch``, Parquet and
 Delta writes) in a JVM that dumps the classes it loaded at its exit
@@ -11,7 +11,7 @@ Delta writes) in a JVM that dumps the classes it loaded at its exit
 instead of loading them again; one whose Java or classpath differs from the
 archive's ignores it, silently (``-Xlog:cds=off``), and starts as before.
 
-The job needs pyspark and the resolved jars (:mod:`tidemark.tools.jars`), not tidemark's
+The job needs pyspark and the resolved jars (:mod:`tidemark_tools.jars`), not tidemark's
 native module: it runs before that is built.
 """
 
@@ -115,7 +115,7 @@ def _tool(name: str) -> Any:
 
 
 def _jars() -> Any:
-    """:mod:`tidemark.tools.jars`."""
+    """:mod:`tidemark_tools.jars`."""
     return _tool("jars")
 
 
@@ -162,7 +162,7 @@ def main(argv: list[str]) -> int:
         _job(Path(argv[1]), Path(argv[2]))
         return 0
     if len(argv) != 1:
-        print("usage: python python/tidemark/tools/class_archive.py ARCHIVE", file=sys.stderr)
+        print("usage: python tools/tidemark_tools/class_archive.py ARCHIVE", file=sys.stderr)
         return 2
     if shutil.which("java") is None:
         print("no java on the PATH: no class archive", file=sys.stderr)

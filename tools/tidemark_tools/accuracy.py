@@ -20,8 +20,8 @@ import pyarrow.compute as pc
 
 from tidemark._duration import Duration, to_micros
 from tidemark.errors import ConfigError
-from tidemark.tools.datagen import StreamSpec, batches, multi_tenant_stream
 from tidemark.watermarks import CompactKeyedWatermarkTracker, KeyedWatermarkTracker
+from tidemark_tools.datagen import StreamSpec, batches, multi_tenant_stream
 
 __all__ = [
     "DEFAULT_SCENARIOS",

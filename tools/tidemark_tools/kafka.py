@@ -1,6 +1,6 @@
 """A real Apache Kafka broker on 127.0.0.1, for the tests, the benchmarks and a local
 try-out: one node in KRaft mode (broker and controller in one JVM, no ZooKeeper, no
-Docker), from the jars ``make jars`` resolves (:mod:`tidemark.tools.jars`).
+Docker), from the jars ``make jars`` resolves (:mod:`tidemark_tools.jars`).
 
 In Python::
 
@@ -10,7 +10,7 @@ In Python::
 
 From a shell (``make kafka``)::
 
-    python -m tidemark.tools.kafka serve --dir target/kafka
+    python -m tidemark_tools.kafka serve --dir target/kafka
 
 serves until interrupted, printing the bootstrap address; ``--info FILE`` writes it
 as JSON once the broker answers, and ``--owner PID`` stops the broker when that
@@ -37,7 +37,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tidemark.tools.jars import jar_dir
+from tidemark_tools.jars import jar_dir
 
 __all__ = ["Broker", "free_port", "murmur2", "partition_for"]
 
@@ -384,7 +384,7 @@ def serve(workdir: Path, info: Path | None, owner: int | None) -> int:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tidemark.tools.kafka")
+    parser = argparse.ArgumentParser(prog="python -m tidemark_tools.kafka")
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="run one broker on 127.0.0.1 until interrupted")
     s.add_argument("--dir", type=Path, default=Path("target/kafka"))

@@ -1,6 +1,6 @@
 """The jars tidemark's Kafka and Delta Lake paths need, resolved from Maven Central.
 
-``python -m tidemark.tools.jars`` (``make jars``; ``make test`` runs it) resolves two
+``python -m tidemark_tools.jars`` (``make jars``; ``make test`` runs it) resolves two
 sets with Maven into ``.cache/jars/`` (git-ignored; Maven's own cache is
 ``.cache/m2``), each from its POM in ``scripts/maven/``:
 
@@ -9,7 +9,7 @@ sets with Maven into ``.cache/jars/`` (git-ignored; Maven's own cache is
   pyspark's version) and Delta Lake (``delta-spark_<spark>_2.13``), with their
   dependencies, less every jar pyspark ships itself (an older copy of a jar Spark has
   would shadow Spark's);
-- ``kafka``: Apache Kafka's broker, which :mod:`tidemark.tools.kafka` starts.
+- ``kafka``: Apache Kafka's broker, which :mod:`tidemark_tools.kafka` starts.
 
 ``TIDEMARK_JARS`` names another directory holding the two sets.
 """
@@ -25,7 +25,7 @@ from pathlib import Path
 
 __all__ = ["jar_dir", "kafka_delta_conf", "resolve", "spark_jars"]
 
-_REPO = Path(__file__).resolve().parents[3]
+_REPO = Path(__file__).resolve().parents[2]
 _POMS = {"spark": "spark-jars.xml", "kafka": "kafka-broker.xml"}
 # A jar file's version: from the first "-<digits>.<digit>" on
 # (spark-sql-kafka-0-10_2.13-4.2.0 -> spark-sql-kafka-0-10_2.13, zstd-jni-1.5.7-3 -> zstd-jni).
@@ -42,7 +42,7 @@ def jar_dir(name: str) -> Path:
     d = _root() / name
     if not (d / ".resolved").exists():
         raise FileNotFoundError(
-            f"{d} holds no resolved jars: run `make jars` (or python -m tidemark.tools.jars) "
+            f"{d} holds no resolved jars: run `make jars` (or python -m tidemark_tools.jars) "
             "from the repository, or set TIDEMARK_JARS to a directory that has them"
         )
     return d
@@ -54,19 +54,18 @@ def spark_jars() -> list[str]:
 
 
 def kafka_delta_conf() -> dict[str, str]:
-    """Spark settings for Spark's Kafka source and Delta tables on a local session:
-    the resolved jars (``spark.jars``), Delta's SQL extension and catalog.
+    """:func:`tidemark.spark.kafka_delta_conf` with the jars resolved here
+    (``spark.jars``) in place of ``spark.jars.packages``: the tests' and benches'
+    sessions start without Ivy resolving anything.
 
-    >>> from tidemark.tools.session import local_session            # doctest: +SKIP
+    >>> from tidemark_tools.session import local_session            # doctest: +SKIP
     >>> spark = local_session(extra_conf=kafka_delta_conf())         # doctest: +SKIP
     """
-    return {
-        "spark.jars": ",".join(spark_jars()),
-        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-        # A small table's snapshot in one task, not 50: a commit here took 6 s, now 1.
-        "spark.databricks.delta.snapshotPartitions": "1",
-    }
+    from tidemark.spark.connectors import kafka_delta_conf as by_packages
+
+    conf = by_packages()
+    del conf["spark.jars.packages"]
+    return {"spark.jars": ",".join(spark_jars()), **conf}
 
 
 def artifact(jar_name: str) -> str:

@@ -45,8 +45,8 @@ def _writable_dir(path: str, flag: str) -> Path:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from tidemark.tools.demo_streaming import render, run_demo, write_report
-    from tidemark.tools.session import local_session
+    from tidemark_tools.demo_streaming import render, run_demo, write_report
+    from tidemark_tools.session import local_session
 
     out = _writable_dir(args.out, "--out")
     console = _console()
@@ -73,8 +73,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _partitions_demo(args: argparse.Namespace) -> int:
-    from tidemark.tools.demo import render_partition_report, run_partition_demo
-    from tidemark.tools.session import local_session
+    from tidemark_tools.demo import render_partition_report, run_partition_demo
+    from tidemark_tools.session import local_session
 
     console = _console()
     console.rule("[bold]tidemark demo: per-partition watermarks with idle detection on Spark")
@@ -141,7 +141,7 @@ def _check_flags(spec: Any) -> None:
     """Raises ``ConfigError`` for a stream the accuracy benchmark cannot measure
     (``datagen.spec_problem``, or no events), led by the flag that set the field."""
     from tidemark.errors import ConfigError
-    from tidemark.tools.datagen import spec_problem
+    from tidemark_tools.datagen import spec_problem
 
     problem = spec_problem(spec)
     if problem is None and spec.events < 1:
@@ -167,8 +167,8 @@ def _describe(fields: dict[str, Any]) -> str:
 def _accuracy(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from tidemark.tools.accuracy import compare_compact, render_accuracy, run_scenarios
-    from tidemark.tools.datagen import StreamSpec
+    from tidemark_tools.accuracy import compare_compact, render_accuracy, run_scenarios
+    from tidemark_tools.datagen import StreamSpec
 
     console = _console()
     custom = _scenario(args)
@@ -219,7 +219,7 @@ def _accuracy(args: argparse.Namespace) -> int:
 def _crash_test(args: argparse.Namespace) -> int:
     import tempfile
 
-    from tidemark.tools.crashtest import run
+    from tidemark_tools.crashtest import run
 
     console = _console()
     work = _writable_dir(args.workdir or tempfile.mkdtemp(prefix="tidemark-crash-"), "--workdir")
@@ -245,7 +245,7 @@ def _crash_test(args: argparse.Namespace) -> int:
 
 
 def _soak(args: argparse.Namespace) -> int:
-    from tidemark.tools.soak import main_args
+    from tidemark_tools.soak import main_args
 
     return main_args(args)
 

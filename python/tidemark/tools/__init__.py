@@ -1,9 +1,0 @@
-"""What ships beside the library, not in it: the ``tidemark`` command (:mod:`.cli`),
-the demos (:mod:`.demo`, :mod:`.demo_streaming`), the stream generators
-(:mod:`.datagen`), the accuracy, soak and crash-restart harnesses (:mod:`.accuracy`,
-:mod:`.soak`, :mod:`.crashtest`), the local SparkSession the tests, demos and
-benches use (:mod:`.session`), the Maven-resolved jars of Spark's Kafka connector, Delta
-Lake and Kafka (:mod:`.jars`) and a local Kafka broker (:mod:`.kafka`).
-
-The library (``tidemark``, ``tidemark.spark``) imports nothing from here.
-"""
