@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 __all__ = ["jar_dir", "kafka_delta_conf", "resolve", "spark_jars"]
 
@@ -61,11 +62,25 @@ def kafka_delta_conf() -> dict[str, str]:
     >>> from tidemark_tools.session import local_session            # doctest: +SKIP
     >>> spark = local_session(extra_conf=kafka_delta_conf())         # doctest: +SKIP
     """
-    from tidemark.spark.connectors import kafka_delta_conf as by_packages
-
-    conf = by_packages()
+    conf = _connectors().kafka_delta_conf()
     del conf["spark.jars.packages"]
     return {"spark.jars": ",".join(spark_jars()), **conf}
+
+
+def _connectors() -> Any:
+    """``tidemark.spark.connectors``; from the repository's file where the library is
+    not built yet (``make setup`` archives Spark's classes before the build)."""
+    try:
+        from tidemark.spark import connectors
+    except ImportError:
+        import importlib.util
+
+        path = _REPO / "python" / "tidemark" / "spark" / "connectors.py"
+        spec = importlib.util.spec_from_file_location("_tidemark_connectors", path)
+        assert spec is not None and spec.loader is not None
+        connectors = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(connectors)
+    return connectors
 
 
 def artifact(jar_name: str) -> str:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from importlib import metadata
 
-from tidemark.errors import ConfigError
+# No tidemark import at the top: the repository's tools load this file on its own
+# before the library is built (tidemark_tools.jars).
 
 __all__ = ["kafka_delta_conf", "spark_packages"]
 
@@ -25,6 +26,8 @@ def _version(dist: str, extra: str) -> str:
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
+        from tidemark.errors import ConfigError
+
         raise ConfigError(
             f"the {dist} package is not installed: pip install 'tidemark-engine[{extra}]' "
             f"(its version picks the connector's)"
