@@ -11,7 +11,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export CARGO_TARGET_DIR := $(abspath target)
 CARGO_PROFILE := --release
 
-.PHONY: help demo test setup jars kafka build lint fmt docs rust-test py-test tests-and-wheel wheel wheel-build wheel-check bench bench-rust bench-py clean
+.PHONY: help demo test setup jars kafka build lint fmt docs rust-test py-test wheel wheel-build wheel-check bench bench-rust bench-py clean
 
 help:
 	@echo "make demo   - set up, build, run the main job (a local Spark pipeline)"
@@ -59,9 +59,10 @@ kafka: build jars
 
 # The module is abi3 (`_native.abi3.so`); a per-version build left by an older checkout
 # (`_native.cpython-*.so`) would shadow it on import.
+# (BUILT=1: built already, by the make that runs this one: make test.)
 build: setup
-	rm -f python/tidemark/_native.cpython-*.so
-	$(BIN)/maturin develop --release --quiet
+	$(if $(BUILT),@true,rm -f python/tidemark/_native.cpython-*.so)
+	$(if $(BUILT),@true,$(BIN)/maturin develop --release --quiet)
 
 demo: build
 	$(BIN)/tidemark demo
@@ -93,17 +94,15 @@ py-test: build jars
 	$(CLASS_ARCHIVE)
 	$(PYTEST)
 
-# make test runs the wheel check (below) beside the test suite: its Spark runs wait on
-# the JVM as much as the suite's do.
-tests-and-wheel: build jars wheel-build
-	$(CLASS_ARCHIVE)
+# make test runs the wheel check (below) beside the gates (lint, the Rust tests), which
+# are mostly compiling: its Spark runs wait on a JVM as much as they compute.
+test: build jars wheel-build
 	{ $(WHEEL_CHECK); } >target/wheel-check.log 2>&1 & wheel=$$!; \
-	$(PYTEST); tests=$$?; \
-	wait $$wheel; wheel=$$?; \
-	if test $$wheel = 0; then tail -n 4 target/wheel-check.log; else cat target/wheel-check.log; fi; \
-	test $$tests = 0 && test $$wheel = 0
-
-test: build lint rust-test tests-and-wheel
+	$(MAKE) --no-print-directory BUILT=1 lint rust-test; gates=$$?; \
+	wait $$wheel; checked=$$?; \
+	if test $$checked = 0; then tail -n 4 target/wheel-check.log; else cat target/wheel-check.log; fi; \
+	test $$gates = 0 && test $$checked = 0
+	$(MAKE) --no-print-directory BUILT=1 py-test
 
 # The wheel a user ships: one abi3 wheel for every CPython >= 3.10, its native module
 # stripped, linked by zig (`ziglang` from PyPI) against glibc 2.17's symbols so that it
