@@ -70,9 +70,10 @@ def venv_with(tmp: Path, name: str, requirements: list[str]) -> Path:
     where it is beside this interpreter (its cache makes a second install quick), pip
     otherwise."""
     venv = tmp / name
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    py = venv / "bin" / "python"
     uv = Path(sys.executable).parent / "uv"
+    bare = ["--without-pip"] if uv.exists() else []  # uv needs no pip in it
+    subprocess.run([sys.executable, "-m", "venv", *bare, str(venv)], check=True)
+    py = venv / "bin" / "python"
     if uv.exists():
         cmd = [str(uv), "pip", "install", "--quiet", "--python", str(py)]
     else:
@@ -160,53 +161,51 @@ def spark_checks(tmp: Path, wheel: Path, tools: Path, pyspark: str) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env.update(PYSPARK_PYTHON=str(py), PYSPARK_DRIVER_PYTHON=str(py))
     env["PATH"] = f"{py.parent}:{env.get('PATH', '')}"
-    work = tmp / "readme"
-    work.mkdir()
-    out = subprocess.run(
-        [str(py), "-c", readme_example()],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    # The sink shows each micro-batch's closed windows: some close within the wait.
-    if out.returncode != 0 or "|count|" not in out.stdout.replace(" ", ""):
-        sys.stderr.write(out.stdout[-3000:] + out.stderr[-3000:])
-        raise SystemExit(
-            f"the README's first example failed (PySpark {pyspark}, exit {out.returncode})"
-        )
-    version = subprocess.run(
-        [str(py), "-c", "import pyspark; print(pyspark.__version__)"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    print(f"README example: windows out, PySpark {version}, from {wheel.name}")
     cli = shutil.which("tidemark", path=str(py.parent))
     assert cli, "the demo extra installed no `tidemark` command"
-    subprocess.run(
-        [
-            cli,
-            "demo",
-            "--events",
-            "10000",
-            "--tenants",
-            "20",
-            "--batches",
-            "5",
-            "--out",
-            str(tmp / "report"),
-        ],
-        cwd=tmp,
-        env=env,
-        check=True,
-        timeout=600,
-        stdout=subprocess.DEVNULL,
+    subprocess.run([cli, "--version"], env=env, check=True, stdout=subprocess.DEVNULL)
+    work = tmp / "readme"
+    work.mkdir()
+    (work / "readme_example.py").write_text(readme_example())
+    # One JVM for both: the README's example, then `tidemark demo` (its command's own
+    # main) in the session the example started.
+    script = SPARK_RUN.format(report=str(tmp / "report"))
+    out = subprocess.run(
+        [str(py), "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=600
     )
-    assert (tmp / "report" / "index.html").exists(), "the demo wrote no report"
-    print(f"tidemark demo: report in {tmp / 'report'}")
+    # The example's sink shows each micro-batch's closed windows: some close within its
+    # wait; the demo writes its report.
+    if (
+        out.returncode != 0
+        or "|count|" not in out.stdout.replace(" ", "")
+        or not (tmp / "report" / "index.html").exists()
+    ):
+        sys.stderr.write(out.stdout[-3000:] + out.stderr[-3000:])
+        raise SystemExit(
+            f"the README's example or the demo failed (PySpark {pyspark}, exit {out.returncode})"
+        )
+    times = dict(re.findall(r"^(readme|demo|pyspark) (\S+)$", out.stdout, re.M))
+    print(
+        f"README example ({times['readme']} s) and tidemark demo ({times['demo']} s) ran on "
+        f"PySpark {times['pyspark']} from {wheel.name}"
+    )
+
+
+SPARK_RUN = """
+import runpy, time
+import pyspark
+from tidemark_tools.cli import main
+
+t = time.monotonic()
+runpy.run_path("readme_example.py", run_name="__main__")
+print("readme", round(time.monotonic() - t))
+t = time.monotonic()
+code = main(["demo", "--events", "10000", "--tenants", "20", "--batches", "5",
+             "--out", {report!r}])
+print("demo", round(time.monotonic() - t))
+print("pyspark", pyspark.__version__)
+raise SystemExit(code)
+"""
 
 
 if __name__ == "__main__":

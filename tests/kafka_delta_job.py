@@ -1,5 +1,6 @@
 """A Kafka -> tidemark -> Delta Lake driver, as a user runs one (its connectors through
-``spark.jars.packages``, ``tidemark.spark.kafka_delta_conf()``), that can SIGKILL
+``spark.jars.packages``, ``tidemark.spark.kafka_delta_conf()``, where ``job.json`` says
+``packages``), that can SIGKILL
 itself at a chosen point of a chosen micro-batch: ``before`` its sinks write,
 ``during`` them (the windows table committed, the late and error tables not), or
 ``after`` every table committed (before Spark records the micro-batch as done). The
@@ -105,14 +106,18 @@ def run(
 
 def main(work: Path) -> None:
     from tidemark.spark import kafka_delta_conf
+    from tidemark_tools import jars
     from tidemark_tools.session import local_session
 
     job = json.loads((work / "job.json").read_text())
-    # The connectors as a user gets them: Maven coordinates matching the installed
-    # PySpark (spark.jars.packages), resolved by Spark itself from Maven Central into
-    # Ivy's cache (the repository's git-ignored .cache/, kept between runs).
-    ivy = Path(__file__).resolve().parent.parent / ".cache" / "ivy"
-    conf = {**kafka_delta_conf(), "spark.jars.ivy": str(ivy)}
+    if job.get("packages"):
+        # The connectors as a user gets them: Maven coordinates matching the installed
+        # PySpark (spark.jars.packages), resolved by Spark itself from Maven Central
+        # into Ivy's cache (the repository's git-ignored .cache/, kept between runs).
+        ivy = Path(__file__).resolve().parent.parent / ".cache" / "ivy"
+        conf = {**kafka_delta_conf(), "spark.jars.ivy": str(ivy)}
+    else:
+        conf = jars.kafka_delta_conf()  # the same artifacts, resolved by Maven as files
     spark = local_session("local[2]", "kafka-delta-job", 2, conf)
     kill = (int(job["kill"][0]), str(job["kill"][1]))
     run(spark, work, job["bootstrap"], job["topic"], kill)
