@@ -63,6 +63,7 @@ def _demo(args: argparse.Namespace) -> int:
             batches=args.batches,
             partitions=args.partitions,
             console=console,
+            warm_up=not args.no_warm_up,
         )
     finally:
         spark.stop()
@@ -281,6 +282,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--out", default="demo-report", help="report directory (default: demo-report)"
+    )
+    demo.add_argument(
+        "--no-warm-up",
+        action="store_true",
+        help="skip the unmeasured first run of each system (events/s then include start-up)",
     )
     demo.set_defaults(func=_demo)
 

@@ -350,8 +350,11 @@ def run_demo(
     batches: int = 20,
     partitions: int = 4,
     console: Any = None,
+    warm_up: bool = True,
 ) -> DemoResult:
-    """Runs the three systems on one generated stream and returns the measurements."""
+    """Runs the three systems on one generated stream and returns the measurements
+    (``warm_up=False``: without the unmeasured first run of each, whose events/s then
+    include the JVM's and the workers' start)."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     started = time.perf_counter()
@@ -392,9 +395,10 @@ def run_demo(
             console=console,
             transient=False,
         ) as progress:
-            task = progress.add_task("warming up Spark and the Python workers", total=1)
-            _warm_up(spark, source, schema, work, partitions)
-            progress.update(task, completed=1, description="warmed up (not measured)")
+            if warm_up:
+                task = progress.add_task("warming up Spark and the Python workers", total=1)
+                _warm_up(spark, source, schema, work, partitions)
+                progress.update(task, completed=1, description="warmed up (not measured)")
             for label, fn in steps:
                 task = progress.add_task(f"{label}: {n_files} micro-batches", total=1)
                 r = fn()
