@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import tidemark as tm
-from record import record
+from record import documented, record
 from tidemark_tools.datagen import differing_lateness_stream
 
 WINDOW_US = 10_000_000
@@ -163,7 +163,7 @@ def main() -> None:
         )
     else:
         print("adaptive counted more events than every fixed delay")
-    if args.record or vars(args) == {**vars(ap.parse_args([])), "record": False}:
+    if documented(ap, args):
         record(
             "adaptive_delay",
             title="A delay per key, learned",

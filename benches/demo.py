@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from record import record
+from record import documented, record
 from tidemark_tools.demo_streaming import DELAY, WINDOW, _versus_spark, run_demo
 from tidemark_tools.session import local_session
 
@@ -45,7 +45,7 @@ def main() -> None:
     print(" | ".join(columns))
     for r in rows:
         print(" | ".join(r))
-    if args.record or all(getattr(args, k) == v for k, v in DEFAULTS.items()):
+    if documented(ap, args):
         by = {s.name: s for s in result.systems}
         spark_s = by["Spark withWatermark + window"]
         keyed = by["tidemark, per-key watermarks"]

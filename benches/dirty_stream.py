@@ -45,7 +45,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from record import record
+from record import documented, record
 from tidemark.spark import StreamProcessor
 from tidemark_tools import dirty
 from tidemark_tools.datagen import dirty_iot
@@ -200,10 +200,7 @@ def main() -> None:
         ]
         rows.append([f"{width:g} s of arrival", *cells])
         print("| " + " | ".join(rows[-1]) + " |")
-    defaults = ap.parse_args([])
-    if args.record or all(
-        getattr(args, k) == getattr(defaults, k) for k in ("devices", "minutes", "widths", "seed")
-    ):
+    if documented(ap, args):
         record(
             "dirty_stream",
             title="Dirty data",

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import tidemark as tm
-from record import record
+from record import documented, record
 from tidemark_tools.demo_streaming import demo_stream, micro_batches, spark_rule_share
 
 
@@ -75,7 +75,7 @@ def main() -> None:
     print(f"{total:,} events, {len(batches)} micro-batches, 1-minute windows, 5 s delay")
     for label, share in rules:
         print(f"  {label:<70} {share:7.2%} of events counted")
-    if args.record or vars(args) == {**vars(ap.parse_args([])), "record": False}:
+    if documented(ap, args):
         record(
             "late_rules",
             title="Late rules on the demo's stream",

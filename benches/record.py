@@ -8,6 +8,7 @@ other settings than the bench's defaults records nothing unless asked
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import os
@@ -16,6 +17,17 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def documented(ap: argparse.ArgumentParser, args: argparse.Namespace) -> bool:
+    """Whether to record this run: ``--record`` given, or every setting that changes
+    what is measured at its default (where it runs, ``--master`` or ``--bootstrap``,
+    may differ: the page says the machine)."""
+    where = {"record", "master", "bootstrap"}
+    defaults = vars(ap.parse_args([]))
+    return bool(args.record) or all(
+        v == defaults[k] for k, v in vars(args).items() if k not in where
+    )
 
 
 def machine(master: str | None = None) -> str:
