@@ -67,7 +67,7 @@ def kafka_delta_conf(kafka: bool = True, delta: bool = True) -> dict[str, str]:
                 "spark.sql.catalog.spark_catalog": (
                     "org.apache.spark.sql.delta.catalog.DeltaCatalog"
                 ),
-                # A small table's snapshot in one task, not 50: a commit took 6 s, then 1.
+                # A small table's snapshot in one task, not Delta's default 50 tasks.
                 "spark.databricks.delta.snapshotPartitions": "1",
             }
         )
