@@ -136,7 +136,7 @@ def test_streaming_reorder_keeps_the_buffer_and_replays_exactly(
         assert p["buffered_rows"] == buffered
         assert (p["buffer_bytes"] > 0) == (buffered > 0)
     assert buffered == 0, "the flush empties the buffer"
-    layout = "shuffled" if on_driver is False else "driver"
+    layout = "one task" if on_driver is False else "driver"
     assert {p["layout"] for p in progress.values()} == {layout}, "the flush too"
     # Recorded with the state: another process (a fresh object) reads it back.
     again = ReorderStream(
@@ -294,7 +294,7 @@ def test_streaming_reorder_with_an_empty_partition_and_the_default_time_zone(
 
 def test_streaming_reorder_in_the_driver_equals_spark_tasks(spark: Any, tmp_path: Path) -> None:
     """Routed by ``partition_by`` over 3 state partitions, micro-batches that alternate
-    between the driver and Spark's shuffle (and a flush in each) release, drop and
+    between the driver, one task and Spark's shuffle (and a flush) release, drop and
     count exactly what an all-shuffled run does, and keep each device's rows in
     event-time order; under a non-UTC session zone and ``large_string`` (``toArrow``
     hands the driver UTC timestamps: the buffers keep a task's types). With
@@ -329,7 +329,7 @@ def test_streaming_reorder_in_the_driver_equals_spark_tasks(spark: Any, tmp_path
         as_arrow: dict[tuple[str, bool], tuple[list[list[Any]], list[Any], set[Any]]] = {}
 
         def run(
-            layouts: list[bool], arrow: bool = False
+            layouts: list[str], arrow: bool = False
         ) -> tuple[list[list[Any]], list[Any], list[dict[str, Any]]]:
             released: list[list[Any]] = []
             late: list[Any] = []
@@ -362,8 +362,9 @@ def test_streaming_reorder_in_the_driver_equals_spark_tasks(spark: Any, tmp_path
                 arrow_sinks=arrow,
             )
             progress = []
-            for b, (df, on_driver) in enumerate(zip(dfs, layouts, strict=True)):
-                rs.on_driver = on_driver
+            for b, (df, layout) in enumerate(zip(dfs, layouts, strict=True)):
+                rs.on_driver = layout == "driver"
+                rs.shuffle = layout == "shuffled"
                 rs(df, b)
                 assert rs.last_progress is not None
                 progress.append(rs.last_progress)
@@ -373,11 +374,12 @@ def test_streaming_reorder_in_the_driver_equals_spark_tasks(spark: Any, tmp_path
             progress.append(rs.last_progress)
             return released, late, progress
 
-        mixed = [True, False, True, True, False, True]
+        mixed = ["driver", "one task", "driver", "shuffled", "one task", "driver"]
+        shuffled = ["shuffled"] * len(mixed)
         got, got_late, got_progress = run(mixed)
-        want, want_late, want_progress = run([False] * len(mixed))
+        want, want_late, want_progress = run(shuffled)
         assert [p["layout"] for p in got_progress] == [
-            *("driver" if d else "shuffled" for d in mixed),
+            *mixed,
             "driver",  # the flush follows a batch run in the driver
         ]
         assert [p["layout"] for p in want_progress] == ["shuffled"] * (len(mixed) + 1)
@@ -393,10 +395,10 @@ def test_streaming_reorder_in_the_driver_equals_spark_tasks(spark: Any, tmp_path
         assert sorted(got_late) == sorted(want_late) and len(want_late) == 1
         assert got_late[0].note == "payload-10000"
         run(mixed, arrow=True)
-        run([False] * len(mixed), arrow=True)
-        ref = as_arrow[(str([False] * len(mixed)), False)]
+        run(shuffled, arrow=True)
+        ref = as_arrow[(str(shuffled), False)]
         assert len(ref[2]) == 1  # one schema for the released and late rows
-        for layouts in (mixed, [False] * len(mixed)):
+        for layouts in (mixed, shuffled):
             rows, late_rows, schemas = as_arrow[(str(layouts), True)]
             assert schemas == ref[2]
             assert sorted(late_rows, key=repr) == sorted(ref[1], key=repr)
@@ -435,24 +437,28 @@ def test_streaming_reorder_runs_in_the_driver_only_where_it_routes_as_spark(
         r = tm.Reorder("ts", "unixtimestamp_ms")
         return ReorderStream(r, str(tmp_path / "s"), n, partition_by=by, **kw)
 
-    assert rs(by=["device"])._runs_on_driver(df, False)
-    assert rs(n=1)._runs_on_driver(df, False)
-    assert not rs(by=["device"], on_driver=False)._runs_on_driver(df, False)
-    assert rs()._runs_on_driver(df, False), "round robin: the driver deals rows in turn"
-    # An array column: Spark's hash routes it.
-    assert not rs(by=["tags"], on_driver=True)._runs_on_driver(df, False)
-    assert rs(by=["device"], on_driver=True)._runs_on_driver(df, True)
-    assert not rs(by=["device"])._runs_on_driver(df, True)  # no batch ran here yet
+    def where(s: ReorderStream, flush: bool = False) -> str:
+        return s._placement(df, flush).where
+
+    assert where(rs(by=["device"])) == "driver"
+    assert where(rs(n=1)) == "driver"
+    assert where(rs(by=["device"], on_driver=False)) == "one task"
+    assert where(rs(by=["device"], on_driver=False, shuffle=True)) == "shuffled"
+    assert where(rs()) == "driver", "round robin: the driver deals rows in turn"
+    # An array column: Spark's hash routes it, in one task that Spark tags.
+    assert where(rs(by=["tags"], on_driver=True)) == "one task"
+    assert where(rs(by=["device"], on_driver=True), True) == "driver"
+    assert where(rs(by=["device"]), True) == "shuffled"  # no batch ran here yet
     monkeypatch.setattr(importlib.import_module("tidemark.spark._layout"), "ON_DRIVER_BYTES", 1)
-    assert not rs(by=["device"])._runs_on_driver(df, False)
-    assert rs(by=["device"], on_driver=True)._runs_on_driver(df, False)
-    # Over the cap, the default runs the batch in Spark tasks, and its flush too.
+    assert where(rs(by=["device"])) == "one task"
+    assert where(rs(by=["device"], on_driver=True)) == "driver"
+    # Over the cap, the default runs the batch in one Spark task, and its flush too.
     released: list[Any] = []
     big = rs(by=["device"], sink=lambda d, b: released.extend(d.collect()))
     big(df, 0)
-    assert big.last_progress is not None and big.last_progress["layout"] == "shuffled"
+    assert big.last_progress is not None and big.last_progress["layout"] == "one task"
     big.flush(spark, df.schema)
-    assert big.last_progress is not None and big.last_progress["layout"] == "shuffled"
+    assert big.last_progress is not None and big.last_progress["layout"] == "one task"
     assert sorted(r.ts for r in released) == [1, 2]
 
 
@@ -475,8 +481,8 @@ def test_a_replayed_round_robin_batch_runs_where_its_first_run_did(
     )
     late: dict[int, list[int]] = {}
 
-    def run(b: int, on_driver: bool | None) -> tuple[str, list[int]]:
-        rs.on_driver = on_driver
+    def run(b: int, on_driver: bool | None, shuffle: bool | None = None) -> tuple[str, list[int]]:
+        rs.on_driver, rs.shuffle = on_driver, shuffle
         rs(dfs[b], b)
         assert rs.last_progress is not None
         return rs.last_progress["layout"], got[b]
@@ -484,9 +490,9 @@ def test_a_replayed_round_robin_batch_runs_where_its_first_run_did(
     first = run(0, None)
     assert first[0] == "driver", "the default for a small micro-batch"
     assert run(0, False) == first, "replayed in the driver, the same rows"
-    second = run(1, False)
+    second = run(1, False, shuffle=True)
     assert second[0] == "shuffled"
-    assert run(1, True) == second, "replayed in Spark, the same rows"
+    assert run(1, True) == second, "replayed in Spark's shuffle, the same rows"
     # The next batch follows the current setting again.
     assert run(2, True)[0] == "driver"
     # Every row is accounted for after a flush.

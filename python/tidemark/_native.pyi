@@ -40,6 +40,7 @@ __all__ = [
     "__version__",
     "builtin_event_time_types",
     "check_event_time_type",
+    "check_name",
     "lookup_schema",
     "parse_duration",
     "parse_event_time",
@@ -374,8 +375,9 @@ def reshard_snapshots(
 
 @final
 class MicroBatch:
-    """One micro-batch of a pipeline over its state partitions (see the core's
-    `MicroBatch`): built with the batch's driver record, run once per task."""
+    """One micro-batch over state partitions (see the core's `MicroBatch` and
+    `ReorderBatch`): of a pipeline, or of a reorder (a config with `operator:
+    "reorder"`); built with the batch's driver record, run once per task."""
 
     def __new__(
         cls,
@@ -396,6 +398,7 @@ class MicroBatch:
         weight: str | None = None,
         lookup: tuple[Any, list[str], str, str | None] | None = None,
         run: str = ...,
+        keys: list[str] = ...,
     ) -> MicroBatch: ...
     def run(
         self, data: Any, held: list[tuple[int, bytes | None, str]], parsed_times: Any = None
@@ -419,7 +422,9 @@ def summarize_batch(
     """The driver's view of a micro-batch from every state partition's report bytes:
     `None` when one is another run's; else a dict with the next `watermark`, the
     `scope` state and `time` after the batch, the row counts summed, and `settled`
-    (a quiet batch: the most calls made, and whether the last changed nothing)."""
+    (a quiet batch: the most calls made, and whether the last changed nothing). Of a
+    reorder: the stream's `watermark`, `input_rows`, `released_rows`, `late_rows`,
+    `error_rows`, `buffered_rows` and `buffer_bytes`."""
 
 def builtin_event_time_types() -> list[str]:
     """Names of the built-in event-time types."""
@@ -439,6 +444,11 @@ def check_event_time_type(
     column: str, like: Any, event_time_type: str | None = None, allow_ticks: bool = False
 ) -> str:
     """Checks that `event_time_type` can parse a column of the given Arrow type."""
+
+def check_name(setting: str, value: str) -> None:
+    """Checks a configuration name against the core's names for `setting`: `per` (a
+    watermark's scope), `idleness` or `late` (a reorder's late policy); an unknown name
+    is a `ConfigError` listing the names."""
 
 @final
 class Router:

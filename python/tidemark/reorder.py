@@ -41,7 +41,6 @@ from tidemark.event_time import apply_user_parser, resolve_event_time_type
 
 __all__ = ["ProcessingTimeWatermark", "Reorder", "ReorderOutput"]
 
-_LATE = ("drop", "side_output")
 
 
 class ReorderOutput(NamedTuple):
@@ -105,8 +104,7 @@ class Reorder:
     ) -> None:
         if not isinstance(event_time, str) or not event_time:
             raise ConfigError(f"event_time must be a column name, got {event_time!r}")
-        if late not in _LATE:
-            raise ConfigError(f"late={late!r}: use 'drop' or 'side_output'")
+        _native.check_name("late", late)
         self._parser = resolve_event_time_type(event_time_type)
         self.event_time = event_time
         self.event_time_type = event_time_type
@@ -117,6 +115,8 @@ class Reorder:
             "parsed_externally": self._parser is not None,
             "late_tolerance": self._tolerance,
             "late": late,
+            # Runs in a Spark micro-batch as a reorder (``_native.MicroBatch``).
+            "operator": "reorder",
         }
         self._inner = _native.ReorderOperator(self._config, state)
         if schema is not None:

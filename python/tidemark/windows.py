@@ -8,6 +8,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
+from tidemark import _native
 from tidemark._duration import Duration, to_micros
 from tidemark.errors import ConfigError
 
@@ -20,8 +21,6 @@ __all__ = [
     "Tumbling",
 ]
 
-_SCOPES = ("global", "partition", "key")
-_IDLENESS = ("event_time", "clock")
 # Source partition ids a pipeline takes: 0 to 2**20 - 1 (the core's SOURCE_PARTITIONS).
 _SOURCE_PARTITIONS = 1 << 20
 
@@ -118,8 +117,7 @@ class BoundedOutOfOrderness:
     quorum: int = 3
 
     def __post_init__(self) -> None:
-        if self.per not in _SCOPES:
-            raise ConfigError(f"per={self.per!r}: use one of {', '.join(map(repr, _SCOPES))}")
+        _native.check_name("per", self.per)
         if self.idle_timeout is not None and self.per == "global":
             raise ConfigError(
                 f"idle_timeout={self.idle_timeout!r} with per='global': one global watermark "
@@ -135,12 +133,9 @@ class BoundedOutOfOrderness:
             value = getattr(self, name)
             if value is not None:
                 to_micros(value, f"watermark.{name}")
-        if self.idleness not in _IDLENESS:
-            raise ConfigError(
-                f"watermark.idleness={self.idleness!r}: use {_IDLENESS[0]!r} (idle when the "
-                f"stream's event time moved on, the default) or {_IDLENESS[1]!r} (idle on the "
-                "pipeline's clock, for live sources)"
-            )
+        # "event_time" (idle when the stream's event time moved on, the default) or
+        # "clock" (idle on the pipeline's clock, for live sources).
+        _native.check_name("idleness", self.idleness)
         if self.partitions is not None:
             if not isinstance(self.partitions, int) or isinstance(self.partitions, bool):
                 raise ConfigError(
@@ -182,7 +177,7 @@ class BoundedOutOfOrderness:
         out = ""
         if self.idle_timeout is not None:
             out += f", idle_timeout={self.idle_timeout!r}"
-        if self.idleness != _IDLENESS[0]:
+        if self.idleness != "event_time":
             out += f", idleness={self.idleness!r}"
         if self.max_ahead != "1d":
             out += f", max_ahead={self.max_ahead!r}"

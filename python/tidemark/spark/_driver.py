@@ -7,11 +7,13 @@ version per state partition and batch, and one driver record per batch
 restores) and again when it finishes (what it produced); a replayed batch finds its
 record and runs from the same inputs, so it writes the same state and outputs. This
 module holds the life cycle the two share (:meth:`MicroBatchDriver._run`): the store's
-meta check, the outputs fetched as Arrow for Arrow sinks, the sinks, the record's
-commit and pruning, the batch id a flush runs as, progress read back from the store,
-and the ``foreachBatch`` entry point. A subclass supplies the steps whose content
-differs (its operator, where it runs, what its tasks report): :meth:`_begin`,
-:meth:`_execute`, :meth:`_sending` and :meth:`_finish`.
+meta check, the batch's run (its :class:`~tidemark.spark._stream_task.StreamTask` in the
+driver, in one task or in one task per state partition: :meth:`_execute`), the outputs
+fetched as Arrow for Arrow sinks, the sinks, the state partitions' reports read back
+and summarised by the core (:meth:`_summary`), the record's commit and pruning, the
+batch id a flush runs as, and the ``foreachBatch`` entry point. A subclass supplies the
+steps whose content differs (its operator, what it records): :meth:`_begin`,
+:meth:`_route` and :meth:`_finish`.
 """
 
 from __future__ import annotations
@@ -22,9 +24,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
 from tidemark.errors import ConfigError, StateCorruptedError
+from tidemark.spark._args import map_in_arrow
+from tidemark.spark._codec import KIND_ERROR, KIND_LATE, KIND_WINDOW, OutputCodec
 from tidemark.spark._layout import History, Layout, Stats, after
 from tidemark.spark._records import BatchRecord
+from tidemark.spark._stream_task import run_on_driver, tagged
 from tidemark.spark.state import StateStore, state_errors_surface
 
 #: ``f(output, batch_id)``: a DataFrame, or a ``pyarrow.Table`` with ``arrow_sinks``.
@@ -98,6 +105,25 @@ class BatchRun:
     placed: Layout = field(
         default_factory=lambda: Layout(shuffled=False, routes=False, driver=False, files=False)
     )
+    #: The task over the batch's rows (:class:`~tidemark.spark._stream_task.StreamTask`).
+    task: Any = None
+    #: Tags this run's reports: those of an earlier, failed run are ignored.
+    token: str = ""
+    #: The task emits the main output alone (no late or error sink): the sink's job is
+    #: the batch's job, nothing is cached.
+    windows_only: bool = False
+    #: The rows reach the task untagged: it holds every state partition and routes them.
+    untagged: bool = False
+    #: The columns of the rows the task reads (``None``: all).
+    columns: list[str] | None = None
+    #: The rows read from the micro-batch's files in the driver, or ``None``.
+    table: pa.Table | None = None
+    #: The batch's rows (``None``: the micro-batch itself).
+    rows: Any = None
+    #: ``"files"``, ``"spark"``, ``"folds"`` or ``"none"``: how the rows were read.
+    read: str = "none"
+    #: The DataFrame of the batch's tasks (run in Spark), whose count runs them all.
+    job: Any = None
 
     @property
     def driver(self) -> bool:
@@ -256,17 +282,87 @@ class MicroBatchDriver:
         nothing: it is not run, and nothing is recorded for it."""
         return False
 
-    def _execute(self, df: Any, run: BatchRun) -> tuple[Any, Any, Any]:
-        """Runs the batch in this process (outputs computed, state written) or plans
-        its Spark job (outputs the sinks' jobs compute; a cached result in
-        ``run.persisted``). Returns the (main, late, error) outputs."""
+    def _route(self) -> tuple[list[str], bool]:
+        """The columns rows go to state partitions by (Spark's hash, as
+        ``repartition(n, *keys)``), and whether rows without them are dealt out in turn
+        (else they all go to state partition 0)."""
         raise NotImplementedError
 
-    def _sending(self, run: BatchRun) -> contextlib.AbstractContextManager[None]:
+    def _execute(self, df: Any, run: BatchRun) -> tuple[Any, Any, Any]:
+        """Runs the batch's task in this process (outputs computed, state written), or
+        plans its Spark job: one task, or one per state partition (outputs the sinks'
+        jobs compute; a cached result in ``run.persisted``). Returns the (main, late,
+        error) outputs."""
+        from pyspark import StorageLevel
+
+        plan: OutputCodec = run.codec
+        rows = df if run.rows is None else run.rows
+        rowless = run.flush or run.quiet
+        if run.driver:
+            # The task's work, done here: the outputs are computed (and the state
+            # written) before any sink runs; the sinks read local DataFrames.
+            kinds = [KIND_WINDOW]
+            kinds += [KIND_LATE] if self.late_sink is not None else []
+            kinds += [KIND_ERROR] if self.error_sink is not None else []
+            main, late, errors, read = run_on_driver(
+                rows,
+                run.task,
+                plan,
+                run.columns,
+                run.windows_only,
+                rowless,
+                kinds,
+                self.arrow_sinks,
+                run.table,
+            )
+            run.read = run.read if run.read == "folds" else read
+            return main, late, errors  # nothing persisted, no job left to run
+        keys, deal = self._route()
+        shuffled = run.layout == "shuffled"
+        n = self.num_partitions
+        parted = tagged(rows, keys, n, rowless, shuffled, run.columns, run.untagged, deal)
+        if run.windows_only:
+            run.job = map_in_arrow(parted, run.task, plan.single_spark[KIND_WINDOW])
+            return run.job, None, None
+        combined = map_in_arrow(parted, run.task, plan.combined_spark)
+        run.job = run.persisted = combined.persist(StorageLevel.MEMORY_AND_DISK)
+        return plan.split(run.persisted)
+
+    @contextlib.contextmanager
+    def _sending(self, run: BatchRun) -> Iterator[None]:
         """The context the outputs are fetched and sent in (the jobs of a run in Spark
-        tasks run there): errors a task raised about the state surface as
-        :class:`StateCorruptedError`."""
-        return state_errors_surface()
+        tasks run there): one task per state partition when shuffled (adaptive
+        execution would merge them into fewer); errors a task raised about the state
+        surface as :class:`StateCorruptedError`."""
+        parallel = run.layout == "shuffled" and not run.flush and run.job is not None
+        exact = exact_partitions(run.job.sparkSession) if parallel else contextlib.nullcontext()
+        with exact, state_errors_surface():
+            yield
+
+    def _summary(
+        self, run: BatchRun, summarize: Callable[[list[bytes]], dict[str, Any] | None]
+    ) -> dict[str, Any]:
+        """The batch as every state partition reported it in this run: ``summarize``
+        of their reports (``None``: one is another run's). Where a partition has not
+        reported (the sinks did not run every task: no sink, or one that read part of
+        its output) the batch's job runs: a task that ran already gives the same output
+        and state again."""
+        summary = self._reported(run, summarize)
+        if summary is None and run.job is not None:
+            run.job.count()
+            summary = self._reported(run, summarize)
+        if summary is None:
+            raise StateCorruptedError(
+                f"batch {run.batch_id}: a state partition wrote no progress under "
+                f"{self.store.path('partitions')}"
+            )
+        return summary
+
+    def _reported(
+        self, run: BatchRun, summarize: Callable[[list[bytes]], dict[str, Any] | None]
+    ) -> dict[str, Any] | None:
+        reports = self.store.read_reports(run.batch_id, self.num_partitions)
+        return None if reports is None else summarize(reports)
 
     def _finish(self, run: BatchRun) -> dict[str, Any]:
         """After the sinks: completes ``run.record`` with what the batch produced

@@ -12,6 +12,9 @@ micro-batch runs") is this module's rules:
 =================  ============================================================
 micro-batch        runs
 =================  ============================================================
+pinned             where its first run did: a replayed micro-batch whose rows are
+                   dealt out in turn (a reorder without ``partition_by``), which
+                   Spark's shuffle deals otherwise than the driver and one task
 quiet (no rows)    in the driver (one task with ``on_driver=False``), every state
                    partition together
 flush              as the last micro-batch did: in the driver after one that ran
@@ -118,6 +121,9 @@ class Stats:
     #: bounds on event times) where Spark cannot estimate their quartiles: every row
     #: of the micro-batch runs in one place.
     first: bool = False
+    #: Where the micro-batch must run (see ``Layout.where``): a replay's first run's
+    #: layout, where the layout decides which rows meet (``None``: by the rules).
+    pinned: str | None = None
 
 
 @dataclass(frozen=True)
@@ -220,6 +226,10 @@ def runs_on_driver(
 def place(stats: Stats, history: History, options: Options) -> Layout:
     """Where a micro-batch runs (see the module's table)."""
     n = options.num_partitions
+    if stats.pinned is not None:
+        driver = stats.pinned == "driver"
+        shuffled = stats.pinned == "shuffled"
+        return Layout(shuffled=shuffled, routes=not shuffled, driver=driver, files=False)
     if stats.kind == "quiet":
         # Every state partition in one run (its calls combine their watermarks).
         driver = options.on_driver is not False

@@ -7,7 +7,6 @@ state moved to another number of state partitions (:func:`rescale`). The records
 from __future__ import annotations
 
 import base64
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tidemark import _native
@@ -60,30 +59,13 @@ def prepare(
     return rec
 
 
-def summarize(
-    store: StateStore, pipe: Pipeline, rec: StreamRecord, num_partitions: int, token: str
-) -> dict[str, Any] | None:
+def summarize(pipe: Pipeline, rec: StreamRecord, token: str, reports: list[bytes]) -> Any:
     """The batch as every state partition reported it (``_native.summarize_batch``: the
-    next watermark, the scope after it, the row counts), or ``None`` if a partition
-    has not reported in this run (its task did not run, or an earlier run's wrote it).
-    Starts from the scope recorded before the batch, so a replayed batch gives the
-    same result. On a remote store the reports are read concurrently (one request
-    each); local files in turn (a thread pool would cost more than the reads)."""
-
-    def read(p: int) -> bytes | None:
-        return store.read_progress(p, rec.batch_id)
-
-    n = num_partitions
-    if n == 1 or store.is_local:
-        reports = [read(p) for p in range(n)]
-    else:
-        with ThreadPoolExecutor(max_workers=min(n, 16)) as pool:
-            reports = list(pool.map(read, range(n)))
-    got = [r for r in reports if r is not None]
-    if len(got) < n:
-        return None
+    next watermark, the scope after it, the row counts), or ``None`` if a report is
+    another run's than ``token``. Starts from the scope recorded before the batch, so a
+    replayed batch gives the same result."""
     scope = None if rec.scope is None else base64.b64decode(rec.scope)
-    return _native.summarize_batch(pipe._config, got, token, scope, rec.clock_ms, rec.source)
+    return _native.summarize_batch(pipe._config, reports, token, scope, rec.clock_ms, rec.source)
 
 
 def combine(rec: StreamRecord, summary: dict[str, Any]) -> None:

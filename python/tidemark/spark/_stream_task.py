@@ -1,9 +1,10 @@
-"""A ``StreamProcessor`` micro-batch's task: what runs for its state partitions, in a
-Spark task or in the driver (:class:`StreamTask`), and the rows' way to them (tags and
-placeholders for a shuffle, or routing by Spark's hash in one task). The core runs the
-batch over the partitions (``_native.MicroBatch``: threads, the combined watermark, a
-quiet batch's calls without rows) and reports each partition's progress, which the
-driver combines (``_native.summarize_batch``).
+"""A micro-batch's task, of ``StreamProcessor`` and ``ReorderStream`` alike: what runs
+for its state partitions, in a Spark task or in the driver (:class:`StreamTask`), and
+the rows' way to them (tags and placeholders for a shuffle, or routing by Spark's hash
+in one task). The core runs the batch over the partitions (``_native.MicroBatch``:
+threads, the combined watermark, a quiet batch's calls without rows; a reorder's
+buffers) and reports each partition's progress, which the driver combines
+(``_native.summarize_batch``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tidemark import _native
 from tidemark.event_time import apply_user_parser
 from tidemark.operator import Output
 from tidemark.pipeline import Pipeline
+from tidemark.reorder import Reorder
 from tidemark.spark._args import ShippedPipeline, quoted
 from tidemark.spark._codec import (
     KIND_ERROR,
@@ -104,9 +106,11 @@ def tagged(
     shuffle: bool = True,
     columns: list[str] | None = None,
     untagged: bool = False,
+    deal: bool = False,
 ) -> Any:
     """``df``'s rows, each tagged with its state partition (Spark's hash of the keys,
-    as ``repartition(n, *keys)``), and one placeholder row per state partition,
+    as ``repartition(n, *keys)``; without keys, state partition 0, or with ``deal`` each
+    Spark partition's rows in turn), and one placeholder row per state partition,
     repartitioned so that Spark partition ``p`` holds state partition ``p``; without
     ``shuffle``, coalesced into one Spark partition instead (one task runs every
     state partition, and the micro-batch costs no shuffle stage). ``columns``: keep
@@ -130,15 +134,31 @@ def tagged(
         return (df if whole else df.selectExpr(*kept)).coalesce(1)
     ph = placeholder_rows(spark, n, 1)
     sp = f"pmod(hash({', '.join(map(quoted, keys))}), {n}) + 1" if keys else "1"
+    if not keys and deal:
+        # The id counts a Spark partition's rows from its partition's offset: the same
+        # tags whenever the same input partitions are read again.
+        sp = f"pmod(monotonically_increasing_id(), {n}) + 1"
     rows = df.selectExpr(*kept, f"{pick_sql(data, sp)} AS {quoted(SP)}")
     both = rows.unionByName(ph, allowMissingColumns=True)
     return both.repartition(n, SP) if shuffle else both.coalesce(1)
 
 
 @dataclass(frozen=True)
+class Shipped:
+    """An operator that travels inside the task's closure as it is (a reorder)."""
+
+    op: Reorder
+
+    def get(self) -> Reorder:
+        return self.op
+
+
+@dataclass(frozen=True)
 class StreamTask:
     """The task over a micro-batch's rows (run by Spark through ``mapInArrow``, or by
-    the driver itself: see :func:`run_on_driver`). It holds the state partitions whose
+    the driver itself: see :func:`run_on_driver`), of a pipeline (``shipped``: a
+    :class:`~tidemark.spark._args.ShippedPipeline`) or of a reorder (a
+    :class:`Shipped`; its state partitions are its buffers). It holds the state partitions whose
     tags its rows carry (see :func:`tagged`), or, ``untagged``, every state partition;
     the core runs the batch over them (``_native.MicroBatch``: each restored from
     version ``prev_batch``, its rows processed as one arrival unit, or flushed; windows
@@ -149,7 +169,7 @@ class StreamTask:
     late rows, error rows) or, with ``windows_only``, the windows alone in their own
     schema."""
 
-    shipped: ShippedPipeline
+    shipped: ShippedPipeline | Shipped
     codec: OutputCodec
     store: StateStore
     batch_id: int
@@ -189,6 +209,8 @@ class StreamTask:
     #: A new stream's first micro-batch: its event times' quartiles, estimated by the
     #: driver and recorded (``StreamRecord.quartiles``).
     quartiles: tuple[int, int] | None = None
+    #: A reorder's routing columns (``partition_by``; none: rows dealt out in turn).
+    keys: tuple[str, ...] = ()
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         pipe = self.shipped.get()
@@ -231,10 +253,10 @@ class StreamTask:
         state = store.snapshot_to_restore(p, version)
         return p, state, store.path(store.snapshot_file(p, version))
 
-    def _micro_batch(self, pipe: Pipeline, tag: str | None) -> Any:
+    def _micro_batch(self, pipe: Pipeline | Reorder, tag: str | None) -> Any:
         """The core's run of this batch; ``tag``: the column of the rows' state
         partition tags (``None``: the rows are routed)."""
-        lk = pipe.lookup
+        lk = pipe.lookup if isinstance(pipe, Pipeline) else None
         return _native.MicroBatch(
             pipe._config,
             self.num_partitions,
@@ -252,6 +274,7 @@ class StreamTask:
             weight=WEIGHT,
             lookup=None if lk is None else (lk.table, lk.on, lk.how, lk.prefix),
             run=self.token,
+            keys=list(self.keys),
         )
 
 
@@ -269,12 +292,13 @@ def held_partitions(table: pa.Table, n: int, data_only: bool) -> tuple[pa.Table,
     return table, held
 
 
-def parses(pipe: Pipeline) -> bool:
-    """Whether a user parser reads the pipeline's event times."""
-    return pipe._parser is not None and pipe.time == "event"
+def parses(pipe: Pipeline | Reorder) -> bool:
+    """Whether a user parser reads the pipeline's (or reorder's) event times."""
+    event = isinstance(pipe, Reorder) or pipe.time == "event"
+    return pipe._parser is not None and event
 
 
-def parsed_times(pipe: Pipeline, table: pa.Table) -> pa.Array | None:
+def parsed_times(pipe: Pipeline | Reorder, table: pa.Table) -> pa.Array | None:
     """The event times a user parser reads from ``table`` (``None``: the core parses)."""
     if not parses(pipe) or table.num_rows == 0:
         return None
@@ -312,6 +336,10 @@ def run_on_driver(
         if table is None:
             src = df if columns is None else df.selectExpr(*[quoted(c) for c in columns])
             table = src.toArrow()
+            if plan.main_is_input and table.schema != plan.input_arrow:
+                # toArrow hands timestamps in UTC where a task gets the session zone:
+                # a reorder's buffers keep the types a task would give them.
+                table = table.cast(plan.input_arrow)
         batches = table.to_batches()
     out = list(task(iter(batches)))
     if windows_only:

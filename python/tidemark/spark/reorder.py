@@ -19,28 +19,29 @@ Streaming (exactly-once buffer state, the same state store as ``StreamProcessor`
 ...         f"/out/ordered/batch={batch_id}"))
 >>> stream_df.writeStream.foreachBatch(rs).start()                         # doctest: +SKIP
 
-Each micro-batch: the task of state partition ``p`` restores its reorder buffer from
-version ``b-1``, takes its rows as one arrival unit, writes version ``b``, and emits
-what the watermark released. A replayed batch restores ``b-1`` again and produces the
-same rows. A small micro-batch runs those steps in the driver instead, for every state
-partition in turn (``ReorderStream(on_driver=...)``): no shuffle, no Python worker.
+Each micro-batch runs as ``StreamProcessor``'s do, through the same task and the core's
+one call (``_native.MicroBatch``): each state partition ``p`` restores its buffer from
+version ``b-1``, takes its rows as one arrival unit, writes version ``b`` and its
+report, and emits what its watermark released; the driver combines the reports (the
+stream's watermark is the least of the buffers'). A replayed batch restores ``b-1``
+again and produces the same rows. Where it runs follows ``StreamProcessor``'s rules: a
+small micro-batch in the driver (``on_driver``: no Python worker), or in one task that
+routes its rows itself (no shuffle), a large one in one task per state partition.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-from tidemark.errors import ConfigError, StateCorruptedError
-from tidemark.reorder import Reorder, ReorderOutput
-from tidemark.route import HashRouter, Router
+from tidemark import _native
+from tidemark.errors import ConfigError
+from tidemark.reorder import Reorder
 from tidemark.spark._args import (
     column,
     map_in_arrow,
@@ -49,74 +50,18 @@ from tidemark.spark._args import (
     spark_hash_matches,
 )
 from tidemark.spark._codec import (
-    KIND_ERROR,
-    KIND_LATE,
-    KIND_WINDOW,
     OutputCodec,
     arrow_schema_of,
     concat_input,
     session_arrow_settings,
 )
-from tidemark.spark._driver import (
-    BatchRun,
-    MicroBatchDriver,
-    Sink,
-    exact_partitions,
-)
+from tidemark.spark._driver import BatchRun, MicroBatchDriver, Sink
 from tidemark.spark._layout import Layout, Options, Stats, place
 from tidemark.spark._records import ReorderRecord
-from tidemark.spark._sizing import estimated_bytes
-from tidemark.spark.state import StateStore, state_errors_surface
+from tidemark.spark._sizing import cores_of, estimated_bytes
+from tidemark.spark._stream_task import Shipped, StreamTask, driver_threads
 
 __all__ = ["ReorderResult", "ReorderStream", "reorder"]
-
-#: A batch's counts, in the order of a state partition's progress (the buffer's
-#: figures are after the batch).
-COUNTS = (
-    "input_rows",
-    "released_rows",
-    "late_rows",
-    "error_rows",
-    "buffered_rows",
-    "buffer_bytes",
-)
-
-
-def progress_bytes(token: str, watermark: int | None, counts: list[int]) -> bytes:
-    """A state partition's progress of a batch, as its task writes it to the store
-    (``StateStore.write_progress``, the channel ``StreamProcessor``'s tasks report
-    through): the driver's run ``token``, the partition's watermark after the batch
-    and its :data:`COUNTS`."""
-    doc = {"token": token, "watermark": watermark, "counts": dict(zip(COUNTS, counts, strict=True))}
-    return json.dumps(doc).encode()
-
-
-def read_progress(
-    store: StateStore, n: int, batch_id: int, token: str
-) -> dict[int, tuple[int | None, list[int]]] | None:
-    """Each state partition's watermark and :data:`COUNTS` of this run of the batch
-    (``token``), or ``None`` if one has not reported in this run."""
-    got: dict[int, tuple[int | None, list[int]]] = {}
-    for p in range(n):
-        raw = store.read_progress(p, batch_id)
-        doc = None if raw is None else json.loads(raw)
-        if doc is None or doc.get("token") != token:
-            return None
-        got[p] = (doc["watermark"], [doc["counts"][c] for c in COUNTS])
-    return got
-
-
-def batch_counts(before: dict[str, Any], after: dict[str, Any]) -> list[int]:
-    """A task's :data:`COUNTS` from its operator's metrics before and after the batch
-    (the late count includes dropped rows)."""
-    return [
-        after["rows_in"] - before["rows_in"],
-        after["rows_released"] - before["rows_released"],
-        after["late_dropped_count"] - before["late_dropped_count"],
-        after["rows_error"] - before["rows_error"],
-        after["buffer_size"],
-        after["buffer_bytes"],
-    ]
 
 
 @dataclass
@@ -227,15 +172,9 @@ def reorder(
 
 @dataclass(kw_only=True)
 class _ReorderRun(BatchRun):
-    """A reorder batch's run: the version it restores, its input schema, and the
-    token its state partitions report under (reports of an earlier, failed run of the
-    batch are not this one's)."""
+    """A reorder batch's run: its record (what it restores, where it runs)."""
 
     record: ReorderRecord
-    codec: OutputCodec
-    prev: int | None
-    input_arrow: pa.Schema
-    token: str
 
 
 class ReorderStream(MicroBatchDriver):
@@ -271,26 +210,34 @@ class ReorderStream(MicroBatchDriver):
         not this query's: a new checkpoint location counts batch ids from 0 again)
         and start empty, instead of raising :class:`StateCorruptedError`. This
         query's own state, replays included, is never discarded.
+    shuffle : bool, optional
+        ``True``: rows are shuffled to their state partitions, one task each.
+        ``False``: never; one task (or the driver, see ``on_driver``) runs every
+        state partition. Default: as ``StreamProcessor``'s (a shuffle only for a
+        micro-batch Spark estimates above ``SINGLE_TASK_BYTES`` on 2 cores). The
+        released rows are the same either way.
     on_driver : bool, optional
         Whether a micro-batch runs in the driver's process instead of Spark tasks:
-        its rows come back as Arrow (``df.toArrow()``), the driver routes them to
-        the state partitions by Spark's hash of ``partition_by`` (as the shuffle
-        would), restores, updates and writes each buffer as its task would, and the
-        sinks get local DataFrames. This skips the shuffle and the Python workers.
-        Default: a micro-batch that Spark estimates at most ``ON_DRIVER_BYTES``
-        (8 MiB; the driver holds it in memory). ``True``: every micro-batch.
-        ``False``: never. With ``partition_by``, either way only where its columns
-        are of the types ``StreamProcessor``'s ``shuffle`` lists (the driver then
-        routes each key where Spark's shuffle would: buffers, outputs and replays
-        are the same either way). Without it, the driver deals the rows out in
-        turn (row ``i`` to state partition ``i`` mod ``num_partitions``), which is
-        not Spark's round-robin order: a replayed micro-batch runs where its first
-        run did (recorded with the batch), so that it releases the same rows. A
-        :meth:`flush` runs in the driver with ``True``, or by default after a
-        micro-batch that did. In the driver, a micro-batch's output is one local DataFrame
-        holding the state partitions one after the other: each ``partition_by``
-        key's rows are in event-time order in every Spark partition of it, and
-        ``collect()`` returns each state partition's rows in event-time order.
+        its rows come back as Arrow (``df.toArrow()``), the core routes them to the
+        state partitions by Spark's hash of ``partition_by`` (as the shuffle would),
+        restores, updates and writes each buffer as a task would, and the sinks get
+        local DataFrames. This skips the Python workers. Default: a micro-batch that
+        Spark estimates at most ``ON_DRIVER_BYTES`` (8 MiB; the driver holds it in
+        memory); a larger one runs in one task that routes its rows the same way (up
+        to ``SINGLE_TASK_BYTES``: no shuffle), else in one task per state partition.
+        ``True``: every micro-batch. ``False``: never. With ``partition_by``, the
+        driver and one task route only columns of the types ``StreamProcessor``'s
+        ``shuffle`` lists (each key then lands where Spark's shuffle puts it:
+        buffers, outputs and replays are the same in every layout). Without it, the
+        driver and one task deal the rows out in turn (row ``i`` to state partition
+        ``i mod num_partitions``) and a shuffle deals each Spark partition's rows in
+        turn: a replayed micro-batch runs where its first run did (recorded with the
+        batch), so that it releases the same rows. A :meth:`flush` runs in the driver
+        with ``True``, or by default after a micro-batch that did. In the driver, a
+        micro-batch's output is one local DataFrame holding the state partitions one
+        after the other: each ``partition_by`` key's rows are in event-time order in
+        every Spark partition of it, and ``collect()`` returns each state partition's
+        rows in event-time order.
 
     Attributes
     ----------
@@ -299,8 +246,8 @@ class ReorderStream(MicroBatchDriver):
         ``released_rows``, ``late_rows`` (dropped or sent to ``late_sink``) and
         ``error_rows``; the buffer after it, ``buffered_rows`` and ``buffer_bytes``
         (summed over state partitions); the stream's ``watermark`` (epoch
-        microseconds); and ``layout``, where it ran: ``"driver"`` or
-        ``"shuffled"``. Counted by the batch's own job, and recorded in
+        microseconds); and ``layout``, where it ran: ``"driver"``, ``"one task"``
+        or ``"shuffled"``. Counted by the batch's own job, and recorded in
         ``state_location``: see :meth:`progress`.
     """
 
@@ -318,6 +265,7 @@ class ReorderStream(MicroBatchDriver):
         start_fresh: bool = False,
         on_driver: bool | None = None,
         arrow_sinks: bool = False,
+        shuffle: bool | None = None,
     ) -> None:
         require_args(
             "ReorderStream()",
@@ -327,6 +275,7 @@ class ReorderStream(MicroBatchDriver):
         )
         self.template = r.restore(None)
         self.partition_by = partition_by
+        self.shuffle = shuffle
         sinks = (sink, late_sink, error_sink)
         self._init_driver(
             state_location, num_partitions, sinks, retention, start_fresh, on_driver, arrow_sinks
@@ -343,216 +292,98 @@ class ReorderStream(MicroBatchDriver):
             "configuration and partition count)"
         )
 
-    def _prev_batch(
-        self, batch_id: int, flush: bool, layout: str
-    ) -> tuple[int | None, str, ReorderRecord]:
-        """The batch to restore, where the batch runs, and its started record:
-        ``layout``, except for a replayed batch with round-robin routing, which runs
-        where its first run did (the driver and Spark deal rows out differently)."""
+    def _replayed(self, batch_id: int, flush: bool) -> tuple[ReorderRecord | None, int | None]:
+        """The record of this batch's earlier run, if any, and the batch it restores
+        (a replay restores what its first run did)."""
         rec: ReorderRecord | None = self.store.replayed(batch_id, flush, self.start_fresh)
-        prev: int | None
         if rec is not None:
-            prev = rec.prev_batch  # same inputs as the first run
-            if self._round_robin and not flush and rec.layout in ("driver", "shuffled"):
-                layout = rec.layout
-        else:
-            done = self.store.finished_ids(before=batch_id)
-            if not done:
-                self.store.start(batch_id, self.start_fresh)
-            prev = done[-1] if done else None
-        started = ReorderRecord(batch_id=batch_id, prev_batch=prev, flush=flush, layout=layout)
-        if rec is None:
-            self.store.write_record(started)
-        return prev, layout, started
+            return rec, rec.prev_batch
+        done = self.store.finished_ids(before=batch_id)
+        if not done:
+            self.store.start(batch_id, self.start_fresh)
+        return None, done[-1] if done else None
 
-    @property
-    def _round_robin(self) -> bool:
-        """Rows go to state partitions in turn (no ``partition_by``, several)."""
-        return not self.partition_by and self.num_partitions > 1
+    def _options(self) -> Options:
+        return Options(self.num_partitions, shuffle=self.shuffle, on_driver=self.on_driver)
 
-    def _placement(self, df: Any, flush: bool) -> tuple[Stats, Layout]:
-        """The batch as measured, and where it runs (see ``on_driver``; the rules are
-        ``tidemark.spark._layout``'s, with the driver or one task per state partition as
-        the only places): a batch in this process only where it routes keyed rows as
-        Spark's shuffle would (``partition_by`` columns tidemark hashes as Spark does),
-        by default up to ``ON_DRIVER_BYTES``; a flush (no rows) with ``on_driver=True``,
-        or by default after a batch that ran here."""
-        by = self.partition_by
+    def _stats(self, df: Any, flush: bool, pinned: str | None = None) -> Stats:
+        """The batch as measured for the layout: a flush reads no rows. A replayed batch
+        whose rows are dealt out in turn (no ``partition_by``, several state
+        partitions) runs where its first run did (``pinned``): Spark's shuffle deals
+        them otherwise than the driver and one task."""
         if flush:
-            stats = Stats(kind="flush")
-        else:
-            size = estimated_bytes(df)
-            routable = self.num_partitions == 1 or not by or spark_hash_matches(df.schema, by)
-            stats = Stats(size=size, guess=size, routable=routable)
-        options = Options(self.num_partitions, shuffle=False, on_driver=self.on_driver)
-        placed = place(stats, self._history, options)
-        return stats, replace(placed, shuffled=not placed.driver)
+            return Stats(kind="flush")
+        by = self.partition_by
+        size = estimated_bytes(df)
+        routable = self.num_partitions == 1 or not by or spark_hash_matches(df.schema, by)
+        return Stats(
+            size=size, guess=size, cores=cores_of(df.sparkSession), routable=routable, pinned=pinned
+        )
 
-    def _runs_on_driver(self, df: Any, flush: bool) -> bool:
-        """Whether the batch runs in this process (see :meth:`_placement`)."""
-        return self._placement(df, flush)[1].driver
+    def _placement(self, df: Any, flush: bool, pinned: str | None = None) -> Layout:
+        """Where the batch runs (the rules of ``tidemark.spark._layout``, as for
+        ``StreamProcessor``; see ``on_driver``)."""
+        return place(self._stats(df, flush, pinned), self._history, self._options())
 
     def _begin(
         self, df: Any, batch_id: int, flush: bool, schema: Any, plan: Any = None
     ) -> _ReorderRun:
         self._check_meta()
         _check_columns(self.template, df, self.partition_by)
-        stats, placed = self._placement(df, flush)
-        chosen = "driver" if placed.driver else "shuffled"
-        prev, layout, record = self._prev_batch(batch_id, flush, chosen)
+        replayed, prev = self._replayed(batch_id, flush)
+        dealt = not self.partition_by and self.num_partitions > 1 and not flush
+        pinned = replayed.layout if replayed is not None and dealt else None
+        stats = self._stats(df, flush, pinned)
+        placed = place(stats, self._history, self._options())
+        record = ReorderRecord(batch_id=batch_id, prev_batch=prev, flush=flush, layout=placed.where)
+        if replayed is None:
+            self.store.write_record(record)
         tz, large = session_arrow_settings(df.sparkSession)
+        codec = OutputCodec.rows(df.schema, tz, large)
+        token = uuid.uuid4().hex
+        task = StreamTask(
+            shipped=Shipped(self.template),
+            codec=codec,
+            store=self.store,
+            batch_id=batch_id,
+            prev_batch=prev,
+            watermark=None,
+            scope_time=None,
+            clock_ms=0,
+            retention=self.retention,
+            token=token,
+            num_partitions=self.num_partitions,
+            flush=flush,
+            windows_only=not flush and self.late_sink is None and self.error_sink is None,
+            untagged=placed.routes,
+            threads=driver_threads() if placed.driver else 1,
+            keys=tuple(self.partition_by or ()),
+        )
         return _ReorderRun(
             batch_id=batch_id,
             flush=flush,
             stats=stats,
-            placed=replace(placed, driver=layout == "driver", shuffled=layout != "driver"),
-            layout=layout,
-            codec=OutputCodec.rows(df.schema, tz, large),
+            placed=placed,
+            layout=placed.where,
+            codec=codec,
             record=record,
-            prev=prev,
-            input_arrow=arrow_schema_of(df.schema, tz, large),
-            token=uuid.uuid4().hex,
+            task=task,
+            token=token,
+            windows_only=task.windows_only,
+            untagged=task.untagged,
         )
 
-    def _execute(self, df: Any, run: BatchRun) -> tuple[Any, Any, Any]:
-        from pyspark import StorageLevel
-
-        assert isinstance(run, _ReorderRun)
-        plan, prev, batch_id, flush = run.codec, run.prev, run.batch_id, run.flush
-        template, store, retention, token = self.template, self.store, self.retention, run.token
-
-        def one(p: int, table: pa.Table) -> ReorderOutput:
-            """State partition ``p``'s work on its rows: restore version ``prev``,
-            process (or flush), write version ``batch_id`` and its progress."""
-            state = store.snapshot_to_restore(p, prev)
-            with store.restoring(p, prev):
-                op = template.restore(state)
-            before = op.metrics()
-            out = op.flush() if flush else op.process(table)
-            store.write_snapshot(p, batch_id, op.snapshot(), retention)
-            counts = batch_counts(before, op.metrics())
-            report = progress_bytes(token, op.watermark, counts)
-            store.write_progress(p, batch_id, report, retention)
-            return out
-
-        if run.driver:
-            return self._run_on_driver(df, one, plan, run.input_arrow, flush)
-        input_arrow = run.input_arrow
-
-        def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            from pyspark import TaskContext
-
-            # The state partition is the task's Spark partition (see _sending).
-            ctx = TaskContext.get()
-            p = ctx.partitionId() if ctx is not None else 0
-            yield from plan.encode(one(p, concat_input(batches, input_arrow)))
-
-        # A flush reads no rows, but every state partition must run its task: one
-        # row per partition (an empty input would run none under Spark Connect,
-        # whose empty DataFrames are local relations the optimizer prunes).
-        n, spark = self.num_partitions, df.sparkSession
-        source = spark.range(0, n, 1, n) if flush else _partitioned(df, n, self.partition_by)
-        combined = map_in_arrow(source, task, plan.combined_spark)
-        run.persisted = combined.persist(StorageLevel.MEMORY_AND_DISK)
-        return plan.split(combined)
-
-    @contextlib.contextmanager
-    def _sending(self, run: BatchRun) -> Iterator[None]:
-        # One task per state partition, the Spark partition being the state
-        # partition: adaptive execution must not merge them.
-        job = run.persisted
-        exact = contextlib.nullcontext() if job is None else exact_partitions(job.sparkSession)
-        with exact, state_errors_surface():
-            yield
+    def _route(self) -> tuple[list[str], bool]:
+        return list(self.partition_by or []), True
 
     def _finish(self, run: BatchRun) -> dict[str, Any]:
         assert isinstance(run, _ReorderRun)
-        n, store = self.num_partitions, self.store
-        progress = read_progress(store, n, run.batch_id, run.token)
-        if progress is None and run.persisted is not None:
-            # The sinks did not run every task (no sink, or one that read part of
-            # its output): run them (a task that ran already gives the same again).
-            run.persisted.count()
-            progress = read_progress(store, n, run.batch_id, run.token)
-        if progress is None:
-            raise StateCorruptedError(
-                f"batch {run.batch_id}: a state partition wrote no progress under "
-                f"{store.path('partitions')}"
-            )
-        marks = [w for w, _ in progress.values() if w is not None]
-        # The stream's watermark: every partition has released up to it. A partition
-        # that never had rows holds nothing and has released nothing to wait for (its
-        # keys' rows, when they come, are judged by its own watermark).
-        watermark = min(marks) if marks else None
-        totals = [sum(c[i] for _, c in progress.values()) for i in range(len(COUNTS))]
-        run.record.done, run.record.released = True, watermark
-        return {
-            "batch_id": run.batch_id,
-            **dict(zip(COUNTS, totals, strict=True)),
-            "watermark": watermark,
-            "layout": run.layout,
-        }
-
-    def _run_on_driver(
-        self,
-        df: Any,
-        one: Callable[[int, pa.Table], ReorderOutput],
-        plan: OutputCodec,
-        input_arrow: pa.Schema,
-        flush: bool,
-    ) -> tuple[Any, Any, Any]:
-        """Runs every state partition in this process over ``df``'s rows, fetched as
-        Arrow and routed by Spark's hash of ``partition_by``, or in turn without it (a
-        flush reads none).
-        Returns the released, late and error rows as local DataFrames (Arrow tables
-        with ``arrow_sinks``), the state partitions one after the other (``None`` for
-        an output no sink reads; a flush always returns its released rows)."""
-        n = self.num_partitions
-        shards = [input_arrow.empty_table()] * n
-        if not flush:
-            # toArrow hands timestamps in UTC where a task gets the session zone: the
-            # buffers keep the types a task would give them.
-            table = df.toArrow()
-            if table.schema != input_arrow:
-                table = table.cast(input_arrow)
-            shards = [table]
-            if n > 1 and self.partition_by:
-                router = HashRouter(n, self.partition_by, hash="spark")
-                shards = [pa.Table.from_batches([b]) for b in router.route(table)]
-            elif n > 1:
-                # Round robin: row i to state partition i mod n, so that every buffer
-                # sees the whole batch's spread of event times, as Spark's round
-                # robin gives it (not Spark's order: see _prev_batch).
-                shards = [pa.Table.from_batches([b]) for b in Router.round_robin(n).route(table)]
-        outs = [one(p, rows) for p, rows in enumerate(shards)]
-        spark = df.sparkSession
-
-        def local(tables: list[pa.Table], arrow: pa.Schema, schema: Any, sink: pa.Schema) -> Any:
-            # Positional: an error table's reason column takes the plan's name.
-            table = pa.concat_tables(
-                [
-                    pa.Table.from_arrays(t.columns, names=arrow.names).cast(arrow)
-                    for t in tables
-                    if t.num_rows
-                ]
-                or [arrow.empty_table()]
-            )
-            if self.arrow_sinks:
-                return table.cast(sink)
-            return spark.createDataFrame(table, schema=schema)
-
-        schemas = {
-            k: (plan.split_arrow_schema(k), plan.split_spark(k), plan.sink_arrow_schema(k))
-            for k in (KIND_WINDOW, KIND_LATE, KIND_ERROR)
-        }
-        rows = late = errors = None
-        if self.sink is not None or flush:
-            rows = local([o.rows for o in outs], *schemas[KIND_WINDOW])
-        if self.late_sink is not None:
-            late = local([o.late for o in outs], *schemas[KIND_LATE])
-        if self.error_sink is not None:
-            errors = local([o.errors for o in outs], *schemas[KIND_ERROR])
-        return rows, late, errors
+        config = self.template._config
+        summary = self._summary(
+            run, lambda got: _native.summarize_batch(config, got, run.token, None, 0)
+        )
+        run.record.done, run.record.released = True, summary["watermark"]
+        return {"batch_id": run.batch_id, **summary, "layout": run.layout}
 
     def flush(self, spark: Any, schema: Any, batch_id: int | None = None) -> Any:
         """End of input: releases every buffered row, as batch ``batch_id`` (default:

@@ -200,6 +200,24 @@ class StateStore:
         """State partition ``p``'s report of batch ``batch_id`` (``None``: none)."""
         return self.read(f"partitions/{p}/{batch_id}{PROGRESS}")
 
+    def read_reports(self, batch_id: int, n: int) -> list[bytes] | None:
+        """Every state partition's report of batch ``batch_id`` (of ``n``), or ``None``
+        if one has none. On a remote store the reports are read concurrently (one
+        request each); local files in turn (a thread pool would cost more than the
+        reads)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        def read(p: int) -> bytes | None:
+            return self.read_progress(p, batch_id)
+
+        if n == 1 or self.is_local:
+            reports = [read(p) for p in range(n)]
+        else:
+            with ThreadPoolExecutor(max_workers=min(n, 16)) as pool:
+                reports = list(pool.map(read, range(n)))
+        got = [r for r in reports if r is not None]
+        return got if len(got) == n else None
+
     def write_progress(self, p: int, batch_id: int, report: bytes, retention: int) -> None:
         """Writes state partition ``p``'s report of batch ``batch_id`` (the core's bytes),
         pruning its versions older than the last ``retention``."""

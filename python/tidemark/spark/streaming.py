@@ -46,34 +46,29 @@ overwrite by batch id).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
 
-from tidemark.errors import ConfigError, StateCorruptedError, TidemarkWarning
+from tidemark.errors import ConfigError, TidemarkWarning
 from tidemark.pipeline import Pipeline
 from tidemark.spark import _layout
 from tidemark.spark._args import (
     ShippedPipeline,
     dropped_late_rows,
     ignored_spark_watermark,
-    map_in_arrow,
     processor_partitions,
     spark_hash_matches,
     used_input,
 )
 from tidemark.spark._codec import (
-    KIND_ERROR,
-    KIND_LATE,
-    KIND_WINDOW,
     OutputCodec,
     check_columns,
     session_arrow_settings,
@@ -82,7 +77,6 @@ from tidemark.spark._driver import (
     BatchRun,
     MicroBatchDriver,
     Sink,
-    exact_partitions,
 )
 from tidemark.spark._files import batch_files, has_no_rows, heartbeat, micro_batch_plan
 from tidemark.spark._kafka import partitions_known
@@ -102,37 +96,19 @@ from tidemark.spark._stream_task import (
     batch_counts,
     driver_threads,
     read_files_of,
-    run_on_driver,
-    tagged,
 )
-from tidemark.spark.state import state_errors_surface
 
 __all__ = ["StreamProcessor", "heartbeat"]
 
 
 @dataclass(kw_only=True)
 class _StreamRun(BatchRun):
-    """A pipeline batch's run: its task (see :class:`StreamTask`), the token of its progress
-    files, what the task emits and reads, and how the rows are read."""
+    """A pipeline batch's run (its rows: the micro-batch, or Spark's folds of it with
+    ``preaggregate``), and why its rows were not read from its files, if known."""
 
     record: StreamRecord
     codec: OutputCodec
-    spark: Any
-    task: Any
-    token: str
-    windows_only: bool
-    untagged: bool
-    columns: list[str] | None
-    #: The rows read from the micro-batch's files (see ``read_files``), or ``None``.
-    table: pa.Table | None
-    #: ``"files"``, ``"spark"``, ``"folds"`` or ``"none"``; why not from the files, if
-    #: known.
-    read: str
     read_why: str | None
-    #: The batch's rows: the micro-batch, or Spark's folds of it (``preaggregate``).
-    rows: Any = None
-    #: The DataFrame of the batch's tasks (run in Spark), whose count runs them all.
-    job: Any = None
 
 
 class StreamProcessor(MicroBatchDriver):
@@ -598,7 +574,6 @@ class StreamProcessor(MicroBatchDriver):
             layout="driver" if driver else "shuffled" if shuffled else "one task",
             codec=codec,
             record=rec,
-            spark=spark,
             task=task,
             token=token,
             windows_only=windows_only,
@@ -610,73 +585,13 @@ class StreamProcessor(MicroBatchDriver):
             rows=df,
         )
 
-    def _execute(self, df: Any, run: BatchRun) -> tuple[Any, Any, Any]:
-        from pyspark import StorageLevel
-
-        assert isinstance(run, _StreamRun)
-        plan, df = run.codec, run.rows
-        if run.driver:
-            # The task's work, done here: the outputs are computed (and the state
-            # written) before any sink runs; the sinks read local DataFrames.
-            kinds = [KIND_WINDOW]
-            kinds += [KIND_LATE] if self.late_sink is not None else []
-            kinds += [KIND_ERROR] if self.error_sink is not None else []
-            windows, late, errors, read = run_on_driver(
-                df,
-                run.task,
-                plan,
-                run.columns,
-                run.windows_only,
-                run.flush or run.quiet,
-                kinds,
-                self.arrow_sinks,
-                run.table,
-            )
-            run.read = run.read if run.read == "folds" else read
-            return windows, late, errors  # nothing persisted, no job left to run
-        shuffled = run.layout == "shuffled"
-        parted = tagged(
-            df,
-            self.pipe.key,
-            self.num_partitions,
-            run.flush or run.quiet,
-            shuffled,
-            run.columns,
-            run.untagged,
-        )
-        if run.windows_only:
-            run.job = map_in_arrow(parted, run.task, plan.single_spark[KIND_WINDOW])
-            return run.job, None, None
-        combined = map_in_arrow(parted, run.task, plan.combined_spark)
-        run.job = run.persisted = combined.persist(StorageLevel.MEMORY_AND_DISK)
-        return plan.split(run.persisted)
-
-    @contextlib.contextmanager
-    def _sending(self, run: BatchRun) -> Iterator[None]:
-        # One task per state partition when shuffled (adaptive execution would merge
-        # them into fewer tasks): the sinks' jobs run the state partitions' tasks.
-        assert isinstance(run, _StreamRun)
-        parallel = run.layout == "shuffled" and not run.flush
-        exact = exact_partitions(run.spark) if parallel else contextlib.nullcontext()
-        with exact, state_errors_surface():
-            yield
+    def _route(self) -> tuple[list[str], bool]:
+        return self.pipe.key, False
 
     def _finish(self, run: BatchRun) -> dict[str, Any]:
         assert isinstance(run, _StreamRun)
         batch_id, rec = run.batch_id, run.record
-        summary = summarize(self.store, self.pipe, rec, self.num_partitions, run.token)
-        if summary is None:
-            # The sinks did not run every task (no sink, or one that read part of
-            # its output): run them. Replaying a task gives the same output and
-            # state, so tasks that already ran may run again.
-            if run.job is not None:
-                run.job.count()
-            summary = summarize(self.store, self.pipe, rec, self.num_partitions, run.token)
-        if summary is None:
-            raise StateCorruptedError(
-                f"batch {batch_id}: a state partition wrote no progress under "
-                f"{self.store.path('partitions')}"
-            )
+        summary = self._summary(run, lambda got: summarize(self.pipe, rec, run.token, got))
         combine(rec, summary)
         # A quiet batch whose last call changed nothing leaves nothing for the next
         # quiet one; a batch with rows leaves what its watermark passed.

@@ -92,5 +92,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse::parse_duration, m)?)?;
     m.add_function(wrap_pyfunction!(parse::parse_event_time, m)?)?;
     m.add_function(wrap_pyfunction!(parse::check_event_time_type, m)?)?;
+    m.add_function(wrap_pyfunction!(parse::check_name, m)?)?;
     Ok(())
 }

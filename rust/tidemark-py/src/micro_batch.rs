@@ -1,11 +1,14 @@
 //! A Spark micro-batch over state partitions (see
-//! `tidemark_core::runtime::micro_batch`): the task's and the driver's one call.
+//! `tidemark_core::runtime::micro_batch`): the task's and the driver's one call, for a
+//! pipeline (`StreamProcessor`) or a reorder (`ReorderStream`).
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
 use tidemark_core::pipeline::SourceView;
-use tidemark_core::runtime::micro_batch::{summarize, MicroBatch, Placement, Report, Restore};
+use tidemark_core::runtime::micro_batch::{
+    summarize, summarize_reorder, MicroBatch, Placement, ReorderBatch, Report, Restore,
+};
 
 use crate::convert::arrow::{one_batch, parsed_times as parsed_times_of, read_batches};
 use crate::convert::config::{config_from_dict, lookup_from};
@@ -29,11 +32,26 @@ fn source_view((partitions, waiting): SourceArgs) -> SourceView {
 /// One state partition's result: its partition, outputs, snapshot and report bytes.
 type PartitionOut = (u32, Tables, Py<PyBytes>, Py<PyBytes>);
 
-/// One micro-batch of a pipeline over its state partitions (see the core's
-/// `MicroBatch`): built with the batch's driver record, run once per task.
+/// Whether `config` is a reorder's (`tidemark.Reorder`'s dict) rather than a pipeline's.
+fn is_reorder(config: &Bound<'_, PyDict>) -> Result<bool> {
+    Ok(match config.get_item("operator")? {
+        Some(v) => v.extract::<String>()? == "reorder",
+        None => false,
+    })
+}
+
+/// What the batch runs over its state partitions.
+enum Batch {
+    Pipeline(Box<MicroBatch>),
+    Reorder(ReorderBatch),
+}
+
+/// One micro-batch over state partitions (see the core's `MicroBatch` and
+/// `ReorderBatch`): of a pipeline, or of a reorder (a config with `operator:
+/// "reorder"`); built with the batch's driver record, run once per task.
 #[pyclass(name = "MicroBatch", module = "tidemark._native", frozen)]
 pub struct PyMicroBatch {
-    inner: MicroBatch,
+    inner: Batch,
 }
 
 #[pymethods]
@@ -42,7 +60,8 @@ impl PyMicroBatch {
     #[pyo3(signature = (
         config, partitions, *, tag_column = None, watermark = None, time = None,
         clock_ms = 0, wall_clock = false, quartiles = None, scope = None, source = None, flush = false,
-        settle = false, threads = 1, weight = None, lookup = None, run = String::new()
+        settle = false, threads = 1, weight = None, lookup = None, run = String::new(),
+        keys = Vec::new()
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -63,15 +82,37 @@ impl PyMicroBatch {
         weight: Option<String>,
         lookup: Option<LookupArgs>,
         run: String,
+        keys: Vec<String>,
     ) -> Result<Self> {
+        let placement = tag_column.map_or(Placement::Route, Placement::Tagged);
+        if is_reorder(config)? {
+            return Ok(Self {
+                inner: Batch::Reorder(ReorderBatch {
+                    cfg: crate::reorder::config(config)?,
+                    keys,
+                    partitions,
+                    placement,
+                    flush,
+                    threads,
+                    run,
+                }),
+            });
+        }
+        if !keys.is_empty() {
+            return Err(tidemark_core::TidemarkError::config(
+                "keys",
+                "a pipeline routes its rows by its own keys",
+            )
+            .into());
+        }
         let lookup = lookup
             .map(|(table, on, how, prefix)| lookup_from(py, table, on, &how, prefix))
             .transpose()?;
         Ok(Self {
-            inner: MicroBatch {
+            inner: Batch::Pipeline(Box::new(MicroBatch {
                 cfg: config_from_dict(config)?,
                 partitions,
-                placement: tag_column.map_or(Placement::Route, Placement::Tagged),
+                placement,
                 watermark,
                 time,
                 clock_ms,
@@ -85,7 +126,7 @@ impl PyMicroBatch {
                 weight,
                 lookup,
                 run,
-            },
+            })),
         })
     }
 
@@ -110,14 +151,25 @@ impl PyMicroBatch {
                 name,
             })
             .collect();
-        let mb = &self.inner;
+        let inner = &self.inner;
         let results = detach(py, move || {
             let batch = one_batch(schema, batches)?;
-            let got = mb.run(&batch, parsed.as_ref(), held)?;
+            let (got, fingerprint, lateness) = match inner {
+                Batch::Pipeline(mb) => (
+                    mb.run(&batch, parsed.as_ref(), held)?,
+                    mb.cfg.fingerprint(),
+                    mb.cfg.lateness.is_some(),
+                ),
+                Batch::Reorder(rb) => (
+                    rb.run(&batch, parsed.as_ref(), held)?,
+                    rb.fingerprint(),
+                    false,
+                ),
+            };
             Ok(got
                 .into_iter()
                 .map(|r| {
-                    let report = r.report.to_bytes(&mb.cfg);
+                    let report = r.report.seal(fingerprint, lateness);
                     (r.partition, r.output, r.snapshot, report)
                 })
                 .collect::<Vec<_>>())
@@ -146,7 +198,9 @@ pub fn spark_tags(n: u32) -> (Vec<i32>, Vec<i32>) {
 /// The driver's view of a micro-batch from every state partition's report bytes:
 /// `None` when one is another run's; else a dict with the next `watermark`, the
 /// `scope` state and `time` after the batch, the row counts summed, and `settled`
-/// (a quiet batch: the most calls made, and whether the last changed nothing).
+/// (a quiet batch: the most calls made, and whether the last changed nothing). Of a
+/// reorder: the stream's `watermark`, `input_rows`, `released_rows`, `late_rows`,
+/// `error_rows`, `buffered_rows` and `buffer_bytes`.
 #[pyfunction]
 #[pyo3(signature = (config, reports, run, scope, clock_ms, source = None))]
 pub fn summarize_batch<'py>(
@@ -158,6 +212,9 @@ pub fn summarize_batch<'py>(
     clock_ms: i64,
     source: Option<SourceArgs>,
 ) -> Result<Option<Bound<'py, PyDict>>> {
+    if is_reorder(config)? {
+        return summarize_reorder_batch(py, config, reports, run);
+    }
     let cfg = config_from_dict(config)?;
     let reports = reports
         .iter()
@@ -191,6 +248,36 @@ pub fn summarize_batch<'py>(
     d.set_item("settled", s.settled)?;
     if let Some(l) = &s.lateness {
         d.set_item("lateness", crate::convert::dicts::lateness_dict(py, l)?)?;
+    }
+    Ok(Some(d))
+}
+
+fn summarize_reorder_batch<'py>(
+    py: Python<'py>,
+    config: &Bound<'_, PyDict>,
+    reports: Vec<Vec<u8>>,
+    run: &str,
+) -> Result<Option<Bound<'py, PyDict>>> {
+    let fingerprint = crate::reorder::config(config)?.fingerprint();
+    let reports = reports
+        .iter()
+        .map(|b| Report::open(fingerprint, false, b))
+        .collect::<tidemark_core::Result<Vec<_>>>()?;
+    let Some(s) = summarize_reorder(run, &reports) else {
+        return Ok(None);
+    };
+    let d = PyDict::new(py);
+    let (c, b) = (s.counts, s.buffer);
+    d.set_item("watermark", b.watermark)?;
+    for (k, v) in [
+        ("input_rows", c.input_rows),
+        ("released_rows", c.window_rows),
+        ("late_rows", c.late_rows),
+        ("error_rows", c.error_rows),
+        ("buffered_rows", b.rows),
+        ("buffer_bytes", b.bytes),
+    ] {
+        d.set_item(k, v)?;
     }
     Ok(Some(d))
 }

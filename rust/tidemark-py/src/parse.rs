@@ -20,6 +20,24 @@ pub fn builtin_event_time_types() -> Vec<&'static str> {
     BUILTIN_EVENT_TIME_TYPES.to_vec()
 }
 
+/// Checks a configuration name against the core's names for `setting`: `per` (a
+/// watermark's scope), `idleness` or `late` (a reorder's late policy); an unknown name
+/// is a `ConfigError` listing the names.
+#[pyfunction]
+pub fn check_name(setting: &str, value: &str) -> Result<()> {
+    use tidemark_core::pipeline::{Idleness, LatePolicy, Scope};
+    match setting {
+        "per" => Scope::from_name(value, Some(String::new())).map(|_| ()),
+        "idleness" => value.parse::<Idleness>().map(|_| ()),
+        "late" => value.parse::<LatePolicy>().map(|_| ()),
+        other => Err(tidemark_core::TidemarkError::config(
+            "setting",
+            format!("no names are known for {other:?}"),
+        )),
+    }?;
+    Ok(())
+}
+
 /// Parses a duration string ("250ms", "5s", "1h30m") into microseconds.
 #[pyfunction]
 pub fn parse_duration(text: &str) -> Result<i64> {

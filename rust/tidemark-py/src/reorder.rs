@@ -10,7 +10,8 @@ use crate::convert::config::{get, named};
 use crate::convert::dicts::batch_to_table;
 use crate::error::{detach, Result};
 
-fn config(d: &Bound<'_, PyDict>) -> Result<ReorderConfig> {
+/// A reorder's configuration from `tidemark.Reorder`'s dict.
+pub(crate) fn config(d: &Bound<'_, PyDict>) -> Result<ReorderConfig> {
     Ok(ReorderConfig {
         event_time: get(d, "event_time")?,
         event_time_type: get(d, "event_time_type")?,

@@ -29,7 +29,7 @@ use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, UInt32Array};
 use arrow_schema::DataType;
 
-pub use super::report::{Counts, Report};
+pub use super::report::{Buffer, Counts, Report};
 use crate::clock::ManualClock;
 use crate::error::{Result, TidemarkError};
 use crate::pipeline::lookup::Lookup;
@@ -38,6 +38,7 @@ use crate::pipeline::{
     ArrivalOperator, Bounds, External, LatenessSummary, Operator, Output, Pending, PipelineConfig,
     Progress, ScopeWatermark, SourceView, Start, TimeMode,
 };
+use crate::reorder::{ReorderConfig, ReorderOperator};
 use crate::route::{group_rows, hash_router, spark_tags, HashAlgo, RowGroups};
 use crate::window::WindowSpec;
 
@@ -211,10 +212,12 @@ fn scope_of(
     Ok(scope)
 }
 
-/// A state partition's operator: time windows, or ROWS windows (no watermark).
+/// A state partition's operator: time windows, ROWS windows (no watermark), or a
+/// reorder buffer ([`ReorderBatch`]).
 enum Op {
     Time(Box<Operator>),
     Rows(Box<RowsOperator>),
+    Reorder(Box<ReorderOperator>),
 }
 
 /// A state partition during a run.
@@ -226,20 +229,22 @@ struct Part {
     pending: Option<Pending>,
     /// Each call's output, in call order.
     outputs: Vec<Output>,
+    /// Late rows dropped, not in the outputs (a reorder's `late="drop"`).
+    dropped: u64,
 }
 
 impl Part {
     fn time(&mut self) -> &mut Operator {
         match &mut self.op {
             Op::Time(op) => op,
-            Op::Rows(_) => unreachable!("ROWS windows run each partition alone"),
+            Op::Rows(_) | Op::Reorder(_) => unreachable!("run each partition alone"),
         }
     }
 
     fn progress(&self) -> Progress {
         match &self.op {
             Op::Time(op) => op.progress().clone(),
-            Op::Rows(_) => Progress::default(),
+            Op::Rows(_) | Op::Reorder(_) => Progress::default(),
         }
     }
 
@@ -248,6 +253,23 @@ impl Part {
         let op: &mut dyn ArrivalOperator = match &mut self.op {
             Op::Time(op) => op.as_mut(),
             Op::Rows(op) => op.as_mut(),
+            Op::Reorder(op) => {
+                let before = op.metrics().late_dropped_count;
+                let out = if flush {
+                    op.flush()?
+                } else {
+                    op.process(&self.rows, self.parsed.as_ref())?
+                };
+                // Late rows a reorder with `late="drop"` counts and keeps none of.
+                let late = op.metrics().late_dropped_count - before;
+                self.dropped += late - out.late.num_rows() as u64;
+                self.outputs.push(Output {
+                    windows: out.rows,
+                    late: out.late,
+                    errors: out.errors,
+                });
+                return Ok(());
+            }
         };
         let out = if flush {
             op.flush()?
@@ -275,33 +297,48 @@ impl Part {
         Ok(())
     }
 
+    /// The partition's outputs, snapshot and report after its calls (`weight`: the
+    /// column of the rows' weights, `run`: the run writing the report).
     fn finish(
         mut self,
-        batch: &MicroBatch,
+        weight: Option<&str>,
+        run: &str,
         settled: Option<(u32, bool)>,
     ) -> Result<PartitionResult> {
         let output = concat_outputs(std::mem::take(&mut self.outputs))?;
-        let weight = |b: &RecordBatch| weight_of(b, batch.weight.as_deref());
+        let weight = |b: &RecordBatch| weight_of(b, weight);
         let report = Report {
             partition: self.partition,
-            run: batch.run.clone(),
+            run: run.to_string(),
             progress: self.progress(),
             counts: Counts {
                 input_rows: weight(&self.rows),
                 read_rows: self.rows.num_rows() as u64,
                 window_rows: output.windows.num_rows() as u64,
-                late_rows: weight(&output.late),
+                late_rows: weight(&output.late) + self.dropped,
                 error_rows: weight(&output.errors),
             },
             settled,
             lateness: match &self.op {
                 Op::Time(op) => op.lateness(),
-                Op::Rows(_) => None,
+                Op::Rows(_) | Op::Reorder(_) => None,
+            },
+            buffer: match &self.op {
+                Op::Reorder(op) => {
+                    let m = op.metrics();
+                    Some(Buffer {
+                        watermark: op.watermark(),
+                        rows: m.buffer_size,
+                        bytes: m.buffer_bytes,
+                    })
+                }
+                Op::Time(_) | Op::Rows(_) => None,
             },
         };
         let snapshot = match &self.op {
             Op::Time(op) => op.snapshot(),
             Op::Rows(op) => ArrivalOperator::snapshot(op.as_ref())?,
+            Op::Reorder(op) => op.snapshot()?,
         };
         Ok(PartitionResult {
             partition: self.partition,
@@ -435,7 +472,7 @@ impl MicroBatch {
             }
             None => None,
         };
-        let (empty, mut shards) = self.shards(rows, parsed)?;
+        let (empty, mut shards) = self.routing().shards(rows, parsed)?;
         let todo: Vec<_> = held
             .into_iter()
             .map(|h| {
@@ -457,7 +494,7 @@ impl MicroBatch {
         if self.flush || self.rows_windows() || !whole {
             let flush = self.flush;
             par_each(&mut parts, self.threads, |p| p.alone(flush))?;
-            return par_each_owned(parts, self.threads, |p| p.finish(self, None));
+            return par_each_owned(parts, self.threads, |p| self.finish(p, None));
         }
         // Every state partition: ingest, combine, close.
         par_each(&mut parts, self.threads, |p| p.ingest(None))?;
@@ -496,7 +533,11 @@ impl MicroBatch {
             };
             settled = Some((calls, done));
         }
-        par_each_owned(parts, self.threads, |p| p.finish(self, settled))
+        par_each_owned(parts, self.threads, |p| self.finish(p, settled))
+    }
+
+    fn finish(&self, p: Part, settled: Option<(u32, bool)>) -> Result<PartitionResult> {
+        p.finish(self.weight.as_deref(), &self.run, settled)
     }
 
     /// What every state partition's operator is given as the batch begins: its
@@ -556,12 +597,7 @@ impl MicroBatch {
         parsed: Option<Int64Array>,
         external: External,
     ) -> Result<Part> {
-        let named = |e: TidemarkError| match e {
-            TidemarkError::StateCorrupted(m) => {
-                TidemarkError::StateCorrupted(format!("{}: {m}", h.name))
-            }
-            e => e,
-        };
+        let named = |e: TidemarkError| named(e, &h.name);
         let cfg = self.cfg.clone();
         let op = if self.rows_windows() {
             let op = match &h.snapshot {
@@ -588,9 +624,34 @@ impl MicroBatch {
             parsed,
             pending: None,
             outputs: Vec::new(),
+            dropped: 0,
         })
     }
 
+    /// How the batch's rows reach its state partitions.
+    fn routing(&self) -> Routing<'_> {
+        Routing {
+            partitions: self.partitions,
+            placement: &self.placement,
+            keys: &self.cfg.keys,
+            deal: false,
+            threads: self.threads,
+        }
+    }
+}
+
+/// How a run's rows reach its state partitions: tagged, or routed by Spark's `hash()`
+/// of `keys` (without keys: all to partition 0, or with `deal`, row `i` to partition
+/// `i mod N`), a large batch hashed in slices on `threads`.
+struct Routing<'a> {
+    partitions: u32,
+    placement: &'a Placement,
+    keys: &'a [String],
+    deal: bool,
+    threads: usize,
+}
+
+impl Routing<'_> {
     /// Each state partition's rows (and parsed times) among `rows`, and no rows in
     /// their schema.
     fn shards(
@@ -613,13 +674,20 @@ impl MicroBatch {
                 ));
             }
         }
-        let (batch, ids, groups) = match &self.placement {
+        let (batch, ids, groups) = match self.placement {
             Placement::Route => {
-                if n == 1 || self.cfg.keys.is_empty() || rows.num_rows() == 0 {
+                let dealt = self.keys.is_empty() && self.deal;
+                if n == 1 || (self.keys.is_empty() && !dealt) || rows.num_rows() == 0 {
                     let one = HashMap::from([(0, (rows.clone(), parsed.cloned()))]);
                     return Ok((rows.slice(0, 0), one));
                 }
-                let ids = self.route_ids(rows)?;
+                let ids = if dealt {
+                    (0..rows.num_rows())
+                        .map(|i| (i % n as usize) as u32)
+                        .collect()
+                } else {
+                    self.route_ids(rows)?
+                };
                 (rows.clone(), ids, n as usize)
             }
             Placement::Tagged(column) => {
@@ -668,7 +736,7 @@ impl MicroBatch {
     /// Each row's state partition by Spark's hash of the keys; a large batch in
     /// slices on the run's threads (hashing reads every key once).
     fn route_ids(&self, rows: &RecordBatch) -> Result<Vec<u32>> {
-        let keys: Vec<&str> = self.cfg.keys.iter().map(String::as_str).collect();
+        let keys: Vec<&str> = self.keys.iter().map(String::as_str).collect();
         let router = hash_router(self.partitions as usize, &keys, HashAlgo::Spark)?;
         let len = rows.num_rows();
         if self.threads < 2 || len < PARALLEL_ROUTE_ROWS {
@@ -727,6 +795,117 @@ fn par_each_owned<T: Send, R: Send>(
     })
 }
 
+/// One micro-batch of a reorder over `N` state partitions (the event-time buffers of
+/// Spark's `ReorderStream`): what a task or the driver runs for the partitions it
+/// holds, as [`MicroBatch`] runs a pipeline's. Each partition restores its buffer, takes
+/// its rows as one arrival unit (or flushes) and reports its buffer ([`Report::buffer`]);
+/// the stream's watermark is the least over the partitions that emitted one
+/// ([`summarize_reorder`]).
+#[derive(Clone, Debug)]
+pub struct ReorderBatch {
+    /// The reorder.
+    pub cfg: ReorderConfig,
+    /// The columns rows are routed by (Spark's `hash()`, as `repartition(N, keys)`);
+    /// none: row `i` of a routed batch to partition `i mod N`.
+    pub keys: Vec<String>,
+    /// The number of state partitions (`N`).
+    pub partitions: u32,
+    /// How rows reach the state partitions.
+    pub placement: Placement,
+    /// End of input: every partition releases what it buffers (reads no rows).
+    pub flush: bool,
+    /// Up to this many state partitions at once.
+    pub threads: usize,
+    /// The run that writes the reports.
+    pub run: String,
+}
+
+/// A reorder's micro-batch as the driver sees it after every state partition reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReorderSummary {
+    /// The rows in and out, summed (`window_rows`: rows released).
+    pub counts: Counts,
+    /// The stream's watermark (the least of the partitions' that have one) and what
+    /// the buffers hold, summed.
+    pub buffer: Buffer,
+}
+
+impl ReorderBatch {
+    /// The report's seal: tied to the reorder's configuration.
+    pub fn fingerprint(&self) -> u64 {
+        self.cfg.fingerprint()
+    }
+
+    /// Runs the batch over the state partitions in `held` on `rows` (with `parsed`:
+    /// event times a user parser read); each held partition's result, in `held`'s order.
+    pub fn run(
+        &self,
+        rows: &RecordBatch,
+        parsed: Option<&Int64Array>,
+        held: Vec<Restore>,
+    ) -> Result<Vec<PartitionResult>> {
+        let routing = Routing {
+            partitions: self.partitions,
+            placement: &self.placement,
+            keys: &self.keys,
+            deal: true,
+            threads: self.threads,
+        };
+        let (empty, mut shards) = routing.shards(rows, parsed)?;
+        let todo: Vec<_> = held
+            .into_iter()
+            .map(|h| {
+                let (rows, parsed) = shards.remove(&h.partition).unwrap_or((empty.clone(), None));
+                (h, rows, parsed)
+            })
+            .collect();
+        let mut parts = par_each_owned(todo, self.threads, |(h, rows, parsed)| {
+            let cfg = self.cfg.clone();
+            let op = match &h.snapshot {
+                None => ReorderOperator::new(cfg)?,
+                Some(b) => ReorderOperator::restore(cfg, b).map_err(|e| named(e, &h.name))?,
+            };
+            Ok(Part {
+                partition: h.partition,
+                op: Op::Reorder(Box::new(op)),
+                rows,
+                parsed,
+                pending: None,
+                outputs: Vec::new(),
+                dropped: 0,
+            })
+        })?;
+        par_each(&mut parts, self.threads, |p| p.alone(self.flush))?;
+        par_each_owned(parts, self.threads, |p| p.finish(None, &self.run, None))
+    }
+}
+
+/// A reorder's batch from every state partition's report: `None` when one is another
+/// run's than `run`.
+pub fn summarize_reorder(run: &str, reports: &[Report]) -> Option<ReorderSummary> {
+    if reports.iter().any(|r| r.run != run) {
+        return None;
+    }
+    let buffers: Vec<Buffer> = reports.iter().filter_map(|r| r.buffer).collect();
+    Some(ReorderSummary {
+        counts: reports.iter().map(|r| r.counts).sum(),
+        buffer: Buffer {
+            // A partition that never had rows has released nothing to wait for.
+            watermark: buffers.iter().filter_map(|b| b.watermark).min(),
+            rows: buffers.iter().map(|b| b.rows).sum(),
+            bytes: buffers.iter().map(|b| b.bytes).sum(),
+        },
+    })
+}
+
+/// A damaged snapshot's error, naming its file.
+fn named(e: TidemarkError, name: &str) -> TidemarkError {
+    match e {
+        TidemarkError::StateCorrupted(m) => TidemarkError::StateCorrupted(format!("{name}: {m}")),
+        e => e,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -754,13 +933,13 @@ mod tests {
             threads,
             ..MicroBatch::new(cfg.clone(), 4)
         };
-        let one = mb(1).route_ids(&rows).unwrap();
+        let one = mb(1).routing().route_ids(&rows).unwrap();
         assert!((0..4).all(|p| one.contains(&p)));
         let router = hash_router(4, &["device"], HashAlgo::Spark).unwrap();
         assert_eq!(one, router.slice_partition_ids(&rows, 0, n).unwrap());
         for threads in [2, 3, 7] {
             assert_eq!(
-                mb(threads).route_ids(&rows).unwrap(),
+                mb(threads).routing().route_ids(&rows).unwrap(),
                 one,
                 "{threads} threads"
             );

@@ -1,6 +1,7 @@
 //! What a state partition reports of a micro-batch ([`Report`]): the progress the
-//! driver combines into the next watermark ([`super::micro_batch::summarize`]) and its
-//! row counts, sealed as bytes for the state store.
+//! driver combines into the next watermark ([`super::micro_batch::summarize`]; a
+//! reorder's, [`super::micro_batch::summarize_reorder`]) and its row counts, sealed as
+//! bytes for the state store.
 
 use crate::error::Result;
 use crate::pipeline::{Agreement, LatenessSummary, PipelineConfig, Progress};
@@ -23,6 +24,19 @@ pub struct Report {
     /// With a lateness report (`PipelineConfig::lateness`): its keys' and source
     /// partitions' lateness so far.
     pub lateness: Option<LatenessSummary>,
+    /// A reorder's buffer after the batch (`None`: a pipeline's partition).
+    pub buffer: Option<Buffer>,
+}
+
+/// A reorder's buffer after a micro-batch: its watermark and what it still holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Buffer {
+    /// The last watermark it emitted (`None`: none yet).
+    pub watermark: Option<i64>,
+    /// Rows buffered.
+    pub rows: u64,
+    /// Bytes those rows hold.
+    pub bytes: u64,
 }
 
 /// A micro-batch's rows in and out (of a state partition, or summed over them).
@@ -80,6 +94,17 @@ impl std::iter::Sum for Counts {
 impl Report {
     /// The report as bytes (versioned, checksummed, tied to the pipeline `cfg`).
     pub fn to_bytes(&self, cfg: &PipelineConfig) -> Vec<u8> {
+        self.seal(cfg.fingerprint(), cfg.lateness.is_some())
+    }
+
+    /// A report read back from [`Report::to_bytes`] (of the same pipeline).
+    pub fn from_bytes(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Self> {
+        Self::open(cfg.fingerprint(), cfg.lateness.is_some(), bytes)
+    }
+
+    /// The report as bytes tied to the operator whose configuration has `fingerprint`
+    /// (`lateness`: it keeps a lateness report).
+    pub fn seal(&self, fingerprint: u64, lateness: bool) -> Vec<u8> {
         let mut w = Writer::new();
         w.u32(self.partition);
         w.str(&self.run);
@@ -102,15 +127,20 @@ impl Report {
         let (calls, last) = self.settled.unwrap_or_default();
         w.u32(calls);
         w.bool(last);
-        if cfg.lateness.is_some() {
+        if lateness {
             self.lateness.clone().unwrap_or_default().write(&mut w);
         }
-        state::seal(SnapshotKind::Report, cfg.fingerprint(), &w.finish())
+        w.bool(self.buffer.is_some());
+        let b = self.buffer.unwrap_or_default();
+        write_opt(&mut w, b.watermark);
+        w.u64(b.rows);
+        w.u64(b.bytes);
+        state::seal(SnapshotKind::Report, fingerprint, &w.finish())
     }
 
-    /// A report read back from [`Report::to_bytes`] (of the same pipeline).
-    pub fn from_bytes(cfg: &PipelineConfig, bytes: &[u8]) -> Result<Self> {
-        let payload = state::open(bytes, SnapshotKind::Report, Some(cfg.fingerprint()))?;
+    /// A report read back from [`Report::seal`] (of the same operator).
+    pub fn open(fingerprint: u64, lateness: bool, bytes: &[u8]) -> Result<Self> {
+        let payload = state::open(bytes, SnapshotKind::Report, Some(fingerprint))?;
         let mut r = Reader::new(payload);
         let partition = r.u32()?;
         let run = r.str()?.to_string();
@@ -129,9 +159,16 @@ impl Report {
         }
         let has_settled = r.bool()?;
         let settled = (r.u32()?, r.bool()?);
-        let lateness = match cfg.lateness {
-            Some(_) => Some(LatenessSummary::read(&mut r)?),
-            None => None,
+        let lateness = if lateness {
+            Some(LatenessSummary::read(&mut r)?)
+        } else {
+            None
+        };
+        let has_buffer = r.bool()?;
+        let buffer = Buffer {
+            watermark: read_opt(&mut r)?,
+            rows: r.u64()?,
+            bytes: r.u64()?,
         };
         r.finish()?;
         Ok(Self {
@@ -148,6 +185,7 @@ impl Report {
             counts: Counts::from_array(counts),
             settled: has_settled.then_some(settled),
             lateness,
+            buffer: has_buffer.then_some(buffer),
         })
     }
 }

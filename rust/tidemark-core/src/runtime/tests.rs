@@ -720,6 +720,31 @@ fn micro_batch_names_a_damaged_snapshot_and_refuses_another_pipelines_report() {
     let mut other = c.clone();
     other.delay += 1;
     assert!(Report::from_bytes(&other, &bytes).is_err());
+    // A reorder's report: its buffer, sealed with its configuration's fingerprint; the
+    // stream's watermark is the least of the partitions' that have one.
+    let buffered = |watermark, rows| Report {
+        run: "r".into(),
+        buffer: Some(micro_batch::Buffer {
+            watermark,
+            rows,
+            bytes: 10 * rows,
+        }),
+        ..Default::default()
+    };
+    let r = buffered(Some(5), 2);
+    assert_eq!(Report::open(7, false, &r.seal(7, false)).unwrap(), r);
+    assert!(Report::open(8, false, &r.seal(7, false)).is_err());
+    let all = [r, buffered(None, 0), buffered(Some(3), 1)];
+    let s = micro_batch::summarize_reorder("r", &all).unwrap();
+    assert_eq!(
+        s.buffer,
+        micro_batch::Buffer {
+            watermark: Some(3),
+            rows: 3,
+            bytes: 30
+        }
+    );
+    assert!(micro_batch::summarize_reorder("other", &all).is_none());
 }
 
 /// One partition's row per batch (key `key-<p>`, value 1) at each event time given.
