@@ -25,243 +25,172 @@ from typing import Any
 
 from tidemark.operator import Operator
 
+
+def _pairs(text: str) -> Iterator[tuple[list[str], str]]:
+    """Each series of a table: its line's words, and its help (the indented line
+    below it)."""
+    lines = text.strip().splitlines()
+    for head, help_ in zip(lines[::2], lines[1::2], strict=True):
+        yield head.split(), help_.strip()
+
+
+def _table(text: str) -> list[tuple[str, str, str, str]]:
+    """Series from lines ``metric type key``, each with its help below it, as
+    ``(metric, help, type, key)``."""
+    return [(metric, help_, kind, key) for (metric, kind, key), help_ in _pairs(text)]
+
+
+def _core_table(text: str) -> list[tuple[str, str, str, str, float]]:
+    """Per-core series from lines ``metric type key scale``, each with its help below."""
+    return [(m, help_, kind, key, float(scale)) for (m, kind, key, scale), help_ in _pairs(text)]
+
+
 # (metric, help, type, key in the per-core dict, scale)
-_CORE: list[tuple[str, str, str, str, float]] = [
-    (
-        "tidemark_partition_records_processed",
-        "Input rows routed to this core (partition).",
-        "counter",
-        "records_processed",
-        1.0,
-    ),
-    (
-        "tidemark_partition_processing_time_seconds",
-        "Time this core spent working.",
-        "counter",
-        "processing_time_us",
-        1e-6,
-    ),
-    (
-        "tidemark_partition_queue_depth",
-        "Messages waiting in this core's queue.",
-        "gauge",
-        "queue_depth",
-        1.0,
-    ),
-    (
-        "tidemark_partition_channel_utilization",
-        "Queue depth over capacity (0-1).",
-        "gauge",
-        "channel_utilization",
-        1.0,
-    ),
-    (
-        "tidemark_partition_utilization",
-        "Share of wall time this core was busy (0-1).",
-        "gauge",
-        "utilization",
-        1.0,
-    ),
-    (
-        "tidemark_partition_backpressure_events",
-        "Times the router waited on this core's full queue.",
-        "counter",
-        "backpressure_events",
-        1.0,
-    ),
-]
+_CORE: list[tuple[str, str, str, str, float]] = _core_table(
+    """
+tidemark_partition_records_processed counter records_processed 1.0
+    Input rows routed to this core (partition).
+tidemark_partition_processing_time_seconds counter processing_time_us 1e-06
+    Time this core spent working.
+tidemark_partition_queue_depth gauge queue_depth 1.0
+    Messages waiting in this core's queue.
+tidemark_partition_channel_utilization gauge channel_utilization 1.0
+    Queue depth over capacity (0-1).
+tidemark_partition_utilization gauge utilization 1.0
+    Share of wall time this core was busy (0-1).
+tidemark_partition_backpressure_events counter backpressure_events 1.0
+    Times the router waited on this core's full queue.
+"""
+)
 _LATENCY = ("tidemark_partition_latency_seconds", "Batch latency per core (ingest to close).")
 _BACKPRESSURE = ("healthy", "warning", "critical", "saturated")
 # (metric, help, type, key in metrics()): one series each, where the key is present
 # and not None.
 _Series = list[tuple[str, str, str, str]]
-_OPERATOR: _Series = [
-    ("tidemark_rows_in_total", "Input rows.", "counter", "rows_in"),
-    ("tidemark_late_dropped_total", "Rows behind the watermark.", "counter", "late_dropped_count"),
-    ("tidemark_rows_error_total", "Rows sent to the error output.", "counter", "rows_error"),
-    (
-        "tidemark_windows_emitted_total",
-        "Final window results emitted.",
-        "counter",
-        "windows_emitted",
-    ),
-    (
-        "tidemark_updates_emitted_total",
-        "Window updates emitted (on_update).",
-        "counter",
-        "updates_emitted",
-    ),
-    ("tidemark_batches_total", "Batches processed.", "counter", "batches"),
-    (
-        "tidemark_retractions_emitted_total",
-        "Retraction rows emitted (on_update).",
-        "counter",
-        "retractions_emitted",
-    ),
-    (
-        "tidemark_windows_closed_by_watermark_total",
-        "Windows closed by the watermark.",
-        "counter",
-        "windows_closed_by_watermark",
-    ),
-    (
-        "tidemark_windows_closed_by_timer_total",
-        "Windows closed by an idle key's timer.",
-        "counter",
-        "windows_closed_by_timer",
-    ),
-    (
-        "tidemark_sessions_closed_by_watermark_total",
-        "Sessions closed by the watermark.",
-        "counter",
-        "sessions_closed_by_watermark",
-    ),
-    (
-        "tidemark_sessions_closed_by_timer_total",
-        "Sessions closed by an idle key's timer.",
-        "counter",
-        "sessions_closed_by_timer",
-    ),
-    (
-        "tidemark_sessions_merged_total",
-        "Sessions merged by a bridging event.",
-        "counter",
-        "sessions_merged",
-    ),
-    ("tidemark_windows_flushed_total", "Windows closed by flush().", "counter", "windows_flushed"),
-    (
-        "tidemark_windows_evicted_total",
-        "Windows closed early for an evicted key (max_keys).",
-        "counter",
-        "windows_evicted",
-    ),
-    ("tidemark_keys_evicted_total", "Keys evicted at max_keys.", "counter", "keys_evicted"),
-    ("tidemark_keys_expired_total", "Keys dropped by state_ttl.", "counter", "keys_expired"),
-    (
-        "tidemark_windows_expired_total",
-        "Windows dropped by state_ttl.",
-        "counter",
-        "windows_expired",
-    ),
-    (
-        "tidemark_rows_unmatched_total",
-        "Rows whose lookup found no match.",
-        "counter",
-        "rows_unmatched",
-    ),
-    ("tidemark_windows_open", "Windows held in state.", "gauge", "windows_open"),
-    ("tidemark_keys", "Keys held in state.", "gauge", "keys"),
-    ("tidemark_active_keys", "Keys taking part in the watermark.", "gauge", "active_keys"),
-    ("tidemark_idle_keys", "Keys idle (not holding the watermark back).", "gauge", "idle_keys"),
-    ("tidemark_watermark_microseconds", "The operator's watermark.", "gauge", "watermark"),
-    (
-        "tidemark_delay_state_bytes",
-        "Bytes of the delays keys learn (AdaptiveOutOfOrderness).",
-        "gauge",
-        "delay_state_bytes",
-    ),
-]
-_REORDER: _Series = [
-    ("tidemark_reorder_rows_in_total", "Input rows.", "counter", "rows_in"),
-    (
-        "tidemark_reorder_rows_released_total",
-        "Rows released in event-time order.",
-        "counter",
-        "rows_released",
-    ),
-    (
-        "tidemark_reorder_late_dropped_total",
-        "Rows behind the emitted watermark.",
-        "counter",
-        "late_dropped_count",
-    ),
-    (
-        "tidemark_reorder_rows_error_total",
-        "Rows sent to the error output.",
-        "counter",
-        "rows_error",
-    ),
-    ("tidemark_reorder_batches_total", "Batches processed.", "counter", "batches"),
-    (
-        "tidemark_reorder_watermarks_emitted_total",
-        "Watermarks emitted.",
-        "counter",
-        "watermark_emitted_count",
-    ),
-    ("tidemark_reorder_buffer_size", "Rows waiting in the buffer.", "gauge", "buffer_size"),
-    ("tidemark_reorder_buffer_bytes", "Bytes of the buffered rows.", "gauge", "buffer_bytes"),
-    (
-        "tidemark_reorder_max_timestamp_seen_microseconds",
-        "Largest event time seen.",
-        "gauge",
-        "max_timestamp_seen",
-    ),
-    ("tidemark_reorder_watermark_microseconds", "The emitted watermark.", "gauge", "watermark"),
-]
-_KEYED: _Series = [
-    ("tidemark_keyed_keys", "Keys tracked.", "gauge", "total_keys"),
-    (
-        "tidemark_keyed_active_keys",
-        "Keys taking part in the global watermark.",
-        "gauge",
-        "active_keys",
-    ),
-    ("tidemark_keyed_idle_keys", "Idle keys.", "gauge", "idle_keys"),
-    ("tidemark_keyed_evicted_keys_total", "Keys evicted at max_keys.", "counter", "evicted_keys"),
-    (
-        "tidemark_keyed_global_advances_total",
-        "Rises of the global watermark.",
-        "counter",
-        "global_advances",
-    ),
-    ("tidemark_keyed_key_advances_total", "Rises of a key's watermark.", "counter", "key_advances"),
-    (
-        "tidemark_keyed_global_watermark",
-        "The global watermark (minimum over active keys).",
-        "gauge",
-        "global_watermark",
-    ),
-]
-_COMPACT: _Series = [
-    ("tidemark_compact_exact_keys", "Keys tracked exactly.", "gauge", "exact_keys"),
-    ("tidemark_compact_evicted_keys_total", "Keys moved to the sketch.", "counter", "evicted_keys"),
-    (
-        "tidemark_compact_distinct_keys",
-        "Distinct keys seen (HyperLogLog estimate).",
-        "gauge",
-        "estimated_distinct_keys",
-    ),
-    (
-        "tidemark_compact_sketch_fill",
-        "Share of sketch buckets holding a value (0-1).",
-        "gauge",
-        "sketch_fill",
-    ),
-    (
-        "tidemark_compact_global_watermark",
-        "The exact part's global watermark.",
-        "gauge",
-        "global_watermark",
-    ),
-]
-_PARTITIONED: _Series = [
-    ("tidemark_source_partitions", "Source partitions tracked.", "gauge", "total_partitions"),
-    (
-        "tidemark_source_active_partitions",
-        "Partitions taking part in the watermark.",
-        "gauge",
-        "active_partitions",
-    ),
-    ("tidemark_source_idle_partitions", "Idle partitions.", "gauge", "idle_partitions"),
-    (
-        "tidemark_source_watermark_advances_total",
-        "Rises of the combined watermark.",
-        "counter",
-        "watermark_advances",
-    ),
-    ("tidemark_source_rebalances_total", "Partitions added or removed.", "counter", "rebalances"),
-    ("tidemark_source_watermark", "The combined watermark.", "gauge", "watermark"),
-]
+_OPERATOR: _Series = _table(
+    """
+tidemark_rows_in_total counter rows_in
+    Input rows.
+tidemark_late_dropped_total counter late_dropped_count
+    Rows behind the watermark.
+tidemark_rows_error_total counter rows_error
+    Rows sent to the error output.
+tidemark_windows_emitted_total counter windows_emitted
+    Final window results emitted.
+tidemark_updates_emitted_total counter updates_emitted
+    Window updates emitted (on_update).
+tidemark_batches_total counter batches
+    Batches processed.
+tidemark_retractions_emitted_total counter retractions_emitted
+    Retraction rows emitted (on_update).
+tidemark_windows_closed_by_watermark_total counter windows_closed_by_watermark
+    Windows closed by the watermark.
+tidemark_windows_closed_by_timer_total counter windows_closed_by_timer
+    Windows closed by an idle key's timer.
+tidemark_sessions_closed_by_watermark_total counter sessions_closed_by_watermark
+    Sessions closed by the watermark.
+tidemark_sessions_closed_by_timer_total counter sessions_closed_by_timer
+    Sessions closed by an idle key's timer.
+tidemark_sessions_merged_total counter sessions_merged
+    Sessions merged by a bridging event.
+tidemark_windows_flushed_total counter windows_flushed
+    Windows closed by flush().
+tidemark_windows_evicted_total counter windows_evicted
+    Windows closed early for an evicted key (max_keys).
+tidemark_keys_evicted_total counter keys_evicted
+    Keys evicted at max_keys.
+tidemark_keys_expired_total counter keys_expired
+    Keys dropped by state_ttl.
+tidemark_windows_expired_total counter windows_expired
+    Windows dropped by state_ttl.
+tidemark_rows_unmatched_total counter rows_unmatched
+    Rows whose lookup found no match.
+tidemark_windows_open gauge windows_open
+    Windows held in state.
+tidemark_keys gauge keys
+    Keys held in state.
+tidemark_active_keys gauge active_keys
+    Keys taking part in the watermark.
+tidemark_idle_keys gauge idle_keys
+    Keys idle (not holding the watermark back).
+tidemark_watermark_microseconds gauge watermark
+    The operator's watermark.
+tidemark_delay_state_bytes gauge delay_state_bytes
+    Bytes of the delays keys learn (AdaptiveOutOfOrderness).
+"""
+)
+_REORDER: _Series = _table(
+    """
+tidemark_reorder_rows_in_total counter rows_in
+    Input rows.
+tidemark_reorder_rows_released_total counter rows_released
+    Rows released in event-time order.
+tidemark_reorder_late_dropped_total counter late_dropped_count
+    Rows behind the emitted watermark.
+tidemark_reorder_rows_error_total counter rows_error
+    Rows sent to the error output.
+tidemark_reorder_batches_total counter batches
+    Batches processed.
+tidemark_reorder_watermarks_emitted_total counter watermark_emitted_count
+    Watermarks emitted.
+tidemark_reorder_buffer_size gauge buffer_size
+    Rows waiting in the buffer.
+tidemark_reorder_buffer_bytes gauge buffer_bytes
+    Bytes of the buffered rows.
+tidemark_reorder_max_timestamp_seen_microseconds gauge max_timestamp_seen
+    Largest event time seen.
+tidemark_reorder_watermark_microseconds gauge watermark
+    The emitted watermark.
+"""
+)
+_KEYED: _Series = _table(
+    """
+tidemark_keyed_keys gauge total_keys
+    Keys tracked.
+tidemark_keyed_active_keys gauge active_keys
+    Keys taking part in the global watermark.
+tidemark_keyed_idle_keys gauge idle_keys
+    Idle keys.
+tidemark_keyed_evicted_keys_total counter evicted_keys
+    Keys evicted at max_keys.
+tidemark_keyed_global_advances_total counter global_advances
+    Rises of the global watermark.
+tidemark_keyed_key_advances_total counter key_advances
+    Rises of a key's watermark.
+tidemark_keyed_global_watermark gauge global_watermark
+    The global watermark (minimum over active keys).
+"""
+)
+_COMPACT: _Series = _table(
+    """
+tidemark_compact_exact_keys gauge exact_keys
+    Keys tracked exactly.
+tidemark_compact_evicted_keys_total counter evicted_keys
+    Keys moved to the sketch.
+tidemark_compact_distinct_keys gauge estimated_distinct_keys
+    Distinct keys seen (HyperLogLog estimate).
+tidemark_compact_sketch_fill gauge sketch_fill
+    Share of sketch buckets holding a value (0-1).
+tidemark_compact_global_watermark gauge global_watermark
+    The exact part's global watermark.
+"""
+)
+_PARTITIONED: _Series = _table(
+    """
+tidemark_source_partitions gauge total_partitions
+    Source partitions tracked.
+tidemark_source_active_partitions gauge active_partitions
+    Partitions taking part in the watermark.
+tidemark_source_idle_partitions gauge idle_partitions
+    Idle partitions.
+tidemark_source_watermark_advances_total counter watermark_advances
+    Rises of the combined watermark.
+tidemark_source_rebalances_total counter rebalances
+    Partitions added or removed.
+tidemark_source_watermark gauge watermark
+    The combined watermark.
+"""
+)
 
 
 def _kind(obj: Any) -> tuple[_Series, dict[str, Any]]:
@@ -292,22 +221,18 @@ def _kind(obj: Any) -> tuple[_Series, dict[str, Any]]:
     )
 
 
-_STREAM: _Series = [
-    ("tidemark_stream_batch_id", "The last micro-batch finished.", "gauge", "batch_id"),
-    (
-        "tidemark_stream_batch_input_rows",
-        "Input rows of the last micro-batch.",
-        "gauge",
-        "input_rows",
-    ),
-    ("tidemark_stream_batch_late_rows", "Late rows of the last micro-batch.", "gauge", "late_rows"),
-    (
-        "tidemark_stream_watermark_microseconds",
-        "The watermark the next micro-batch begins with.",
-        "gauge",
-        "next_watermark",
-    ),
-]
+_STREAM: _Series = _table(
+    """
+tidemark_stream_batch_id gauge batch_id
+    The last micro-batch finished.
+tidemark_stream_batch_input_rows gauge input_rows
+    Input rows of the last micro-batch.
+tidemark_stream_batch_late_rows gauge late_rows
+    Late rows of the last micro-batch.
+tidemark_stream_watermark_microseconds gauge next_watermark
+    The watermark the next micro-batch begins with.
+"""
+)
 
 
 def _is_stream_processor(obj: Any) -> bool:

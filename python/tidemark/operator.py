@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy as _copy
 import datetime as _dt
 import threading
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 import pyarrow as pa
 
@@ -21,6 +21,18 @@ from tidemark.windows import Rows
 
 if TYPE_CHECKING:
     from tidemark.pipeline import Pipeline
+
+
+class OperatorOptions(TypedDict, total=False):
+    """The keyword options of :class:`Operator` (and :meth:`Pipeline.operator`)."""
+
+    clock: Clock | None
+    cores: int
+    queue_capacity: int
+    hot_keys: float | None
+    pin_cores: bool
+    ordered: bool
+
 
 __all__ = ["Operator", "Output", "ScopeWatermark"]
 

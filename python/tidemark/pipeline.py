@@ -37,7 +37,7 @@ from __future__ import annotations
 import copy as _copy
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
@@ -49,7 +49,7 @@ from tidemark.clock import Clock
 from tidemark.errors import ConfigError
 from tidemark.event_time import resolve_event_time_type
 from tidemark.lateness import LatenessReport
-from tidemark.operator import Operator
+from tidemark.operator import Operator, OperatorOptions
 from tidemark.windows import (
     AdaptiveOutOfOrderness,
     BoundedOutOfOrderness,
@@ -59,6 +59,9 @@ from tidemark.windows import (
     Tumbling,
     window_config,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["Lookup", "Pipeline"]
 
@@ -440,18 +443,11 @@ class Pipeline:
             **kwargs,
         )
 
-    def operator(
-        self,
-        state: bytes | None = None,
-        *,
-        clock: Clock | None = None,
-        cores: int = 1,
-        queue_capacity: int = 4,
-        hot_keys: float | None = None,
-        pin_cores: bool = False,
-        ordered: bool = True,
-    ) -> Operator:
+    def operator(self, state: bytes | None = None, **options: Unpack[OperatorOptions]) -> Operator:
         """A stateful operator; ``state`` (from :meth:`Operator.snapshot`) restores one.
+        The options are :class:`Operator`'s: ``clock`` (default: the pipeline's),
+        ``cores=1``, ``queue_capacity=4``, ``hot_keys=None``, ``pin_cores=False``,
+        ``ordered=True``.
 
         ``cores > 1`` shards the keyed state over that many worker threads (started
         now, stopped when the operator is garbage-collected): each owns the windows,
@@ -475,16 +471,9 @@ class Pipeline:
         rows, built faster, for consumers that do not depend on the order, such as a
         Spark DataFrame (``tidemark.spark`` runs its operators this way).
         """
-        return Operator(
-            self,
-            state,
-            clock=clock if clock is not None else self.clock,
-            cores=cores,
-            queue_capacity=queue_capacity,
-            hot_keys=hot_keys,
-            pin_cores=pin_cores,
-            ordered=ordered,
-        )
+        if options.get("clock") is None:
+            options["clock"] = self.clock
+        return Operator(self, state, **options)
 
     def __repr__(self) -> str:
         when = (

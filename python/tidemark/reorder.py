@@ -42,7 +42,6 @@ from tidemark.event_time import apply_user_parser, resolve_event_time_type
 __all__ = ["ProcessingTimeWatermark", "Reorder", "ReorderOutput"]
 
 
-
 class ReorderOutput(NamedTuple):
     """What one :meth:`Reorder.process` / :meth:`Reorder.flush` call released."""
 

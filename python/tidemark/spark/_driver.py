@@ -105,15 +105,12 @@ class BatchRun:
     placed: Layout = field(
         default_factory=lambda: Layout(shuffled=False, routes=False, driver=False, files=False)
     )
-    #: The task over the batch's rows (:class:`~tidemark.spark._stream_task.StreamTask`).
+    #: The task over the batch's rows (:class:`~tidemark.spark._stream_task.StreamTask`):
+    #: its ``token`` tags this run's reports (those of an earlier, failed run are
+    #: ignored); ``windows_only``: it emits the main output alone (no late or error
+    #: sink: the sink's job is the batch's job, nothing is cached); ``untagged``: the
+    #: rows reach it untagged (it holds every state partition and routes them).
     task: Any = None
-    #: Tags this run's reports: those of an earlier, failed run are ignored.
-    token: str = ""
-    #: The task emits the main output alone (no late or error sink): the sink's job is
-    #: the batch's job, nothing is cached.
-    windows_only: bool = False
-    #: The rows reach the task untagged: it holds every state partition and routes them.
-    untagged: bool = False
     #: The columns of the rows the task reads (``None``: all).
     columns: list[str] | None = None
     #: The rows read from the micro-batch's files in the driver, or ``None``.
@@ -309,7 +306,7 @@ class MicroBatchDriver:
                 run.task,
                 plan,
                 run.columns,
-                run.windows_only,
+                run.task.windows_only,
                 rowless,
                 kinds,
                 self.arrow_sinks,
@@ -320,8 +317,8 @@ class MicroBatchDriver:
         keys, deal = self._route()
         shuffled = run.layout == "shuffled"
         n = self.num_partitions
-        parted = tagged(rows, keys, n, rowless, shuffled, run.columns, run.untagged, deal)
-        if run.windows_only:
+        parted = tagged(rows, keys, n, rowless, shuffled, run.columns, run.task.untagged, deal)
+        if run.task.windows_only:
             run.job = map_in_arrow(parted, run.task, plan.single_spark[KIND_WINDOW])
             return run.job, None, None
         combined = map_in_arrow(parted, run.task, plan.combined_spark)

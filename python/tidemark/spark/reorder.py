@@ -368,9 +368,6 @@ class ReorderStream(MicroBatchDriver):
             codec=codec,
             record=record,
             task=task,
-            token=token,
-            windows_only=task.windows_only,
-            untagged=task.untagged,
         )
 
     def _route(self) -> tuple[list[str], bool]:
@@ -380,7 +377,7 @@ class ReorderStream(MicroBatchDriver):
         assert isinstance(run, _ReorderRun)
         config = self.template._config
         summary = self._summary(
-            run, lambda got: _native.summarize_batch(config, got, run.token, None, 0)
+            run, lambda got: _native.summarize_batch(config, got, run.task.token, None, 0)
         )
         run.record.done, run.record.released = True, summary["watermark"]
         return {"batch_id": run.batch_id, **summary, "layout": run.layout}

@@ -575,9 +575,6 @@ class StreamProcessor(MicroBatchDriver):
             codec=codec,
             record=rec,
             task=task,
-            token=token,
-            windows_only=windows_only,
-            untagged=untagged,
             columns=columns,
             table=table,
             read="none" if rowless else "folds" if folds else "spark",
@@ -591,7 +588,7 @@ class StreamProcessor(MicroBatchDriver):
     def _finish(self, run: BatchRun) -> dict[str, Any]:
         assert isinstance(run, _StreamRun)
         batch_id, rec = run.batch_id, run.record
-        summary = self._summary(run, lambda got: summarize(self.pipe, rec, run.token, got))
+        summary = self._summary(run, lambda got: summarize(self.pipe, rec, run.task.token, got))
         combine(rec, summary)
         # A quiet batch whose last call changed nothing leaves nothing for the next
         # quiet one; a batch with rows leaves what its watermark passed.
