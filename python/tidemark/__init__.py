@@ -15,23 +15,8 @@ Arrow data, callable from PySpark ``mapInArrow``, pyarrow and polars.
 from __future__ import annotations
 
 from tidemark import _native
-from tidemark.aggs import (
-    Agg,
-    approx_count_distinct,
-    count,
-    count_distinct,
-    first,
-    last,
-    max,
-    max_by,
-    mean,
-    min,
-    min_by,
-    percentile_approx,
-    stddev,
-    sum,
-    variance,
-)
+from tidemark import aggs as _aggs
+from tidemark.aggs import *  # noqa: F403 (the aggregates: tidemark.aggs.__all__)
 from tidemark.clock import Clock, ManualClock, SystemClock
 from tidemark.errors import (
     ArrowDataError,
@@ -78,8 +63,9 @@ from tidemark.windows import (
 __version__: str = _native.__version__
 
 __all__ = [
+    # The aggregates (tm.count(), tm.sum(...)): tidemark.aggs'.
+    *_aggs.__all__,
     "AdaptiveOutOfOrderness",
-    "Agg",
     "ArrowDataError",
     "BoundedOutOfOrderness",
     "Clock",
@@ -120,22 +106,8 @@ __all__ = [
     "UnknownPartitionError",
     "WatermarkError",
     "__version__",
-    "approx_count_distinct",
-    "count",
-    "count_distinct",
     "event_time_types",
-    "first",
-    "last",
-    "max",
-    "max_by",
-    "mean",
-    "min",
-    "min_by",
     "parse_event_time",
-    "percentile_approx",
     "plan",
     "register_event_time_type",
-    "stddev",
-    "sum",
-    "variance",
 ]

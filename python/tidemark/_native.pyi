@@ -233,10 +233,9 @@ class Operator:
     def snapshot(self) -> bytes: ...
     @property
     def watermark(self) -> int | None: ...
-    def set_lookup(
-        self, table: Any, on: list[str], how: str = "left", prefix: str | None = None
-    ) -> None:
-        """Joins every input row with `table` on `on` first (`None`: no lookup)."""
+    def set_lookup(self, lookup: tuple[Any, list[str], str, str | None] | None) -> None:
+        """Joins every input row with a lookup table first: `(table, on, how, prefix)`
+        (`None`: no lookup)."""
     def set_external_watermark(self, watermark: int | None) -> None:
         """Drives the operator with the scope's watermark combined elsewhere (`None`: the
         scope has none yet; see `External`)."""
@@ -316,10 +315,9 @@ class ShardedOperator:
         state: bytes | None = None,
         hot_keys: float | None = None,
     ) -> ShardedOperator: ...
-    def set_lookup(
-        self, table: Any, on: list[str], how: str = "left", prefix: str | None = None
-    ) -> None:
-        """Joins every input row with `table` on `on` first (`None`: no lookup)."""
+    def set_lookup(self, lookup: tuple[Any, list[str], str, str | None] | None) -> None:
+        """Joins every input row with a lookup table first: `(table, on, how, prefix)`
+        (`None`: no lookup)."""
     def pin_cores(self) -> int:
         """Pins worker i to CPU core i; returns how many were pinned."""
     @property

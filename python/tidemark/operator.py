@@ -111,7 +111,7 @@ class Operator:
             )
         if pipeline.lookup is not None and not isinstance(self._inner, _native.RowsOperator):
             lk = pipeline.lookup
-            self._inner.set_lookup(lk.table, lk.on, lk.how, lk.prefix)
+            self._inner.set_lookup(lk.args)
         if not ordered and isinstance(self._inner, _native.Operator):
             self._inner.set_sorted_output(False)
         # Workers pinned to a CPU core (pin_cores=True).
@@ -126,7 +126,7 @@ class Operator:
         if lookup is None or isinstance(self._inner, _native.RowsOperator):
             raise ConfigError("this pipeline has no lookup: use Pipeline.enrich(...)")
         table = as_tabular(table, "the lookup table")
-        self._inner.set_lookup(table, lookup.on, lookup.how, lookup.prefix)
+        self._inner.set_lookup((table, lookup.on, lookup.how, lookup.prefix))
         self._options["lookup_table"] = table
 
     @property

@@ -54,9 +54,7 @@ from tidemark.windows import (
     AdaptiveOutOfOrderness,
     BoundedOutOfOrderness,
     Rows,
-    Session,
-    Sliding,
-    Tumbling,
+    Window,
     window_config,
 )
 
@@ -174,7 +172,7 @@ class Pipeline:
         event_time: str | None = None,
         *,
         aggs: Mapping[str, Agg],
-        window: Tumbling | Sliding | Session | Rows,
+        window: Window,
         watermark: BoundedOutOfOrderness | None = None,
         event_time_type: str | None = None,
         emit: str = "on_window_close",
@@ -381,7 +379,7 @@ class Pipeline:
             table = pa.Table.from_batches([table])
         lookup = Lookup(table, on_list, how, prefix)
         # Validate now (unique keys, columns): the core indexes the table.
-        _native.Operator(self._config).set_lookup(table, on_list, how, prefix)
+        _native.Operator(self._config).set_lookup(lookup.args)
         out = _copy.copy(self)
         out.lookup = lookup
         return out
@@ -394,7 +392,7 @@ class Pipeline:
         *,
         key: str | list[str] | None,
         aggs: Mapping[str, Agg],
-        window: Tumbling | Sliding | Session | Rows,
+        window: Window,
         watermark: BoundedOutOfOrderness | None = None,
         schema: pa.Schema | None = None,
         **kwargs: Any,
@@ -510,6 +508,11 @@ class Lookup:
     on: list[str]
     how: str
     prefix: str | None
+
+    @property
+    def args(self) -> tuple[pa.Table, list[str], str, str | None]:
+        """The lookup as the core takes it: ``(table, on, how, prefix)``."""
+        return (self.table, self.on, self.how, self.prefix)
 
     def enriched_schema(self, schema: pa.Schema) -> pa.Schema:
         """The input schema with the table's non-key columns appended (nullable), as

@@ -365,6 +365,70 @@ class PartitionedWatermarkTracker(_Restorable):
         )
 
 
+class _PerKey(_Restorable):
+    """What both per-key trackers do the same way: updates and lateness, one event or
+    a batch, idleness on the clock, memory."""
+
+    __slots__ = ("_clock", "_inner")
+    _inner: _native.KeyedWatermarkTracker | _native.CompactKeyedWatermarkTracker
+
+    def update(self, key: Any, event_time: int | _dt.date) -> int | None:
+        """Records an event of ``key`` at ``event_time``: ticks (an int), or a
+        ``datetime`` / ``date`` / numpy ``datetime64`` as epoch microseconds (naive
+        ones as UTC), as :meth:`update_batch` reads timestamp arrays.
+
+        Returns the global watermark if it rose above every value returned before.
+        Raises :class:`MaxKeysReachedError` for a new key when full under ``reject_new``.
+        """
+        return self._inner.update(key, time_value(event_time))
+
+    def update_batch(self, keys: Any, event_times: Any) -> int | None:
+        """Records many events at once (vectorised when given Arrow data).
+
+        Parameters
+        ----------
+        keys
+            An Arrow array / chunked array / polars Series / numpy array / pandas
+            Series, a RecordBatch / Table / DataFrame (all columns form the key) or a
+            2-D numpy array (each column a key column), a list of Arrow arrays
+            (several key columns), or a plain sequence of Python keys (numpy scalars
+            count as the Python values they hold).
+        event_times
+            int64 ticks or timestamps (Arrow or numpy ``datetime64``: epoch
+            microseconds), as an Arrow array, chunked array (e.g. a Table column),
+            numpy array, pandas Series or a sequence (of ints, or of datetimes as
+            :meth:`update` takes them). Rows with a null time are
+            skipped.
+
+        Returns
+        -------
+        int or None
+            The global watermark if it rose above every value returned before.
+        """
+        watermark: int | None = keyed_call(self._inner, "update", keys, event_times)
+        return watermark
+
+    def is_late(self, key: Any, event_time: int | _dt.date) -> bool:
+        """Whether an event is late for its key: ``event_time < watermark(key)``
+        (``event_time`` as for :meth:`update`). Events of unknown keys are never
+        late."""
+        return self._inner.is_late(key, time_value(event_time))
+
+    def is_late_batch(self, keys: Any, event_times: Any) -> pa.BooleanArray:
+        """Vectorised :meth:`is_late` (same inputs as :meth:`update_batch`); null where
+        the event time is null."""
+        return keyed_call(self._inner, "is_late", keys, event_times)
+
+    def check_idle_keys(self) -> int | None:
+        """Marks (exact) keys silent for more than ``idle_timeout`` as idle (reads the
+        clock); returns the global watermark if that made it rise."""
+        return self._inner.check_idle_keys()
+
+    def memory_bytes(self) -> int:
+        """Heap bytes held, excluding the (exact) keys' own bytes."""
+        return self._inner.heap_bytes()
+
+
 class KeyState(TypedDict):
     """State of one key (``None``: no value yet)."""
 
@@ -385,7 +449,7 @@ class KeyedWatermarkMetrics(TypedDict):
     key_advances: int
 
 
-class KeyedWatermarkTracker(_Restorable):
+class KeyedWatermarkTracker(_PerKey):
     """Watermarks per key: a slow tenant is judged by its own progress.
 
     Each key's watermark is its largest event time minus ``bounded_delay``; an event is
@@ -440,7 +504,7 @@ class KeyedWatermarkTracker(_Restorable):
     (False, True)
     """
 
-    __slots__ = ("_clock", "_inner")
+    __slots__ = ()
     _native_type = _native.KeyedWatermarkTracker
     _inner: _native.KeyedWatermarkTracker
 
@@ -480,42 +544,6 @@ class KeyedWatermarkTracker(_Restorable):
         """The eviction policy at ``max_keys``."""
         return self._inner.eviction
 
-    def update(self, key: Any, event_time: int | _dt.date) -> int | None:
-        """Records an event of ``key`` at ``event_time``: ticks (an int), or a
-        ``datetime`` / ``date`` / numpy ``datetime64`` as epoch microseconds (naive
-        ones as UTC), as :meth:`update_batch` reads timestamp arrays.
-
-        Returns the global watermark if it rose above every value returned before.
-        Raises :class:`MaxKeysReachedError` for a new key when full under ``reject_new``.
-        """
-        return self._inner.update(key, time_value(event_time))
-
-    def update_batch(self, keys: Any, event_times: Any) -> int | None:
-        """Records many events at once (vectorised when given Arrow data).
-
-        Parameters
-        ----------
-        keys
-            An Arrow array / chunked array / polars Series / numpy array / pandas
-            Series, a RecordBatch / Table / DataFrame (all columns form the key) or a
-            2-D numpy array (each column a key column), a list of Arrow arrays
-            (several key columns), or a plain sequence of Python keys (numpy scalars
-            count as the Python values they hold).
-        event_times
-            int64 ticks or timestamps (Arrow or numpy ``datetime64``: epoch
-            microseconds), as an Arrow array, chunked array (e.g. a Table column),
-            numpy array, pandas Series or a sequence (of ints, or of datetimes as
-            :meth:`update` takes them). Rows with a null time are
-            skipped.
-
-        Returns
-        -------
-        int or None
-            The global watermark if it rose above every value returned before.
-        """
-        watermark: int | None = keyed_call(self._inner, "update", keys, event_times)
-        return watermark
-
     def watermark_for_key(self, key: Any) -> int | None:
         """The watermark of ``key`` (``None`` if unknown)."""
         return self._inner.watermark_for_key(key)
@@ -532,17 +560,6 @@ class KeyedWatermarkTracker(_Restorable):
         """The highest global watermark returned so far (monotonic)."""
         return self._inner.emitted_watermark()
 
-    def is_late(self, key: Any, event_time: int | _dt.date) -> bool:
-        """Whether an event is late for its key: ``event_time < watermark(key)``
-        (``event_time`` as for :meth:`update`). Events of unknown keys are never
-        late."""
-        return self._inner.is_late(key, time_value(event_time))
-
-    def is_late_batch(self, keys: Any, event_times: Any) -> pa.BooleanArray:
-        """Vectorised :meth:`is_late` (same inputs as :meth:`update_batch`); null where
-        the event time is null."""
-        return keyed_call(self._inner, "is_late", keys, event_times)
-
     def mark_idle(self, key: Any) -> int | None:
         """Excludes ``key`` from the global minimum. Returns the global watermark if
         that made it rise above every value returned before."""
@@ -551,10 +568,6 @@ class KeyedWatermarkTracker(_Restorable):
     def mark_active(self, key: Any) -> bool:
         """Includes ``key`` again (its idle timer restarts). ``False`` if unknown."""
         return self._inner.mark_active(key)
-
-    def check_idle_keys(self) -> int | None:
-        """Marks keys silent for more than ``idle_timeout`` as idle (reads the clock)."""
-        return self._inner.check_idle_keys()
 
     def remove_key(self, key: Any) -> KeyState | None:
         """Stops tracking ``key``; returns its last state (``None`` if unknown)."""
@@ -575,10 +588,6 @@ class KeyedWatermarkTracker(_Restorable):
     def recalculate_global(self) -> int | None:
         """Recomputes the global watermark; returns it if it rose to a new high."""
         return self._inner.recalculate_global()
-
-    def memory_bytes(self) -> int:
-        """Heap bytes held, excluding the keys' own bytes."""
-        return self._inner.heap_bytes()
 
     def metrics(self) -> KeyedWatermarkMetrics:
         """``total_keys``, ``active_keys``, ``idle_keys``, ``evicted_keys``,
@@ -604,7 +613,7 @@ class CompactKeyedMetrics(TypedDict):
     sketch_fill: float
 
 
-class CompactKeyedWatermarkTracker(_Restorable):
+class CompactKeyedWatermarkTracker(_PerKey):
     """Per-key watermarks for millions of keys, in memory bounded by configuration.
 
     The ``exact_keys`` most recently active keys are tracked exactly (as in
@@ -632,8 +641,8 @@ class CompactKeyedWatermarkTracker(_Restorable):
     (False, 90, True)
     """
 
-    __slots__ = ("_clock", "_inner")
     _native_type = _native.CompactKeyedWatermarkTracker
+    __slots__ = ()
     _inner: _native.CompactKeyedWatermarkTracker
 
     def __init__(
@@ -656,20 +665,6 @@ class CompactKeyedWatermarkTracker(_Restorable):
             native_clock(clock),
         )
 
-    def update(self, key: Any, event_time: int | _dt.date) -> int | None:
-        """Records an event (``event_time`` as for :meth:`KeyedWatermarkTracker.update`);
-        returns the global watermark if it rose to a new high."""
-        return self._inner.update(key, time_value(event_time))
-
-    def update_batch(self, keys: Any, event_times: Any) -> int | None:
-        """Records many events (same inputs as :meth:`KeyedWatermarkTracker.update_batch`).
-
-        Returns the global watermark the batch leaves if it rose above every value
-        returned before (``None`` otherwise), as the exact tracker's batches do.
-        """
-        watermark: int | None = keyed_call(self._inner, "update", keys, event_times)
-        return watermark
-
     def watermark_for_key(self, key: Any) -> int | None:
         """Exact watermark if the key is tracked exactly, else the sketch estimate."""
         return self._inner.watermark_for_key(key)
@@ -678,26 +673,9 @@ class CompactKeyedWatermarkTracker(_Restorable):
         """Whether ``key`` is in the exact part."""
         return self._inner.is_exact(key)
 
-    def is_late(self, key: Any, event_time: int | _dt.date) -> bool:
-        """``event_time < watermark_for_key(key)`` (``event_time`` as for
-        :meth:`update`)."""
-        return self._inner.is_late(key, time_value(event_time))
-
-    def is_late_batch(self, keys: Any, event_times: Any) -> pa.BooleanArray:
-        """Vectorised :meth:`is_late`."""
-        return keyed_call(self._inner, "is_late", keys, event_times)
-
     def global_watermark(self) -> int | None:
         """The exact part's global watermark."""
         return self._inner.global_watermark()
-
-    def check_idle_keys(self) -> int | None:
-        """Marks exact keys silent for longer than ``idle_timeout`` as idle."""
-        return self._inner.check_idle_keys()
-
-    def memory_bytes(self) -> int:
-        """Heap bytes held, excluding the exact keys' own bytes."""
-        return self._inner.heap_bytes()
 
     def configured_bytes(self) -> int:
         """The memory the configuration implies (per-key layout + sketch + HLL)."""

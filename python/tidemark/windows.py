@@ -387,6 +387,10 @@ class Rows:
     n: int
 
 
+#: A pipeline's window.
+Window = Tumbling | Sliding | Session | Rows
+
+
 def window_config(window: Any) -> dict[str, Any]:
     if isinstance(window, Tumbling):
         return {

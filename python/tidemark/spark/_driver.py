@@ -83,14 +83,11 @@ def exact_partitions(spark: Any) -> contextlib.AbstractContextManager[None]:
 @dataclass(kw_only=True)
 class BatchRun:
     """One run of a micro-batch, as a driver's :meth:`MicroBatchDriver._begin` planned
-    it (subclasses add what their steps need)."""
+    it (subclasses add what their steps need): its batch id, whether it is a flush and
+    its outputs' codec are its task's."""
 
-    batch_id: int
-    flush: bool
     #: Where it runs: ``"driver"``, ``"one task"`` or ``"shuffled"``.
     layout: str
-    #: The outputs' codec: ``sink_arrow_schema(kind)`` gives Arrow sinks their schema.
-    codec: Any
     #: The batch's driver record as started (what it restores); :meth:`_finish`
     #: completes it.
     record: BatchRecord
@@ -110,7 +107,7 @@ class BatchRun:
     #: ignored); ``windows_only``: it emits the main output alone (no late or error
     #: sink: the sink's job is the batch's job, nothing is cached); ``untagged``: the
     #: rows reach it untagged (it holds every state partition and routes them).
-    task: Any = None
+    task: Any
     #: The columns of the rows the task reads (``None``: all).
     columns: list[str] | None = None
     #: The rows read from the micro-batch's files in the driver, or ``None``.
@@ -121,6 +118,20 @@ class BatchRun:
     read: str = "none"
     #: The DataFrame of the batch's tasks (run in Spark), whose count runs them all.
     job: Any = None
+
+    @property
+    def batch_id(self) -> int:
+        return int(self.task.batch_id)
+
+    @property
+    def flush(self) -> bool:
+        return bool(self.task.flush)
+
+    @property
+    def codec(self) -> OutputCodec:
+        """``sink_arrow_schema(kind)`` gives Arrow sinks their schema."""
+        codec: OutputCodec = self.task.codec
+        return codec
 
     @property
     def driver(self) -> bool:

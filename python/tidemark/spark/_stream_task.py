@@ -163,7 +163,7 @@ class StreamTask:
     the core runs the batch over them (``_native.MicroBatch``: each restored from
     version ``prev_batch``, its rows processed as one arrival unit, or flushed; windows
     closed on the watermark combined over every state partition where the task holds
-    them all, else on the batch's starting ``watermark``). The task writes each
+    them all, else on the watermark the batch began with, its ``record``'s). The task writes each
     partition's version ``batch_id`` and its report (tagged with the ``token`` of the
     driver's run, for the driver to combine) and emits the combined result (windows,
     late rows, error rows) or, with ``windows_only``, the windows alone in their own
@@ -175,11 +175,6 @@ class StreamTask:
     batch_id: int
     #: The version the state partitions restore (``None``: they start empty).
     prev_batch: int | None
-    #: The watermark and the stream's event time the batch began with, and the
-    #: batch's clock reading (idleness on the clock): the driver's record.
-    watermark: int | None
-    scope_time: int | None
-    clock_ms: int
     retention: int
     token: str
     num_partitions: int
@@ -194,21 +189,19 @@ class StreamTask:
     #: The driver's run, where no Spark task holds a core: up to that many state
     #: partitions at once (threads of the core's call).
     threads: int = 1
-    scope_state: str | None = None
+    #: A pipeline's batch as the driver began it (``None``: a reorder's, which needs
+    #: none): its watermark and event time, the clock's reading (idleness on the
+    #: clock), the scope's state, the source's partitions, a new stream's quartiles.
+    record: StreamRecord | None = None
     #: Applied to the task's rows before the pipeline sees them (raw rows as folds:
     #: see :meth:`~tidemark.spark._preagg.Preaggregation.lift`).
     lift: Callable[[pa.Table], pa.Table] | None = None
     #: A quiet micro-batch (every state partition, no rows): calls without rows
     #: follow the first until one changes nothing (the core's ``SETTLE_CALLS``).
     settle: bool = False
-    #: The source's partitions as the driver's record has them (``StreamRecord.source``).
-    source: tuple[list[int], list[int]] | None = None
-    #: ``clock_ms`` is the wall clock's: event times more than ``max_ahead`` past it
-    #: come from the future (the core's bounds on event times).
+    #: The record's clock is the wall clock: event times more than ``max_ahead`` past
+    #: it come from the future (the core's bounds on event times).
     wall_clock: bool = False
-    #: A new stream's first micro-batch: its event times' quartiles, estimated by the
-    #: driver and recorded (``StreamRecord.quartiles``).
-    quartiles: tuple[int, int] | None = None
     #: A reorder's routing columns (``partition_by``; none: rows dealt out in turn).
     keys: tuple[str, ...] = ()
 
@@ -257,22 +250,23 @@ class StreamTask:
         """The core's run of this batch; ``tag``: the column of the rows' state
         partition tags (``None``: the rows are routed)."""
         lk = pipe.lookup if isinstance(pipe, Pipeline) else None
+        rec = self.record or StreamRecord(batch_id=self.batch_id)
         return _native.MicroBatch(
             pipe._config,
             self.num_partitions,
             tag_column=tag,
-            watermark=self.watermark,
-            time=self.scope_time,
-            clock_ms=self.clock_ms,
+            watermark=rec.watermark,
+            time=rec.time,
+            clock_ms=rec.clock_ms,
             wall_clock=self.wall_clock,
-            quartiles=self.quartiles,
-            scope=None if self.scope_state is None else base64.b64decode(self.scope_state),
-            source=self.source,
+            quartiles=rec.quartiles,
+            scope=None if rec.scope is None else base64.b64decode(rec.scope),
+            source=rec.source,
             flush=self.flush,
             settle=self.settle,
             threads=self.threads,
             weight=WEIGHT,
-            lookup=None if lk is None else (lk.table, lk.on, lk.how, lk.prefix),
+            lookup=None if lk is None else lk.args,
             run=self.token,
             keys=list(self.keys),
         )

@@ -203,13 +203,11 @@ class ReorderStream(MicroBatchDriver):
         ``False`` (as ``StreamProcessor``'s ``arrow_sinks``).
     partition_by : list of str, optional
         Route rows to state partitions by these columns (default: round-robin).
-    retention : int
-        Versions kept per partition (at least 2, so the last batch can be replayed).
-    start_fresh : bool
-        Discard state another query left at ``state_location`` (one whose batches are
-        not this query's: a new checkpoint location counts batch ids from 0 again)
-        and start empty, instead of raising :class:`StateCorruptedError`. This
-        query's own state, replays included, is never discarded.
+    retention, start_fresh
+        As ``StreamProcessor``'s: the buffers' versions kept per partition (at least
+        2: the last batch must be replayable); ``start_fresh=True`` starts empty where
+        another query (another checkpoint location) left state, rather than raising
+        :class:`StateCorruptedError` (this query's own state is never discarded).
     shuffle : bool, optional
         ``True``: rows are shuffled to their state partitions, one task each.
         ``False``: never; one task (or the driver, see ``on_driver``) runs every
@@ -347,9 +345,6 @@ class ReorderStream(MicroBatchDriver):
             store=self.store,
             batch_id=batch_id,
             prev_batch=prev,
-            watermark=None,
-            scope_time=None,
-            clock_ms=0,
             retention=self.retention,
             token=token,
             num_partitions=self.num_partitions,
@@ -360,12 +355,9 @@ class ReorderStream(MicroBatchDriver):
             keys=tuple(self.partition_by or ()),
         )
         return _ReorderRun(
-            batch_id=batch_id,
-            flush=flush,
             stats=stats,
             placed=placed,
             layout=placed.where,
-            codec=codec,
             record=record,
             task=task,
         )

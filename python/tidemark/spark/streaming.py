@@ -107,7 +107,6 @@ class _StreamRun(BatchRun):
     ``preaggregate``), and why its rows were not read from its files, if known."""
 
     record: StreamRecord
-    codec: OutputCodec
     read_why: str | None
 
 
@@ -548,9 +547,6 @@ class StreamProcessor(MicroBatchDriver):
             store=self.store,
             batch_id=batch_id,
             prev_batch=rec.prev_batch,
-            watermark=rec.watermark,
-            scope_time=rec.time,
-            clock_ms=rec.clock_ms,
             retention=self.retention,
             token=token,
             num_partitions=self.num_partitions,
@@ -558,21 +554,16 @@ class StreamProcessor(MicroBatchDriver):
             windows_only=windows_only,
             untagged=untagged,
             threads=driver_threads() if driver else 1,
-            scope_state=rec.scope,
+            record=replace(rec),  # as the batch began (the driver completes rec)
             lift=lift,
             settle=quiet,
-            source=rec.source,
             wall_clock=self._wall_clock,
-            quartiles=rec.quartiles,
         )
         return _StreamRun(
-            batch_id=batch_id,
-            flush=flush,
             quiet=quiet,
             stats=stats,
             placed=placed,
             layout="driver" if driver else "shuffled" if shuffled else "one task",
-            codec=codec,
             record=rec,
             task=task,
             columns=columns,

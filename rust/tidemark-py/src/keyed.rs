@@ -183,14 +183,88 @@ fn is_late_pykeys(
     array_to_py(py, Arc::new(arrow_array::BooleanArray::from(out)))
 }
 
+/// `#[pymethods]` of a per-key tracker class: the methods both trackers share (updates,
+/// lateness, watermarks, memory), forwarded to the core tracker in `inner`, and the
+/// class's own methods given in braces.
+macro_rules! tracker_methods {
+    ($ty:ident, { $($own:tt)* }) => {
+        #[pymethods]
+        impl $ty {
+            fn update(&mut self, key: &Bound<'_, PyAny>, event_time: i64) -> Result<Option<i64>> {
+                update_one(&mut self.inner, key, event_time)
+            }
+
+            /// Batch update from Arrow key columns and an event-time array.
+            fn update_columns(
+                &mut self,
+                py: Python<'_>,
+                columns: Vec<AnyArray>,
+                event_times: AnyArray,
+            ) -> Result<Option<i64>> {
+                update_columns(py, &mut self.inner, columns, event_times)
+            }
+
+            /// Batch update from Python keys and int event times.
+            fn update_pykeys(
+                &mut self,
+                py: Python<'_>,
+                keys: Vec<Bound<'_, PyAny>>,
+                event_times: &Bound<'_, PyAny>,
+            ) -> Result<Option<i64>> {
+                update_pykeys(py, &mut self.inner, keys, event_times)
+            }
+
+            fn watermark_for_key(&self, key: &Bound<'_, PyAny>) -> Result<Option<i64>> {
+                let k = py_key(key)?;
+                Ok(self.inner.watermark_for_key(&EncodedKey(k)))
+            }
+
+            fn is_late(&self, key: &Bound<'_, PyAny>, event_time: i64) -> Result<bool> {
+                is_late_one(&self.inner, key, event_time)
+            }
+
+            fn is_late_columns(
+                &self,
+                py: Python<'_>,
+                columns: Vec<AnyArray>,
+                event_times: AnyArray,
+            ) -> Result<Py<PyAny>> {
+                is_late_columns(py, &self.inner, columns, event_times)
+            }
+
+            fn is_late_pykeys(
+                &self,
+                py: Python<'_>,
+                keys: Vec<Bound<'_, PyAny>>,
+                event_times: &Bound<'_, PyAny>,
+            ) -> Result<Py<PyAny>> {
+                is_late_pykeys(py, &self.inner, keys, event_times)
+            }
+
+            fn global_watermark(&self) -> Option<i64> {
+                self.inner.global_watermark().map(|w| w.timestamp())
+            }
+
+            fn check_idle_keys(&mut self) -> Option<i64> {
+                self.inner.check_idle_keys().map(|w| w.timestamp())
+            }
+
+            fn heap_bytes(&self) -> usize {
+                self.inner.heap_bytes()
+            }
+
+            $($own)*
+        }
+    };
+}
+
 /// Native per-key watermark tracker (see `tidemark.KeyedWatermarkTracker`).
 #[pyclass(name = "KeyedWatermarkTracker", module = "tidemark._native")]
 pub struct PyKeyedWatermarkTracker {
     inner: KeyedWatermarkTracker,
 }
 
-#[pymethods]
-impl PyKeyedWatermarkTracker {
+tracker_methods!(PyKeyedWatermarkTracker, {
     #[new]
     #[pyo3(signature = (bounded_delay, idle_timeout = None, max_keys = None, eviction = "least_recently_active", clock = None))]
     fn new(
@@ -245,35 +319,6 @@ impl PyKeyedWatermarkTracker {
         self.inner.config().max_keys
     }
 
-    fn update(&mut self, key: &Bound<'_, PyAny>, event_time: i64) -> Result<Option<i64>> {
-        update_one(&mut self.inner, key, event_time)
-    }
-
-    /// Batch update from Arrow key columns and an event-time array.
-    fn update_columns(
-        &mut self,
-        py: Python<'_>,
-        columns: Vec<AnyArray>,
-        event_times: AnyArray,
-    ) -> Result<Option<i64>> {
-        update_columns(py, &mut self.inner, columns, event_times)
-    }
-
-    /// Batch update from Python keys and int event times.
-    fn update_pykeys(
-        &mut self,
-        py: Python<'_>,
-        keys: Vec<Bound<'_, PyAny>>,
-        event_times: &Bound<'_, PyAny>,
-    ) -> Result<Option<i64>> {
-        update_pykeys(py, &mut self.inner, keys, event_times)
-    }
-
-    fn watermark_for_key(&self, key: &Bound<'_, PyAny>) -> Result<Option<i64>> {
-        let k = py_key(key)?;
-        Ok(self.inner.watermark_for_key(&EncodedKey(k)))
-    }
-
     fn key_state<'py>(
         &self,
         py: Python<'py>,
@@ -286,34 +331,8 @@ impl PyKeyedWatermarkTracker {
             .transpose()
     }
 
-    fn global_watermark(&self) -> Option<i64> {
-        self.inner.global_watermark().map(|w| w.timestamp())
-    }
-
     fn emitted_watermark(&self) -> Option<i64> {
         self.inner.emitted_watermark().map(|w| w.timestamp())
-    }
-
-    fn is_late(&self, key: &Bound<'_, PyAny>, event_time: i64) -> Result<bool> {
-        is_late_one(&self.inner, key, event_time)
-    }
-
-    fn is_late_columns(
-        &self,
-        py: Python<'_>,
-        columns: Vec<AnyArray>,
-        event_times: AnyArray,
-    ) -> Result<Py<PyAny>> {
-        is_late_columns(py, &self.inner, columns, event_times)
-    }
-
-    fn is_late_pykeys(
-        &self,
-        py: Python<'_>,
-        keys: Vec<Bound<'_, PyAny>>,
-        event_times: &Bound<'_, PyAny>,
-    ) -> Result<Py<PyAny>> {
-        is_late_pykeys(py, &self.inner, keys, event_times)
     }
 
     fn mark_idle(&mut self, key: &Bound<'_, PyAny>) -> Result<Option<i64>> {
@@ -324,10 +343,6 @@ impl PyKeyedWatermarkTracker {
     fn mark_active(&mut self, key: &Bound<'_, PyAny>) -> Result<bool> {
         let k = py_key(key)?;
         Ok(self.inner.mark_active(&EncodedKey(k)))
-    }
-
-    fn check_idle_keys(&mut self) -> Option<i64> {
-        self.inner.check_idle_keys().map(|w| w.timestamp())
     }
 
     fn remove_key<'py>(
@@ -358,10 +373,6 @@ impl PyKeyedWatermarkTracker {
         self.inner.recalculate_global().map(|w| w.timestamp())
     }
 
-    fn heap_bytes(&self) -> usize {
-        self.inner.heap_bytes()
-    }
-
     fn metrics<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
         let m = self.inner.metrics();
         let d = PyDict::new(py);
@@ -373,7 +384,7 @@ impl PyKeyedWatermarkTracker {
         d.set_item("key_advances", m.key_advances)?;
         Ok(d)
     }
-}
+});
 
 /// An already encoded key, usable wherever the core takes an [`AsKey`].
 pub struct EncodedKey(pub Vec<u8>);
@@ -394,8 +405,7 @@ pub struct PyCompactKeyedWatermarkTracker {
     inner: CompactKeyedWatermarkTracker,
 }
 
-#[pymethods]
-impl PyCompactKeyedWatermarkTracker {
+tracker_methods!(PyCompactKeyedWatermarkTracker, {
     #[new]
     #[pyo3(signature = (bounded_delay, exact_keys, sketch_width, sketch_depth, idle_timeout = None, clock = None))]
     fn new(
@@ -444,68 +454,8 @@ impl PyCompactKeyedWatermarkTracker {
         Ok(Self { inner })
     }
 
-    fn update(&mut self, key: &Bound<'_, PyAny>, event_time: i64) -> Result<Option<i64>> {
-        update_one(&mut self.inner, key, event_time)
-    }
-
-    fn update_columns(
-        &mut self,
-        py: Python<'_>,
-        columns: Vec<AnyArray>,
-        event_times: AnyArray,
-    ) -> Result<Option<i64>> {
-        update_columns(py, &mut self.inner, columns, event_times)
-    }
-
-    fn update_pykeys(
-        &mut self,
-        py: Python<'_>,
-        keys: Vec<Bound<'_, PyAny>>,
-        event_times: &Bound<'_, PyAny>,
-    ) -> Result<Option<i64>> {
-        update_pykeys(py, &mut self.inner, keys, event_times)
-    }
-
-    fn watermark_for_key(&self, key: &Bound<'_, PyAny>) -> Result<Option<i64>> {
-        Ok(self.inner.watermark_for_key(&EncodedKey(py_key(key)?)))
-    }
-
     fn is_exact(&self, key: &Bound<'_, PyAny>) -> Result<bool> {
         Ok(self.inner.is_exact(&EncodedKey(py_key(key)?)))
-    }
-
-    fn is_late(&self, key: &Bound<'_, PyAny>, event_time: i64) -> Result<bool> {
-        is_late_one(&self.inner, key, event_time)
-    }
-
-    fn is_late_columns(
-        &self,
-        py: Python<'_>,
-        columns: Vec<AnyArray>,
-        event_times: AnyArray,
-    ) -> Result<Py<PyAny>> {
-        is_late_columns(py, &self.inner, columns, event_times)
-    }
-
-    fn is_late_pykeys(
-        &self,
-        py: Python<'_>,
-        keys: Vec<Bound<'_, PyAny>>,
-        event_times: &Bound<'_, PyAny>,
-    ) -> Result<Py<PyAny>> {
-        is_late_pykeys(py, &self.inner, keys, event_times)
-    }
-
-    fn global_watermark(&self) -> Option<i64> {
-        self.inner.global_watermark().map(|w| w.timestamp())
-    }
-
-    fn check_idle_keys(&mut self) -> Option<i64> {
-        self.inner.check_idle_keys().map(|w| w.timestamp())
-    }
-
-    fn heap_bytes(&self) -> usize {
-        self.inner.heap_bytes()
     }
 
     fn configured_bytes(&self) -> usize {
@@ -521,4 +471,4 @@ impl PyCompactKeyedWatermarkTracker {
         d.set_item("sketch_fill", m.sketch_fill)?;
         Ok(d)
     }
-}
+});

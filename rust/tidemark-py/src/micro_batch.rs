@@ -11,12 +11,9 @@ use tidemark_core::runtime::micro_batch::{
 };
 
 use crate::convert::arrow::{one_batch, parsed_times as parsed_times_of, read_batches};
-use crate::convert::config::{config_from_dict, lookup_from};
+use crate::convert::config::{config_from_dict, lookup_of, LookupArgs};
 use crate::convert::dicts::{output, Tables};
 use crate::error::{detach, Result};
-
-/// A lookup table as `Pipeline.enrich` keeps it: the table, `on`, `how`, `prefix`.
-type LookupArgs = (AnyRecordBatch, Vec<String>, String, Option<String>);
 
 /// What the driver knew of the source's partitions: every partition, and those with
 /// records waiting unread (see the core's `SourceView`).
@@ -105,9 +102,7 @@ impl PyMicroBatch {
             )
             .into());
         }
-        let lookup = lookup
-            .map(|(table, on, how, prefix)| lookup_from(py, table, on, &how, prefix))
-            .transpose()?;
+        let lookup = lookup_of(py, lookup)?;
         Ok(Self {
             inner: Batch::Pipeline(Box::new(MicroBatch {
                 cfg: config_from_dict(config)?,

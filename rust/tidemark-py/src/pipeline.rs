@@ -9,7 +9,9 @@ use tidemark_core::TidemarkError;
 
 use crate::clock::clock_ref;
 use crate::convert::arrow::{one_batch, parsed_times as parsed_times_of, read_batches};
-use crate::convert::config::{config_and_clock, config_from_dict, lookup_from};
+use crate::convert::config::{
+    config_and_clock, config_from_dict, lookup_from, lookup_of, LookupArgs,
+};
 use crate::convert::dicts::{metrics_dict, output, progress_dict, progress_from_dict, Tables};
 use crate::convert::keys::py_key;
 use crate::drive::{flush_with, process_with, snapshot_with, tick_with};
@@ -58,6 +60,42 @@ pub fn pipeline_output_schema(
     Ok(PySchema::new(out).into_pyarrow(py)?.unbind())
 }
 
+/// `#[pymethods]` of an operator class that takes arrival units (`ArrivalOperator`):
+/// `process`, `flush`, `tick` and `snapshot` forwarded to `inner`, and the
+/// class's own methods given in braces.
+macro_rules! arrival_methods {
+    ($ty:ident, { $($own:tt)* }) => {
+        #[pymethods]
+        impl $ty {
+            /// Processes one arrival unit (all batches of `data` together).
+            #[pyo3(signature = (data, parsed_times = None))]
+            fn process(
+                &mut self,
+                py: Python<'_>,
+                data: AnyRecordBatch,
+                parsed_times: Option<AnyArray>,
+            ) -> Result<Tables> {
+                process_with(py, &mut self.inner, data, parsed_times)
+            }
+
+            fn flush(&mut self, py: Python<'_>) -> Result<Tables> {
+                flush_with(py, &mut self.inner)
+            }
+
+            /// A call without rows: time moves on by itself.
+            fn tick(&mut self, py: Python<'_>) -> Result<Tables> {
+                tick_with(py, &mut self.inner)
+            }
+
+            fn snapshot<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyBytes>> {
+                snapshot_with(py, &self.inner)
+            }
+
+            $($own)*
+        }
+    };
+}
+
 /// Native pipeline operator (see `tidemark.Operator`).
 #[pyclass(name = "Operator", module = "tidemark._native")]
 pub struct PyOperator {
@@ -66,8 +104,7 @@ pub struct PyOperator {
     pending: Option<Pending>,
 }
 
-#[pymethods]
-impl PyOperator {
+arrival_methods!(PyOperator, {
     #[new]
     #[pyo3(signature = (config, clock = None, state = None))]
     fn new(
@@ -118,49 +155,15 @@ impl PyOperator {
         output(py, out)
     }
 
-    /// Processes one arrival unit (all batches of `data` together).
-    #[pyo3(signature = (data, parsed_times = None))]
-    fn process(
-        &mut self,
-        py: Python<'_>,
-        data: AnyRecordBatch,
-        parsed_times: Option<AnyArray>,
-    ) -> Result<Tables> {
-        process_with(py, &mut self.inner, data, parsed_times)
-    }
-
-    fn flush(&mut self, py: Python<'_>) -> Result<Tables> {
-        flush_with(py, &mut self.inner)
-    }
-
-    /// A call without rows: time moves on by itself.
-    fn tick(&mut self, py: Python<'_>) -> Result<Tables> {
-        tick_with(py, &mut self.inner)
-    }
-
-    fn snapshot<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyBytes>> {
-        snapshot_with(py, &self.inner)
-    }
-
     #[getter]
     fn watermark(&self) -> Option<i64> {
         self.inner.watermark()
     }
 
-    /// Joins every input row with `table` on `on` first (`None`: no lookup).
-    #[pyo3(signature = (table, on, how = "left", prefix = None))]
-    fn set_lookup(
-        &mut self,
-        py: Python<'_>,
-        table: Option<AnyRecordBatch>,
-        on: Vec<String>,
-        how: &str,
-        prefix: Option<String>,
-    ) -> Result<()> {
-        let l = table
-            .map(|t| lookup_from(py, t, on, how, prefix))
-            .transpose()?;
-        self.inner.set_lookup(l);
+    /// Joins every input row with a lookup table first: `(table, on, how, prefix)`
+    /// (`None`: no lookup).
+    fn set_lookup(&mut self, py: Python<'_>, lookup: Option<LookupArgs>) -> Result<()> {
+        self.inner.set_lookup(lookup_of(py, lookup)?);
         Ok(())
     }
 
@@ -209,7 +212,7 @@ impl PyOperator {
         }
         Ok(d)
     }
-}
+});
 
 /// The watermark of a pipeline's scope, combined over the operators that share it
 /// (see `tidemark_core::pipeline::ScopeWatermark`).
@@ -278,8 +281,7 @@ pub struct PyRowsOperator {
     inner: tidemark_core::pipeline::rows::RowsOperator,
 }
 
-#[pymethods]
-impl PyRowsOperator {
+arrival_methods!(PyRowsOperator, {
     #[new]
     #[pyo3(signature = (config, state = None))]
     fn new(config: &Bound<'_, PyDict>, state: Option<&[u8]>) -> Result<Self> {
@@ -290,29 +292,6 @@ impl PyRowsOperator {
             Some(bytes) => RowsOperator::restore(cfg, bytes)?,
         };
         Ok(Self { inner })
-    }
-
-    #[pyo3(signature = (data, parsed_times = None))]
-    fn process(
-        &mut self,
-        py: Python<'_>,
-        data: AnyRecordBatch,
-        parsed_times: Option<AnyArray>,
-    ) -> Result<Tables> {
-        process_with(py, &mut self.inner, data, parsed_times)
-    }
-
-    fn flush(&mut self, py: Python<'_>) -> Result<Tables> {
-        flush_with(py, &mut self.inner)
-    }
-
-    /// A call without rows: time moves on by itself.
-    fn tick(&mut self, py: Python<'_>) -> Result<Tables> {
-        tick_with(py, &mut self.inner)
-    }
-
-    fn snapshot<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyBytes>> {
-        snapshot_with(py, &self.inner)
     }
 
     /// ROWS windows have no watermark.
@@ -333,4 +312,4 @@ impl PyRowsOperator {
         };
         metrics_dict(py, &self.inner.metrics(), &k, None)
     }
-}
+});

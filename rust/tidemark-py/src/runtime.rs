@@ -11,7 +11,7 @@ use tidemark_core::runtime::ShardedOperator;
 
 use crate::clock::clock_ref;
 use crate::convert::arrow::{one_batch, parsed_times as parsed_times_of, read_batches};
-use crate::convert::config::{config_from_dict, lookup_from};
+use crate::convert::config::{config_from_dict, lookup_of, LookupArgs};
 use crate::convert::dicts::{metrics_dict, output, progress_dict, Tables};
 use crate::error::{detach, Result};
 
@@ -61,23 +61,13 @@ impl PyShardedOperator {
         })
     }
 
-    /// Joins every input row with `table` on `on` first (`None`: no lookup).
-    #[pyo3(signature = (table, on, how = "left", prefix = None))]
-    fn set_lookup(
-        &self,
-        py: Python<'_>,
-        table: Option<AnyRecordBatch>,
-        on: Vec<String>,
-        how: &str,
-        prefix: Option<String>,
-    ) -> Result<()> {
-        let l = table
-            .map(|t| lookup_from(py, t, on, how, prefix))
-            .transpose()?;
+    /// Joins every input row with a lookup table first: `(table, on, how, prefix)`
+    /// (`None`: no lookup).
+    fn set_lookup(&self, py: Python<'_>, lookup: Option<LookupArgs>) -> Result<()> {
         self.inner
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .set_lookup(l);
+            .set_lookup(lookup_of(py, lookup)?);
         Ok(())
     }
 

@@ -153,6 +153,18 @@ pub fn config_and_clock(
 }
 
 /// Builds a lookup from Arrow data (the table's buffers are shared, not copied).
+/// A lookup table as `Pipeline.enrich` keeps it: the table, `on`, `how`, `prefix`.
+pub type LookupArgs = (AnyRecordBatch, Vec<String>, String, Option<String>);
+
+/// The core's lookup from `Pipeline.enrich`'s arguments (`None`: no lookup).
+pub fn lookup_of(
+    py: Python<'_>,
+    args: Option<LookupArgs>,
+) -> Result<Option<std::sync::Arc<tidemark_core::pipeline::lookup::Lookup>>> {
+    args.map(|(table, on, how, prefix)| lookup_from(py, table, on, &how, prefix))
+        .transpose()
+}
+
 pub fn lookup_from(
     py: Python<'_>,
     table: AnyRecordBatch,
