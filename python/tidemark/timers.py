@@ -37,11 +37,11 @@ class TimerService:
     def register(self, timestamp: int, key: Any, namespace: int = 0, kind: str = "event") -> bool:
         """Registers a timer (``kind`` ``"event"`` or ``"processing"``); ``False`` if it
         existed already."""
-        return self._inner.register(timestamp, key, namespace, kind)
+        return self._inner.change(True, timestamp, key, namespace, kind)
 
     def delete(self, timestamp: int, key: Any, namespace: int = 0, kind: str = "event") -> bool:
         """Deletes a timer; ``False`` if there was none."""
-        return self._inner.delete(timestamp, key, namespace, kind)
+        return self._inner.change(False, timestamp, key, namespace, kind)
 
     def timers(self, kind: str = "event") -> list[tuple[int, Any, int]]:
         """Registered timers of ``kind`` (``"event"`` or ``"processing"``) in firing

@@ -19,11 +19,7 @@ use crate::convert::keys::{key_columns, py_key};
 use crate::error::{detach, Result};
 
 pub fn state_dict<'py>(py: Python<'py>, s: &KeyWatermarkState) -> Result<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("max_event_time", s.max_event_time)?;
-    d.set_item("watermark", s.watermark)?;
-    d.set_item("last_activity", s.last_activity)?;
-    d.set_item("is_idle", s.is_idle)?;
+    let d = fields_dict!(py, s; max_event_time, watermark, last_activity, is_idle);
     Ok(d)
 }
 
@@ -375,13 +371,9 @@ tracker_methods!(PyKeyedWatermarkTracker, {
 
     fn metrics<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
         let m = self.inner.metrics();
-        let d = PyDict::new(py);
-        d.set_item("total_keys", m.total_keys)?;
-        d.set_item("active_keys", m.active_keys)?;
-        d.set_item("idle_keys", m.idle_keys)?;
-        d.set_item("evicted_keys", m.evicted_keys)?;
-        d.set_item("global_advances", m.global_advances)?;
-        d.set_item("key_advances", m.key_advances)?;
+        let d = fields_dict!(py, m;
+            total_keys, active_keys, idle_keys, evicted_keys, global_advances, key_advances
+        );
         Ok(d)
     }
 });
@@ -464,11 +456,7 @@ tracker_methods!(PyCompactKeyedWatermarkTracker, {
 
     fn metrics<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
         let m = self.inner.metrics();
-        let d = PyDict::new(py);
-        d.set_item("exact_keys", m.exact_keys)?;
-        d.set_item("evicted_keys", m.evicted_keys)?;
-        d.set_item("estimated_distinct_keys", m.estimated_distinct_keys)?;
-        d.set_item("sketch_fill", m.sketch_fill)?;
+        let d = fields_dict!(py, m; exact_keys, evicted_keys, estimated_distinct_keys, sketch_fill);
         Ok(d)
     }
 });

@@ -5,6 +5,16 @@
 //! [`error`]. Arrow data crosses through the PyCapsule interface without copies.
 //! The module starts no threads at import: Spark forks Python workers.
 
+/// A `dict` of `$v`'s fields, each under its own name: `fields_dict!(py, m; a, b)` in a
+/// function that returns the binding's `Result`.
+macro_rules! fields_dict {
+    ($py:expr, $v:expr; $($f:ident),+ $(,)?) => {{
+        let d = pyo3::types::PyDict::new($py);
+        $(d.set_item(stringify!($f), $v.$f)?;)+
+        d
+    }};
+}
+
 // Leaves: errors, clocks, conversions, and what every operator class does alike.
 mod clock;
 mod convert;

@@ -23,12 +23,7 @@ fn pid(source_id: usize, partition: i64) -> Result<PartitionId> {
 }
 
 fn state_dict<'py>(py: Python<'py>, s: &PartitionWatermarkState) -> Result<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("watermark", s.watermark)?;
-    d.set_item("last_event_time", s.last_event_time)?;
-    d.set_item("last_activity", s.last_activity)?;
-    d.set_item("is_idle", s.is_idle)?;
-    d.set_item("assigned_core", s.assigned_core)?;
+    let d = fields_dict!(py, s; watermark, last_event_time, last_activity, is_idle, assigned_core);
     Ok(d)
 }
 
@@ -178,12 +173,9 @@ impl PyPartitionedWatermarkTracker {
 
     fn metrics<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
         let m = self.inner.metrics();
-        let d = PyDict::new(py);
-        d.set_item("total_partitions", m.total_partitions)?;
-        d.set_item("active_partitions", m.active_partitions)?;
-        d.set_item("idle_partitions", m.idle_partitions)?;
-        d.set_item("watermark_advances", m.watermark_advances)?;
-        d.set_item("rebalances", m.rebalances)?;
+        let d = fields_dict!(py, m;
+            total_partitions, active_partitions, idle_partitions, watermark_advances, rebalances
+        );
         Ok(d)
     }
 

@@ -9,9 +9,7 @@ use tidemark_core::TidemarkError;
 
 use crate::clock::clock_ref;
 use crate::convert::arrow::{one_batch, parsed_times as parsed_times_of, read_batches};
-use crate::convert::config::{
-    config_and_clock, config_from_dict, lookup_from, lookup_of, LookupArgs,
-};
+use crate::convert::config::{built, config_from_dict, lookup_from, lookup_of, LookupArgs};
 use crate::convert::dicts::{metrics_dict, output, progress_dict, progress_from_dict, Tables};
 use crate::convert::keys::py_key;
 use crate::drive::{flush_with, process_with, snapshot_with, tick_with};
@@ -112,11 +110,8 @@ arrival_methods!(PyOperator, {
         clock: Option<&Bound<'_, PyAny>>,
         state: Option<&[u8]>,
     ) -> Result<Self> {
-        let (cfg, clock) = config_and_clock(config, clock)?;
-        let inner = match state {
-            None => Operator::new(cfg, clock)?,
-            Some(bytes) => tidemark_core::runtime::restore_operator(cfg, clock, bytes)?,
-        };
+        let restore = tidemark_core::runtime::restore_operator;
+        let inner = built(config, clock, state, Operator::new, restore)?;
         Ok(Self {
             inner,
             pending: None,
@@ -230,11 +225,13 @@ impl PyScopeWatermark {
         clock: Option<&Bound<'_, PyAny>>,
         state: Option<&[u8]>,
     ) -> Result<Self> {
-        let (cfg, clock) = config_and_clock(config, clock)?;
-        let inner = match state {
-            None => ScopeWatermark::new(&cfg, clock),
-            Some(b) => ScopeWatermark::from_bytes(&cfg, clock, b)?,
-        };
+        let inner = built(
+            config,
+            clock,
+            state,
+            |cfg, clock| Ok(ScopeWatermark::new(&cfg, clock)),
+            |cfg, clock, bytes| ScopeWatermark::from_bytes(&cfg, clock, bytes),
+        )?;
         Ok(Self { inner })
     }
 

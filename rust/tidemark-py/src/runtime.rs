@@ -135,14 +135,10 @@ impl PyShardedOperator {
         }
         let cores = PyList::empty(py);
         for c in op.core_metrics() {
-            let cd = PyDict::new(py);
-            cd.set_item("core", c.core)?;
-            cd.set_item("records_processed", c.records_processed)?;
-            cd.set_item("processing_time_us", c.processing_time_us)?;
-            cd.set_item("queue_depth", c.queue_depth)?;
-            cd.set_item("queue_capacity", c.queue_capacity)?;
-            cd.set_item("channel_utilization", c.channel_utilization)?;
-            cd.set_item("utilization", c.utilization)?;
+            let cd = fields_dict!(py, c;
+                core, records_processed, processing_time_us, queue_depth, queue_capacity,
+                channel_utilization, utilization
+            );
             cd.set_item("backpressure", c.backpressure.name())?;
             cd.set_item("backpressure_events", c.backpressure_events)?;
             cd.set_item("latency_p50_us", c.latency_p50_us)?;

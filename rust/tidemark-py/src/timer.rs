@@ -36,28 +36,21 @@ impl PyTimerService {
         }
     }
 
-    fn register(
+    /// Registers a timer (`add`) or deletes one; whether that changed anything.
+    fn change(
         &mut self,
+        add: bool,
         timestamp: i64,
         key: &Bound<'_, PyAny>,
         namespace: i64,
         kind: &str,
     ) -> Result<bool> {
-        Ok(self
-            .inner
-            .register(domain(kind)?, timestamp, py_key(key)?, namespace))
-    }
-
-    fn delete(
-        &mut self,
-        timestamp: i64,
-        key: &Bound<'_, PyAny>,
-        namespace: i64,
-        kind: &str,
-    ) -> Result<bool> {
-        Ok(self
-            .inner
-            .delete(domain(kind)?, timestamp, py_key(key)?, namespace))
+        let (domain, key) = (domain(kind)?, py_key(key)?);
+        Ok(if add {
+            self.inner.register(domain, timestamp, key, namespace)
+        } else {
+            self.inner.delete(domain, timestamp, key, namespace)
+        })
     }
 
     fn timers(&self, py: Python<'_>, kind: &str) -> Result<Py<PyList>> {

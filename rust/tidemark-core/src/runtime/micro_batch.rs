@@ -472,14 +472,7 @@ impl MicroBatch {
             }
             None => None,
         };
-        let (empty, mut shards) = self.routing().shards(rows, parsed)?;
-        let todo: Vec<_> = held
-            .into_iter()
-            .map(|h| {
-                let (rows, parsed) = shards.remove(&h.partition).unwrap_or((empty.clone(), None));
-                (h, rows, parsed)
-            })
-            .collect();
+        let todo = self.routing().held_rows(rows, parsed, held)?;
         let mut parts = par_each_owned(todo, self.threads, |(h, rows, parsed)| {
             self.restore(
                 h,
@@ -652,6 +645,23 @@ struct Routing<'a> {
 }
 
 impl Routing<'_> {
+    /// Each held state partition with its rows (and parsed times) among `rows`.
+    fn held_rows(
+        &self,
+        rows: &RecordBatch,
+        parsed: Option<&Int64Array>,
+        held: Vec<Restore>,
+    ) -> Result<Vec<(Restore, RecordBatch, Option<Int64Array>)>> {
+        let (empty, mut shards) = self.shards(rows, parsed)?;
+        Ok(held
+            .into_iter()
+            .map(|h| {
+                let (rows, parsed) = shards.remove(&h.partition).unwrap_or((empty.clone(), None));
+                (h, rows, parsed)
+            })
+            .collect())
+    }
+
     /// Each state partition's rows (and parsed times) among `rows`, and no rows in
     /// their schema.
     fn shards(
@@ -851,14 +861,7 @@ impl ReorderBatch {
             deal: true,
             threads: self.threads,
         };
-        let (empty, mut shards) = routing.shards(rows, parsed)?;
-        let todo: Vec<_> = held
-            .into_iter()
-            .map(|h| {
-                let (rows, parsed) = shards.remove(&h.partition).unwrap_or((empty.clone(), None));
-                (h, rows, parsed)
-            })
-            .collect();
+        let todo = routing.held_rows(rows, parsed, held)?;
         let mut parts = par_each_owned(todo, self.threads, |(h, rows, parsed)| {
             let cfg = self.cfg.clone();
             let op = match &h.snapshot {

@@ -17,6 +17,7 @@ use tidemark_core::TidemarkError;
 use crate::clock::clock_ref;
 use crate::convert::arrow::{one_batch, read_batches};
 use crate::error::{detach, Result};
+use tidemark_core::clock::ClockRef;
 
 /// The value of `k` in the dict (a `TypeError` if it is missing or of the wrong type).
 pub fn get<'py, T>(d: &Bound<'py, PyDict>, k: &str) -> Result<T>
@@ -144,15 +145,22 @@ pub fn config_from_dict(d: &Bound<'_, PyDict>) -> Result<PipelineConfig> {
     Ok(cfg)
 }
 
-/// The core configuration and clock of a class built from `tidemark.Pipeline`'s dict.
-pub fn config_and_clock(
+/// A core object of the pipeline `config` reading `clock`: `new` for a fresh one,
+/// `restore` from snapshot bytes (`state`).
+pub fn built<T>(
     config: &Bound<'_, PyDict>,
     clock: Option<&Bound<'_, PyAny>>,
-) -> Result<(PipelineConfig, tidemark_core::clock::ClockRef)> {
-    Ok((config_from_dict(config)?, clock_ref(clock)?))
+    state: Option<&[u8]>,
+    new: impl FnOnce(PipelineConfig, ClockRef) -> tidemark_core::Result<T>,
+    restore: impl FnOnce(PipelineConfig, ClockRef, &[u8]) -> tidemark_core::Result<T>,
+) -> Result<T> {
+    let (cfg, clock) = (config_from_dict(config)?, clock_ref(clock)?);
+    Ok(match state {
+        None => new(cfg, clock)?,
+        Some(bytes) => restore(cfg, clock, bytes)?,
+    })
 }
 
-/// Builds a lookup from Arrow data (the table's buffers are shared, not copied).
 /// A lookup table as `Pipeline.enrich` keeps it: the table, `on`, `how`, `prefix`.
 pub type LookupArgs = (AnyRecordBatch, Vec<String>, String, Option<String>);
 
@@ -165,6 +173,7 @@ pub fn lookup_of(
         .transpose()
 }
 
+/// Builds a lookup from Arrow data (the table's buffers are shared, not copied).
 pub fn lookup_from(
     py: Python<'_>,
     table: AnyRecordBatch,
