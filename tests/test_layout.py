@@ -30,6 +30,7 @@ from tidemark.spark._layout import (
 MB = 1 << 20
 SMALL = Stats(size=MB, guess=MB)
 LARGE = Stats(size=100 * MB, guess=100 * MB)
+FILES = Stats(size=MB, guess=MB, files=True)
 N = Options(num_partitions=8, read_files=True)
 
 
@@ -97,9 +98,11 @@ def test_shuffle_true_shuffles_every_micro_batch_with_rows():
 @pytest.mark.parametrize(
     ("stats", "options", "why"),
     [
-        (SMALL, N, None),
+        (FILES, N, None),
+        (SMALL, N, "not a bare scan of Parquet files"),
+        (replace(SMALL, files_why="the query computes columns"), N, "the query computes"),
         (LARGE, N, "no size estimate, or above FILES_ON_DRIVER_BYTES"),
-        (LARGE, Options(8, on_driver=True, read_files=True), None),
+        (replace(LARGE, files=True), Options(8, on_driver=True, read_files=True), None),
         (Stats(size=None, guess=MB), N, "no size estimate, or above FILES_ON_DRIVER_BYTES"),
         (Stats(size=MB, guess=MB, routable=False), N, "key types the driver does not hash"),
         (Stats(size=MB, guess=MB, folds=True), N, "Spark's folds"),
@@ -114,9 +117,11 @@ def test_a_file_stream_is_read_from_its_files_up_to_their_own_bound(
     assert got.files == (why is None)
     assert why is None or (got.why_not_files or "").startswith(why)
     if why is None:
-        # Between the driver's two bounds: read from the files, else a task's.
-        between = Stats(size=FILES_ON_DRIVER_BYTES, guess=FILES_ON_DRIVER_BYTES)
-        assert place(between, History(), N).files
+        # Between the driver's two bounds: read from the files (in the driver), else
+        # a task's.
+        assert got.driver and got.where == "driver"
+        between = Stats(size=FILES_ON_DRIVER_BYTES, guess=FILES_ON_DRIVER_BYTES, files=True)
+        assert place(between, History(), N).where == "driver"
 
 
 def test_a_flush_runs_where_the_last_micro_batch_ran():

@@ -112,8 +112,10 @@ class Stats:
     #: The rows are Spark's folds (``preaggregate``): few, whatever the batch's size.
     folds: bool = False
     #: The micro-batch is a bare scan of Parquet files (the driver may read them: see
-    #: ``read_files``); measured only where it decides the fold.
+    #: ``read_files``), resolved once where the layout may read them (else ``False``,
+    #: and why in ``files_why``).
     files: bool = False
+    files_why: str | None = None
     #: Spark cannot size the rows (its estimate is its placeholder: Kafka, ``rate``),
     #: so neither does its optimizer know them empty; also said of their folds.
     unsized: bool = False
@@ -156,10 +158,9 @@ class Layout:
     #: Not shuffled: the one task (or the driver) routes the rows to the state
     #: partitions itself, by Spark's hash of the keys (else Spark tags them).
     routes: bool
-    #: In the driver's process (unless ``files`` reads them there anyway).
+    #: In the driver's process (also where ``files``).
     driver: bool
-    #: Read the micro-batch's Parquet files in the driver (it then runs there), if
-    #: they can be (else it runs as ``driver`` says).
+    #: The driver reads the micro-batch's Parquet files (it runs there).
     files: bool
     #: Why not from the files, when ``files`` is not asked (for the progress).
     why_not_files: str | None = None
@@ -259,9 +260,11 @@ def place(stats: Stats, history: History, options: Options) -> Layout:
         routes = not shuffled and (bool(stats.size) or stats.unsized) and stats.routable
     small = not shuffled and stats.size is not None and stats.size <= ON_DRIVER_BYTES
     driver = runs_on_driver(options.on_driver, history.last_on_driver, False, stats.routable, small)
+    # A micro-batch the driver reads from its files runs there.
     why = why_not_files(stats, options)
+    driver = driver or why is None
     return Layout(
-        shuffled=shuffled,
+        shuffled=shuffled and not driver,
         routes=routes or driver,
         driver=driver,
         files=why is None,
@@ -282,6 +285,8 @@ def why_not_files(stats: Stats, options: Options) -> str | None:
         return "no size estimate, or above FILES_ON_DRIVER_BYTES"
     if not stats.routable:
         return "key types the driver does not hash as Spark does"
+    if not stats.files:
+        return stats.files_why or "not a bare scan of Parquet files"
     return None
 
 

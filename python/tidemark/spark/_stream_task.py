@@ -30,9 +30,7 @@ from tidemark.spark._codec import (
     KIND_WINDOW,
     OutputCodec,
     concat_input,
-    to_arrow_schema,
 )
-from tidemark.spark._files import batch_files, read_batch_files
 from tidemark.spark._preagg import WEIGHT
 from tidemark.spark._records import StreamRecord
 from tidemark.spark.state import StateStore
@@ -321,7 +319,7 @@ def run_on_driver(
     ``windows_only``: the task emits the windows alone (see :class:`StreamTask`), else the
     combined result, split here in Arrow (no Spark plan per output).
 
-    ``table``: the micro-batch's rows, read from its files (see :func:`read_files_of`);
+    ``table``: the micro-batch's rows, read from its files (see ``read_files``);
     ``None``: fetched from Spark."""
     batches: list[pa.RecordBatch] = []
     read = "none"
@@ -358,16 +356,6 @@ def driver_threads() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
-
-
-def read_files_of(df: Any, plan: OutputCodec, batch_plan: Any = None) -> pa.Table | str:
-    """``df``'s rows (the columns of ``plan``'s input) read from its Parquet files, in
-    the schema ``toArrow()`` gives them, or why they must come from Spark (see
-    :mod:`tidemark.spark._files`; ``batch_plan``: the micro-batch's plan, if read)."""
-    files = batch_files(df, batch_plan)
-    if isinstance(files, str):
-        return files
-    return read_batch_files(files, to_arrow_schema(plan.input_arrow))
 
 
 def batch_counts(

@@ -55,8 +55,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-import pyarrow as pa
-
 from tidemark.errors import ConfigError, TidemarkWarning
 from tidemark.pipeline import Pipeline
 from tidemark.spark import _layout
@@ -72,13 +70,20 @@ from tidemark.spark._codec import (
     OutputCodec,
     check_columns,
     session_arrow_settings,
+    to_arrow_schema,
 )
 from tidemark.spark._driver import (
     BatchRun,
     MicroBatchDriver,
     Sink,
 )
-from tidemark.spark._files import batch_files, has_no_rows, heartbeat, micro_batch_plan
+from tidemark.spark._files import (
+    batch_files,
+    has_no_rows,
+    heartbeat,
+    micro_batch_plan,
+    read_batch_files,
+)
 from tidemark.spark._kafka import partitions_known
 from tidemark.spark._layout import Layout, Options, Stats
 from tidemark.spark._preagg import WEIGHT, Preaggregation, processor_fold
@@ -95,7 +100,6 @@ from tidemark.spark._stream_task import (
     StreamTask,
     batch_counts,
     driver_threads,
-    read_files_of,
 )
 
 __all__ = ["StreamProcessor", "heartbeat"]
@@ -377,7 +381,7 @@ class StreamProcessor(MicroBatchDriver):
     # --- the foreachBatch function -------------------------------------------------
 
     def _folded(
-        self, df: Any, stats: Stats, fields: Any, tz: str, large: bool, plan: Any
+        self, df: Any, stats: Stats, fields: Any, tz: str, large: bool, files: list[str] | str
     ) -> tuple[Any, Any, bool]:
         """With ``preaggregate``: the micro-batch as Spark's folds (see
         :mod:`tidemark.spark._preagg`) and their schema, where the fold is exact for
@@ -391,8 +395,7 @@ class StreamProcessor(MicroBatchDriver):
             return df, fields, False
         if not self._fold_decided:
             self._fold_decided = True
-            rows = df if stats.kind == "rows" else None
-            pre = self._preaggregation(fields, tz, large, rows, plan)
+            pre = self._preaggregation(fields, tz, large, stats.kind == "rows", files)
             if pre is not None:
                 self._fold = pre
                 self.pipe = pre.pipe
@@ -400,23 +403,22 @@ class StreamProcessor(MicroBatchDriver):
             return df, fields, False
         if stats.kind != "rows":
             return df, self._fold.rows(df.sparkSession.createDataFrame([], fields)).schema, False
-        if _layout.why_not_files(stats, self._options()) is None:
-            # Only where the driver may read the files (``read_files``; a walk of the
-            # plan: not for rows of Kafka or rate, which Spark cannot size).
-            stats = replace(stats, files=isinstance(batch_files(df, plan), list))
         fold, self._history = _layout.choose_fold(stats, self._history, self._options())
         if not fold:
             return df, fields, False
         folded = self._fold.rows(df, reuse=True)
         return folded, folded.schema, True
 
-    def _preaggregation(self, fields: Any, tz: str, large: bool, df: Any, plan: Any) -> Any:
-        """The fold this processor keeps its state by (see :func:`processor_fold`; ``df``:
-        the first micro-batch, ``None`` without rows: is it read from its files?)."""
+    def _preaggregation(
+        self, fields: Any, tz: str, large: bool, rows: bool, files: list[str] | str
+    ) -> Any:
+        """The fold this processor keeps its state by (see :func:`processor_fold`;
+        ``rows``: the first micro-batch has rows, and ``files`` are its files, or why
+        not: is it read from its files?)."""
         meta = self.store.read_json("meta.json") if self.preaggregate is None else None
         raw = self.late_sink is not None or self.error_sink is not None
-        if self.preaggregate is None and not raw and df is not None:
-            raw = self._options().reads_files(isinstance(batch_files(df, plan), list))
+        if self.preaggregate is None and not raw and rows:
+            raw = self._options().reads_files(isinstance(files, list))
         pre = processor_fold(self._raw_pipe, fields, tz, large, self.preaggregate, raw, meta)
         if pre is None and self.preaggregate is True:
             self._warn(
@@ -450,9 +452,24 @@ class StreamProcessor(MicroBatchDriver):
             unsized=unsized,
         )
 
+    def _with_files(self, df: Any, stats: Stats, plan: Any) -> tuple[Stats, list[str] | str]:
+        """The micro-batch's Parquet files (or why it is not a bare file scan),
+        resolved once (a walk of its plan) where the driver may read them
+        (``read_files``: not for rows of Kafka or ``rate``, which Spark cannot size) or
+        the first micro-batch decides the fold (a stream read from its files keeps raw
+        state); and ``stats`` saying so."""
+        options = self._options()
+        readable = _layout.why_not_files(replace(stats, files=True), options) is None
+        deciding = not self._fold_decided and self.preaggregate is None
+        if stats.kind != "rows" or not (readable or (deciding and options.reads_files(True))):
+            return stats, "not asked"
+        files = batch_files(df, plan)
+        why = files if isinstance(files, str) else None
+        return replace(stats, files=why is None, files_why=why), files
+
     def _placement(self, df: Any, flush: bool = False, plan: Any = None) -> Layout:
         """Where micro-batch ``df`` (its raw rows) would run now (see ``_layout``)."""
-        stats = self._stats(df, "flush" if flush else "rows", plan)
+        stats, _ = self._with_files(df, self._stats(df, "flush" if flush else "rows", plan), plan)
         return _layout.place(stats, self._history, self._options())
 
     def _plan_of(self, df: Any) -> Any:
@@ -492,9 +509,9 @@ class StreamProcessor(MicroBatchDriver):
         tz, large = session_arrow_settings(spark)
         # The micro-batch as the layout sees it, asked of Spark once (its size: a JVM
         # call) for the fold's choice and the layout of raw rows.
-        stats = self._stats(df, kind, plan)
+        stats, files = self._with_files(df, self._stats(df, kind, plan), plan)
         raw = df
-        df, fields, folds = self._folded(df, stats, fields, tz, large, plan)
+        df, fields, folds = self._folded(df, stats, fields, tz, large, files)
         if folds:
             stats = self._stats(df, kind, rows=stats)
         # Raw rows of a processor that keeps merged folds: each row goes in as its own
@@ -531,12 +548,12 @@ class StreamProcessor(MicroBatchDriver):
             rec.quartiles = event_quartiles(raw, micros)  # once; a replay reads it
             self.store.write_record(rec)
         placed = _layout.place(stats, self._history, self._options())
-        table, read_why = (
-            self._files_on_driver(df, codec, plan) if placed.files else (None, placed.why_not_files)
-        )
-        driver = table is not None or placed.driver
-        shuffled = placed.shuffled and not driver
-        untagged = placed.routes or driver  # the driver routes the rows as a one-task batch
+        table = None
+        if placed.files:
+            assert isinstance(files, list)
+            table = read_batch_files(files, to_arrow_schema(codec.input_arrow))
+        driver = placed.driver
+        untagged = placed.routes  # the driver routes the rows as a one-task batch
         columns = fields.fieldNames() if windows_only else None
         size = stats.size
         if columns is not None and untagged and unused_columns_are_cheap(df.schema, columns, size):
@@ -563,13 +580,13 @@ class StreamProcessor(MicroBatchDriver):
             quiet=quiet,
             stats=stats,
             placed=placed,
-            layout="driver" if driver else "shuffled" if shuffled else "one task",
+            layout=placed.where,
             record=rec,
             task=task,
             columns=columns,
             table=table,
             read="none" if rowless else "folds" if folds else "spark",
-            read_why=read_why,
+            read_why=placed.why_not_files,
             rows=df,
         )
 
@@ -622,15 +639,6 @@ class StreamProcessor(MicroBatchDriver):
         """Whether this process routes ``df``'s keys to the state partitions Spark's
         shuffle would give them (or there is one state partition)."""
         return self.num_partitions == 1 or spark_hash_matches(df.schema, self.pipe.key)
-
-    def _files_on_driver(
-        self, df: Any, codec: OutputCodec, batch_plan: Any = None
-    ) -> tuple[pa.Table | None, str | None]:
-        """The micro-batch's rows, read from its files in the driver (where the layout
-        says to try: see ``read_files``), or ``None`` and why not (they come from
-        Spark)."""
-        got = read_files_of(df, codec, batch_plan)
-        return (None, got) if isinstance(got, str) else (got, None)
 
     def start(
         self,
