@@ -28,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 import tidemark as tm
+from record import documented, record
 from tidemark_tools.datagen import batches, iot_stream
 
 
@@ -102,6 +103,7 @@ def main() -> None:
     ap.add_argument("--quiet", type=int, default=5, help="calls without rows after the data")
     ap.add_argument("--trigger", type=float, default=10.0, help="seconds between quiet calls")
     ap.add_argument("--spark", action="store_true", help="also run StreamProcessor")
+    ap.add_argument("--record", action="store_true", help="record a run with other settings")
     args = ap.parse_args()
 
     stream = iot_stream()
@@ -117,6 +119,7 @@ def main() -> None:
     )
     print(header)
     reference = None
+    rows = []
     for idleness in ("event_time", "clock"):
         for speed in args.speeds:
             pipe = pipeline(idleness, args.idle)
@@ -128,11 +131,55 @@ def main() -> None:
             biggest = max(len(w) for w in [*r["batches"], *r["quiet"]])
             if reference is None:
                 reference = r
+            same = "yes" if r == reference else "no"
             print(
                 f"{idleness:<11} {speed:>7g} {during:>10,} {quiet:>6,} {len(r['flush']):>8,} "
                 f"{(during + quiet) / total:>12.1%} {biggest:>9,} {counted / events:>14.2%}  "
-                f"{'yes' if r == reference else 'no'}"
+                f"{same}"
             )
+            rows.append(
+                [
+                    idleness,
+                    f"{speed:g}",
+                    f"{during:,}",
+                    f"{quiet:,}",
+                    f"{len(r['flush']):,}",
+                    f"{(during + quiet) / total:.1%}",
+                    f"{biggest:,}",
+                    f"{counted / events:.2%}",
+                    same,
+                ]
+            )
+    if documented(ap, args):
+        record(
+            "idleness_replay",
+            title="Idleness in event time against the clock, replayed",
+            what=(
+                f"The IoT stream of `tidemark_tools.datagen.iot_stream` ({events:,} events: 12 "
+                "partitions of 20 devices, one partition 60 s behind, two that fall silent "
+                f"after minute 8) in {len(parts)} micro-batches of {args.rows:,} rows, a "
+                f'per-partition watermark with 5 s of delay and `idle_timeout="{args.idle}"`, '
+                "one-minute windows per device, with the clock advancing "
+                + " or ".join(f"{v:g} s" for v in args.speeds)
+                + f" per micro-batch, then {args.quiet} quiet micro-batches "
+                f"{args.trigger:g} s apart: the windows emitted while rows came, in the quiet "
+                "micro-batches and only at the flush, and the most in one micro-batch."
+            ),
+            command="python benches/idleness_replay.py",
+            master=None,
+            columns=[
+                "idleness",
+                "s per micro-batch",
+                "windows while rows came",
+                "in quiet micro-batches",
+                "only at the flush",
+                "before the flush",
+                "most in one micro-batch",
+                "events counted",
+                "same as event time",
+            ],
+            rows=rows,
+        )
     if args.spark:
         pipe = pipeline("event_time", args.idle)
         for speed in args.speeds:

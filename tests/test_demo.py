@@ -23,16 +23,16 @@ pytestmark = pytest.mark.spark
 
 
 def test_demo_runs_end_to_end(spark: Any, tmp_path: Path) -> None:
-    result = run_demo(spark, events=20_000, tenants=20, batches=20, partitions=2)
+    result = run_demo(spark, events=10_000, tenants=20, batches=10, partitions=2)
     by_name = {s.name: s for s in result.systems}
     keyed = by_name["tidemark, per-key watermarks"]
     native = by_name["Spark withWatermark + window"]
     glob = by_name["tidemark, global watermark"]
     assert keyed.events_counted == 1.0 and keyed.windows_right == 1.0 and keyed.late_rows == 0
-    assert native.events_counted < 0.95
+    assert native.events_counted < 0.97  # Spark loses rows of the late tenants
     # Spark's share is its late-row rule replayed (docs/guide/late-data.md): a row
     # counts while its window ends after the previous micro-batch's watermark.
-    replay = micro_batches(demo_stream(20_000, 20), 20)
+    replay = micro_batches(demo_stream(10_000, 20), 10)
     assert native.events_counted == pytest.approx(spark_rule_share(replay), abs=1e-12)
     assert native.events_counted > spark_rule_share(replay, lag=1)
     # A global watermark under the default rule (Spark's): Spark's output exactly.

@@ -444,7 +444,7 @@ def test_a_dirty_topic_loses_no_reading_through_stream_processor(
     records of five kinds from the first second on), read live by Spark's Kafka source
     into the pipeline as a user writes it: a watermark per partition (not declared:
     the offsets tell), no bound, no filter. Two queries read it, one in micro-batches
-    of 5 s of arrival and one of a minute: each counts every reading of every window
+    of 10 s of arrival and one of a minute: each counts every reading of every window
     its watermarks closed, with no spurious window and none twice, and sends exactly
     the hostile records to its error output with their partition and offset."""
     from tidemark_tools import dirty
@@ -475,7 +475,7 @@ def test_a_dirty_topic_loses_no_reading_through_stream_processor(
         )
     hostile: set[tuple[int, int]] = set()
     try:
-        for i, batch in enumerate(dirty.slices(records, 5)):
+        for i, batch in enumerate(dirty.slices(records, 10)):
             for p in range(6):
                 part = batch.filter(pa.compute.equal(batch["partition"], p))
                 sent = kafka.produce(
@@ -491,7 +491,7 @@ def test_a_dirty_topic_loses_no_reading_through_stream_processor(
                 kinds = part["kind"].to_pylist()
                 hostile.update(at for at, k in zip(sent, kinds, strict=True) if k != "reading")
             queries["seconds"].processAllAvailable()
-            if i % 12 == 11:
+            if i % 6 == 5:
                 queries["minute"].processAllAvailable()
         queries["minute"].processAllAvailable()
     finally:

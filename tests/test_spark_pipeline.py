@@ -1791,12 +1791,6 @@ def test_entry_points_refuse_wrong_arguments_when_called(spark: Any, tmp_path: P
 
 
 @pytest.mark.slow
-def test_local_cluster_mode(run_job: Callable[..., str], tmp_path: Path) -> None:
-    """Separate executor processes: state partitions move between Python workers."""
-    assert "LOCAL-CLUSTER OK" in run_job("spark_local_cluster_job.py", tmp_path)
-
-
-@pytest.mark.slow
 def test_standalone_cluster_uses_both_executors(
     run_job: Callable[..., str], tmp_path: Path
 ) -> None:

@@ -59,7 +59,7 @@ from tidemark.windows import (
 )
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
+    from typing import Unpack  # 3.11; only read by type checkers
 
 __all__ = ["Lookup", "Pipeline"]
 

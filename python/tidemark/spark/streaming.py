@@ -551,7 +551,13 @@ class StreamProcessor(MicroBatchDriver):
         table = None
         if placed.files:
             assert isinstance(files, list)
-            table = read_batch_files(files, to_arrow_schema(codec.input_arrow))
+            got = read_batch_files(files, to_arrow_schema(codec.input_arrow))
+            if isinstance(got, str):
+                # A file pyarrow does not read as Spark does: placed again, knowing it.
+                stats = replace(stats, files=False, files_why=got)
+                placed = _layout.place(stats, self._history, self._options())
+            else:
+                table = got
         driver = placed.driver
         untagged = placed.routes  # the driver routes the rows as a one-task batch
         columns = fields.fieldNames() if windows_only else None

@@ -26,6 +26,7 @@ mod merge;
 mod metrics;
 pub mod micro_batch;
 mod report;
+mod routing;
 mod snapshot;
 mod worker;
 
