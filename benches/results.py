@@ -20,20 +20,27 @@ RESULTS = ROOT / "benches" / "results"
 PAGE = ROOT / "docs" / "benchmarks.md"
 README = ROOT / "README.md"
 #: The page's order; a result not listed comes after, by name.
-ORDER = ["demo", "dirty_stream", "late_rules", "adaptive_delay"]
+ORDER = [
+    "demo",
+    "dirty_stream",
+    "late_rules",
+    "adaptive_delay",
+    "session_latency",
+    "idleness_replay",
+    "spark_compare_reorder",
+    "state_cost",
+    "pipeline_vs_polars",
+    "keyed_accuracy",
+    "standalone",
+]
 #: Benches whose results are not recorded yet: the page names their commands.
 UNRECORDED = {
-    "spark_compare": "tidemark against Spark, batch and Structured Streaming",
+    "spark_compare": "tidemark against Spark, batch and Structured Streaming (`--part "
+    "batch`, `--part streaming`)",
     "stream_sources": "Structured Streaming by source (files, Kafka, `rate`) and size",
     "nexmark/run": "Nexmark q5, q7, q11, q12 against Spark",
     "kafka_delta": "Kafka -> tidemark -> Delta against Kafka -> Spark -> Delta",
-    "standalone": "a standalone cluster, one executor against two",
     "profile_executor": "where an executor micro-batch's time goes",
-    "state_cost": "what the state's size costs a micro-batch",
-    "session_latency": "how late per-key sessions close",
-    "idleness_replay": "idleness in event time against the clock, replayed",
-    "pipeline_vs_polars": "the operator against polars' group_by",
-    "keyed_accuracy": "global against per-key watermarks on generated multi-tenant streams",
 }
 BEGIN, END = "<!-- results: benches/results.py -->", "<!-- /results -->"
 

@@ -145,7 +145,11 @@ def main() -> None:
                 f"{r['late']:,}",
                 f"{flushed:,}",
                 f"{percentile(lat, 0.5):.1f} / {percentile(lat, 0.99):.1f} min",
-                f"{percentile(off, 0.5):.1f} / {percentile(off, 0.99):.1f} min",
+                (
+                    f"{percentile(off, 0.5):.1f} / {percentile(off, 0.99):.1f} min"
+                    if off
+                    else "none emitted (dropped as late)"
+                ),
             ]
         )
     if documented(ap, args):

@@ -52,8 +52,9 @@ per tenant in 10 s windows.
 
 Reorder (``--part reorder``, not part of ``all``): ``ReorderStream`` over the same kind
 of stream, 4 state partitions routed by tenant (then round robin), its micro-batches in
-the driver (the default for micro-batches up to 8 MiB) against ``on_driver=False`` (a
-shuffle to one task per state partition); steady micro-batch times, runs alternating.
+one task (the default at these sizes), in the driver (``on_driver=True``, and with Arrow
+sinks, where the driver is the default) and shuffled to one task per state partition
+(``shuffle=True``); steady micro-batch times, runs alternating.
 
 Batch: ``--repeat`` rounds, each running every variant once in turn (a drifting
 machine moves them alike); times are medians over rounds and ratios the median of
@@ -80,6 +81,7 @@ import pyarrow.parquet as pq
 import tidemark as tm
 
 # A script's own directory is on sys.path: benches/stream_sources.py.
+from record import documented, record
 from stream_sources import SYSTEMS, compare
 from tidemark.spark import aggregate
 from tidemark_tools.jars import kafka_delta_conf
@@ -439,11 +441,24 @@ def streaming_part(
     print(f"  each run, tidemark's steady micro-batch over the floor's: {above}")
 
 
-def reorder_part(spark: Any, batch_rows: int, batches: int, repeat: int, work: Path) -> None:
+#: ReorderStream's runs: where its micro-batches run (``last_progress["layout"]``), and
+#: the settings that put them there.
+LAYOUTS = {
+    "one task (default)": ("one task", {}),
+    "driver": ("driver", {"on_driver": True}),
+    "driver, Arrow sinks (default)": ("driver", {"arrow_sinks": True}),
+    "shuffled": ("shuffled", {"shuffle": True}),
+}
+
+
+def reorder_part(
+    spark: Any, batch_rows: int, batches: int, repeat: int, work: Path, keep: bool
+) -> None:
     """``ReorderStream`` (4 state partitions, routed by tenant, then round robin) over
     the streaming part's data: micro-batches run in the driver (the default at these
-    sizes) against the same stream with ``on_driver=False`` (a shuffle to one task per
-    state partition), runs alternating; the sink counts the released rows."""
+    sizes: one task), in the driver (with and without Arrow sinks) and shuffled to one
+    task per state partition, runs alternating; the sink counts the released rows.
+    ``keep``: record the table."""
     from tidemark.spark import ReorderStream
     from tidemark_tools.datagen import StreamSpec, multi_tenant_stream
     from tidemark_tools.demo_streaming import _intervals, _run_file_stream, _write_files
@@ -464,47 +479,69 @@ def reorder_part(spark: Any, batch_rows: int, batches: int, repeat: int, work: P
         f"\nReorderStream: {batches} micro-batches of {batch_rows:,} rows, 1,000 tenants, "
         f"4 state partitions; steady micro-batch, median of {repeat} runs each (alternating)"
     )
+    table = []
     for routing, by in (("by tenant", ["tenant"]), ("round robin", None)):
-        steady: dict[str, list[float]] = {"driver": [], "shuffled": []}
+        steady: dict[str, list[float]] = {label: [] for label in LAYOUTS}
         released: dict[str, int] = {}
         for i in range(repeat + 1):  # the first round warms up the JVM and the workers
-            for label, on_driver in (("driver", None), ("shuffled", False)):
+            for k, (label, (layout, settings)) in enumerate(LAYOUTS.items()):
                 marks: list[float] = []
                 n = [0]
 
                 def sink(
                     df: Any, _batch_id: int, n: list[int] = n, marks: list[float] = marks
                 ) -> None:
-                    n[0] += df.count()
+                    n[0] += df.num_rows if isinstance(df, pa.Table) else df.count()
                     marks.append(time.perf_counter())
 
-                name = f"{label}-{'rr' if by is None else 'key'}-{i}"
+                name = f"{k}-{'rr' if by is None else 'key'}-{i}"
                 rs = ReorderStream(
                     tm.Reorder("event_time", late_tolerance="5s"),
                     str(work / f"reorder-{name}"),
                     num_partitions=4,
                     sink=sink,
                     partition_by=by,
-                    on_driver=on_driver,
+                    **settings,
                 )
                 t = _run_file_stream(spark, source, schema, rs, work / f"reorder-q-{name}")
                 assert rs.last_progress is not None
-                assert rs.last_progress["layout"] == label, rs.last_progress
+                assert rs.last_progress["layout"] == layout, rs.last_progress
                 if i:
                     steady[label].append(statistics.median(_intervals(t, marks)[1:]))
                 released[label] = n[0]
         if by is not None:  # routed alike: the same rows released
-            assert released["driver"] == released["shuffled"], released
+            assert len(set(released.values())) == 1, released
         print(f"  routed {routing}:")
+        default = statistics.median(steady["one task (default)"])
         for label, secs in steady.items():
             med = statistics.median(secs)
             runs = ", ".join(f"{x:.3f}" for x in secs)
             print(
-                f"    {label:<9} {med:6.3f} s  {batch_rows / med:10,.0f} rows/s  "
+                f"    {label:<30} {med:6.3f} s  {batch_rows / med:10,.0f} rows/s  "
                 f"(runs: {runs}; {released[label]:,} rows released)"
             )
-        ratio = statistics.median(steady["shuffled"]) / statistics.median(steady["driver"])
-        print(f"    in the driver: {ratio:.2f}x faster")
+            rate, vs = f"{batch_rows / med:,.0f}", f"{med / default:.2f}x"
+            table.append([routing, label, f"{med:.3f} s", rate, vs])
+    if keep:
+        record(
+            "spark_compare_reorder",
+            title="ReorderStream: where a micro-batch runs",
+            what=(
+                f"`ReorderStream` over a Parquet file stream of {batches} micro-batches of "
+                f"{batch_rows:,} rows (1,000 tenants, half of them late), 4 state partitions "
+                "routed by tenant and then dealt out in turn, 5 s of tolerance; its "
+                "micro-batches in one task (the default at this size), in the driver "
+                "(`on_driver=True`; with Arrow sinks, the default), and shuffled to one task "
+                "per state partition (`shuffle=True`); the sink counts the released rows "
+                "(a DataFrame's `count()`, or an Arrow table's rows). The steady micro-batch "
+                f"time is the median after the first, then the median of {repeat} runs, "
+                "runs alternating."
+            ),
+            command="python benches/spark_compare.py --part reorder",
+            master=spark.sparkContext.master,
+            columns=["routing", "run", "steady micro-batch", "rows/s", "time vs the default"],
+            rows=table,
+        )
 
 
 def main() -> None:
@@ -538,6 +575,7 @@ def main() -> None:
         default="auto",
         help="StreamProcessor(on_driver=...): auto (None, the default), yes (True), no (False)",
     )
+    ap.add_argument("--record", action="store_true", help="record a run with other settings")
     args = ap.parse_args()
     sources = args.part in ("sources", "all")
     conf = kafka_delta_conf() if sources else None
@@ -553,7 +591,8 @@ def main() -> None:
             # One batch-size in five micro-batches per (source, size, system).
             compare(spark, args.sizes, 5, ["file", "kafka", "rate"], list(SYSTEMS), work)
         if args.part == "reorder":
-            reorder_part(spark, args.batch_rows, args.batches, args.repeat, work)
+            keep = documented(ap, argparse.Namespace(**{**vars(args), "part": "all"}))
+            reorder_part(spark, args.batch_rows, args.batches, args.repeat, work, keep)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -165,6 +165,7 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--batches", type=int, default=5)
     ap.add_argument("--steps", nargs="+", choices=STEPS, default=list(STEPS))
+    ap.add_argument("--record", action="store_true", help="record a run with other settings")
     args = ap.parse_args()
     times: dict[int, dict[str, float]] = {}
     with cluster(workers=2) as url:
@@ -192,6 +193,34 @@ def main() -> None:
         f"{args.rows:,} rows per micro-batch; two executors over one (speed-up): "
         + ", ".join(f"{s} {times[1][s] / times[2][s]:.2f}x" for s in args.steps)
     )
+    from record import documented, record
+
+    if documented(ap, args):
+        record(
+            "standalone",
+            title="A standalone cluster: one executor against two",
+            what=(
+                "A Spark standalone cluster on this machine (a master and two one-core "
+                "workers started with `spark-class`, each a JVM of its own), micro-batches of "
+                f"{args.rows:,} rows over {args.keys:,} keys, {args.partitions} state "
+                "partitions: the steps of `benches/profile_executor.py` (the count floor, "
+                "tidemark's defaults, tidemark on the executors, tidemark with Spark's fold, "
+                "Spark's own aggregation) on one executor and on two, after a warm-up: the "
+                f"median of {args.batches} micro-batch times."
+            ),
+            command="python benches/standalone.py",
+            master="standalone, 2 workers of 1 core",
+            columns=["step", "one executor", "two executors", "speed-up"],
+            rows=[
+                [
+                    s,
+                    f"{times[1][s]:.3f} s",
+                    f"{times[2][s]:.3f} s",
+                    f"{times[1][s] / times[2][s]:.2f}x",
+                ]
+                for s in args.steps
+            ],
+        )
 
 
 if __name__ == "__main__":

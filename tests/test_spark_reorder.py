@@ -75,11 +75,11 @@ def test_batch_reorder_orders_each_partition(spark: Any) -> None:
         reorder(df, tm.Reorder("event_ts", "unixtimestamp_ms"))
 
 
-@pytest.mark.parametrize("on_driver", [None, False], ids=["driver", "shuffled"])
+@pytest.mark.parametrize("on_driver", [True, None], ids=["driver", "one-task"])
 def test_streaming_reorder_keeps_the_buffer_and_replays_exactly(
     spark: Any, tmp_path: Path, on_driver: bool | None
 ) -> None:
-    """Run in the driver (the default for small micro-batches) and in Spark tasks."""
+    """Run in the driver and in one Spark task (the default for small micro-batches)."""
     batches = arrivals()
     inp = tmp_path / "in"
     inp.mkdir()
@@ -136,7 +136,7 @@ def test_streaming_reorder_keeps_the_buffer_and_replays_exactly(
         assert p["buffered_rows"] == buffered
         assert (p["buffer_bytes"] > 0) == (buffered > 0)
     assert buffered == 0, "the flush empties the buffer"
-    layout = "one task" if on_driver is False else "driver"
+    layout = "driver" if on_driver else "one task"
     assert {p["layout"] for p in progress.values()} == {layout}, "the flush too"
     # Recorded with the state: another process (a fresh object) reads it back.
     again = ReorderStream(
@@ -440,17 +440,19 @@ def test_streaming_reorder_runs_in_the_driver_only_where_it_routes_as_spark(
     def where(s: ReorderStream, flush: bool = False) -> str:
         return s._placement(df, flush).where
 
-    assert where(rs(by=["device"])) == "driver"
-    assert where(rs(n=1)) == "driver"
-    assert where(rs(by=["device"], on_driver=False)) == "one task"
-    assert where(rs(by=["device"], on_driver=False, shuffle=True)) == "shuffled"
-    assert where(rs()) == "driver", "round robin: the driver deals rows in turn"
+    # By default the driver runs a small micro-batch for Arrow sinks only.
+    assert where(rs(by=["device"])) == "one task"
+    assert where(rs(by=["device"], arrow_sinks=True)) == "driver"
+    assert where(rs(n=1, arrow_sinks=True)) == "driver"
+    assert where(rs(by=["device"], on_driver=False, arrow_sinks=True)) == "one task"
+    assert where(rs(by=["device"], shuffle=True)) == "shuffled"
+    assert where(rs(arrow_sinks=True)) == "driver", "round robin: the driver deals in turn"
     # An array column: Spark's hash routes it, in one task that Spark tags.
     assert where(rs(by=["tags"], on_driver=True)) == "one task"
     assert where(rs(by=["device"], on_driver=True), True) == "driver"
     assert where(rs(by=["device"]), True) == "shuffled"  # no batch ran here yet
     monkeypatch.setattr(importlib.import_module("tidemark.spark._layout"), "ON_DRIVER_BYTES", 1)
-    assert where(rs(by=["device"])) == "one task"
+    assert where(rs(by=["device"], arrow_sinks=True)) == "one task"
     assert where(rs(by=["device"], on_driver=True)) == "driver"
     # Over the cap, the default runs the batch in one Spark task, and its flush too.
     released: list[Any] = []
@@ -487,8 +489,8 @@ def test_a_replayed_round_robin_batch_runs_where_its_first_run_did(
         assert rs.last_progress is not None
         return rs.last_progress["layout"], got[b]
 
-    first = run(0, None)
-    assert first[0] == "driver", "the default for a small micro-batch"
+    first = run(0, True)
+    assert first[0] == "driver"
     assert run(0, False) == first, "replayed in the driver, the same rows"
     second = run(1, False, shuffle=True)
     assert second[0] == "shuffled"

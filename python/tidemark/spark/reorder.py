@@ -219,11 +219,13 @@ class ReorderStream(MicroBatchDriver):
         its rows come back as Arrow (``df.toArrow()``), the core routes them to the
         state partitions by Spark's hash of ``partition_by`` (as the shuffle would),
         restores, updates and writes each buffer as a task would, and the sinks get
-        local DataFrames. This skips the Python workers. Default: a micro-batch that
-        Spark estimates at most ``ON_DRIVER_BYTES`` (8 MiB; the driver holds it in
-        memory); a larger one runs in one task that routes its rows the same way (up
-        to ``SINGLE_TASK_BYTES``: no shuffle), else in one task per state partition.
-        ``True``: every micro-batch. ``False``: never. With ``partition_by``, the
+        local DataFrames. This skips the Python workers. Default: with ``arrow_sinks``,
+        a micro-batch that Spark estimates at most ``ON_DRIVER_BYTES`` (8 MiB; the
+        driver holds it in memory); without, none (a local DataFrame of every released
+        row costs more than a task's output); a micro-batch not run in the driver runs
+        in one task that routes its rows the same way (up to ``SINGLE_TASK_BYTES``: no
+        shuffle), else in one task per state partition. ``True``: every micro-batch.
+        ``False``: never. With ``partition_by``, the
         driver and one task route only columns of the types ``StreamProcessor``'s
         ``shuffle`` lists (each key then lands where Spark's shuffle puts it:
         buffers, outputs and replays are the same in every layout). Without it, the
@@ -302,7 +304,13 @@ class ReorderStream(MicroBatchDriver):
         return None, done[-1] if done else None
 
     def _options(self) -> Options:
-        return Options(self.num_partitions, shuffle=self.shuffle, on_driver=self.on_driver)
+        # A reorder's output is every row it takes: in the driver, its sinks' DataFrames
+        # would carry them back to the JVM, which one task's output does not need. So by
+        # default the driver runs a micro-batch only for Arrow sinks.
+        on_driver = self.on_driver
+        if on_driver is None and not self.arrow_sinks:
+            on_driver = False
+        return Options(self.num_partitions, shuffle=self.shuffle, on_driver=on_driver)
 
     def _stats(self, df: Any, flush: bool, pinned: str | None = None) -> Stats:
         """The batch as measured for the layout: a flush reads no rows. A replayed batch
