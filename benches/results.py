@@ -27,6 +27,8 @@ ORDER = [
     "adaptive_delay",
     "session_latency",
     "idleness_replay",
+    "spark_compare_streaming",
+    "spark_compare_batch",
     "spark_compare_reorder",
     "state_cost",
     "pipeline_vs_polars",
@@ -35,8 +37,6 @@ ORDER = [
 ]
 #: Benches whose results are not recorded yet: the page names their commands.
 UNRECORDED = {
-    "spark_compare": "tidemark against Spark, batch and Structured Streaming (`--part "
-    "batch`, `--part streaming`)",
     "stream_sources": "Structured Streaming by source (files, Kafka, `rate`) and size",
     "nexmark/run": "Nexmark q5, q7, q11, q12 against Spark",
     "kafka_delta": "Kafka -> tidemark -> Delta against Kafka -> Spark -> Delta",

@@ -103,7 +103,9 @@ def _interleaved(fns: dict[str, Callable[[], None]], repeat: int) -> dict[str, l
     return times
 
 
-def batch_part(spark: Any, rows: int, keys: int, repeat: int, work: Path) -> None:
+def batch_part(
+    spark: Any, rows: int, keys: int, repeat: int, work: Path, keep: bool = False
+) -> None:
     from pyspark.sql import functions as F
 
     rng = np.random.default_rng(3)
@@ -284,12 +286,43 @@ def batch_part(spark: Any, rows: int, keys: int, repeat: int, work: Path) -> Non
         if label.startswith(("dense: ", "sparse: "))
     }
     own_spark[counted_spark] = own_spark["dense: tidemark default, count, max"] = counted_spark
+    table = []
     for label, secs in times.items():
         med = statistics.median(secs)
         base = own_spark.get(label, spark_label)
         print(
             f"  {label:<36} {med:7.2f} s  {rows / med / 1e6:6.2f} M rows/s  "
             f"{ratio(label, floor_label):5.2f}x floor  {ratio(label, base):5.2f}x its Spark"
+        )
+        table.append(
+            [
+                label,
+                f"{med:.2f} s",
+                f"{rows / med / 1e6:.2f} M",
+                f"{ratio(label, floor_label):.2f}x",
+                f"{ratio(label, base):.2f}x",
+            ]
+        )
+    if keep:
+        record(
+            "spark_compare_batch",
+            title="Batch: tidemark.spark.aggregate against Spark's groupBy",
+            what=(
+                f"A Parquet input of {rows:,} rows over {keys:,} keys, each run forced with "
+                "the `noop` sink: `aggregate` (tumbling 10 s count + sum per key, per-key "
+                "watermarks) by default, with `cache=False` and with `max_keys` (its three "
+                "outputs persisted), Spark's own `groupBy(window, key)`, the floor of the "
+                "path (`mapInArrow` counting rows) and the floor returning every row; and "
+                "aggregates Spark folds exactly (count, max, float sum) on dense data (200 "
+                "rows per key and window) and on the sparse data, Spark's own against "
+                "tidemark's with `preaggregate` True, False and by default. Medians of "
+                f"{repeat} interleaved rounds; ratios are the median of each round's ratio, "
+                "each against its own Spark run."
+            ),
+            command="python benches/spark_compare.py --part batch",
+            master=spark.sparkContext.master,
+            columns=["run", "time", "rows/s", "x the floor", "x its Spark"],
+            rows=table,
         )
 
 
@@ -326,6 +359,7 @@ def streaming_part(
     repeat: int,
     work: Path,
     on_driver: bool | None = None,
+    keep: bool = False,
 ) -> None:
     from tidemark_tools.datagen import StreamSpec, multi_tenant_stream
     from tidemark_tools.demo_streaming import (
@@ -410,10 +444,48 @@ def streaming_part(
     how = ", ".join(f"{k} {v}" for k, v in sorted(read.items()))
     print(f"  tidemark's micro-batches were read from: {how}")
     print("  steady state (median micro-batch after the first):")
+    table = []
     for key, label in systems:
         print(
             f"  {label:<47} {batch_rows / steady[key]:10,.0f} events/s  "
             f"{steady['spark'] / steady[key]:5.2f}x Spark  ({steady[key]:.3f} s per micro-batch)"
+        )
+        counted = "-" if key == "floor" else f"{runs[key][0].events_counted:.2%}"
+        table.append(
+            [
+                label,
+                f"{med[key]:,.0f}",
+                f"{med[key] / med['spark']:.2f}x",
+                f"{steady[key]:.3f} s",
+                f"{steady['spark'] / steady[key]:.2f}x",
+                counted,
+            ]
+        )
+    if keep:
+        record(
+            "spark_compare_streaming",
+            title="Structured Streaming: tidemark against Spark's withWatermark",
+            what=(
+                f"The demo's generator (1,000 tenants, half of them late), {batches} "
+                f"micro-batches of {batch_rows:,} events, one Parquet file each: Spark's "
+                "`withWatermark` + `window` (update mode), the floor of the path "
+                "(`foreachBatch` + `mapInArrow` counting rows) and `StreamProcessor` with "
+                "per-key watermarks (its defaults; with `arrow_sinks=True`; with "
+                "`read_files=False`). Events/s over the whole run (query start and "
+                "tidemark's flush included) and the steady micro-batch (the median after "
+                f"the first); medians of {repeat} runs, systems alternating."
+            ),
+            command="python benches/spark_compare.py --part streaming",
+            master=spark.sparkContext.master,
+            columns=[
+                "system",
+                "events/s, whole run",
+                "x Spark",
+                "steady micro-batch",
+                "x Spark, steady",
+                "events counted",
+            ],
+            rows=table,
         )
     print(
         f"  tidemark's micro-batch is {steady['tidemark'] / steady['floor']:.2f}x the floor's: "
@@ -582,16 +654,17 @@ def main() -> None:
     spark = local_session(args.master, "tidemark-bench", 4, conf)
     work = Path(tempfile.mkdtemp(prefix="tidemark-bench-"))
     try:
+        # A part's table is recorded where every setting but the part is the default.
+        keep = documented(ap, argparse.Namespace(**{**vars(args), "part": "all"}))
         if args.part in ("batch", "both", "all"):
-            batch_part(spark, args.rows, args.keys, args.repeat, work)
+            batch_part(spark, args.rows, args.keys, args.repeat, work, keep)
         if args.part in ("streaming", "both", "all"):
             on_driver = {"auto": None, "yes": True, "no": False}[args.on_driver]
-            streaming_part(spark, args.batch_rows, args.batches, args.repeat, work, on_driver)
+            streaming_part(spark, args.batch_rows, args.batches, args.repeat, work, on_driver, keep)
         if sources:
             # One batch-size in five micro-batches per (source, size, system).
             compare(spark, args.sizes, 5, ["file", "kafka", "rate"], list(SYSTEMS), work)
         if args.part == "reorder":
-            keep = documented(ap, argparse.Namespace(**{**vars(args), "part": "all"}))
             reorder_part(spark, args.batch_rows, args.batches, args.repeat, work, keep)
     finally:
         spark.stop()
