@@ -12,9 +12,13 @@ from typing import Any
 import pytest
 
 from tidemark_tools.class_archive import JVM_OPTIONS, jvm_options, with_options
+from tidemark_tools.s3 import CLIENT_ENV
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# Before any JVM starts, so that Spark's Python workers inherit it: the S3 client's
+# checksums as s3proxy takes them (see tidemark_tools.s3).
+os.environ.update({k: os.environ.get(k, v) for k, v in CLIENT_ENV.items()})
 
 
 # Every JVM the tests start (the test sessions', the clusters', the crash tests', the
@@ -91,32 +95,29 @@ def switchable_sink() -> SwitchableSink:
     return SwitchableSink()
 
 
-@pytest.fixture(scope="session")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One Apache Kafka broker for the whole test run (``tidemark_tools.kafka``), on
-    127.0.0.1: the first pytest process to ask starts it, the others connect, and it
-    stops when the run's main process ends. Tests create their own topics."""
+def _shared_server(factory: pytest.TempPathFactory, name: str, what: str) -> dict[str, Any]:
+    """One server for the whole test run (``python -m tidemark_tools.<name> serve``), on
+    127.0.0.1: the first pytest process to ask starts it, the others read its address,
+    and it stops when the run's main process ends. Its ``info`` (address) as JSON."""
     import fcntl
     import json
     import time
 
-    from tidemark_tools.kafka import Broker
-
     # pytest-xdist's workers share their base temp directory's parent and are children
     # of the run's main process; without xdist this process is the run.
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    shared = tmp_path_factory.getbasetemp().parent if worker else tmp_path_factory.getbasetemp()
+    shared = factory.getbasetemp().parent if worker else factory.getbasetemp()
     owner = os.getppid() if worker else os.getpid()
-    info = shared / "kafka.json"
-    with open(shared / "kafka.lock", "w") as lock:
+    info = shared / f"{name}.json"
+    with open(shared / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not info.exists():
-            logs = [shared / "kafka-serve.log", shared / "kafka" / "broker.log"]
+            logs = [shared / f"{name}-serve.log"]
             with open(logs[0], "w") as log:  # the server keeps its own copy
                 server = subprocess.Popen(
                     [
-                        *(sys.executable, "-m", "tidemark_tools.kafka", "serve"),
-                        *("--dir", str(shared / "kafka"), "--info", str(info)),
+                        *(sys.executable, "-m", f"tidemark_tools.{name}", "serve"),
+                        *("--dir", str(shared / name), "--info", str(info)),
                         *("--owner", str(owner)),
                     ],
                     stdout=log,
@@ -127,7 +128,56 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             while not info.exists():
                 if server.poll() is not None or time.monotonic() > deadline:
                     tails = [f.read_text(errors="replace")[-3000:] for f in logs if f.exists()]
-                    raise RuntimeError("the Kafka broker did not start: " + "\n".join(tails))
+                    raise RuntimeError(f"{what} did not start: " + "\n".join(tails))
                 time.sleep(0.2)
-        bootstrap = json.loads(info.read_text())["bootstrap"]
-    yield Broker.connect(bootstrap)
+        doc: dict[str, Any] = json.loads(info.read_text())
+    return doc
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One Apache Kafka broker for the whole test run (``tidemark_tools.kafka``), shared
+    by the run's processes (see ``_shared_server``). Tests create their own topics."""
+    from tidemark_tools.kafka import Broker
+
+    info = _shared_server(tmp_path_factory, "kafka", "the Kafka broker")
+    yield Broker.connect(info["bootstrap"])
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One S3-compatible server (s3proxy, ``tidemark_tools.s3``) for the whole test run,
+    shared by the run's processes (see ``_shared_server``). Tests create their own
+    buckets (see ``s3_location``)."""
+    from tidemark_tools.s3 import S3Server
+
+    info = _shared_server(tmp_path_factory, "s3", "the S3-compatible server")
+    yield S3Server.connect(info["endpoint"])
+
+
+@pytest.fixture
+def state_in(tmp_path: Path, request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """A state location: ``state_in("local")`` a directory under ``tmp_path``,
+    ``state_in("s3")`` this test's bucket on the S3-compatible server (``s3_location``)."""
+
+    def location(where: str) -> str:
+        if where == "s3":
+            return str(request.getfixturevalue("s3_location"))
+        assert where == "local", where
+        return str(tmp_path / "state")
+
+    return location
+
+
+@pytest.fixture
+def s3_location(s3: Any, request: pytest.FixtureRequest) -> str:
+    """An ``s3://`` state location in a bucket of this test's own on the shared server,
+    its endpoint and credentials in the URI as a user would give them."""
+    import hashlib
+    import uuid
+
+    bucket = (
+        "t-" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:12] + uuid.uuid4().hex[:8]
+    )
+    s3.create_bucket(bucket)
+    return str(s3.uri(bucket, "state"))

@@ -12,18 +12,27 @@ import tidemark as tm
 from tidemark_tools.crashtest import micro_batches_read, outputs, run, run_job, write_input
 
 
-def test_sigkilled_streaming_query_restarts_to_identical_output(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("where", "kills", "batches"),
+    # The state on a local disk, or on an S3-compatible server (a kill mid-upload).
+    [("local", 4, 16), ("s3", 2, 8)],
+)
+def test_sigkilled_streaming_query_restarts_to_identical_output(
+    spark: Any, tmp_path: Path, state_in: Any, where: str, kills: int, batches: int
+) -> None:
     # Reference: the same job, uninterrupted, in this test session's Spark.
     ref = tmp_path / "reference"
-    batches = 16
     write_input(ref / "in", batches, 300)
     run_job(ref, spark)
     want = outputs(ref)
     assert len(want["windows"]) == batches + 1 and sum(map(len, want["late"].values())) > 0
     # The checkpoint says which files each micro-batch read: one each here.
     assert micro_batches_read(ref) == [[f"part-{b:05d}.parquet"] for b in range(batches)]
-    report = run(tmp_path, kills=4, batches=batches, rows=300, seed=3, reference=ref)
-    assert report.kills == 4, report  # `tidemark crash-test --kills 40`: the long run
+    state = state_in("s3") if where == "s3" else None
+    report = run(
+        tmp_path, kills=kills, batches=batches, rows=300, seed=3, reference=ref, state=state
+    )
+    assert report.kills == kills, report  # `tidemark crash-test --kills 40`: the long run
     # A restart may make Spark's file source read two files in one micro-batch; the
     # reference then reads the crash run's micro-batches (report.merged_batches).
     assert report.identical, report

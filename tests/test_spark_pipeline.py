@@ -14,6 +14,7 @@ import pytest
 
 import tidemark as tm
 from tidemark.spark import StreamProcessor, aggregate
+from tidemark.spark.state import StateStore
 
 pytestmark = pytest.mark.spark
 
@@ -596,18 +597,29 @@ def stream_batches() -> list[pa.Table]:
 
 
 @pytest.mark.parametrize(
-    ("per", "shuffle", "on_driver", "layout"),
+    ("per", "shuffle", "on_driver", "layout", "where"),
     # Small micro-batches run in the driver by default; on_driver=False runs them in
-    # one task; shuffle=True shuffles them to one task per state partition.
+    # one task; shuffle=True shuffles them to one task per state partition. The state
+    # on a local disk, or on an S3-compatible server (written by the driver, or by
+    # Spark's Python workers).
     [
-        ("key", None, None, "driver"),
-        ("key", None, False, "one task"),
-        ("key", True, None, "shuffled"),
-        ("global", None, None, "driver"),
+        ("key", None, None, "driver", "local"),
+        ("key", None, False, "one task", "local"),
+        ("key", True, None, "shuffled", "local"),
+        ("global", None, None, "driver", "local"),
+        ("key", None, None, "driver", "s3"),
+        ("key", True, None, "shuffled", "s3"),
     ],
 )
 def test_streaming_matches_local_operator_and_replays_exactly(
-    spark: Any, tmp_path: Path, per: str, shuffle: bool | None, on_driver: bool | None, layout: str
+    spark: Any,
+    tmp_path: Path,
+    state_in: Any,
+    per: str,
+    shuffle: bool | None,
+    on_driver: bool | None,
+    layout: str,
+    where: str,
 ) -> None:
     batches = stream_batches()
     inp = tmp_path / "in"
@@ -629,7 +641,7 @@ def test_streaming_matches_local_operator_and_replays_exactly(
 
     proc = StreamProcessor(
         pipe,
-        str(tmp_path / "state"),
+        state_in(where),
         num_partitions=3,
         sink=sink,
         late_sink=late_sink,
@@ -1368,7 +1380,10 @@ def test_an_empty_micro_batch_carries_every_state_partition(
     assert run("empty", [*dfs[:2], dfs[0].limit(0), *dfs[2:]], uri=True) == want
 
 
-def test_streaming_rescales_state_partitions_between_runs(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_streaming_rescales_state_partitions_between_runs(
+    spark: Any, tmp_path: Path, state_in: Any, where: str
+) -> None:
     batches = stream_batches()
     inp = tmp_path / "in"
     write_stream_files(inp, batches[:3])
@@ -1379,8 +1394,10 @@ def test_streaming_rescales_state_partitions_between_runs(spark: Any, tmp_path: 
     def sink(df: Any, batch_id: int) -> None:
         streamed.extend(rows_of(df, ["device", "window_start", "n", "s"]))
 
+    location = state_in(where)
+
     def run(num_partitions: int) -> StreamProcessor:
-        proc = StreamProcessor(pipe, str(tmp_path / "state"), num_partitions, sink=sink)
+        proc = StreamProcessor(pipe, location, num_partitions, sink=sink)
         q = (
             spark.readStream.schema(schema)
             .option("maxFilesPerTrigger", 1)
@@ -1403,12 +1420,12 @@ def test_streaming_rescales_state_partitions_between_runs(spark: Any, tmp_path: 
     want_windows, _ = local_spark_like(pipe, batches)
     assert sorted(streamed) == sorted(want_windows)
     # State partition 2 of the old layout kept nothing newer than the rescaled version.
-    assert list((tmp_path / "state/partitions/2").glob("*.snap")) == []
+    assert StateStore(location).versions("partitions/2", ".snap") == []
 
 
-@pytest.mark.parametrize(("old", "new"), [(4, 2), (2, 3)])
+@pytest.mark.parametrize(("old", "new", "where"), [(4, 2, "local"), (2, 3, "local"), (4, 2, "s3")])
 def test_a_batch_replayed_on_another_layout_runs_from_its_base(
-    spark: Any, tmp_path: Path, old: int, new: int
+    spark: Any, state_in: Any, old: int, new: int, where: str
 ) -> None:
     """The driver died after tidemark finished batch 2 but before Spark recorded it;
     the query restarts on another number of state partitions and Spark replays batch
@@ -1423,8 +1440,10 @@ def test_a_batch_replayed_on_another_layout_runs_from_its_base(
     def sink(df: Any, _b: int) -> None:
         streamed.update(rows_of(df, ["device", "window_start", "n", "s"]))
 
+    location = state_in(where)
+
     def run(n: int, ids: range) -> StreamProcessor:
-        proc = StreamProcessor(pipe, str(tmp_path / "state"), n, sink=sink)
+        proc = StreamProcessor(pipe, location, n, sink=sink)
         for b in ids:
             proc(spark.createDataFrame(batches[b].to_pandas(), schema), b)
         return proc
@@ -1434,7 +1453,7 @@ def test_a_batch_replayed_on_another_layout_runs_from_its_base(
     want_windows, _ = local_spark_like(pipe, batches)
     assert sorted(streamed) == sorted(set(want_windows))
     for p in range(new, old):
-        assert list((tmp_path / "state" / "partitions" / str(p)).glob("*.snap")) == []
+        assert StateStore(location).versions(f"partitions/{p}", ".snap") == []
 
 
 def test_state_is_not_rescaled_by_a_hash_spark_does_not_use(spark: Any, tmp_path: Path) -> None:

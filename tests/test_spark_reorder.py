@@ -464,19 +464,20 @@ def test_streaming_reorder_runs_in_the_driver_only_where_it_routes_as_spark(
     assert sorted(r.ts for r in released) == [1, 2]
 
 
+@pytest.mark.parametrize("where", ["local", "s3"])
 def test_a_replayed_round_robin_batch_runs_where_its_first_run_did(
-    spark: Any, tmp_path: Path
+    spark: Any, state_in: Any, where: str
 ) -> None:
     """Without ``partition_by`` the driver deals rows out in turn and Spark in its own
     round-robin order, so a row may land in another buffer: a replayed micro-batch
     runs where its first run did, whatever ``on_driver`` says now, and releases the
-    same rows."""
+    same rows. The buffers on a local disk, or on an S3-compatible server."""
     batches = arrivals(n_batches=3)
     dfs = [spark.createDataFrame(t) for t in batches]  # from Arrow: a known size
     got: dict[int, list[int]] = {}
     rs = ReorderStream(
         tm.Reorder("ts", "unixtimestamp_ms", late_tolerance="1s", late="side_output"),
-        str(tmp_path / "state"),
+        state_in(where),
         num_partitions=2,
         sink=lambda df, b: got.__setitem__(b, [r.seq for r in df.collect()]),
         late_sink=lambda df, b: late.__setitem__(b, [r.seq for r in df.collect()]),

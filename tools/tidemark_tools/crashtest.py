@@ -93,7 +93,9 @@ def write_input(inp: Path, batches: int, rows: int, seed: int = 7) -> None:
 
 
 def run_job(work: Path, spark: Any = None) -> None:
-    """The streaming job over ``work/in``; resumes from ``work/chk`` and ``work/state``."""
+    """The streaming job over ``work/in``; resumes from ``work/chk`` and its state
+    location: ``work/state``, or the one ``work/state-location`` names (an object store's
+    URI: see :func:`run`)."""
     from tidemark.spark import StreamProcessor
     from tidemark_tools.session import local_session, stop_with_jvm
 
@@ -111,9 +113,10 @@ def run_job(work: Path, spark: Any = None) -> None:
 
         return write
 
+    named = work / "state-location"
     proc = StreamProcessor(
         pipeline(),
-        str(work / "state"),
+        named.read_text() if named.exists() else str(work / "state"),
         num_partitions=2,
         sink=sink("windows"),
         late_sink=sink("late"),
@@ -269,12 +272,14 @@ def run(
     seed: int = 1,
     max_delay_s: float = 2.5,
     reference: Path | None = None,
+    state: str | None = None,
 ) -> CrashReport:
     """Kills the job ``kills`` times at random moments, then lets it finish, and checks
     its output against a reference run (``reference``: an already finished run's
     directory, used where the crash run read one file per micro-batch; default, or
     where it did not: run one here, uninterrupted, over the crash run's
-    micro-batches)."""
+    micro-batches). ``state``: the crash run's state location (default: a directory
+    in ``work``), such as an ``s3://`` URI; the reference keeps its state locally."""
     rng = random.Random(seed)
     begin = time.monotonic()
     batches = batches if batches is not None else 3 * kills
@@ -282,6 +287,8 @@ def run(
     crash = work / "crash"
     shutil.rmtree(crash, ignore_errors=True)
     write_input(crash / "in", batches, rows)
+    if state is not None:
+        (crash / "state-location").write_text(state)
     with open(work / "crash.log", "a") as log:  # one log for every restart
         cds = _class_archive(work, log)
         while report.kills < kills and not (crash / "done").exists():

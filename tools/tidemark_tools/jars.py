@@ -1,6 +1,6 @@
 """The jars tidemark's Kafka and Delta Lake paths need, resolved from Maven Central.
 
-``python -m tidemark_tools.jars`` (``make jars``; ``make test`` runs it) resolves two
+``python -m tidemark_tools.jars`` (``make jars``; ``make test`` runs it) resolves three
 sets with Maven into ``.cache/jars/`` (git-ignored; Maven's own cache is
 ``.cache/m2``), each from its POM in ``scripts/maven/``:
 
@@ -9,9 +9,10 @@ sets with Maven into ``.cache/jars/`` (git-ignored; Maven's own cache is
   pyspark's version) and Delta Lake (``delta-spark_<spark>_2.13``), with their
   dependencies, less every jar pyspark ships itself (an older copy of a jar Spark has
   would shadow Spark's);
-- ``kafka``: Apache Kafka's broker, which :mod:`tidemark_tools.kafka` starts.
+- ``kafka``: Apache Kafka's broker, which :mod:`tidemark_tools.kafka` starts;
+- ``s3proxy``: the S3-compatible server :mod:`tidemark_tools.s3` starts.
 
-``TIDEMARK_JARS`` names another directory holding the two sets.
+``TIDEMARK_JARS`` names another directory holding the sets.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 __all__ = ["jar_dir", "kafka_delta_conf", "resolve", "spark_jars"]
 
 _REPO = Path(__file__).resolve().parents[2]
-_POMS = {"spark": "spark-jars.xml", "kafka": "kafka-broker.xml"}
+_POMS = {"spark": "spark-jars.xml", "kafka": "kafka-broker.xml", "s3proxy": "s3proxy.xml"}
 # A jar file's version: from the first "-<digits>.<digit>" on
 # (spark-sql-kafka-0-10_2.13-4.2.0 -> spark-sql-kafka-0-10_2.13, zstd-jni-1.5.7-3 -> zstd-jni).
 _VERSION = re.compile(r"-\d+\.\d.*")
@@ -38,7 +39,7 @@ def _root() -> Path:
 
 
 def jar_dir(name: str) -> Path:
-    """The directory of one resolved set (``"spark"`` or ``"kafka"``); raises
+    """The directory of one resolved set (``"spark"``, ``"kafka"``, ``"s3proxy"``); raises
     ``FileNotFoundError`` saying how to resolve it where it is missing."""
     d = _root() / name
     if not (d / ".resolved").exists():

@@ -23,23 +23,22 @@ from __future__ import annotations
 
 import argparse
 import base64
-import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from tidemark_tools.jars import jar_dir
+from tidemark_tools.serving import free_port, java, poll_ready, serve, stop_process
 
-__all__ = ["Broker", "free_port", "murmur2", "partition_for"]
+__all__ = ["Broker", "murmur2", "partition_for"]
 
 # One node, every internal topic with one replica, no waiting for consumer groups to
 # settle; logs kept as long as the broker lives.
@@ -100,21 +99,6 @@ def partition_for(key: bytes, partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _java() -> str:
-    home = os.environ.get("JAVA_HOME")
-    java = Path(home) / "bin" / "java" if home else shutil.which("java")
-    if java is None:
-        raise FileNotFoundError("java is not on the PATH (nor JAVA_HOME set): Kafka needs it")
-    return str(java)
-
-
 class Broker:
     """One running broker; :meth:`start` starts it, :meth:`stop` (or leaving the
     ``with`` block) stops it and removes nothing (its logs stay in ``workdir``).
@@ -146,14 +130,14 @@ class Broker:
         storage.append(f"--config={config}")
         with open(work / "broker.log", "ab") as log:  # the broker keeps its own copy
             subprocess.run(
-                [_java(), *_JVM, "-cp", classpath, *storage],
+                [java(), *_JVM, "-cp", classpath, *storage],
                 stdout=log,
                 stderr=log,
                 env=env,
                 check=True,
             )
             process = subprocess.Popen(
-                [_java(), *_JVM, "-cp", classpath, "kafka.Kafka", str(config)],
+                [java(), *_JVM, "-cp", classpath, "kafka.Kafka", str(config)],
                 stdout=log,
                 stderr=log,
                 env=env,
@@ -178,40 +162,29 @@ class Broker:
         deadline = time.monotonic() + timeout
         host, port = self.bootstrap.rsplit(":", 1)
         # The port first (a client would log every refused connection), then the broker.
-        self._poll(
+        poll_ready(
+            self._process,
             lambda: socket.create_connection((host, int(port)), timeout=1).close(),
-            "listen",
-            deadline,
+            "the Kafka broker",
+            timeout,
             log,
         )
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        self._poll(lambda: admin.list_topics(timeout=2), "answer", deadline, log)
+        left = max(1.0, deadline - time.monotonic())
+        ask = lambda: admin.list_topics(timeout=2)  # noqa: E731
+        poll_ready(self._process, ask, "the Kafka broker", left, log)
 
-    def _poll(self, attempt: Callable[[], object], what: str, deadline: float, log: Path) -> None:
-        """Calls ``attempt`` until it raises nothing; raises ``RuntimeError`` with the
-        broker's log where the broker exits or ``deadline`` passes first."""
-        while True:
-            if self._process is not None and self._process.poll() is not None:
-                raise RuntimeError(f"the Kafka broker exited: {_tail(log)}")
-            try:
-                attempt()
-                return
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the Kafka broker did not {what}: {_tail(log)}") from None
-                time.sleep(0.2)
+    def info(self) -> dict[str, Any]:
+        """What another process needs to :meth:`connect`."""
+        return {"bootstrap": self.bootstrap}
+
+    def alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
 
     def stop(self) -> None:
         """Stops a broker this handle started (SIGTERM, then SIGKILL after 20 s)."""
         p, self._process = self._process, None
-        if p is None or p.poll() is not None:
-            return
-        os.killpg(p.pid, signal.SIGTERM)
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+        stop_process(p)
 
     def __enter__(self) -> Broker:
         return self
@@ -341,48 +314,6 @@ class Broker:
             consumer.close()
 
 
-def _tail(log: Path, n: int = 3000) -> str:
-    try:
-        return log.read_text(errors="replace")[-n:]
-    except OSError:
-        return f"(no log at {log})"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def serve(workdir: Path, info: Path | None, owner: int | None) -> int:
-    """Runs a broker until SIGTERM/SIGINT or until ``owner`` ends; ``info`` gets
-    ``{"bootstrap": ..., "pid": ...}`` once it answers."""
-    stop = []
-    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    broker = Broker.start(workdir)
-    try:
-        if info is not None:
-            tmp = info.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"bootstrap": broker.bootstrap, "pid": os.getpid()}))
-            tmp.replace(info)
-        print(f"Kafka broker at {broker.bootstrap} (logs in {workdir})", flush=True)
-        while not stop and (owner is None or _alive(owner)):
-            p = broker._process
-            if p is None or p.poll() is not None:
-                print("the broker exited", file=sys.stderr)
-                return 1
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        broker.stop()
-    return 0
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tidemark_tools.kafka")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -391,7 +322,7 @@ def main(argv: list[str]) -> int:
     s.add_argument("--info", type=Path, help="write the bootstrap address here (JSON)")
     s.add_argument("--owner", type=int, help="stop when this process ends")
     args = parser.parse_args(argv)
-    return serve(args.dir, args.info, args.owner)
+    return serve(lambda: Broker.start(args.dir), args.info, args.owner, "the Kafka broker")
 
 
 if __name__ == "__main__":

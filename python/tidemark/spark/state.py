@@ -14,9 +14,12 @@ Layout under the state location::
                                     core's Report bytes (event times, counts),
                                     ReorderStream's JSON (watermark, counts)
 
-Every file is written atomically: to a temporary name, then renamed over the final
-one (on object stores without rename the copy-then-delete is as close as it gets).
-Old versions are pruned after ``retention`` batches.
+Every file is written atomically. On a file system (local, HDFS): to a temporary name,
+then renamed over the final one. On an object store (S3 and S3-compatible servers, GCS,
+Azure Blob): straight to its final name, which a reader sees whole or not at all (a
+PUT, or a multipart upload completed when the file closes; a writer killed before that
+leaves nothing under the name); no rename, no directory objects. Old versions are
+pruned after ``retention`` batches.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ class StateStore:
         self.root = root.rstrip("/")
         # A local store answers each read in microseconds (no request to overlap).
         self.is_local = isinstance(fs, pafs.LocalFileSystem)
+        self.objects = is_object_store(fs)
         self.record = record
 
     def __getstate__(self) -> dict[str, Any]:
@@ -79,8 +83,13 @@ class StateStore:
         return "/".join([self.root, *parts])
 
     def write(self, rel: str, data: bytes) -> None:
-        """Writes ``data`` to ``rel`` atomically (temp file + rename)."""
+        """Writes ``data`` to ``rel`` atomically: an object store's object straight
+        away, else a temporary file renamed over it."""
         final = self.path(rel)
+        if self.objects:
+            with self.fs.open_output_stream(final) as f:
+                f.write(data)
+            return
         parent = final.rsplit("/", 1)[0]
         self.fs.create_dir(parent, recursive=True)
         tmp = f"{parent}/.tmp-{uuid.uuid4().hex}"
@@ -323,6 +332,17 @@ class StateStore:
         for info in self.listing(recursive=True):
             if info.type == pafs.FileType.File and info.base_name.startswith(".tmp-"):
                 self.fs.delete_file(info.path)
+
+
+def is_object_store(fs: Any) -> bool:
+    """Whether ``fs`` stores objects (a write appears whole or not at all, a rename is
+    a copy): pyarrow's S3, GCS and Azure file systems."""
+    kinds = tuple(
+        k
+        for name in ("S3FileSystem", "GcsFileSystem", "AzureFileSystem")
+        if (k := getattr(pafs, name, None)) is not None
+    )
+    return isinstance(fs, kinds)
 
 
 def stream_goes_on_after_flush(rec: BatchRecord, flush: bool) -> bool:
