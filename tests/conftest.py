@@ -40,9 +40,12 @@ def spark_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def spark(spark_workdir: Path) -> Iterator[Any]:
     """The one local SparkSession of the test run (its JVM started in
     ``spark_workdir``, so no relative path of a test lands in the checkout)."""
-    from tidemark_tools.jars import kafka_delta_conf
+    from tidemark_tools.jars import kafka_delta_conf, spark_jars
     from tidemark_tools.session import local_session
 
+    conf = kafka_delta_conf()
+    # Hadoop's S3A connector too: tables and checkpoints on the S3-compatible server.
+    conf["spark.jars"] = ",".join([conf["spark.jars"], *spark_jars("s3a")])
     before = os.getcwd()
     os.chdir(spark_workdir)
     try:
@@ -50,7 +53,7 @@ def spark(spark_workdir: Path) -> Iterator[Any]:
             "local[2]",
             app_name="tidemark-tests",
             shuffle_partitions=2,
-            extra_conf=kafka_delta_conf(),
+            extra_conf=conf,
         )
     finally:
         os.chdir(before)
@@ -170,14 +173,27 @@ def state_in(tmp_path: Path, request: pytest.FixtureRequest) -> Callable[[str], 
 
 
 @pytest.fixture
-def s3_location(s3: Any, request: pytest.FixtureRequest) -> str:
-    """An ``s3://`` state location in a bucket of this test's own on the shared server,
-    its endpoint and credentials in the URI as a user would give them."""
-    import hashlib
+def s3_bucket(s3: Any) -> str:
+    """A bucket of this test's own on the shared S3-compatible server."""
     import uuid
 
-    bucket = (
-        "t-" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:12] + uuid.uuid4().hex[:8]
-    )
+    bucket = f"t-{uuid.uuid4().hex[:20]}"
     s3.create_bucket(bucket)
-    return str(s3.uri(bucket, "state"))
+    return bucket
+
+
+@pytest.fixture
+def s3_location(s3: Any, s3_bucket: str) -> str:
+    """An ``s3://`` state location in this test's bucket, its endpoint and credentials
+    in the URI as a user would give them."""
+    return str(s3.uri(s3_bucket, "state"))
+
+
+@pytest.fixture
+def s3a_root(spark: Any, s3: Any, s3_bucket: str) -> str:
+    """``s3a://<this test's bucket>``, for Spark's own reads and writes (Delta tables,
+    a streaming query's checkpoint) through Hadoop's S3A connector, set up in the
+    test session for the server."""
+    for key, value in s3.hadoop_conf().items():
+        spark.conf.set(key, value)
+    return f"s3a://{s3_bucket}"

@@ -28,7 +28,12 @@ from typing import Any
 __all__ = ["jar_dir", "kafka_delta_conf", "resolve", "spark_jars"]
 
 _REPO = Path(__file__).resolve().parents[2]
-_POMS = {"spark": "spark-jars.xml", "kafka": "kafka-broker.xml", "s3proxy": "s3proxy.xml"}
+_POMS = {
+    "spark": "spark-jars.xml",
+    "kafka": "kafka-broker.xml",
+    "s3proxy": "s3proxy.xml",
+    "s3a": "s3a.xml",
+}
 # A jar file's version: from the first "-<digits>.<digit>" on
 # (spark-sql-kafka-0-10_2.13-4.2.0 -> spark-sql-kafka-0-10_2.13, zstd-jni-1.5.7-3 -> zstd-jni).
 _VERSION = re.compile(r"-\d+\.\d.*")
@@ -50,9 +55,10 @@ def jar_dir(name: str) -> Path:
     return d
 
 
-def spark_jars() -> list[str]:
-    """The paths to pass as ``spark.jars`` (comma-joined) for Kafka and Delta Lake."""
-    return sorted(str(p) for p in jar_dir("spark").glob("*.jar"))
+def spark_jars(name: str = "spark") -> list[str]:
+    """The paths to pass as ``spark.jars`` (comma-joined) for Kafka and Delta Lake
+    (``"s3a"``: for Hadoop's S3A connector)."""
+    return sorted(str(p) for p in jar_dir(name).glob("*.jar"))
 
 
 def kafka_delta_conf() -> dict[str, str]:
@@ -126,7 +132,7 @@ def resolve(name: str, force: bool = False) -> Path:
         ],
         check=True,
     )
-    if name == "spark":
+    if name in ("spark", "s3a"):
         shipped = _spark_shipped()
         for jar in out.glob("*.jar"):
             if artifact(jar.name) in shipped:

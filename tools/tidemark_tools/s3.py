@@ -1,7 +1,10 @@
 """A real S3-compatible server on 127.0.0.1, for the tests that keep state (and tables)
-on an object store: s3proxy (``org.gaul:s3proxy``, an S3 API server that Apache jclouds
-backs with a local directory), from the jars ``make jars`` resolves
-(:mod:`tidemark_tools.jars`). No Docker, no cloud account.
+on an object store: s3proxy (``org.gaul:s3proxy``, an S3 API server over Apache
+jclouds' storage providers), from the jars ``make jars`` resolves
+(:mod:`tidemark_tools.jars`). No Docker, no cloud account. Its objects live in its
+memory (jclouds' ``transient`` provider: a key ending in ``/`` is an object of its own,
+as on S3, which Hadoop's S3A connector needs); ``TIDEMARK_S3_PROVIDER=filesystem-nio2``
+keeps them in ``workdir/data`` instead.
 
 In Python::
 
@@ -54,11 +57,12 @@ s3proxy.endpoint=http://127.0.0.1:{port}
 s3proxy.authorization=aws-v2-or-v4
 s3proxy.identity={key}
 s3proxy.credential={secret}
-jclouds.provider=filesystem-nio2
+jclouds.provider={provider}
 jclouds.identity={key}
 jclouds.credential={secret}
 jclouds.filesystem.basedir={data}
 """
+PROVIDER = os.environ.get("TIDEMARK_S3_PROVIDER", "transient")
 _LOGBACK = """\
 <configuration>
   <appender name="out" class="ch.qos.logback.core.ConsoleAppender">
@@ -67,7 +71,7 @@ _LOGBACK = """\
   <root level="WARN"><appender-ref ref="out"/></root>
 </configuration>
 """
-_JVM = ["-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+_JVM = ["-Xms64m", "-Xmx1g", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
 
 
 class S3Server:
@@ -82,7 +86,7 @@ class S3Server:
 
     @classmethod
     def start(cls, workdir: str | os.PathLike[str], timeout: float = 60.0) -> S3Server:
-        """Starts a server on an empty data directory in ``workdir``; returns once it
+        """Starts a server (its configuration and log in ``workdir``); returns once it
         answers (raises ``RuntimeError`` with its log's tail where it does not within
         ``timeout`` seconds)."""
         import shutil
@@ -93,7 +97,9 @@ class S3Server:
         port = free_port()
         conf = work / "s3proxy.conf"
         conf.write_text(
-            _CONFIG.format(port=port, key=ACCESS_KEY, secret=SECRET_KEY, data=work / "data")
+            _CONFIG.format(
+                port=port, key=ACCESS_KEY, secret=SECRET_KEY, data=work / "data", provider=PROVIDER
+            )
         )
         (work / "logback.xml").write_text(_LOGBACK)
         classpath = str(jar_dir("s3proxy") / "*")
@@ -184,13 +190,17 @@ class S3Server:
         return f"s3://{who}@{bucket}{key}?{query}"
 
     def hadoop_conf(self) -> dict[str, str]:
-        """Spark's S3A settings for this server (``spark.hadoop.fs.s3a.*``)."""
+        """Hadoop's S3A settings for this server (``fs.s3a.*``): a running session takes
+        them with ``spark.conf.set`` (its reads and writes, Delta's, and a streaming
+        query's checkpoint see them), a new one with the ``spark.hadoop.`` prefix."""
         return {
-            "spark.hadoop.fs.s3a.endpoint": f"http://{self.endpoint}",
-            "spark.hadoop.fs.s3a.access.key": ACCESS_KEY,
-            "spark.hadoop.fs.s3a.secret.key": SECRET_KEY,
-            "spark.hadoop.fs.s3a.path.style.access": "true",
-            "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+            "fs.s3a.endpoint": f"http://{self.endpoint}",
+            "fs.s3a.endpoint.region": "us-east-1",
+            "fs.s3a.access.key": ACCESS_KEY,
+            "fs.s3a.secret.key": SECRET_KEY,
+            "fs.s3a.path.style.access": "true",
+            "fs.s3a.connection.ssl.enabled": "false",
+            "fs.s3a.checksum.validation": "false",
         }
 
 
