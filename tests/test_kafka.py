@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import uuid
 from collections.abc import Iterator
@@ -245,12 +246,15 @@ def test_hostile_records_go_to_errors_with_their_partition_and_offset(
     spark: Any, kafka: Any, tmp_path: Path
 ) -> None:
     """Values that are not the expected JSON, event times that are not numbers or are
-    years ahead, records without a device (a null key: an error row by default), and a
-    partition whose records are all bad: every bad record comes out in the error
-    output with its Kafka partition and offset, the rest in windows (or late), none
-    lost, and the windows of the good partitions close (the bad partition goes idle)."""
+    years ahead, records without a device (a null key: an error row by default), a
+    producer that changes its schema mid-stream (the event time sent as a string, the
+    value renamed), a record whose device is too long for a key (17 MiB: the topic
+    takes records that large), and a partition whose records are all bad: every bad
+    record comes out in the error output with its Kafka partition and offset, the rest
+    in windows (or late), none lost, and the windows of the good partitions close (the
+    bad partition goes idle)."""
     topic, partitions = topic_name(), 8
-    kafka.create_topic(topic, partitions)
+    kafka.create_topic(topic, partitions, {"max.message.bytes": str(24 << 20)})
     good = lagging_events(devices=21, seconds=120, partitions=7, lagging=())
     pipe = tm.Pipeline(
         key="device",
@@ -280,6 +284,8 @@ def test_hostile_records_go_to_errors_with_their_partition_and_offset(
     start_ms = int(good["ts"][0].as_py())
     bad: set[tuple[int, int]] = set()
     nulls = 0
+    big = kafka.producer(**{"message.max.bytes": 24 << 20})
+    placed: list[tuple[int, int]] = []
     try:
         for i, (start, rows) in enumerate(arrival_slices(good, 35, 140)):
             # Good records go to partitions 0-6 (the device's hash over 7), bad ones too.
@@ -302,6 +308,20 @@ def test_hostile_records_go_to_errors_with_their_partition_and_offset(
             nulls += 1
             # Partition 7 sends garbage only.
             bad.update(kafka.produce(topic, [(b"k", b"\x00\xff\xfe", None)] * 5, 7))
+            if i >= 2:  # a producer's next release: ISO event times, the value renamed
+                iso = dt.datetime.fromtimestamp(t / 1000, dt.timezone.utc).isoformat()
+                v2 = json.dumps({"device": "dev-v2", "ts": iso, "reading": 1}).encode()
+                bad.update(kafka.produce(topic, [(b"dev-v2", v2, None)] * 3, 5))
+            if i == 1:  # a device name longer than a key may be
+                huge = json.dumps({"device": "x" * (17 << 20), "ts": t, "value": 1}).encode()
+                big.produce(
+                    topic,
+                    value=huge,
+                    partition=4,
+                    on_delivery=lambda err, m: placed.append((m.partition(), m.offset())),
+                )
+                assert big.flush(60) == 0 and len(placed) == 1
+                bad.update(placed)
             query.processAllAvailable()
         end_of_data(kafka, topic, range(7), start_ms + 3_600_000, [query])
     finally:
@@ -309,7 +329,9 @@ def test_hostile_records_go_to_errors_with_their_partition_and_offset(
     errors = pa.concat_tables(out["errors"])
     got_bad = set(zip(errors["partition"].to_pylist(), errors["offset"].to_pylist(), strict=True))
     assert got_bad == bad
-    assert all(r for r in errors["reason"].to_pylist())
+    reasons = errors["reason"].to_pylist()
+    assert all(reasons)
+    assert sum("longer than the supported" in r for r in reasons) == 1, "the 17 MiB key"
     windows = pa.concat_tables(out["windows"])
     counted = pa.compute.sum(windows["n"]).as_py()
     late = sum(t.num_rows for t in out["late"])
@@ -544,3 +566,64 @@ def test_the_kafka_guide_says_where_the_producer_puts_each_device(kafka: Any) ->
     got = [placed[f"d{d}"] for d in range(12)]
     assert got == quoted
     assert got == [librdkafka_partition(f"d{d}".encode(), 4) for d in range(12)]
+
+
+def test_a_topic_deleted_and_recreated_under_a_query_changes_nothing_committed(
+    spark: Any, kafka: Any, tmp_path: Path
+) -> None:
+    """The topic a query reads is deleted and created again (its offsets start over).
+    Spark's Kafka source stops the query with its data-loss error; the Delta table
+    keeps what was committed, not a row more or less. Restarted with
+    ``failOnDataLoss=false`` (the user's choice to go on), the query reads the new
+    topic's records, and the rows committed before stay as they were."""
+    from tidemark.spark import delta_sink
+
+    topic = topic_name()
+    kafka.create_topic(topic, 2)
+    events = lagging_events(devices=6, seconds=40, partitions=2, lagging=())
+    # The new topic holds fewer records than the query read of the old one: its offsets
+    # go back, which Spark's source sees (one that already holds more is not told
+    # apart from the old topic going on).
+    first, second = events.slice(0, 160), events.slice(160)
+    pipe = tm.Pipeline(
+        key="device",
+        event_time="ts",
+        watermark=tm.BoundedOutOfOrderness("2s", per="partition", idle_timeout="10s"),
+        window=tm.Tumbling("5s"),
+        aggs={"n": tm.count()},
+    )
+    table = str(tmp_path / "windows")
+
+    def start(**options: str) -> Any:
+        proc = StreamProcessor(pipe, str(tmp_path / "state"), 2, sink=delta_sink(table))
+        return (
+            kafka_stream(spark, kafka.bootstrap, topic, **options)
+            .writeStream.foreachBatch(proc)
+            .option("checkpointLocation", str(tmp_path / "chk"))
+            .start()
+        )
+
+    query = start()
+    try:
+        for part in (first.slice(0, 80), first.slice(80)):
+            produce_rows(kafka, topic, part)
+            query.processAllAvailable()
+        committed = sorted(tuple(r) for r in spark.read.format("delta").load(table).collect())
+        assert committed, "windows closed before the topic went away"
+        kafka.delete_topic(topic)
+        kafka.create_topic(topic, 2)
+        produce_rows(kafka, topic, second)
+        with pytest.raises(Exception, match=r"(?i)data loss|offset.*changed|reset"):
+            query.awaitTermination(60)
+            raise AssertionError("the query went on over a recreated topic")
+    finally:
+        query.stop()
+    after = sorted(tuple(r) for r in spark.read.format("delta").load(table).collect())
+    assert after == committed
+    query = start(failOnDataLoss="false")
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    rows = sorted(tuple(r) for r in spark.read.format("delta").load(table).collect())
+    assert set(committed) <= set(rows) and len(rows) > len(committed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -1647,7 +1648,8 @@ def test_streaming_state_errors(spark: Any, tmp_path: Path) -> None:
     for damaged, why in [
         (good[:-10], "truncated"),
         (good[:40] + bytes([good[40] ^ 0xFF]) + good[41:], "checksum"),
-        (good[:4] + b"\x09\x00" + good[6:], "format version 9"),
+        (good[:4] + b"\x09\x00" + good[6:], "a newer tidemark: snapshot format version 9"),
+        (good[:4] + b"\x01\x00" + good[6:], "an older tidemark: snapshot format version 1"),
         (b"", "not a tidemark snapshot"),
     ]:
         snap.write_bytes(damaged)
@@ -1656,6 +1658,18 @@ def test_streaming_state_errors(spark: Any, tmp_path: Path) -> None:
     snap.unlink()
     with pytest.raises(tm.StateCorruptedError, match=f"{snap}: missing"):
         proc(df, 2)
+    # A state location another tidemark wrote in another layout: named, with what to do.
+    meta_file = tmp_path / "state" / "meta.json"
+    meta = json.loads(meta_file.read_text())
+    assert meta["tidemark"] == tm.__version__ and meta["format"] == 1
+    for fmt, why in [
+        (2, r"tidemark 9\.9\.9 in state format 2; .* reads format 1: run the query with that"),
+        (0, r"tidemark 9\.9\.9 in state format 0; .* does not convert older state"),
+    ]:
+        meta_file.write_text(json.dumps({**meta, "format": fmt, "tidemark": "9.9.9"}))
+        with pytest.raises(tm.StateCorruptedError, match=f"{meta_file}: written by {why}"):
+            StreamProcessor(pipe, str(tmp_path / "state"), num_partitions=2, sink=NO_SINK)(df, 2)
+    meta_file.write_text(json.dumps(meta))
     # A streaming DataFrame handed to the batch API: told what to use instead.
     inp = tmp_path / "in"
     write_stream_files(inp, batches)

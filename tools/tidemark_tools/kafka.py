@@ -204,13 +204,27 @@ class Broker:
 
         return AdminClient({"bootstrap.servers": self.bootstrap})
 
-    def create_topic(self, name: str, partitions: int) -> None:
-        """Creates ``name`` with ``partitions`` partitions (one replica)."""
+    def create_topic(
+        self, name: str, partitions: int, config: dict[str, str] | None = None
+    ) -> None:
+        """Creates ``name`` with ``partitions`` partitions (one replica) and the topic
+        ``config`` given (e.g. ``{"max.message.bytes": ...}``)."""
         from confluent_kafka.cimpl import NewTopic
 
         admin = self.admin()  # alive until the answer: a collected client cancels it
-        admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
+        topic = NewTopic(name, partitions, 1, config=config or {})
+        admin.create_topics([topic])[name].result(timeout=30)
         self._wait_partitions(name, partitions)
+
+    def delete_topic(self, name: str) -> None:
+        """Deletes ``name`` and waits until the broker no longer lists it."""
+        admin = self.admin()
+        admin.delete_topics([name])[name].result(timeout=30)
+        for _ in range(300):
+            if name not in admin.list_topics(timeout=5).topics:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"topic {name} is still listed after its deletion")
 
     def add_partitions(self, name: str, total: int) -> None:
         """Grows ``name`` to ``total`` partitions."""

@@ -26,6 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from tidemark import _native
 from tidemark.errors import ConfigError, StateCorruptedError
 from tidemark.spark._args import map_in_arrow
 from tidemark.spark._codec import KIND_ERROR, KIND_LATE, KIND_WINDOW, OutputCodec
@@ -34,8 +35,29 @@ from tidemark.spark._records import BatchRecord
 from tidemark.spark._stream_task import run_on_driver, tagged
 from tidemark.spark.state import StateStore, state_errors_surface
 
+#: The layout of a state location (``meta.json``'s ``format``): its files, their names
+#: and the driver records' fields. Snapshots carry a version of their own (the core's).
+STATE_FORMAT = 1
+
 #: ``f(output, batch_id)``: a DataFrame, or a ``pyarrow.Table`` with ``arrow_sinks``.
 Sink = Callable[[Any, int], None]
+
+
+def _other_format(meta: dict[str, Any]) -> str:
+    """Why a state store of another format (``meta.json``'s ``format``) is not read."""
+    fmt = meta.get("format")
+    by = meta.get("tidemark")
+    who = f"tidemark {by}" if by else "another tidemark"
+    head = (
+        f"written by {who} in state format {fmt}; this tidemark ({_native.__version__}) "
+        f"reads format {STATE_FORMAT}"
+    )
+    if isinstance(fmt, int) and fmt > STATE_FORMAT:
+        return f"{head}: run the query with that tidemark or a newer one"
+    return (
+        f"{head}, and does not convert older state: finish the query with the tidemark "
+        "that wrote it, or start over with a new state_location and checkpoint location"
+    )
 
 
 def _changed(old: Any, new: dict[str, Any] | None) -> str:
@@ -212,11 +234,15 @@ class MicroBatchDriver:
         want = {
             "fingerprint": self._fingerprint(),
             "num_partitions": self.num_partitions,
-            "format": 1,
+            "format": STATE_FORMAT,
         }
         settings = self._settings()
-        written = {**want, "settings": settings} if settings is not None else want
+        written = {**want, "tidemark": _native.__version__}
+        if settings is not None:
+            written["settings"] = settings
         meta = self.store.read_json("meta.json")
+        if meta is not None and meta.get("format") != STATE_FORMAT:
+            raise StateCorruptedError(f"{self.store.path('meta.json')}: {_other_format(meta)}")
         if meta is None:
             self.store.write_json("meta.json", written)
         elif {k: meta.get(k) for k in want} != want:

@@ -73,6 +73,15 @@ pub enum TidemarkError {
         message: String,
     },
 
+    /// A key longer than keyed state holds (a row's error, not the stream's).
+    #[error("a key of {bytes} bytes is longer than the supported {limit} bytes")]
+    KeyTooLong {
+        /// The key's length.
+        bytes: usize,
+        /// The longest key supported.
+        limit: usize,
+    },
+
     /// A saved state that cannot be restored.
     #[error("state corrupted: {0}")]
     StateCorrupted(String),

@@ -36,7 +36,7 @@ pub fn to_py(py: Python<'_>, e: TidemarkError) -> PyErr {
         TidemarkError::MaxKeysReached { .. } => "MaxKeysReachedError",
         TidemarkError::UnknownEventTimeType { .. } => "UnknownEventTimeTypeError",
         TidemarkError::MissingColumn { .. } => "MissingColumnError",
-        TidemarkError::Config { .. } => "ConfigError",
+        TidemarkError::Config { .. } | TidemarkError::KeyTooLong { .. } => "ConfigError",
         TidemarkError::StateCorrupted(_) => "StateCorruptedError",
         TidemarkError::Arrow(_) => "ArrowDataError",
     };

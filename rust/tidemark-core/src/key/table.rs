@@ -653,14 +653,10 @@ impl<V: Copy + Default> KeyTable<V> {
     /// Inserts a key known to be absent.
     pub fn insert_new(&mut self, key: &[u8], hash: u64) -> Result<u32> {
         if key.len() > MAX_KEY_BYTES {
-            return Err(TidemarkError::config(
-                "key",
-                format!(
-                    "a key of {} bytes is longer than the supported {} bytes",
-                    key.len(),
-                    MAX_KEY_BYTES
-                ),
-            ));
+            return Err(TidemarkError::KeyTooLong {
+                bytes: key.len(),
+                limit: MAX_KEY_BYTES,
+            });
         }
         let probe = Head::of(key, 0);
         let head = if probe.tag() != Head::LONG {

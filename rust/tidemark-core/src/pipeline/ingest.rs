@@ -336,9 +336,9 @@ impl Operator {
                 time_vals,
                 |row| bad_row[row] || fatal_cell.borrow().is_some(),
                 |row, e| match e {
-                    TidemarkError::MaxKeysReached { .. } | TidemarkError::Config { .. } => {
-                        errors.push((row, e.to_string()))
-                    }
+                    TidemarkError::MaxKeysReached { .. }
+                    | TidemarkError::KeyTooLong { .. }
+                    | TidemarkError::Config { .. } => errors.push((row, e.to_string())),
                     e => {
                         fatal_cell.borrow_mut().get_or_insert(e);
                     }
@@ -366,7 +366,9 @@ impl Operator {
                 let slot = match self.keys.batch_slot_row(key) {
                     Ok(s) => s,
                     Err(
-                        e @ (TidemarkError::MaxKeysReached { .. } | TidemarkError::Config { .. }),
+                        e @ (TidemarkError::MaxKeysReached { .. }
+                        | TidemarkError::KeyTooLong { .. }
+                        | TidemarkError::Config { .. }),
                     ) => {
                         errors.push((row, e.to_string()));
                         return;

@@ -109,8 +109,18 @@ pub fn open(bytes: &[u8], kind: SnapshotKind, fingerprint: Option<u64>) -> Resul
     }
     let version = u16::from_le_bytes([bytes[4], bytes[5]]);
     if version != FORMAT_VERSION {
+        let (who, what) = if version > FORMAT_VERSION {
+            ("a newer", "restore it with that tidemark or a newer one")
+        } else {
+            (
+                "an older",
+                "older snapshots are not converted: finish the query with the tidemark that \
+                 wrote it, or start over in a new state location",
+            )
+        };
         return bad(format!(
-            "snapshot format version {version}; this build of tidemark reads version {FORMAT_VERSION}"
+            "written by {who} tidemark: snapshot format version {version}; this build of \
+             tidemark reads version {FORMAT_VERSION} ({what})"
         ));
     }
     let len = u64::from_le_bytes(bytes[15..23].try_into().expect("8 bytes")) as usize;
@@ -399,7 +409,9 @@ mod tests {
         assert!(err(&snap, Some(7)).contains("different configuration"));
         let mut v2 = snap.clone();
         v2[4] = 9;
-        assert!(err(&v2, None).contains("format version 9"));
+        assert!(err(&v2, None).contains("a newer tidemark: snapshot format version 9"));
+        v2[4] = 1;
+        assert!(err(&v2, None).contains("an older tidemark: snapshot format version 1"));
         assert!(open(&snap, SnapshotKind::Timers, None)
             .unwrap_err()
             .to_string()
