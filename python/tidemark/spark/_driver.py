@@ -237,7 +237,7 @@ class MicroBatchDriver:
             "format": STATE_FORMAT,
         }
         settings = self._settings()
-        written = {**want, "tidemark": _native.__version__}
+        written: dict[str, Any] = {**want, "tidemark": _native.__version__}
         if settings is not None:
             written["settings"] = settings
         meta = self.store.read_json("meta.json")
