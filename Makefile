@@ -88,7 +88,7 @@ rust-test:
 
 # Two pytest processes (pytest-xdist), each with its own local[2] SparkSession: much of
 # a Spark test is one core's work (the driver, a JVM starting), so two overlap well.
-PYTEST := $(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=15 \
+PYTEST := $(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=40 \
 	--doctest-modules python/tidemark tools/tidemark_tools tests
 py-test: build jars
 	$(CLASS_ARCHIVE)

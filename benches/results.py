@@ -30,18 +30,15 @@ ORDER = [
     "spark_compare_streaming",
     "spark_compare_batch",
     "spark_compare_reorder",
+    "stream_sources",
+    "kafka_delta",
+    "nexmark_run",
     "state_cost",
     "pipeline_vs_polars",
     "keyed_accuracy",
+    "profile_executor",
     "standalone",
 ]
-#: Benches whose results are not recorded yet: the page names their commands.
-UNRECORDED = {
-    "stream_sources": "Structured Streaming by source (files, Kafka, `rate`) and size",
-    "nexmark/run": "Nexmark q5, q7, q11, q12 against Spark",
-    "kafka_delta": "Kafka -> tidemark -> Delta against Kafka -> Spark -> Delta",
-    "profile_executor": "where an executor micro-batch's time goes",
-}
 BEGIN, END = "<!-- results: benches/results.py -->", "<!-- /results -->"
 
 HEAD = """# Benchmarks
@@ -82,18 +79,6 @@ def page(docs: list[dict[str, Any]]) -> str:
         ]
         if d["notes"]:
             out += [d["notes"], ""]
-    recorded = {d["bench"] for d in docs}
-    rest = {b: w for b, w in UNRECORDED.items() if b.replace("/", "_") not in recorded}
-    if rest:
-        out += [
-            "## Not recorded yet",
-            "",
-            "These benches print their tables but do not record them here yet; run them",
-            "for current figures:",
-            "",
-        ]
-        out += [f"- `python benches/{b}.py`: {w}" for b, w in rest.items()]
-        out.append("")
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -105,6 +90,17 @@ def readme(docs: list[dict[str, Any]], text: str) -> str:
     if not pattern.search(text):
         raise SystemExit(f"README.md has no {BEGIN} ... {END} block")
     return pattern.sub(lambda _m: block, text)
+
+
+def unrecorded() -> list[str]:
+    """The benches that record their results (they call ``record("<name>", ...)``) and
+    have none in ``benches/results/``."""
+    names = []
+    for script in sorted((ROOT / "benches").rglob("*.py")):
+        found = re.search(r'\brecord\(\s*"(\w+)"', script.read_text())
+        if found and not (RESULTS / f"{found.group(1)}.json").exists():
+            names.append(str(script.relative_to(ROOT)))
+    return names
 
 
 def main() -> int:
@@ -119,7 +115,10 @@ def main() -> int:
             print(
                 f"{p.relative_to(ROOT)} is out of date: python benches/results.py", file=sys.stderr
             )
-        return 1 if stale else 0
+        missing = unrecorded()
+        for script in missing:
+            print(f"{script} has no recorded result: run it", file=sys.stderr)
+        return 1 if stale or missing else 0
     for p in stale:
         p.write_text(want[p])
         print(f"wrote {p.relative_to(ROOT)}")

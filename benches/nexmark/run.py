@@ -276,7 +276,9 @@ def run_once(
         shutil.rmtree(chk, ignore_errors=True)
 
 
-def measure(args: argparse.Namespace, spark: Any, work: Path, cores: int) -> None:
+def measure(args: argparse.Namespace, spark: Any, work: Path, cores: int) -> list[list[str]]:
+    """Runs every (size, source, query, system), prints the table and returns its rows
+    (events per second per core)."""
     cfg = gen.Config(seed=args.seed, rate=args.rate, late_fraction=args.late_fraction)
     queries = [q for q in args.queries.split(",") if q]
     header = (
@@ -284,6 +286,7 @@ def measure(args: argparse.Namespace, spark: Any, work: Path, cores: int) -> Non
         f"{'executors':>10} {'raw':>10} {'floor':>10} {'flink':>8}   (events/s per core)"
     )
     rows = []
+    table: list[list[str]] = []
     warm: set[tuple[str, str, str]] = set()  # (query, source, system) run once unmeasured
     for events in args.events:
         for source_name in args.sources.split(","):
@@ -315,6 +318,18 @@ def measure(args: argparse.Namespace, spark: Any, work: Path, cores: int) -> Non
                     return f"{cell[system]:10,.0f}" if system in cell else f"{'':>10}"
 
                 flink = qs.FLINK_PER_CORE.get(query)
+                table.append(
+                    [
+                        query,
+                        source_name,
+                        f"{events:,}",
+                        *(
+                            f"{cell[s]:,.0f}" if s in cell else ""
+                            for s in ("spark", "tidemark", "executors", "raw", "floor")
+                        ),
+                        f"{flink:,}" if flink else "",
+                    ]
+                )
                 rows.append(
                     f"{query:<5} {source_name:<6} {events:>12,} {fmt('spark')} "
                     f"{fmt('tidemark')} {fmt('executors')} {fmt('raw')} {fmt('floor')} "
@@ -325,6 +340,7 @@ def measure(args: argparse.Namespace, spark: Any, work: Path, cores: int) -> Non
     print(header)
     for r in rows:
         print(r)
+    return table
 
 
 def check_query(
@@ -418,17 +434,55 @@ def main() -> None:
         "(benches/standalone.py)",
     )
     ap.add_argument("--check", action="store_true", help="check equality on a small stream")
+    ap.add_argument("--record", action="store_true", help="record a run with other settings")
     args = ap.parse_args()
+    sys.path.insert(0, str(Path(__file__).parent.parent))
+    from record import documented, record
+
+    documented_run = documented(ap, args)
+    master = args.master
     with contextlib.ExitStack() as stack:
         if args.master == "standalone":
-            sys.path.insert(0, str(Path(__file__).parent.parent))
             import standalone
 
             args.master = stack.enter_context(standalone.cluster(workers=2, cores=1))
-        run_all(args)
+        table = run_all(args)
+    if table and documented_run:
+        record(
+            "nexmark_run",
+            title="Nexmark q5, q7, q11, q12 against Spark",
+            what=(
+                "Nexmark's bids (`benches/nexmark/generator.py`, 10,000 events a second of "
+                "event time) from one Parquet file per micro-batch (`files`), Spark's "
+                "`rate-micro-batch` source turned into bids (`rate`) and a Kafka topic of a "
+                "broker started here (`kafka`): Spark's own streaming aggregation of each "
+                "query (`spark`), `StreamProcessor` with its defaults (`tidemark`), on the "
+                "executors (`executors`: `on_driver=False, read_files=False`), on the "
+                "executors without Spark's fold (`raw`), and q0 counting the rows (`floor`). "
+                "Events per second per core: the events of a micro-batch over the median "
+                f"of {args.batches - 1} micro-batch times after the first, over the cores; "
+                "Flink's published figures (its reference run, Flink 1.13, 8 cores per "
+                "worker) beside them for scale."
+            ),
+            command="python benches/nexmark/run.py",
+            master=master,
+            columns=[
+                "query",
+                "source",
+                "events per batch",
+                "spark",
+                "tidemark",
+                "executors",
+                "raw",
+                "floor",
+                "flink (published)",
+            ],
+            rows=table,
+        )
 
 
-def run_all(args: argparse.Namespace) -> None:
+def run_all(args: argparse.Namespace) -> list[list[str]]:
+    """The table of :func:`measure` (empty with ``--check``)."""
     extra = None
     if "kafka" in args.sources.split(","):
         from tidemark_tools.jars import kafka_delta_conf
@@ -437,13 +491,13 @@ def run_all(args: argparse.Namespace) -> None:
         extra = kafka_delta_conf()
         args.broker = Broker.start(Path(tempfile.mkdtemp(prefix="tidemark-nexmark-kafka-")))
     try:
-        _run_all(args, extra)
+        return _run_all(args, extra)
     finally:
         if extra is not None:
             args.broker.stop()
 
 
-def _run_all(args: argparse.Namespace, extra: dict[str, str] | None) -> None:
+def _run_all(args: argparse.Namespace, extra: dict[str, str] | None) -> list[list[str]]:
     spark = local_session(
         args.master,
         app_name="tidemark-nexmark",
@@ -461,8 +515,8 @@ def _run_all(args: argparse.Namespace, extra: dict[str, str] | None) -> None:
     try:
         if args.check:
             check(args, spark, work)
-        else:
-            measure(args, spark, work, cores)
+            return []
+        return measure(args, spark, work, cores)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
