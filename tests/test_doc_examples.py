@@ -41,6 +41,7 @@ NOT_RUN = {
     "deployment.md#0": "Maven Central",
     "deployment.md#1": "Spark Connect",
     "watermark-scopes.md#2": "Kafka",
+    "streaming-state.md#4": "S3 endpoint",
 }
 
 

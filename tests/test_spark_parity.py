@@ -20,7 +20,7 @@ after its partial aggregation: one per (key, window) of a micro-batch, per (key,
 time) for sessions); and a per-key watermark (``"spark"`` rule) emits every window Spark
 emits with its exact count, with that count.
 
-``TIDEMARK_PARITY_EXAMPLES`` sets the number of examples per window kind (default 5;
+``TIDEMARK_PARITY_EXAMPLES`` sets the number of examples per window kind (default 3;
 the closing note of the late-rule issue gives the long run).
 """
 
@@ -43,7 +43,7 @@ from tidemark.spark import StreamProcessor
 
 pytestmark = pytest.mark.spark
 
-EXAMPLES = int(os.environ.get("TIDEMARK_PARITY_EXAMPLES", "5"))
+EXAMPLES = int(os.environ.get("TIDEMARK_PARITY_EXAMPLES", "3"))
 T0 = 1_700_000_000_000  # epoch milliseconds, a multiple of every window size here
 DELAY_MS = 3_000
 SCHEMA = pa.schema([("k", pa.string()), ("ts", pa.timestamp("us", tz="UTC")), ("v", pa.int64())])

@@ -251,6 +251,12 @@ def _soak(args: argparse.Namespace) -> int:
     return main_args(args)
 
 
+def _live_soak(args: argparse.Namespace) -> int:
+    from tidemark_tools.live_soak import main_args
+
+    return main_args(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (every command and flag is documented in ``--help``)."""
     parser = argparse.ArgumentParser(
@@ -400,6 +406,30 @@ def build_parser() -> argparse.ArgumentParser:
     soak.add_argument("--max-keys", type=int, default=20_000, help="max_keys (20000; 0: unbounded)")
     soak.add_argument("--state-ttl", default="30s", help="state_ttl (30s; empty: none)")
     soak.set_defaults(func=_soak)
+
+    live = sub.add_parser(
+        "live-soak",
+        help="a Kafka -> tidemark query for a while: memory, state, batch time, exactness",
+        description=(
+            "Starts a Kafka broker and a local Spark session, fills a topic in real time "
+            "(keys churning, one partition going silent and coming back) and runs a "
+            "StreamProcessor query over it, sampling the driver's and the Python workers' "
+            "memory, the state's size and the micro-batch time; at the end every window is "
+            "checked against an oracle. Exit code 1 unless the windows are exact and the "
+            "samples flat after warm-up."
+        ),
+    )
+    live.add_argument("--minutes", type=float, default=30, help="minutes of input (30)")
+    live.add_argument("--rate", type=int, default=3_000, help="records a second (3000)")
+    live.add_argument(
+        "--executors",
+        action="store_true",
+        help="every micro-batch in Spark's Python workers (default: where StreamProcessor puts it)",
+    )
+    live.add_argument("--plot", help="write a PNG of the samples here")
+    live.add_argument("--json", help="write the report as JSON here")
+    live.add_argument("--workdir", default=None, help="directory to use (default: a temp dir)")
+    live.set_defaults(func=_live_soak)
     return parser
 
 

@@ -253,7 +253,7 @@ class MicroBatchDriver:
                     f"configuration ({changed}). A changed pipeline starts over: give it a "
                     "new state_location and a new checkpoint location (or delete both)"
                 )
-            same = {k: v for k, v in meta.items() if k not in ("num_partitions", "settings")}
+            same = {k: v for k, v in meta.items() if k in want and k != "num_partitions"}
             if rescale is None or same != {k: v for k, v in want.items() if k != "num_partitions"}:
                 why = self._mismatch(meta, want)
                 raise StateCorruptedError(f"{self.store.path('meta.json')}: {why}")
