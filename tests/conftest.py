@@ -30,6 +30,38 @@ os.environ["JAVA_TOOL_OPTIONS"] = with_options(  # once: xdist's workers inherit
 )
 
 
+def _weight(item: pytest.Item) -> float:
+    """A ``slow`` test's seconds as its marker gives them (``@pytest.mark.slow(80)``),
+    else 10; 0 for a quick test."""
+    mark = item.get_closest_marker("slow")
+    if mark is None:
+        return 0.0
+    return float(mark.args[0]) if mark.args else 10.0
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test``: two workers, ``--dist worksteal``), each worker
+    is first sent an equal, contiguous share of the tests: the ``slow`` ones are shared
+    out by their weight (the longest first) at the head of each share, so that no
+    worker is left running a minute-long test after the other has finished; quick tests
+    fill the shares, and the worker done first steals from the other's tail."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    slow = sorted((i for i in items if _weight(i) > 0), key=_weight, reverse=True)
+    quick = [i for i in items if _weight(i) == 0]
+    groups: list[list[pytest.Item]] = [[] for _ in range(max(1, workers))]
+    for item in slow:
+        min(groups, key=lambda g: sum(map(_weight, g))).append(item)
+    ordered: list[pytest.Item] = []
+    left, rest = len(items), list(quick)
+    for n, group in enumerate(groups):
+        share = left // (len(groups) - n)  # what the scheduler sends the n-th worker
+        take = max(0, share - len(group))
+        ordered += group + rest[:take]
+        rest = rest[take:]
+        left -= share
+    items[:] = ordered + rest
+
+
 @pytest.fixture(scope="session")
 def spark_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The Spark JVM's working directory: where Spark resolves a relative path."""

@@ -12,6 +12,7 @@ import tidemark as tm
 from tidemark_tools.crashtest import micro_batches_read, outputs, run, run_job, write_input
 
 
+@pytest.mark.slow(30)
 @pytest.mark.parametrize(
     ("where", "kills", "batches"),
     # The state on a local disk, or on an S3-compatible server (a kill mid-upload).

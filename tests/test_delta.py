@@ -98,7 +98,7 @@ def test_delta_sink_refuses_what_it_cannot_write() -> None:
         delta_sink("/tmp/x")(pa.table({"a": [1]}), 0)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(80)
 def test_sigkilled_kafka_to_delta_driver_restarts_to_the_uninterrupted_tables(
     spark: Any, kafka: Any, tmp_path: Path
 ) -> None:

@@ -456,7 +456,7 @@ def test_a_small_kafka_micro_batch_is_sized_by_its_records_and_runs_in_the_drive
     assert len(set(w[:2] for w in windows)) == len(windows), "each window once"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(25)
 def test_a_dirty_topic_loses_no_reading_through_stream_processor(
     spark: Any, kafka: Any, tmp_path: Path
 ) -> None:
@@ -568,6 +568,7 @@ def test_the_kafka_guide_says_where_the_producer_puts_each_device(kafka: Any) ->
     assert got == [librdkafka_partition(f"d{d}".encode(), 4) for d in range(12)]
 
 
+@pytest.mark.slow(12)
 def test_a_topic_deleted_and_recreated_under_a_query_changes_nothing_committed(
     spark: Any, kafka: Any, tmp_path: Path
 ) -> None:

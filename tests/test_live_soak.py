@@ -15,6 +15,7 @@ from tidemark_tools.live_soak import Stream, live_soak
 pytestmark = pytest.mark.spark
 
 
+@pytest.mark.slow(48)
 def test_live_input_with_churn_and_an_idle_partition_gives_every_window_exactly(
     spark: Any, kafka: Any, tmp_path: Path
 ) -> None:

@@ -18,6 +18,7 @@ from tidemark_tools.crashtest import pipeline
 pytestmark = pytest.mark.spark
 
 
+@pytest.mark.slow(18)
 def test_a_query_restarted_on_an_object_store_writes_the_uninterrupted_tables(
     spark: Any, tmp_path: Path, s3_location: str, s3a_root: str
 ) -> None:

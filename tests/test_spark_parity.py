@@ -333,6 +333,7 @@ def _settings() -> Any:
     )
 
 
+@pytest.mark.slow(15)
 @_settings()
 @given(batches=streams())
 @example(batches=EDGES)
@@ -340,6 +341,7 @@ def test_tumbling_windows_equal_sparks(spark: Any, tmp_path_factory: Any, batche
     check(spark, tmp_path_factory.mktemp("parity"), "tumbling", batches)
 
 
+@pytest.mark.slow(15)
 @_settings()
 @given(batches=streams())
 @example(batches=EDGES)
@@ -347,6 +349,7 @@ def test_sliding_windows_equal_sparks(spark: Any, tmp_path_factory: Any, batches
     check(spark, tmp_path_factory.mktemp("parity"), "sliding", batches)
 
 
+@pytest.mark.slow(15)
 @_settings()
 @given(batches=streams())
 @example(batches=EDGES)

@@ -1819,7 +1819,7 @@ def test_entry_points_refuse_wrong_arguments_when_called(spark: Any, tmp_path: P
     assert (state / "driver").is_dir()
 
 
-@pytest.mark.slow
+@pytest.mark.slow(40)
 def test_standalone_cluster_uses_both_executors(
     run_job: Callable[..., str], tmp_path: Path
 ) -> None:

@@ -483,6 +483,7 @@ batch_rows = st.lists(
 )
 
 
+@pytest.mark.slow(25)
 @settings(
     max_examples=6,
     deadline=None,
