@@ -1,4 +1,4 @@
-"""Runs 400,000-row micro-batches through StreamProcessor's executor path on a Spark
+"""Runs 1M-row micro-batches through StreamProcessor's executor path on a Spark
 standalone cluster (a master and two one-core workers started with ``spark-class``, see
 ``benches/standalone.py``) and checks that every micro-batch keeps both executors busy
 and that the windows are exact (used by
@@ -19,7 +19,7 @@ import profile_executor as profile
 import standalone
 from tidemark.spark import StreamProcessor
 
-ROWS = 400_000  # per micro-batch
+ROWS = 1_000_000  # per micro-batch
 BATCHES = 2
 TENANTS = 2_000
 

@@ -1823,7 +1823,7 @@ def test_entry_points_refuse_wrong_arguments_when_called(spark: Any, tmp_path: P
 def test_standalone_cluster_uses_both_executors(
     run_job: Callable[..., str], tmp_path: Path
 ) -> None:
-    """A master and two workers started with ``spark-class``: each 400,000-row micro-batch of
+    """A master and two workers started with ``spark-class``: each 1M-row micro-batch of
     the executor path (raw rows shuffled, or Spark's folds) keeps both executors busy,
     and the windows equal Spark's own ``groupBy``."""
     assert "STANDALONE OK" in run_job("spark_standalone_job.py", tmp_path)
