@@ -25,18 +25,16 @@ import argparse
 import base64
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from tidemark_tools.jars import jar_dir
-from tidemark_tools.serving import free_port, java, poll_ready, serve, stop_process
+from tidemark_tools.serving import LocalServer, free_port, java, poll_ready, port_open, serve
 
 __all__ = ["Broker", "murmur2", "partition_for"]
 
@@ -99,14 +97,14 @@ def partition_for(key: bytes, partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
-class Broker:
+class Broker(LocalServer):
     """One running broker; :meth:`start` starts it, :meth:`stop` (or leaving the
     ``with`` block) stops it and removes nothing (its logs stay in ``workdir``).
     :meth:`connect` reaches a broker another process started."""
 
     def __init__(self, bootstrap: str, process: subprocess.Popen[bytes] | None = None):
+        super().__init__(process)
         self.bootstrap = bootstrap
-        self._process = process
         self._producer: Any = None
 
     # -- life cycle -------------------------------------------------------------------
@@ -160,11 +158,10 @@ class Broker:
         from confluent_kafka.admin import AdminClient
 
         deadline = time.monotonic() + timeout
-        host, port = self.bootstrap.rsplit(":", 1)
         # The port first (a client would log every refused connection), then the broker.
         poll_ready(
             self._process,
-            lambda: socket.create_connection((host, int(port)), timeout=1).close(),
+            lambda: port_open(self.bootstrap),
             "the Kafka broker",
             timeout,
             log,
@@ -177,25 +174,6 @@ class Broker:
     def info(self) -> dict[str, Any]:
         """What another process needs to :meth:`connect`."""
         return {"bootstrap": self.bootstrap}
-
-    def alive(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    def stop(self) -> None:
-        """Stops a broker this handle started (SIGTERM, then SIGKILL after 20 s)."""
-        p, self._process = self._process, None
-        stop_process(p)
-
-    def __enter__(self) -> Broker:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- topics and records -----------------------------------------------------------
 

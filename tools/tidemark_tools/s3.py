@@ -30,16 +30,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from tidemark_tools.jars import jar_dir
-from tidemark_tools.serving import free_port, java, poll_ready, serve, stop_process
+from tidemark_tools.serving import LocalServer, free_port, java, poll_ready, port_open, serve
 
 __all__ = ["CLIENT_ENV", "S3Server"]
 
@@ -74,15 +72,15 @@ _LOGBACK = """\
 _JVM = ["-Xms64m", "-Xmx1g", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
 
 
-class S3Server:
+class S3Server(LocalServer):
     """One running s3proxy; :meth:`start` starts it, :meth:`stop` (or leaving the
     ``with`` block) stops it; its objects stay under ``workdir/data``.
     :meth:`connect` reaches one another process started."""
 
     def __init__(self, endpoint: str, process: subprocess.Popen[bytes] | None = None):
         #: ``host:port``.
+        super().__init__(process)
         self.endpoint = endpoint
-        self._process = process
 
     @classmethod
     def start(cls, workdir: str | os.PathLike[str], timeout: float = 60.0) -> S3Server:
@@ -117,7 +115,7 @@ class S3Server:
         server = cls(f"127.0.0.1:{port}", process)
         try:
             # The port first (the S3 client retries a refused connection for seconds).
-            poll_ready(process, server._connect, "s3proxy", timeout, log_path)
+            poll_ready(process, lambda: port_open(server.endpoint), "s3proxy", timeout, log_path)
             fs = server.filesystem()
             poll_ready(process, lambda: fs.get_file_info("tidemark-probe"), "s3proxy", 10, log_path)
         except BaseException:
@@ -130,32 +128,9 @@ class S3Server:
         """A handle on a server already running at ``endpoint``."""
         return cls(endpoint)
 
-    def _connect(self) -> None:
-        host, port = self.endpoint.rsplit(":", 1)
-        socket.create_connection((host, int(port)), timeout=1).close()
-
     def info(self) -> dict[str, Any]:
         """What another process needs to :meth:`connect`."""
         return {"endpoint": self.endpoint}
-
-    def alive(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    def stop(self) -> None:
-        """Stops a server this handle started."""
-        p, self._process = self._process, None
-        stop_process(p)
-
-    def __enter__(self) -> S3Server:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- clients ----------------------------------------------------------------------
 

@@ -15,9 +15,19 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from types import TracebackType
+from typing import Any, Protocol, TypeVar
 
-__all__ = ["free_port", "java", "poll_ready", "serve", "stop_process", "tail"]
+__all__ = [
+    "LocalServer",
+    "free_port",
+    "java",
+    "poll_ready",
+    "port_open",
+    "serve",
+    "stop_process",
+    "tail",
+]
 
 
 def free_port() -> int:
@@ -76,6 +86,42 @@ def stop_process(p: subprocess.Popen[bytes] | None, grace: float = 20.0) -> None
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
+
+
+def port_open(address: str) -> None:
+    """Connects to ``host:port`` and hangs up (raises where nothing listens)."""
+    host, port = address.rsplit(":", 1)
+    socket.create_connection((host, int(port)), timeout=1).close()
+
+
+_S = TypeVar("_S", bound="LocalServer")
+
+
+class LocalServer:
+    """A server process this handle started (``process``), or one another process
+    started (``None``): whether it is alive, stopping it, and ``with`` that stops it."""
+
+    def __init__(self, process: subprocess.Popen[bytes] | None) -> None:
+        self._process = process
+
+    def alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def stop(self) -> None:
+        """Stops a server this handle started (SIGTERM, then SIGKILL after 20 s)."""
+        p, self._process = self._process, None
+        stop_process(p)
+
+    def __enter__(self: _S) -> _S:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
 
 
 class Server(Protocol):
