@@ -60,9 +60,13 @@ kafka: build jars
 # The module is abi3 (`_native.abi3.so`); a per-version build left by an older checkout
 # (`_native.cpython-*.so`) would shadow it on import.
 # (BUILT=1: built already, by the make that runs this one: make test.)
+# make test builds it stripped, as the wheel it checks is: `maturin build` then finds
+# the crate built and only packs it, where it would compile it again.
+STRIP :=
+test: STRIP := --strip
 build: setup
 	$(if $(BUILT),@true,rm -f python/tidemark/_native.cpython-*.so)
-	$(if $(BUILT),@true,$(BIN)/maturin develop --release --quiet)
+	$(if $(BUILT),@true,$(BIN)/maturin develop --release $(STRIP) --quiet)
 
 demo: build
 	$(BIN)/tidemark demo
@@ -95,14 +99,16 @@ py-test: build jars
 	$(PYTEST)
 
 # make test runs the wheel check (below) beside the gates (lint, the Rust tests), which
-# are mostly compiling: its Spark runs wait on a JVM as much as they compute.
+# are mostly compiling, and on into the Python tests, whose first seconds are JVMs
+# starting: its Spark runs wait on a JVM as much as they compute. (BUILT=1: the module
+# was built by this make.)
 test: build jars wheel-build
 	{ $(WHEEL_CHECK); } >target/wheel-check.log 2>&1 & wheel=$$!; \
-	$(MAKE) --no-print-directory BUILT=1 lint rust-test; gates=$$?; \
+	$(MAKE) --no-print-directory BUILT=1 lint rust-test && \
+	$(MAKE) --no-print-directory BUILT=1 py-test; tests=$$?; \
 	wait $$wheel; checked=$$?; \
 	if test $$checked = 0; then tail -n 4 target/wheel-check.log; else cat target/wheel-check.log; fi; \
-	test $$gates = 0 && test $$checked = 0
-	$(MAKE) --no-print-directory BUILT=1 py-test
+	test $$tests = 0 && test $$checked = 0
 
 # The wheel a user ships: one abi3 wheel for every CPython >= 3.10, its native module
 # stripped, linked by zig (`ziglang` from PyPI) against glibc 2.17's symbols so that it

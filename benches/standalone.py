@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -47,14 +48,93 @@ def _spark_class() -> str:
     return str(Path(pyspark.__file__).parent / "bin" / "spark-class")
 
 
+class Cluster:
+    """A running standalone cluster: its master's :attr:`url` and its workers, each a
+    JVM whose executors (and their Python workers) are processes under it."""
+
+    def __init__(self, work: Path, port: int, cores: int, memory: str, env: dict[str, str]):
+        self.work = work
+        self.url = f"spark://127.0.0.1:{port}"
+        self._cores, self._memory, self._env = cores, memory, env
+        self.master: subprocess.Popen[bytes] | None = None
+        self.workers: list[subprocess.Popen[bytes]] = []
+
+    def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        log = open(self.work / f"{name}.log", "ab")  # noqa: SIM115 (closed with the process)
+        return subprocess.Popen(
+            [_spark_class(), *args], env=self._env, stdout=log, stderr=subprocess.STDOUT
+        )
+
+    def _worker(self, w: int) -> subprocess.Popen[bytes]:
+        return self._spawn(
+            f"worker{w}",
+            "org.apache.spark.deploy.worker.Worker",
+            "--cores", str(self._cores), "--memory", self._memory,
+            "--webui-port", str(_free_port()), "--work-dir", str(self.work / f"work{w}"),
+            self.url,
+        )  # fmt: skip
+
+    def worker_of(self, pid: int) -> int | None:
+        """The worker whose processes include ``pid`` (an executor's Python worker,
+        say), or ``None``."""
+        for w, p in enumerate(self.workers):
+            if pid in _descendants(p.pid):
+                return w
+        return None
+
+    def kill_worker(self, w: int) -> list[int]:
+        """SIGKILLs worker ``w`` and every process under it (its executors and their
+        Python workers) at once, as a machine lost; the pids killed."""
+        pids = [self.workers[w].pid, *_descendants(self.workers[w].pid)]
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.workers[w].wait()
+        return pids
+
+    def restart_worker(self, w: int) -> None:
+        """Starts worker ``w`` again (a new JVM, registering with the master), as a
+        cluster manager replaces a lost node."""
+        if self.workers[w].poll() is None:
+            raise RuntimeError(f"worker {w} is running")
+        self.workers[w] = self._worker(w)
+
+    def stop(self) -> None:
+        procs = [p for p in (self.master, *self.workers) if p is not None]
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process under ``pid`` (from ``/proc``)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            text = stat.read_text()
+            ppid = int(text[text.rindex(")") + 2 :].split()[1])
+            children.setdefault(ppid, []).append(int(stat.parent.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
 @contextlib.contextmanager
-def cluster(workers: int = 2, cores: int = 1, memory: str = "2g") -> Iterator[str]:
+def cluster(workers: int = 2, cores: int = 1, memory: str = "2g") -> Iterator[Cluster]:
     """A standalone master and ``workers`` workers of ``cores`` cores each, started with
-    ``spark-class`` (logs under a temporary directory); yields the master's URL and
-    stops every process on exit."""
+    ``spark-class`` (logs under a temporary directory); yields the :class:`Cluster`
+    (its master's URL: ``.url``) and stops every process on exit."""
     work = Path(tempfile.mkdtemp(prefix="tidemark-standalone-"))
     port = _free_port()
-    url = f"spark://127.0.0.1:{port}"
     env = dict(
         os.environ,
         SPARK_LOCAL_IP="127.0.0.1",
@@ -62,16 +142,9 @@ def cluster(workers: int = 2, cores: int = 1, memory: str = "2g") -> Iterator[st
         SPARK_WORKER_DIR=str(work / "work"),
         PYSPARK_PYTHON=sys.executable,
     )
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(name: str, *args: str) -> None:
-        log = open(work / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
-        procs.append(
-            subprocess.Popen([_spark_class(), *args], env=env, stdout=log, stderr=subprocess.STDOUT)
-        )
-
+    c = Cluster(work, port, cores, memory, env)
     try:
-        start(
+        c.master = c._spawn(
             "master",
             "org.apache.spark.deploy.master.Master",
             "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(_free_port()),
@@ -80,26 +153,13 @@ def cluster(workers: int = 2, cores: int = 1, memory: str = "2g") -> Iterator[st
         while True:  # the master listens before the workers register with it
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
                 break
-            if time.monotonic() > deadline or procs[0].poll() is not None:
+            if time.monotonic() > deadline or c.master.poll() is not None:
                 raise RuntimeError("the master did not start: " + _tail(work / "master.log"))
             time.sleep(0.2)
-        for w in range(workers):
-            start(
-                f"worker{w}",
-                "org.apache.spark.deploy.worker.Worker",
-                "--cores", str(cores), "--memory", memory,
-                "--webui-port", str(_free_port()), "--work-dir", str(work / f"work{w}"),
-                url,
-            )  # fmt: skip
-        yield url
+        c.workers = [c._worker(w) for w in range(workers)]
+        yield c
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        c.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -107,9 +167,15 @@ def _tail(path: Path) -> str:
     return path.read_text(errors="replace")[-3000:] if path.exists() else "(no log)"
 
 
-def session(url: str, executors: int, app_name: str = "tidemark-standalone") -> Any:
+def session(
+    url: str,
+    executors: int,
+    app_name: str = "tidemark-standalone",
+    extra_conf: dict[str, str] | None = None,
+) -> Any:
     """A SparkSession on the cluster at ``url`` with ``executors`` one-core executors
-    (``spark.cores.max``), once they have all registered."""
+    (``spark.cores.max``), once they have all registered; ``extra_conf``: more
+    settings (a job's connectors)."""
     from tidemark_tools.session import local_session
 
     spark = local_session(
@@ -121,6 +187,7 @@ def session(url: str, executors: int, app_name: str = "tidemark-standalone") -> 
             "spark.executor.cores": "1",
             "spark.executor.memory": "1g",
             "spark.driver.host": "127.0.0.1",
+            **(extra_conf or {}),
         },
     )
     deadline = time.monotonic() + 120
@@ -168,9 +235,9 @@ def main() -> None:
     ap.add_argument("--record", action="store_true", help="record a run with other settings")
     args = ap.parse_args()
     times: dict[int, dict[str, float]] = {}
-    with cluster(workers=2) as url:
+    with cluster(workers=2) as c:
         for executors in (1, 2):
-            spark = session(url, executors)
+            spark = session(c.url, executors)
             spark.sparkContext.setLogLevel("FATAL")  # a stopped query aborts its last write
             work = Path(tempfile.mkdtemp(prefix="tidemark-standalone-run-"))
             try:

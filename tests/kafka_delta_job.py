@@ -7,11 +7,20 @@ itself at a chosen point of a chosen micro-batch: ``before`` its sinks write,
 kill takes its whole process group: the Python driver and its JVM.
 
 ``python tests/kafka_delta_job.py WORKDIR`` reads ``WORKDIR/job.json`` (``bootstrap``,
-``topic``, and ``kill``: ``[batch, point]``), resumes from ``WORKDIR``'s
+``topic``, and ``kill``: ``[batch, point]`` or none), resumes from ``WORKDIR``'s
 checkpoint and state, and reads the topic (``availableNow``, throttled, so that its
-micro-batches are the same in every run) until it dies. ``tests/test_delta.py`` runs it,
-then :func:`run` in its own session: to the end from the crashed run's checkpoint, and
-uninterrupted as the reference.
+micro-batches are the same in every run) until it dies, or to its end.
+``tests/test_delta.py`` runs it, then :func:`run` in its own session: to the end from
+the crashed run's checkpoint, and uninterrupted as the reference.
+
+On a standalone cluster (``master``: its URL, ``tests/test_cluster.py``), the state runs
+on the executors, and two more points let the test fault the cluster at a known moment.
+``stall``: ``[partition, offset]``: the task that reads that record (a Spark task on an
+executor: a filter that keeps every record) writes its process id to
+``WORKDIR/stalled`` and waits until the test has killed it with its worker; its retry,
+elsewhere, finds ``WORKDIR/worker-killed``, adds its process id to ``WORKDIR/retried``
+and goes on. ``pause``: a micro-batch after whose sinks the driver writes
+``WORKDIR/paused`` and waits for ``WORKDIR/go`` (the test stops the broker meanwhile).
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,7 +62,17 @@ def _die(work: Path, batch_id: int, point: str) -> None:
     os.killpg(os.getpid(), signal.SIGKILL)
 
 
-def _sink(work: Path, table: str, kill: tuple[int, str] | None) -> Callable[[Any, int], None]:
+def _wait_for(path: Path, what: str, timeout: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{path.name} did not appear in {timeout:.0f} s: {what}")
+        time.sleep(0.1)
+
+
+def _sink(
+    work: Path, table: str, kill: tuple[int, str] | None, pause: int | None
+) -> Callable[[Any, int], None]:
     write = delta_sink(work / "tables" / table, app_id=f"crash-{table}")
     batch, point = kill if kill is not None else (-1, "")
     # The sinks run in order: windows, late, errors.
@@ -65,8 +85,43 @@ def _sink(work: Path, table: str, kill: tuple[int, str] | None) -> Callable[[Any
         write(df, batch_id)
         if after and batch_id == batch:
             _die(work, batch_id, point)
+        if table == "errors" and batch_id == pause:
+            _mark(work / "paused", str(batch_id))
+            _wait_for(work / "go", "the test lets the driver go on")
 
     return sink
+
+
+def _mark(path: Path, text: str) -> None:
+    """Writes ``path`` whole or not at all (a reader never sees half of it)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def stall_at(work: Path, partition: int, offset: int) -> Any:
+    """A filter on the Kafka source's records that keeps every one, and stalls the
+    task that reads record ``offset`` of ``partition`` (see the module's doc) until
+    the test kills it. (A filter keeps the source's ``partition`` column as it is,
+    as the per-partition watermark needs.)"""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType
+
+    work_dir = str(work)
+
+    def keep(p: int, o: int) -> bool:
+        here = Path(work_dir)
+        if p == partition and o == offset and not (here / "worker-killed").exists():
+            _mark(here / "stalled", str(os.getpid()))
+            _wait_for(here / "worker-killed", "the test kills this task's worker", 120)
+            time.sleep(120)  # killed meanwhile: its worker was this process's too
+            raise RuntimeError("the stalled task's worker was not killed")
+        if p == partition and o == offset:  # the stalled task again: its retry
+            with open(here / "retried", "a") as f:
+                f.write(f"{os.getpid()}\n")
+        return True
+
+    return F.udf(keep, BooleanType())(F.col("partition"), F.col("offset"))
 
 
 def run(
@@ -76,13 +131,19 @@ def run(
     topic: str,
     kill: tuple[int, str] | None = None,
     collect: dict[str, list[tuple[Any, ...]]] | None = None,
+    *,
+    on_executors: bool = False,
+    stall: tuple[int, int] | None = None,
+    pause: int | None = None,
+    per_trigger: int = 200,
 ) -> None:
     """Reads ``topic`` to its end into the Delta tables under ``work/tables`` (or,
-    with ``collect``, into its lists of rows, one per table)."""
+    with ``collect``, into its lists of rows, one per table); ``on_executors``: the
+    state in Spark tasks whatever a micro-batch's size."""
 
     def sink(table: str) -> Callable[[Any, int], None]:
         if collect is None:
-            return _sink(work, table, kill)
+            return _sink(work, table, kill, pause)
         return lambda df, _b: collect[table].extend(tuple(r) for r in df.collect())
 
     proc = StreamProcessor(
@@ -92,8 +153,10 @@ def run(
         sink=sink("windows"),
         late_sink=sink("late"),
         error_sink=sink("errors"),
+        on_driver=False if on_executors else None,
     )
-    stream = kafka_stream(spark, bootstrap, topic, maxOffsetsPerTrigger="200")
+    keep = None if stall is None else stall_at(work, *stall)
+    stream = kafka_stream(spark, bootstrap, topic, keep, maxOffsetsPerTrigger=str(per_trigger))
     q = (
         stream.writeStream.foreachBatch(proc)
         .option("checkpointLocation", str(work / "chk"))
@@ -118,9 +181,27 @@ def main(work: Path) -> None:
         conf = {**kafka_delta_conf(), "spark.jars.ivy": str(ivy)}
     else:
         conf = jars.kafka_delta_conf()  # the same artifacts, resolved by Maven as files
-    spark = local_session("local[2]", "kafka-delta-job", 2, conf)
-    kill = (int(job["kill"][0]), str(job["kill"][1]))
-    run(spark, work, job["bootstrap"], job["topic"], kill)
+    master = job.get("master")
+    if master:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benches"))
+        import standalone
+
+        spark = standalone.session(master, 2, "kafka-delta-job", conf)
+    else:
+        spark = local_session("local[2]", "kafka-delta-job", 2, conf)
+    kill = (int(job["kill"][0]), str(job["kill"][1])) if job.get("kill") else None
+    stall = (int(job["stall"][0]), int(job["stall"][1])) if job.get("stall") else None
+    run(
+        spark,
+        work,
+        job["bootstrap"],
+        job["topic"],
+        kill,
+        on_executors=bool(master),
+        stall=stall,
+        pause=job.get("pause"),
+        per_trigger=int(job.get("per_trigger", 200)),
+    )
     spark.stop()
 
 

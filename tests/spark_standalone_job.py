@@ -64,8 +64,8 @@ def run(spark: Any, state: Path, preaggregate: bool) -> list[tuple]:
 
 
 def main(tmp: str) -> None:
-    with standalone.cluster(workers=2, cores=1) as url:
-        spark = standalone.session(url, executors=2)
+    with standalone.cluster(workers=2, cores=1) as c:
+        spark = standalone.session(c.url, executors=2)
         from pyspark.sql import functions as F
 
         everything = events(spark, 0)

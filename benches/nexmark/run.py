@@ -445,7 +445,7 @@ def main() -> None:
         if args.master == "standalone":
             import standalone
 
-            args.master = stack.enter_context(standalone.cluster(workers=2, cores=1))
+            args.master = stack.enter_context(standalone.cluster(workers=2, cores=1)).url
         table = run_all(args)
     if table and documented_run:
         record(

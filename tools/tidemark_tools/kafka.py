@@ -102,10 +102,16 @@ class Broker(LocalServer):
     ``with`` block) stops it and removes nothing (its logs stay in ``workdir``).
     :meth:`connect` reaches a broker another process started."""
 
-    def __init__(self, bootstrap: str, process: subprocess.Popen[bytes] | None = None):
+    def __init__(
+        self,
+        bootstrap: str,
+        process: subprocess.Popen[bytes] | None = None,
+        workdir: Path | None = None,
+    ):
         super().__init__(process)
         self.bootstrap = bootstrap
         self._producer: Any = None
+        self._workdir = workdir
 
     # -- life cycle -------------------------------------------------------------------
 
@@ -126,7 +132,7 @@ class Broker(LocalServer):
         # One token each: an id starting with "-" (1 in 32) would read as an option.
         storage = ["kafka.tools.StorageTool", "format", f"--cluster-id={cluster}"]
         storage.append(f"--config={config}")
-        with open(work / "broker.log", "ab") as log:  # the broker keeps its own copy
+        with open(work / "broker.log", "ab") as log:
             subprocess.run(
                 [java(), *_JVM, "-cp", classpath, *storage],
                 stdout=log,
@@ -134,20 +140,41 @@ class Broker(LocalServer):
                 env=env,
                 check=True,
             )
-            process = subprocess.Popen(
+        broker = cls(f"127.0.0.1:{port}", None, work)
+        broker._launch(timeout)
+        return broker
+
+    def _launch(self, timeout: float) -> None:
+        """Runs the broker of ``server.properties`` in the work directory; returns once
+        it answers."""
+        assert self._workdir is not None and self._process is None
+        config = self._workdir / "server.properties"
+        classpath = str(jar_dir("kafka") / "*")
+        env = {**os.environ, "JAVA_TOOL_OPTIONS": ""}
+        with open(self._workdir / "broker.log", "ab") as log:  # the broker keeps its own copy
+            self._process = subprocess.Popen(
                 [java(), *_JVM, "-cp", classpath, "kafka.Kafka", str(config)],
                 stdout=log,
                 stderr=log,
                 env=env,
                 start_new_session=True,
             )
-        broker = cls(f"127.0.0.1:{port}", process)
         try:
-            broker._wait_ready(timeout, work / "broker.log")
+            self._wait_ready(timeout, self._workdir / "broker.log")
         except BaseException:
-            broker.stop()
+            self.stop()
             raise
-        return broker
+
+    def start_again(self, timeout: float = 90.0) -> None:
+        """Starts a broker this handle started and :meth:`stop` stopped, on the same
+        address and log directory: its topics and records as they were."""
+        if self._workdir is None:
+            raise RuntimeError("only a broker this handle started can start again")
+        if self.alive():
+            raise RuntimeError(f"the broker at {self.bootstrap} is running")
+        self._process = None
+        self._producer = None
+        self._launch(timeout)
 
     @classmethod
     def connect(cls, bootstrap: str) -> Broker:
