@@ -10,12 +10,11 @@ kill takes its whole process group: the Python driver and its JVM.
 ``topic``, and ``kill``: ``[batch, point]`` or none), resumes from ``WORKDIR``'s
 checkpoint and state, and reads the topic (``availableNow``, throttled, so that its
 micro-batches are the same in every run) until it dies, or to its end.
-``tests/test_delta.py`` runs it, then :func:`run` in its own session: to the end from
-the crashed run's checkpoint, and uninterrupted as the reference.
+``tests/test_cluster.py`` runs it on a standalone cluster (``master``: its URL), then
+:func:`run` in its own session, uninterrupted, as the reference.
 
-On a standalone cluster (``master``: its URL, ``tests/test_cluster.py``), the state runs
-on the executors, and two more points let the test fault the cluster at a known moment.
-``stall``: ``[partition, offset]``: the task that reads that record (a Spark task on an
+On a cluster the state runs on the executors, and two more points let the test fault
+the cluster at a known moment. ``stall``: ``[partition, offset]``: the task that reads that record (a Spark task on an
 executor: a filter that keeps every record) writes its process id to
 ``WORKDIR/stalled`` and waits until the test has killed it with its worker; its retry,
 elsewhere, finds ``WORKDIR/worker-killed``, adds its process id to ``WORKDIR/retried``

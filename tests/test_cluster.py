@@ -1,7 +1,8 @@
 """Kafka -> tidemark -> Delta Lake on a standalone cluster (a master and two one-core
 workers, ``benches/standalone.py``), faulted as a deployment is: a worker killed with
-its executor mid-micro-batch, the driver killed and restarted, the broker stopped for
-30 s. The Delta tables end equal to an uninterrupted run's.
+its executor mid-micro-batch, the driver killed (at two points of a micro-batch) and
+restarted, the broker stopped for 30 s. The Delta tables end equal to an uninterrupted
+run's.
 
 The job is ``tests/kafka_delta_job.py`` (the Kafka guide's), its state in Spark tasks on
 the executors. What each fault did to the query is asserted from the drivers' logs and
@@ -52,17 +53,20 @@ def _commits(work: Path) -> list[int]:
     return sorted(int(p.name) for p in (work / "chk" / "commits").glob("[0-9]*"))
 
 
-@pytest.mark.slow(100)
+@pytest.mark.slow(140)
 def test_a_cluster_whose_worker_driver_and_broker_fail_writes_the_uninterrupted_tables(
     spark: Any, tmp_path: Path
 ) -> None:
-    """One run of four micro-batches over a topic of 8 partitions, two of them lagging
-    60 s behind, with late and unreadable records: in micro-batch 0 a worker is
-    SIGKILLed (its executor and Python workers with it) while one of its tasks runs, and
-    started again; in micro-batch 1 the driver (Python and JVM) is SIGKILLed between the
-    windows table's commit and the late table's, and a new driver resumes from the
-    checkpoint; after micro-batch 2's sinks the broker stops for 30 s. The windows, late
-    and error tables equal those of an uninterrupted run: no row lost, none twice."""
+    """One run of five micro-batches over a topic of 8 partitions, two of them lagging
+    60 s behind, with late and unreadable records. Micro-batch 0: a worker is SIGKILLed
+    (its executor and Python workers with it) while one of its tasks runs, and started
+    again. Micro-batch 1: the driver (Python and JVM) is SIGKILLed between the windows
+    table's Delta commit and the late table's. Micro-batch 2, replayed by a new driver:
+    it is SIGKILLed again after every table committed, before Spark recorded the
+    micro-batch. Micro-batch 3, replayed by a third driver: after its sinks the broker
+    stops for 30 s. The windows, late and error tables equal those of an uninterrupted
+    run: no row lost, none twice. The first driver gets its connectors as a user's job
+    does: ``spark.jars.packages`` (``kafka_delta_conf()``), resolved by Spark."""
     import standalone
     from kafka_delta_job import TABLES, run
     from test_delta import rows
@@ -82,12 +86,16 @@ def test_a_cluster_whose_worker_driver_and_broker_fail_writes_the_uninterrupted_
         produce_rows(broker, topic, readings(3, 1, 0, 10), 3)  # late: 110 s behind
         broker.produce(topic, [(None, b"not json", None)] * 3, 1)
         base = {"bootstrap": broker.bootstrap, "topic": topic, "master": cluster.url}
-        base["per_trigger"] = 450
+        base["per_trigger"] = 350
         work, log = tmp_path / "cluster", tmp_path / "driver.log"
         work.mkdir()
 
+        def tail() -> str:
+            return log.read_text(errors="replace")[-4000:]
+
         # The first driver: a worker lost in micro-batch 0, the driver killed in 1.
-        first = _start(work, {**base, "stall": [2, 10], "kill": [1, "during"]}, log)
+        job = {**base, "stall": [2, 10], "kill": [1, "during"], "packages": True}
+        first = _start(work, job, log)
         killed: list[int] = []
         while first.poll() is None:
             stalled = work / "stalled"
@@ -98,48 +106,47 @@ def test_a_cluster_whose_worker_driver_and_broker_fail_writes_the_uninterrupted_
                 killed = cluster.kill_worker(w)
                 cluster.restart_worker(w)
             time.sleep(0.1)
-        first_log = log.read_text(errors="replace")
-        assert first.returncode == -signal.SIGKILL, first_log[-4000:]
-        assert killed, "no task stalled: " + first_log[-4000:]
-        assert (work / "kills.txt").read_text() == "1 during\n"
+        assert first.returncode == -signal.SIGKILL, tail()
+        assert killed, "no task stalled: " + tail()
         # The worker's loss: Spark lost its executor and ran the task again on another.
-        assert "Lost executor" in first_log, first_log[-4000:]
+        assert "Lost executor" in log.read_text(errors="replace"), tail()
         retried = [int(p) for p in (work / "retried").read_text().split()]
         assert retried and not set(retried) & set(killed)
         assert _commits(work) == [0]  # micro-batch 1 was not committed
 
-        # The second driver: resumes at micro-batch 1; the broker stops after 2's sinks.
-        second = _start(work, {**base, "pause": 2}, log)
+        # The second driver: replays micro-batch 1, dies after 2's commits.
+        second = _start(work, {**base, "kill": [2, "after"]}, log)
+        assert _wait(second, log) == -signal.SIGKILL, tail()
+        assert (work / "kills.txt").read_text() == "1 during\n2 after\n"
+        assert _commits(work) == [0, 1]
+
+        # The third driver: replays micro-batch 2; the broker stops after 3's sinks.
+        third = _start(work, {**base, "pause": 3}, log)
         while not (work / "paused").exists():
-            assert second.poll() is None, log.read_text(errors="replace")[-4000:]
+            assert third.poll() is None, tail()
             time.sleep(0.1)
         broker.stop()
         stopped = time.monotonic()
         (work / "go").write_text("")
         while time.monotonic() - stopped < OUTAGE_S:
-            assert second.poll() is None, log.read_text(errors="replace")[-4000:]
+            assert third.poll() is None, tail()
             time.sleep(0.2)
-        # The query waits for the broker: micro-batch 3 reads it, and is not committed
+        # The query waits for the broker: micro-batch 4 reads it, and is not committed
         # until it is back (no error raised, no task failed for good).
-        assert _commits(work) == [0, 1, 2], "a micro-batch was committed without the broker"
+        assert _commits(work) == [0, 1, 2, 3], "a micro-batch was committed without the broker"
         broker.start_again()
         back = time.time()
-        assert _wait(second, log) == 0, log.read_text(errors="replace")[-4000:]
-        assert _commits(work) == [0, 1, 2, 3]
-        assert (work / "chk" / "commits" / "3").stat().st_mtime >= back - 1
+        assert _wait(third, log) == 0, tail()
+        assert _commits(work) == [0, 1, 2, 3, 4]
+        assert (work / "chk" / "commits" / "4").stat().st_mtime >= back - 1
 
         # Uninterrupted, in this test's session, the same state layout.
         want: dict[str, list[tuple[Any, ...]]] = {t: [] for t in TABLES}
         reference = tmp_path / "reference"
         run(
-            spark,
-            reference,
-            broker.bootstrap,
-            topic,
-            collect=want,
-            on_executors=True,
-            per_trigger=450,
-        )
+            spark, reference, broker.bootstrap, topic, collect=want, on_executors=True,
+            per_trigger=350,
+        )  # fmt: skip
     for table in TABLES:
         got = rows(spark.read.format("delta").load(str(work / "tables" / table)))
         assert got == sorted(want[table]), table

@@ -32,7 +32,7 @@ def connect_port(spark: Any) -> Iterator[int]:
         cls.stop(getattr(cls, "stop$default$1")(), getattr(cls, "stop$default$2")())
 
 
-@pytest.mark.slow(37)
+@pytest.mark.slow(30)
 def test_tidemark_spark_through_spark_connect(
     connect_port: int, run_job: Callable[..., str], tmp_path: Path
 ) -> None:

@@ -1819,13 +1819,13 @@ def test_entry_points_refuse_wrong_arguments_when_called(spark: Any, tmp_path: P
     assert (state / "driver").is_dir()
 
 
-@pytest.mark.slow(40)
+@pytest.mark.slow(28)
 def test_standalone_cluster_uses_both_executors(
     run_job: Callable[..., str], tmp_path: Path
 ) -> None:
-    """A master and two workers started with ``spark-class``: each 1M-row micro-batch of
-    the executor path (raw rows shuffled, or Spark's folds) keeps both executors busy,
-    and the windows equal Spark's own ``groupBy``."""
+    """A master and two workers started with ``spark-class``: each 500,000-row
+    micro-batch of the executor path (raw rows shuffled, or Spark's folds) keeps both
+    executors busy, and the windows equal Spark's own ``groupBy``."""
     assert "STANDALONE OK" in run_job("spark_standalone_job.py", tmp_path)
 
 
