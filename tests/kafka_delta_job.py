@@ -14,8 +14,9 @@ micro-batches are the same in every run) until it dies, or to its end.
 :func:`run` in its own session, uninterrupted, as the reference.
 
 On a cluster the state runs on the executors, and two more points let the test fault
-the cluster at a known moment. ``stall``: ``[partition, offset]``: the task that reads that record (a Spark task on an
-executor: a filter that keeps every record) writes its process id to
+the cluster at a known moment. ``stall``: ``[partition, offset]``: the task that reads
+that record (a Spark task on an executor: a filter that keeps every record) writes its
+process id to
 ``WORKDIR/stalled`` and waits until the test has killed it with its worker; its retry,
 elsewhere, finds ``WORKDIR/worker-killed``, adds its process id to ``WORKDIR/retried``
 and goes on. ``pause``: a micro-batch after whose sinks the driver writes
