@@ -136,10 +136,13 @@ def run(
     stall: tuple[int, int] | None = None,
     pause: int | None = None,
     per_trigger: int = 200,
+    fetch_bytes: int | None = None,
 ) -> None:
     """Reads ``topic`` to its end into the Delta tables under ``work/tables`` (or,
     with ``collect``, into its lists of rows, one per table); ``on_executors``: the
-    state in Spark tasks whatever a micro-batch's size."""
+    state in Spark tasks whatever a micro-batch's size; ``fetch_bytes``: the executors'
+    Kafka consumers fetch about that much of a partition at a time (a record batch at
+    least), so that they hold little read ahead of the micro-batch."""
 
     def sink(table: str) -> Callable[[Any, int], None]:
         if collect is None:
@@ -156,7 +159,10 @@ def run(
         on_driver=False if on_executors else None,
     )
     keep = None if stall is None else stall_at(work, *stall)
-    stream = kafka_stream(spark, bootstrap, topic, keep, maxOffsetsPerTrigger=str(per_trigger))
+    options = {"maxOffsetsPerTrigger": str(per_trigger)}
+    if fetch_bytes is not None:
+        options["kafka.max.partition.fetch.bytes"] = str(fetch_bytes)
+    stream = kafka_stream(spark, bootstrap, topic, keep, **options)
     q = (
         stream.writeStream.foreachBatch(proc)
         .option("checkpointLocation", str(work / "chk"))
@@ -201,6 +207,7 @@ def main(work: Path) -> None:
         stall=stall,
         pause=job.get("pause"),
         per_trigger=int(job.get("per_trigger", 200)),
+        fetch_bytes=job.get("fetch_bytes"),
     )
     spark.stop()
 

@@ -82,11 +82,16 @@ def test_a_cluster_whose_worker_driver_and_broker_fail_writes_the_uninterrupted_
         broker.create_topic(topic, 8)
         for p in range(8):
             lagging = p >= 6  # event time 60 s behind the others
-            produce_rows(broker, topic, readings(p, 2, 0, 60 if lagging else 120), p)
+            part = readings(p, 2, 0, 60 if lagging else 120)
+            # Record batches of 20 records, fetched one at a time (fetch_bytes): an
+            # executor holds too little read ahead to run a micro-batch without the
+            # broker.
+            for i in range(0, part.num_rows, 20):
+                produce_rows(broker, topic, part.slice(i, 20), p)
         produce_rows(broker, topic, readings(3, 1, 0, 10), 3)  # late: 110 s behind
         broker.produce(topic, [(None, b"not json", None)] * 3, 1)
         base = {"bootstrap": broker.bootstrap, "topic": topic, "master": cluster.url}
-        base["per_trigger"] = 350
+        base |= {"per_trigger": 350, "fetch_bytes": 1}
         work, log = tmp_path / "cluster", tmp_path / "driver.log"
         work.mkdir()
 
