@@ -192,7 +192,7 @@ def main(work: Path) -> None:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benches"))
         import standalone
 
-        spark = standalone.session(master, int(job.get("executors", 2)), "kafka-delta-job", conf)
+        spark = standalone.session(master, 2, "kafka-delta-job", conf)
     else:
         spark = local_session("local[2]", "kafka-delta-job", 2, conf)
     kill = (int(job["kill"][0]), str(job["kill"][1])) if job.get("kill") else None
