@@ -17,7 +17,7 @@ import pytest
 
 import tidemark as tm
 from tidemark.spark import StreamProcessor
-from tidemark_tools.kafka import murmur2, partition_for
+from tidemark_tools.kafka import murmur2, partition_for, read_topic
 
 pytestmark = pytest.mark.spark
 
@@ -32,7 +32,6 @@ def topic_name() -> str:
 #: waits about the consumer's ``fetch.max.wait.ms`` (500 ms by default) before it ends:
 #: measured here, 40 records of one partition 0.63 s, 0.13 s with 10 ms; 20,000 records
 #: per partition barely changed (0.85 s, 0.72 s). The tests' micro-batches are small.
-FETCH_WAIT = {"kafka.fetch.max.wait.ms": "10"}
 
 
 def kafka_stream(spark: Any, bootstrap: str, topic: str, keep: Any = None, **options: str) -> Any:
@@ -41,17 +40,8 @@ def kafka_stream(spark: Any, bootstrap: str, topic: str, keep: Any = None, **opt
     ``keep``: a condition on the records that keeps some (the query's filter)."""
     from pyspark.sql import functions as F
 
-    reader = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .options(**FETCH_WAIT)
-    )
-    for k, v in options.items():
-        reader = reader.option(k, v)
     ev = F.from_json(F.col("value").cast("string"), EVENT)
-    records = reader.load()
+    records = read_topic(spark, bootstrap, topic, **options)
     return (records if keep is None else records.where(keep)).select(
         ev["device"].alias("device"),
         F.timestamp_millis(ev["ts"]).alias("ts"),
@@ -375,13 +365,7 @@ def test_a_micro_batch_knows_every_partition_and_what_it_left_unread(
         records.append((kafka_records(micro_batch_plan(df)), sum(map(len, rows.values()))))
 
     q = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", kafka.bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .options(**FETCH_WAIT)
-        .option("maxOffsetsPerTrigger", 10)
-        .load()
+        read_topic(spark, kafka.bootstrap, topic, maxOffsetsPerTrigger="10")
         .writeStream.foreachBatch(batch)
         .option("checkpointLocation", str(tmp_path / "chk"))
         .trigger(availableNow=True)

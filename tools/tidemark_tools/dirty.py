@@ -61,21 +61,14 @@ def kafka_source(spark: Any, bootstrap: str, topic: str) -> Any:
     from pyspark.sql import functions as F
 
     ev = F.from_json(F.col("value").cast("string"), READING)
-    return (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        # A small read waits for the consumer's fetch.max.wait.ms (500 ms by default).
-        .option("kafka.fetch.max.wait.ms", "10")
-        .load()
-        .select(
-            "partition",
-            "offset",
-            ev["device"].alias("device"),
-            F.timestamp_millis(ev["ts"]).alias("ts"),
-            ev["temp"].alias("temp"),
-        )
+    from tidemark_tools.kafka import read_topic
+
+    return read_topic(spark, bootstrap, topic).select(
+        "partition",
+        "offset",
+        ev["device"].alias("device"),
+        F.timestamp_millis(ev["ts"]).alias("ts"),
+        ev["temp"].alias("temp"),
     )
 
 

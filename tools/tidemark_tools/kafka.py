@@ -36,7 +36,7 @@ from typing import Any
 from tidemark_tools.jars import jar_dir
 from tidemark_tools.serving import LocalServer, free_port, java, poll_ready, port_open, serve
 
-__all__ = ["Broker", "murmur2", "partition_for"]
+__all__ = ["Broker", "murmur2", "partition_for", "read_topic"]
 
 # One node, every internal topic with one replica, no waiting for consumer groups to
 # settle; logs kept as long as the broker lives.
@@ -63,6 +63,22 @@ log.retention.hours=-1
 """
 # A broker for tests: a small heap, one GC thread.
 _JVM = ["-Xms128m", "-Xmx768m", "-XX:+UseSerialGC", "-Djava.awt.headless=true"]
+
+
+def read_topic(spark: Any, bootstrap: str, topic: str, **options: str) -> Any:
+    """``topic`` as Spark's Kafka source reads it from its first record: a streaming
+    DataFrame of the raw records (``key``, ``value``, ``partition``, ``offset``, ...);
+    ``options``: more of the source's (``maxOffsetsPerTrigger``, ``kafka.*``). A small
+    read does not wait for the consumer's ``fetch.max.wait.ms`` (500 ms by default)."""
+    return (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("kafka.fetch.max.wait.ms", "10")
+        .options(**options)
+        .load()
+    )
 
 
 def murmur2(data: bytes) -> int:

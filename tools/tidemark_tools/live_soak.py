@@ -247,6 +247,7 @@ def live_soak(
 
     import tidemark as tm
     from tidemark.spark import StreamProcessor
+    from tidemark_tools.kafka import read_topic
 
     stream = stream or Stream()
     topic = f"soak-{int(time.time())}"
@@ -284,18 +285,10 @@ def live_soak(
         arrow_sinks=True,
         on_driver=on_driver,
     )
-    records = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", broker.bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .option("kafka.fetch.max.wait.ms", "10")
-        .load()
-        .select(
-            "partition",
-            F.col("key").cast("string").alias("key"),
-            F.timestamp_millis(F.col("value").cast("string").cast("long")).alias("ts"),
-        )
+    records = read_topic(spark, broker.bootstrap, topic).select(
+        "partition",
+        F.col("key").cast("string").alias("key"),
+        F.timestamp_millis(F.col("value").cast("string").cast("long")).alias("ts"),
     )
     query = (
         records.writeStream.foreachBatch(proc)
