@@ -49,6 +49,13 @@ def _wait(proc: subprocess.Popen[bytes], log: Path, timeout: float = 300.0) -> i
         raise AssertionError(log.read_text(errors="replace")[-4000:]) from None
 
 
+def _give_up_after(deadline: float, proc: subprocess.Popen[bytes], tail: Any) -> None:
+    """Past ``deadline``: kills the driver's process group and fails with its log."""
+    if time.monotonic() > deadline:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError("the driver did not get there in time: " + tail())
+
+
 def _commits(work: Path) -> list[int]:
     return sorted(int(p.name) for p in (work / "chk" / "commits").glob("[0-9]*"))
 
@@ -102,7 +109,9 @@ def test_a_cluster_whose_worker_driver_and_broker_fail_writes_the_uninterrupted_
         job = {**base, "stall": [2, 10], "kill": [1, "during"], "packages": True}
         first = _start(work, job, log)
         killed: list[int] = []
+        deadline = time.monotonic() + 300
         while first.poll() is None:
+            _give_up_after(deadline, first, tail)
             stalled = work / "stalled"
             if not killed and stalled.exists():
                 w = cluster.worker_of(int(stalled.read_text()))
@@ -127,8 +136,10 @@ def test_a_cluster_whose_worker_driver_and_broker_fail_writes_the_uninterrupted_
 
         # The third driver: replays micro-batch 2; the broker stops after 3's sinks.
         third = _start(work, {**base, "pause": 3}, log)
+        deadline = time.monotonic() + 300
         while not (work / "paused").exists():
             assert third.poll() is None, tail()
+            _give_up_after(deadline, third, tail)
             time.sleep(0.1)
         broker.stop()
         stopped = time.monotonic()
