@@ -187,6 +187,10 @@ def main(work: Path) -> None:
         conf = {**kafka_delta_conf(), "spark.jars.ivy": str(ivy)}
     else:
         conf = jars.kafka_delta_conf()  # the same artifacts, resolved by Maven as files
+    # Spark's scratch space (the jars it copies for its tasks, ~200 MB) in the work
+    # directory: a SIGKILLed driver leaves it behind, and the test's directory goes with
+    # the test's others.
+    conf["spark.local.dir"] = str(work / "spark-local")
     master = job.get("master")
     if master:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benches"))
