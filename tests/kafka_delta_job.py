@@ -1,13 +1,11 @@
 """A Kafka -> tidemark -> Delta Lake driver, as a user runs one (its connectors through
 ``spark.jars.packages``, ``tidemark.spark.kafka_delta_conf()``, where ``job.json`` says
-``packages``), that can SIGKILL
-itself at a chosen point of a chosen micro-batch: ``before`` its sinks write,
-``during`` them (the windows table committed, the late and error tables not), or
-``after`` every table committed (before Spark records the micro-batch as done). The
-kill takes its whole process group: the Python driver and its JVM.
+``packages``), that can SIGKILL itself in a chosen micro-batch while its sinks write
+(the windows table committed, the late and error tables not). The kill takes its whole
+process group: the Python driver and its JVM.
 
 ``python tests/kafka_delta_job.py WORKDIR`` reads ``WORKDIR/job.json`` (``bootstrap``,
-``topic``, and ``kill``: ``[batch, point]`` or none), resumes from ``WORKDIR``'s
+``topic``, and ``kill``: a micro-batch id or none), resumes from ``WORKDIR``'s
 checkpoint and state, and reads the topic (``availableNow``, throttled, so that its
 micro-batches are the same in every run) until it dies, or to its end.
 ``tests/test_cluster.py`` runs it on a standalone cluster (``master``: its URL), then
@@ -51,12 +49,12 @@ def pipeline() -> tm.Pipeline:
     )
 
 
-def _die(work: Path, batch_id: int, point: str) -> None:
+def _die(work: Path, batch_id: int) -> None:
     # Only a job that leads its own process group kills it (never a test runner's).
     if os.getpgid(0) != os.getpid():
         raise RuntimeError("the job kills its process group: start it in a new session")
     with open(work / "kills.txt", "a") as f:
-        f.write(f"{batch_id} {point}\n")
+        f.write(f"{batch_id}\n")
         f.flush()
         os.fsync(f.fileno())
     os.killpg(os.getpid(), signal.SIGKILL)
@@ -71,20 +69,15 @@ def _wait_for(path: Path, what: str, timeout: float = 300.0) -> None:
 
 
 def _sink(
-    work: Path, table: str, kill: tuple[int, str] | None, pause: int | None
+    work: Path, table: str, kill: int | None, pause: int | None
 ) -> Callable[[Any, int], None]:
     write = delta_sink(work / "tables" / table, app_id=f"crash-{table}")
-    batch, point = kill if kill is not None else (-1, "")
-    # The sinks run in order: windows, late, errors.
-    before = (point, table) in (("before", "windows"), ("during", "late"))
-    after = (point, table) == ("after", "errors")
 
     def sink(df: Any, batch_id: int) -> None:
-        if before and batch_id == batch:
-            _die(work, batch_id, point)
+        # The sinks run in order: windows, late, errors.
+        if table == "late" and batch_id == kill:
+            _die(work, batch_id)
         write(df, batch_id)
-        if after and batch_id == batch:
-            _die(work, batch_id, point)
         if table == "errors" and batch_id == pause:
             _mark(work / "paused", str(batch_id))
             _wait_for(work / "go", "the test lets the driver go on")
@@ -129,7 +122,7 @@ def run(
     work: Path,
     bootstrap: str,
     topic: str,
-    kill: tuple[int, str] | None = None,
+    kill: int | None = None,
     collect: dict[str, list[tuple[Any, ...]]] | None = None,
     *,
     on_executors: bool = False,
@@ -199,7 +192,7 @@ def main(work: Path) -> None:
         spark = standalone.session(master, 2, "kafka-delta-job", conf)
     else:
         spark = local_session("local[2]", "kafka-delta-job", 2, conf)
-    kill = (int(job["kill"][0]), str(job["kill"][1])) if job.get("kill") else None
+    kill = job.get("kill")
     stall = (int(job["stall"][0]), int(job["stall"][1])) if job.get("stall") else None
     run(
         spark,
