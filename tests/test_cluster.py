@@ -66,9 +66,10 @@ def test_a_cluster_whose_worker_driver_and_broker_fail_writes_the_uninterrupted_
 ) -> None:
     """One run of five micro-batches over a topic of 8 partitions, two of them lagging
     60 s behind, with late and unreadable records. Micro-batch 0: a worker is SIGKILLed
-    (its executor and Python workers with it) while one of its tasks runs, and started
-    again. Micro-batch 1: the driver (Python and JVM) is SIGKILLed between the windows
-    table's Delta commit and the late table's. A new driver replays micro-batch 1; after
+    (its executor and Python workers with it) while one of its tasks runs; the driver
+    goes on with the other executor. Micro-batch 1: the driver (Python and JVM) is
+    SIGKILLed between the windows table's Delta commit and the late table's. With the
+    worker started again, a new driver replays micro-batch 1; after
     micro-batch 3's sinks the broker stops for 30 s. The windows, late and error tables
     equal those of an uninterrupted run: no row lost, none twice. The first driver gets
     its connectors as a user's job does: ``spark.jars.packages`` (``kafka_delta_conf()``),
@@ -108,6 +109,7 @@ def test_a_cluster_whose_worker_driver_and_broker_fail_writes_the_uninterrupted_
         job = {**base, "stall": [2, 10], "kill": 1, "packages": True}
         first = _start(work, job, log)
         killed: list[int] = []
+        lost = -1  # the worker killed
         deadline = time.monotonic() + 300
         while first.poll() is None:
             _give_up_after(deadline, first, tail)
@@ -116,8 +118,7 @@ def test_a_cluster_whose_worker_driver_and_broker_fail_writes_the_uninterrupted_
                 w = cluster.worker_of(int(stalled.read_text()))
                 assert w is not None, "the stalled task runs under no worker"
                 (work / "worker-killed").write_text(str(w))
-                killed = cluster.kill_worker(w)
-                cluster.restart_worker(w)
+                killed, lost = cluster.kill_worker(w), w
             time.sleep(0.1)
         assert first.returncode == -signal.SIGKILL, tail()
         assert killed, "no task stalled: " + tail()
@@ -128,6 +129,7 @@ def test_a_cluster_whose_worker_driver_and_broker_fail_writes_the_uninterrupted_
         assert _commits(work) == [0]  # micro-batch 1 was not committed
 
         assert (work / "kills.txt").read_text() == "1\n"
+        cluster.restart_worker(lost)  # for the next driver's second executor
 
         # The second driver: replays micro-batch 1; the broker stops after 3's sinks.
         second = _start(work, {**base, "pause": 3}, log)

@@ -243,7 +243,11 @@ def _estimate(df: Any, plan: Any) -> int | None:
     branches = _live_union_branches(plan)
     if branches is not None:
         try:
-            return sum(int(b.logicalLink().get().stats().sizeInBytes()) for b in branches)
+            # A branch without its logical plan (an empty Option: asked first, as a
+            # Java exception costs PySpark a dozen calls into the JVM to classify).
+            links = [b.logicalLink() for b in branches]
+            if all(link.isDefined() for link in links):
+                return sum(int(link.get().stats().sizeInBytes()) for link in links)
         except Exception:  # an API Spark does not promise: the whole plan's estimate
             pass
     try:
