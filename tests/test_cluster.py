@@ -69,8 +69,8 @@ def test_a_cluster_whose_worker_driver_and_broker_fail_writes_the_uninterrupted_
     (its executor and Python workers with it) while one of its tasks runs; the driver
     goes on with the other executor. Micro-batch 1: the driver (Python and JVM) is
     SIGKILLed between the windows table's Delta commit and the late table's. With the
-    worker started again, a new driver replays micro-batch 1; after
-    micro-batch 3's sinks the broker stops for 30 s. The windows, late and error tables
+    worker started again, a new driver replays micro-batch 1; after micro-batch 3's
+    sinks the broker stops for 30 s. The windows, late and error tables
     equal those of an uninterrupted run: no row lost, none twice. The first driver gets
     its connectors as a user's job does: ``spark.jars.packages`` (``kafka_delta_conf()``),
     resolved by Spark."""
